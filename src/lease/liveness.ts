@@ -1,0 +1,139 @@
+// The liveness session: one dedicated connection per client process that holds a
+// session-level advisory lock on a random key (leasehold.register_liveness()). Leases record
+// the key; when this process dies its connection closes, the lock goes, and acquire() treats
+// the lease as free at once instead of after the TTL.
+//
+// It needs a direct connection (a transaction-mode pooler such as PgBouncer would hand the
+// lock's session to someone else), so it can be pointed at its own URL or turned off.
+import pg from 'pg';
+import { describeConnection, unavailable } from '../db/connection.js';
+import type { Logger } from '../observe/logger.js';
+
+export interface LivenessSettings {
+  connectionString: string | undefined;
+  applicationName: string;
+  connectTimeoutMs: number;
+  /** How often the session is pinged; a ping that fails or times out drops it. */
+  checkIntervalMs: number;
+  queryTimeoutMs: number;
+  logger: Logger;
+  /** Called once per dropped session, with the key whose leases are now lost. */
+  onLost: (key: string, error: Error) => void;
+  onReady: (key: string) => void;
+}
+
+type State =
+  | { kind: 'idle' }
+  | { kind: 'ready'; client: pg.Client; key: string; timer: NodeJS.Timeout }
+  | { kind: 'reconnecting'; timer: NodeJS.Timeout | undefined }
+  | { kind: 'closed' };
+
+export class LivenessSession {
+  private state: State = { kind: 'idle' };
+  private retryDelayMs = 250;
+
+  constructor(private readonly settings: LivenessSettings) {}
+
+  /** The advisory-lock key of the live session, or null while there is none. */
+  get key(): string | null {
+    return this.state.kind === 'ready' ? this.state.key : null;
+  }
+
+  /** Connects and registers; throws DatabaseUnavailableError when the server cannot be reached. */
+  async start(): Promise<void> {
+    await this.connect();
+  }
+
+  private async connect(): Promise<void> {
+    const { settings } = this;
+    const client = new pg.Client({
+      connectionString: settings.connectionString,
+      application_name: `${settings.applicationName} liveness`,
+      connectionTimeoutMillis: settings.connectTimeoutMs,
+      keepAlive: true,
+      keepAliveInitialDelayMillis: 5_000,
+    });
+    // Without this listener a server restart would crash the host process.
+    client.on('error', (error) => this.drop(client, error));
+    client.on('end', () => this.drop(client, new Error('liveness connection ended')));
+    try {
+      await client.connect();
+      // Let the server notice a vanished host (no FIN, no RST) and free the lock within
+      // about 15 s instead of the OS default of minutes to hours. Ignored on Unix sockets.
+      await client.query(
+        `select set_config('tcp_keepalives_idle', '5', false), set_config('tcp_keepalives_interval', '2', false),
+                set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', '10000', false)`,
+      );
+      const { rows } = await client.query<{ key: string }>('select leasehold.register_liveness()::text as key');
+      const key = rows[0]?.key;
+      if (!key) throw new Error('register_liveness returned no key');
+      if (this.state.kind === 'closed') {
+        await client.end().catch(() => undefined);
+        return;
+      }
+      const timer = setInterval(() => void this.ping(client), settings.checkIntervalMs);
+      timer.unref();
+      this.state = { kind: 'ready', client, key, timer };
+      this.retryDelayMs = 250;
+      settings.onReady(key);
+    } catch (error) {
+      client.removeAllListeners('end');
+      await client.end().catch(() => undefined);
+      throw unavailable(describeConnection(settings.connectionString), error);
+    }
+  }
+
+  private async ping(client: pg.Client): Promise<void> {
+    if (this.state.kind !== 'ready' || this.state.client !== client) return;
+    try {
+      await client.query({ text: 'select 1', query_timeout: this.settings.queryTimeoutMs } as pg.QueryConfig);
+    } catch (error) {
+      this.drop(client, error instanceof Error ? error : new Error(String(error)));
+    }
+  }
+
+  /** The session is gone: its key's leases are lost. Reconnect in the background. */
+  private drop(client: pg.Client, error: Error): void {
+    if (this.state.kind !== 'ready' || this.state.client !== client) return;
+    const { key, timer } = this.state;
+    clearInterval(timer);
+    // Close the socket for real: after a timeout the server may still hold the lock, and
+    // a half-dead connection must not keep it.
+    (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+    client.end().catch(() => undefined);
+    this.state = { kind: 'reconnecting', timer: undefined };
+    this.settings.logger.warn(
+      { event: 'liveness:lost', key, err: error.message },
+      'leasehold liveness session dropped; its leases are lost',
+    );
+    this.settings.onLost(key, error);
+    this.scheduleReconnect();
+  }
+
+  private scheduleReconnect(): void {
+    if (this.state.kind !== 'reconnecting') return;
+    const delay = this.retryDelayMs;
+    this.retryDelayMs = Math.min(this.retryDelayMs * 2, 10_000);
+    const timer = setTimeout(() => {
+      if (this.state.kind !== 'reconnecting') return;
+      this.connect().catch((error: unknown) => {
+        this.settings.logger.debug({ event: 'liveness:retry', err: String(error) }, 'liveness reconnect failed');
+        this.scheduleReconnect();
+      });
+    }, delay);
+    timer.unref();
+    this.state = { kind: 'reconnecting', timer };
+  }
+
+  async close(): Promise<void> {
+    const state = this.state;
+    this.state = { kind: 'closed' };
+    if (state.kind === 'ready') {
+      clearInterval(state.timer);
+      state.client.removeAllListeners('end');
+      await state.client.end().catch(() => undefined);
+    } else if (state.kind === 'reconnecting' && state.timer) {
+      clearTimeout(state.timer);
+    }
+  }
+}

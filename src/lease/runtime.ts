@@ -1,0 +1,20 @@
+// What a Lease needs from the client that created it. Kept as an interface so that a lease
+// does not import the client (and tests can reason about one piece at a time).
+import type pg from 'pg';
+import type { LeaseholdEmitter } from '../observe/events.js';
+import type { Logger } from '../observe/logger.js';
+
+export interface LeaseRuntime {
+  /** Pool for acquire, renew and release: kept apart from user work so a busy app pool cannot starve heartbeats. */
+  readonly controlPool: pg.Pool;
+  /** Pool for fenced transactions (the user's, when one was passed). */
+  readonly workPool: pg.Pool;
+  /** Timeout for every library statement, in ms. */
+  readonly queryTimeoutMs: number;
+  /** host:port/db for messages. */
+  readonly where: string;
+  readonly logger: Logger;
+  readonly events: LeaseholdEmitter;
+  /** Called when a lease ends (released or lost), so the client stops tracking it. */
+  forget(lease: { readonly name: string }): void;
+}

@@ -1,0 +1,81 @@
+import type pg from 'pg';
+import type { Duration } from '../validate/duration.js';
+import type { Lease } from './lease.js';
+
+/** Why an acquisition declined. */
+export type SkipReason =
+  /** Another holder has the lease and it has not expired. */
+  | 'held'
+  /** The lease is free by the clock, but its row is locked: the holder is committing a fenced transaction (or another acquirer is taking it at this instant). */
+  | 'holder-committing'
+  /** A slot claim for a slot at or before the last claimed one: this occurrence already ran. */
+  | 'slot-taken'
+  /** A slot claim for a slot still in the future by the database clock. */
+  | 'slot-not-due';
+
+export interface AcquireOptions {
+  /** How long the lease lasts without renewal: milliseconds or '30s', '5m'. 100 ms to 7 days. */
+  ttl: Duration;
+  /** Claim this scheduled occurrence: succeeds only for a slot newer than the last claimed one and not in the future. */
+  slot?: Date;
+  /** Renew automatically every `heartbeatInterval` until released or lost. @default false */
+  heartbeat?: boolean;
+  /** @default ttl / 3 */
+  heartbeatInterval?: Duration;
+}
+
+export interface NotAcquired {
+  acquired: false;
+  name: string;
+  reason: SkipReason;
+  /** Who holds (or last held) the lease, as it identified itself. */
+  holder: string | null;
+  /** When the current holder acquired it (database time). */
+  since: Date | null;
+  /** When the current holder's lease expires unless renewed (database time). */
+  until: Date | null;
+  /** The lease's current fence. */
+  fence: number;
+  lastSlot: Date | null;
+  /** The database's now() when the decision was made. */
+  databaseTime: Date;
+}
+
+export type AcquireResult = { acquired: true; lease: Lease } | NotAcquired;
+
+export interface RunContext {
+  /** Fires when the lease is lost (reason: a LeaseLostError). Pass it to fetch, timers, queries. */
+  signal: AbortSignal;
+  fence: number;
+  /** Stable per occurrence: give it to payment providers, e-mail APIs and the like. */
+  idempotencyKey: string;
+  slot: Date | null;
+  lease: Lease;
+  /** A fenced transaction: see Lease.transaction. */
+  transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T>;
+}
+
+export type RunResult<T> =
+  | {
+      ran: true;
+      value: T;
+      fence: number;
+      /** Set when the lease was lost while the handler ran (it finished anyway). */
+      lost?: Error;
+    }
+  | { ran: false; skipped: NotAcquired };
+
+/** A row of leasehold.lease_status. */
+export interface LeaseStatus {
+  name: string;
+  state: 'free' | 'held' | 'expired';
+  holder: string | null;
+  fence: number;
+  acquiredAt: Date | null;
+  expiresAt: Date | null;
+  secondsLeft: number | null;
+  /** Whether the holder's liveness session is still connected (null when not tracked). */
+  holderAlive: boolean | null;
+  lastSlot: Date | null;
+  releasedAt: Date | null;
+}

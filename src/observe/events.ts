@@ -1,0 +1,58 @@
+// Typed events. Listeners run synchronously; one that throws is reported to the logger and
+// never breaks the lease machinery that emitted the event.
+import { EventEmitter } from 'node:events';
+import type { Logger } from './logger.js';
+import type { LeaseLostError } from '../errors.js';
+
+export interface LeaseInfo {
+  name: string;
+  fence: number;
+  holder: string;
+  slot: Date | null;
+}
+
+export interface SkipInfo {
+  name: string;
+  reason: string;
+  holder: string | null;
+  fence: number;
+  since: Date | null;
+  until: Date | null;
+}
+
+export interface LeaseholdEvents {
+  /** A lease was taken. */
+  'lease:acquired': [lease: LeaseInfo & { expiresAt: Date }];
+  /** An acquisition declined because someone else holds the lease. */
+  'lease:skipped': [skip: SkipInfo];
+  /** A heartbeat extended a lease. */
+  'lease:renewed': [lease: LeaseInfo & { expiresAt: Date }];
+  /** A lease stopped being ours before we released it; its AbortSignal has fired. */
+  'lease:lost': [lease: LeaseInfo, error: LeaseLostError];
+  /** A lease was released (released: false when it was no longer ours). */
+  'lease:released': [lease: LeaseInfo, released: boolean];
+  /** The liveness session dropped; every lease taken under it is lost. */
+  'liveness:lost': [error: Error];
+  /** The liveness session is (re)established. */
+  'liveness:ready': [key: string];
+}
+
+export class LeaseholdEmitter {
+  private readonly emitter = new EventEmitter();
+  constructor(private readonly logger: Logger) {}
+
+  on<E extends keyof LeaseholdEvents>(event: E, listener: (...args: LeaseholdEvents[E]) => void): () => void {
+    this.emitter.on(event, listener as (...args: unknown[]) => void);
+    return () => this.emitter.off(event, listener as (...args: unknown[]) => void);
+  }
+
+  emit<E extends keyof LeaseholdEvents>(event: E, ...args: LeaseholdEvents[E]): void {
+    for (const listener of this.emitter.listeners(event)) {
+      try {
+        (listener as (...a: unknown[]) => void)(...args);
+      } catch (error) {
+        this.logger.error({ event, err: error }, 'leasehold event listener threw');
+      }
+    }
+  }
+}

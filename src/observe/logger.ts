@@ -1,0 +1,33 @@
+// The logger interface is pino's (`logger.warn({ ...fields }, 'message')`), so a pino
+// instance can be passed as it is. The default writes warnings and errors to stderr as one
+// JSON line each; set LEASEHOLD_LOG_LEVEL=debug|info|warn|error|silent to change that.
+
+export interface Logger {
+  debug(fields: object, message?: string): void;
+  info(fields: object, message?: string): void;
+  warn(fields: object, message?: string): void;
+  error(fields: object, message?: string): void;
+}
+
+const LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const;
+export type LogLevel = (typeof LEVELS)[number];
+
+export function silentLogger(): Logger {
+  const ignore = () => undefined;
+  return { debug: ignore, info: ignore, warn: ignore, error: ignore };
+}
+
+/** JSON lines on stderr at or above `level`. */
+export function stderrLogger(level: LogLevel = envLevel()): Logger {
+  const threshold = LEVELS.indexOf(level);
+  const write = (at: Exclude<LogLevel, 'silent'>) => (fields: object, message?: string) => {
+    if (LEVELS.indexOf(at) < threshold) return;
+    process.stderr.write(`${JSON.stringify({ level: at, time: new Date().toISOString(), msg: message, ...fields })}\n`);
+  };
+  return { debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') };
+}
+
+function envLevel(): LogLevel {
+  const value = process.env.LEASEHOLD_LOG_LEVEL?.toLowerCase();
+  return (LEVELS as readonly string[]).includes(value ?? '') ? (value as LogLevel) : 'warn';
+}

@@ -1,0 +1,62 @@
+// Per-file test databases and clients that are closed after the file.
+import { afterAll, inject } from 'vitest';
+import pg from 'pg';
+import { createLeasehold, type Leasehold, type LeaseholdOptions } from '../../src/index.js';
+import { silentLogger } from '../../src/observe/logger.js';
+import { createTestDatabase } from '../../src/testing.js';
+
+/** A fresh database for this test file, dropped after it. */
+export async function freshDatabase(): Promise<string> {
+  const db = await createTestDatabase(inject('serverUrl'));
+  afterAll(async () => {
+    await db.drop();
+  });
+  return db.url;
+}
+
+const open: Array<{ close(): Promise<void> }> = [];
+afterAll(async () => {
+  await Promise.allSettled(open.splice(0).map((item) => item.close()));
+});
+
+/** A leasehold client on `url` with a silent logger, closed after the file. */
+export async function client(url: string, options: LeaseholdOptions = {}): Promise<Leasehold> {
+  const leasehold = await createLeasehold({ connectionString: url, logger: silentLogger(), ...options });
+  open.push(leasehold);
+  return leasehold;
+}
+
+/** A plain pg pool on `url`, closed after the file. */
+export function rawPool(url: string, max = 20): pg.Pool {
+  const pool = new pg.Pool({ connectionString: url, max });
+  pool.on('error', () => undefined);
+  open.push({ close: () => pool.end() });
+  return pool;
+}
+
+/** Independent connections (not a pool): each is its own PostgreSQL session. */
+export async function connections(url: string, count: number): Promise<pg.Client[]> {
+  const clients = await Promise.all(
+    Array.from({ length: count }, async () => {
+      const c = new pg.Client({ connectionString: url });
+      c.on('error', () => undefined);
+      await c.connect();
+      return c;
+    }),
+  );
+  open.push({ close: async () => void (await Promise.allSettled(clients.map((c) => c.end()))) });
+  return clients;
+}
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
+
+/** Polls `check` until it returns a truthy value or `timeoutMs` passes. */
+export async function waitFor<T>(check: () => Promise<T> | T, timeoutMs = 10_000, intervalMs = 20): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const value = await check();
+    if (value) return value;
+    if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
+    await sleep(intervalMs);
+  }
+}
