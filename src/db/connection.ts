@@ -91,6 +91,27 @@ export async function timedQuery<R extends pg.QueryResultRow>(
   timeoutMs: number,
   where: string,
 ): Promise<pg.QueryResult<R>> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await queryOnce<R>(pool, text, values, timeoutMs, where);
+    } catch (error) {
+      // A pooled connection whose backend was terminated (server restart, failover,
+      // pg_terminate_backend) fails with 57P01/57P02 before or while running the statement;
+      // either way the server rolled it back, so one retry on a fresh connection is safe.
+      const code = ((error as { cause?: { code?: string } }).cause ?? {}).code;
+      if (attempt === 1 && (code === '57P01' || code === '57P02')) continue;
+      throw error;
+    }
+  }
+}
+
+async function queryOnce<R extends pg.QueryResultRow>(
+  pool: pg.Pool,
+  text: string,
+  values: unknown[],
+  timeoutMs: number,
+  where: string,
+): Promise<pg.QueryResult<R>> {
   let client: pg.PoolClient;
   try {
     client = await pool.connect();

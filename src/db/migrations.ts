@@ -75,11 +75,13 @@ function tooNew(databaseVersion: number): SchemaVersionError {
 
 /** Reads the installed schema version (0 when leasehold was never installed). */
 export async function schemaVersion(client: pg.ClientBase): Promise<number> {
-  const { rows } = await client.query<{ version: number | null }>(
-    `select case when to_regclass('leasehold.migrations') is null then 0
-                 else (select coalesce(max(version), 0) from leasehold.migrations) end as version`,
+  // Two statements: a query naming a missing table fails at parse time, whatever its CASE says.
+  const { rows: found } = await client.query<{ exists: boolean }>(
+    `select to_regclass('leasehold.migrations') is not null as exists`,
   );
-  return Number(rows[0]?.version ?? 0);
+  if (!found[0]?.exists) return 0;
+  const { rows } = await client.query<{ version: number }>('select coalesce(max(version), 0)::int as version from leasehold.migrations');
+  return rows[0]?.version ?? 0;
 }
 
 /** Throws SchemaVersionError unless the installed schema is exactly the library's version. */
@@ -92,7 +94,7 @@ export async function checkSchema(client: pg.ClientBase): Promise<number> {
       version,
       library,
       `The database's leasehold schema is at version ${version}; this library needs ${library}. ` +
-        'Run `npx leasehold migrate` (or createLeasehold({ migrate: true })) to upgrade it.',
+        'Upgrade it with migrate(pool) or createLeasehold({ migrate: true }).',
     );
   }
   return version;

@@ -1,0 +1,50 @@
+// Schema migrations: concurrent starts, version checks, refusal of a newer schema.
+import { describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { createLeasehold, latestVersion, migrate, migrations, SchemaVersionError } from '../src/index.js';
+import { silentLogger } from '../src/observe/logger.js';
+import { client, freshDatabase, rawPool } from './support/db.js';
+
+describe('migrations', () => {
+  it('ships numbered files without gaps, starting at 0001', () => {
+    expect(migrations().map((m) => m.version)).toEqual(Array.from({ length: latestVersion() }, (_, i) => i + 1));
+    expect(migrations()[0]?.name).toBe('0001_leases');
+  });
+
+  it('applies each migration once when eight clients start at the same moment', async () => {
+    const url = await freshDatabase();
+    const pools = Array.from({ length: 8 }, () => rawPool(url, 2));
+    const results = await Promise.all(pools.map((pool) => migrate(pool)));
+    expect(results.filter((r) => r.applied.length > 0)).toHaveLength(1);
+    expect(results.every((r) => r.to === latestVersion())).toBe(true);
+    const { rows } = await pools[0]!.query('select version from leasehold.migrations order by version');
+    expect(rows.map((r) => r.version)).toEqual(migrations().map((m) => m.version));
+  });
+
+  it('refuses a database whose schema is newer than the library, and changes nothing', async () => {
+    const url = await freshDatabase();
+    await (await client(url, { liveness: false })).close();
+    const pool = rawPool(url, 1);
+    await pool.query(`insert into leasehold.migrations (version, name, breaking) values (999, '0999_future', true)`);
+    const error = await createLeasehold({ connectionString: url, logger: silentLogger() }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SchemaVersionError);
+    expect(error).toMatchObject({ code: 'SCHEMA_VERSION', databaseVersion: 999, libraryVersion: latestVersion() });
+    expect((error as Error).message).toMatch(/version 999, newer than this library understands \(\d+\).*upgrade this one/);
+    const check = await createLeasehold({ connectionString: url, migrate: false, logger: silentLogger() }).catch((e: unknown) => e);
+    expect(check).toBeInstanceOf(SchemaVersionError);
+    const { rows } = await pool.query('select max(version)::int as v from leasehold.migrations');
+    expect(rows[0].v).toBe(999);
+  });
+
+  it('with migrate: false, asks for a migration instead of changing an empty database', async () => {
+    const url = await freshDatabase();
+    const error = await createLeasehold({ connectionString: url, migrate: false, logger: silentLogger() }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(SchemaVersionError);
+    expect((error as Error).message).toMatch(/at version 0; this library needs \d+\. Upgrade it with migrate/);
+    const probe = new pg.Client({ connectionString: url });
+    await probe.connect();
+    const { rows } = await probe.query(`select to_regnamespace('leasehold') as schema`);
+    await probe.end();
+    expect(rows[0].schema).toBeNull();
+  });
+});

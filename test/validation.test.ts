@@ -1,0 +1,124 @@
+// Bad input gets a typed error that says what to do, before anything reaches the database.
+import { beforeAll, describe, expect, it } from 'vitest';
+import {
+  createLeasehold,
+  DatabaseUnavailableError,
+  formatDuration,
+  InvalidArgumentError,
+  LeaseholdError,
+  LeaseLostError,
+  parseDuration,
+  type Leasehold,
+} from '../src/index.js';
+import { freePort } from '../src/db/embedded.js';
+import { silentLogger } from '../src/observe/logger.js';
+import { client, freshDatabase } from './support/db.js';
+
+describe('durations', () => {
+  it.each([
+    [1500, 1500],
+    ['500ms', 500],
+    ['30s', 30_000],
+    ['5m', 300_000],
+    ['1h30m', 5_400_000],
+    ['1.5s', 1_500],
+    ['1d', 86_400_000],
+    [' 2m ', 120_000],
+  ])('parses %j as %d ms', (input, ms) => {
+    expect(parseDuration(input, 'ttl')).toBe(ms);
+  });
+
+  it.each(['', 'abc', '5', '5 minutes', '1x', '-5s', '5s5', 's'])('rejects %j with a hint', (input) => {
+    expect(() => parseDuration(input, 'ttl')).toThrow(/ttl '.*' is not a duration: use milliseconds or a string such as '500ms', '30s'/);
+  });
+
+  it('formats durations the way people write them', () => {
+    expect([250, 1500, 90_000, 5_400_000, 86_400_000].map(formatDuration)).toEqual(['250ms', '1.5s', '1m30s', '1h30m', '1d']);
+  });
+});
+
+describe('acquire arguments', () => {
+  let lh: Leasehold;
+  beforeAll(async () => {
+    lh = await client(await freshDatabase(), { liveness: false });
+  });
+
+  it.each([
+    ['', { ttl: '30s' }, /lease name must not be empty/],
+    ['x'.repeat(201), { ttl: '30s' }, /lease name must be 1–200 characters \(got 201\)/],
+    ['tab\there', { ttl: '30s' }, /must not contain control characters \(found U\+0009 at position 3\)/],
+    ['job', { ttl: 0 }, /ttl must be positive \(got 0ms\)/],
+    ['job', { ttl: -1000 }, /ttl must be positive/],
+    ['job', { ttl: '0s' }, /ttl must be positive/],
+    ['job', { ttl: 50 }, /ttl must be between 100ms and 7d \(got 50ms\)/],
+    ['job', { ttl: '30d' }, /ttl must be between 100ms and 7d \(got 30d\)/],
+    ['job', { ttl: Number.NaN }, /ttl must be a finite number of milliseconds/],
+    ['job', { ttl: 'soon' }, /ttl 'soon' is not a duration/],
+    ['job', { ttl: '30s', slot: new Date('nope') }, /slot must be a valid Date/],
+    ['job', { ttl: '3s', heartbeat: true, heartbeatInterval: '2s' }, /ttl must be at least 2 × heartbeatInterval/],
+  ])('acquire(%j, %j) fails with %s', async (name, options, message) => {
+    const error = await lh.acquire(name as string, options as { ttl: string }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error).toBeInstanceOf(LeaseholdError);
+    expect(error).not.toBeInstanceOf(LeaseLostError);
+    expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(message) });
+  });
+
+  it('needs a ttl', async () => {
+    await expect(lh.acquire('job', undefined as unknown as { ttl: string })).rejects.toThrow(/needs a ttl/);
+  });
+});
+
+describe('connecting', () => {
+  it('fails fast with a clear message when nothing listens at the address', async () => {
+    const port = await freePort();
+    const started = performance.now();
+    const error = await createLeasehold({
+      connectionString: `postgres://postgres@127.0.0.1:${port}/nowhere`,
+      connectTimeout: '2s',
+      logger: silentLogger(),
+    }).catch((e: unknown) => e);
+    expect(performance.now() - started).toBeLessThan(3_000);
+    expect(error).toBeInstanceOf(DatabaseUnavailableError);
+    expect((error as Error).message).toMatch(new RegExp(`Could not reach PostgreSQL at 127.0.0.1:${port}/nowhere: .*ECONNREFUSED.*DATABASE_URL`));
+    expect((error as Error).message).not.toMatch(/postgres@/); // no credentials in messages
+  });
+
+  it('fails within the connect timeout when the address does not answer', async () => {
+    // a listening socket that never speaks the protocol, like a blackholed server
+    const { createServer } = await import('node:net');
+    const sockets: import('node:net').Socket[] = [];
+    const server = createServer((socket) => sockets.push(socket)).listen(0, '127.0.0.1');
+    await new Promise((resolve) => server.once('listening', resolve));
+    const port = (server.address() as { port: number }).port;
+    try {
+      const started = performance.now();
+      const error = await createLeasehold({ connectionString: `postgres://u:secret@127.0.0.1:${port}/db`, connectTimeout: 500, logger: silentLogger() }).catch((e: unknown) => e);
+      expect(performance.now() - started).toBeLessThan(2_500);
+      expect(error).toBeInstanceOf(DatabaseUnavailableError);
+      expect((error as Error).message).not.toMatch(/secret/);
+    } finally {
+      sockets.forEach((s) => s.destroy());
+      server.close();
+    }
+  });
+
+  it('says how to give a database when there is none', async () => {
+    const saved = process.env.DATABASE_URL;
+    delete process.env.DATABASE_URL;
+    try {
+      await expect(createLeasehold({ logger: silentLogger() })).rejects.toThrow(/set DATABASE_URL, or pass \{ connectionString \} or \{ pool \}/);
+    } finally {
+      if (saved !== undefined) process.env.DATABASE_URL = saved;
+    }
+  });
+
+  it.each([
+    [{ holder: '' }, /holder must not be empty/],
+    [{ holder: 'h'.repeat(201) }, /holder must be 1–200 characters/],
+    [{ queryTimeout: '0s' }, /queryTimeout must be positive/],
+    [{ poolSize: 0 }, /poolSize must be an integer from 1 to 1000/],
+  ])('rejects options %j', async (options, message) => {
+    await expect(createLeasehold({ connectionString: 'postgres://127.0.0.1:1/x', ...options })).rejects.toThrow(message);
+  });
+});
