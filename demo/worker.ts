@@ -29,6 +29,11 @@ const stopRequested = new AbortController();
 
 /** The job: a slow report, then one fenced write. */
 async function job(ctx: RunContext): Promise<void> {
+  // The slow part. It deliberately does not watch ctx.signal (a real job should pass it to
+  // whatever supports it) so that a holder that lost its lease still reaches its write:
+  // that write is what fencing must refuse. The timer is set before 'started' is reported,
+  // so a process frozen right after that report is frozen in the middle of this wait.
+  const slowPart = sleep(jobMs);
   emit({ type: 'started', fence: ctx.fence, ttl, jobMs });
   ctx.signal.addEventListener(
     'abort',
@@ -40,10 +45,7 @@ async function job(ctx: RunContext): Promise<void> {
     { once: true },
   );
 
-  // The slow part. It deliberately does not watch ctx.signal (a real job should pass it to
-  // whatever supports it) so that a holder that lost its lease still reaches its write:
-  // that write is what fencing must refuse.
-  await sleep(jobMs);
+  await slowPart;
 
   try {
     await ctx.transaction(async (client) => {

@@ -24,6 +24,8 @@ export interface EmbeddedPostgres {
   readonly dataDir: string;
   /** The server's postmaster process id, for fault tests. */
   readonly pid: number | undefined;
+  /** Stops the server (fast shutdown: every session is terminated) and starts it again on the same data. */
+  restart(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -71,7 +73,8 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     port,
     user: 'postgres',
     password: PASSWORD,
-    persistent: false,
+    // Persistent so that restart() keeps the data; stop() removes the folder itself.
+    persistent: true,
     createPostgresUser: true,
     postgresFlags: flags,
     onLog: options.onLog ?? (() => undefined),
@@ -85,12 +88,18 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     throw new DatabaseUnavailableError(`The embedded PostgreSQL server did not start on port ${port}.`, { cause });
   }
   // Reach into the instance for the postmaster pid; fault tests signal it directly.
-  const pid = (server as unknown as { process?: { pid?: number } }).process?.pid;
+  const postmaster = () => (server as unknown as { process?: { pid?: number } }).process?.pid;
   return {
     connectionString: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`,
     port,
     dataDir,
-    pid,
+    get pid() {
+      return postmaster();
+    },
+    async restart() {
+      await server.stop();
+      await server.start();
+    },
     async stop() {
       await server.stop();
       await rm(parent, { recursive: true, force: true });

@@ -139,7 +139,8 @@ export class Leasehold {
         this.runtime.controlPool,
         'select * from leasehold.acquire($1, $2::interval, $3, $4::bigint, $5)',
         [name, `${ttlMs} milliseconds`, this.holder, holderKey, slot],
-        this.runtime.queryTimeoutMs,
+        // an answer later than the ttl would hand us a lease that is already over
+        Math.min(this.runtime.queryTimeoutMs, ttlMs),
         this.runtime.where,
       );
       row = result.rows[0];

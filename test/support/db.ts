@@ -51,11 +51,12 @@ export async function connections(url: string, count: number): Promise<pg.Client
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** Polls `check` until it returns a truthy value or `timeoutMs` passes. */
-export async function waitFor<T>(check: () => Promise<T> | T, timeoutMs = 10_000, intervalMs = 20): Promise<T> {
+type Falsy = undefined | null | false | 0 | '';
+export async function waitFor<T>(check: () => Promise<T | Falsy> | T | Falsy, timeoutMs = 10_000, intervalMs = 20): Promise<T> {
   const deadline = Date.now() + timeoutMs;
   for (;;) {
     const value = await check();
-    if (value) return value;
+    if (value) return value as T;
     if (Date.now() > deadline) throw new Error(`condition not met within ${timeoutMs} ms`);
     await sleep(intervalMs);
   }
