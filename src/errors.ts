@@ -10,6 +10,7 @@ export type LeaseholdErrorCode =
   | 'SCHEMA_VERSION'
   | 'DATABASE_UNAVAILABLE'
   | 'OUTCOME_UNKNOWN'
+  | 'SHUTDOWN'
   | 'CLOSED';
 
 export class LeaseholdError extends Error {
@@ -109,5 +110,12 @@ export class OutcomeUnknownError extends LeaseholdError {
 export class ClosedError extends LeaseholdError {
   constructor(message = 'This leasehold client is closed; create a new one with createLeasehold().') {
     super('CLOSED', message);
+  }
+}
+
+/** The worker is shutting down: the reason of a run's signal when SIGTERM/SIGINT or stop() arrived. */
+export class ShutdownError extends LeaseholdError {
+  constructor(message = 'The worker is shutting down; finish or stop quickly: the run is aborted after the grace period.') {
+    super('SHUTDOWN', message);
   }
 }

@@ -11,6 +11,7 @@ export {
   LeaseLostError,
   OutcomeUnknownError,
   SchemaVersionError,
+  ShutdownError,
   type LeaseholdErrorCode,
   type LeaseLostReason,
 } from './errors.js';
@@ -20,3 +21,15 @@ export type { LeaseholdEvents, LeaseInfo, SkipInfo } from './observe/events.js';
 export { silentLogger, stderrLogger, type Logger, type LogLevel } from './observe/logger.js';
 export { formatDuration, parseDuration, type Duration } from './validate/duration.js';
 export { MAX_HOLDER_LENGTH, MAX_NAME_LENGTH } from './validate/names.js';
+export { startWorker, Worker, type WorkerOptions } from './worker/worker.js';
+export {
+  defineJob,
+  OVERLAP_POLICIES,
+  type CatchUpPolicy,
+  type JobContext,
+  type JobDefinition,
+  type JobOptions,
+  type OverlapPolicy,
+} from './worker/job.js';
+export type { RunOutcome, RunReport } from './worker/execute-run.js';
+export { parseSchedule, slotsBetween, type Schedule, type ScheduleSpec } from './schedule/schedule.js';

@@ -240,6 +240,19 @@ export class Lease {
     }
   }
 
+  /**
+   * @internal the lease was released by another statement (the scheduler's finish_run):
+   * stop heartbeats and fire the signal without a round trip of its own.
+   */
+  releasedRemotely(): void {
+    if (this.state === 'released') return;
+    const wasHeld = this.state === 'held';
+    this.stopTimers();
+    this.state = 'released';
+    this.runtime.forget(this);
+    if (wasHeld) this.controller.abort(new LeaseLostError(this.name, this.fence, 'released'));
+  }
+
   /** @internal heartbeat every `intervalMs` until the lease ends. */
   startHeartbeat(intervalMs: number): void {
     const beat = () => {

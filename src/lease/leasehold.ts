@@ -18,7 +18,7 @@ import { LeaseholdEmitter, type LeaseholdEvents } from '../observe/events.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { checkHolder, checkLeaseName } from '../validate/names.js';
-import { Lease } from './lease.js';
+import { Lease, type LeaseGrant } from './lease.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 import { LivenessSession } from './liveness.js';
 import type { LeaseRuntime } from './runtime.js';
@@ -283,6 +283,27 @@ export class Leasehold {
       previousHolder: row?.previous_holder ?? null,
       previousFence: row?.previous_fence == null ? null : Number(row.previous_fence),
       fence: row?.fence == null ? null : Number(row.fence),
+    };
+  }
+
+  /** @internal for the scheduler: the runtime, the liveness key, and adoption of leases claimed in SQL. */
+  internals(): {
+    runtime: LeaseRuntime;
+    livenessKey(): string | null;
+    adopt(grant: LeaseGrant, heartbeatMs: number): Lease;
+  } {
+    return {
+      runtime: this.runtime,
+      livenessKey: () => this.liveness?.key ?? null,
+      adopt: (grant, heartbeatMs) => {
+        this.throwIfClosed();
+        const lease = new Lease(grant, this.runtime);
+        this.active.add(lease);
+        if (grant.holderKey !== null && this.liveness?.key !== grant.holderKey) lease.markLost('liveness-lost');
+        else lease.startHeartbeat(heartbeatMs);
+        this.events.emit('lease:acquired', { ...lease.info(), expiresAt: grant.expiresAt });
+        return lease;
+      },
     };
   }
 

@@ -35,6 +35,14 @@ export interface LeaseholdEvents {
   'liveness:lost': [error: Error];
   /** The liveness session is (re)established. */
   'liveness:ready': [key: string];
+  /** A scheduled run started on this worker. */
+  'run:started': [run: { job: string; slot: Date; fence: number; holder: string }];
+  /** A scheduled run ended; `outcome` is succeeded, failed, lost or aborted. */
+  'run:finished': [run: { job: string; slot: Date; fence: number; outcome: string; error: string | null; durationMs: number }];
+  /** A slot did not run because the previous run held the lease (emitted by the worker that recorded it: once per slot fleet-wide). */
+  'slot:skipped': [skip: { job: string; slot: Date; holder: string | null; holderFence: number; holderSlot: Date | null; heldMs: number | null; buffered: boolean }];
+  /** Slots that no worker ran were recorded as missed. */
+  'slot:missed': [missed: { job: string; slots: Date[] }];
 }
 
 export class LeaseholdEmitter {

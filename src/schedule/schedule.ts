@@ -1,0 +1,134 @@
+// Schedules turn into slots: the exact instants a job is due. Pure functions of time, with an
+// explicit `after` argument, so they can be tested without waiting and computed on the
+// database-corrected clock.
+//
+// - cron: croner's rules, with an optional seconds field and an IANA timezone. On the
+//   spring-forward day a time that does not exist (02:30 Europe/Berlin) runs once at the
+//   first valid minute after the gap (03:00); on the fall-back day a time that occurs twice
+//   runs once, at its first occurrence. Hourly patterns run in both repeated hours.
+// - every: fixed intervals aligned to the Unix epoch, so every worker computes the same slots
+//   without talking to the others (every 90s: ..., 00:00:00, 00:01:30, 00:03:00, ...).
+import { Cron } from 'croner';
+import { InvalidArgumentError } from '../errors.js';
+import { formatDuration, parseBoundedDuration, type Duration } from '../validate/duration.js';
+
+export type ScheduleSpec = { cron: string; timezone?: string } | { every: Duration };
+
+export interface Schedule {
+  /** 'cron 0 2 * * * (Europe/Berlin)' or 'every 90s' */
+  readonly description: string;
+  /** The pattern or interval as written ('0 2 * * *', '90s'). */
+  readonly expression: string;
+  readonly timezone: string | null;
+  /** The usual gap between slots, for duration-vs-interval warnings. */
+  readonly nominalIntervalMs: number;
+  /** The first slot strictly after `after`, or null if there is none. */
+  next(after: Date): Date | null;
+}
+
+const MIN_INTERVAL_MS = 1_000;
+const MAX_INTERVAL_MS = 366 * 24 * 3_600_000;
+
+export function parseSchedule(spec: ScheduleSpec, job = 'job'): Schedule {
+  if (!spec || typeof spec !== 'object') {
+    throw new InvalidArgumentError('schedule', `job "${job}": give a schedule as { cron: '*/5 * * * *' } or { every: '90s' }.`);
+  }
+  const hasCron = 'cron' in spec && spec.cron !== undefined;
+  const hasEvery = 'every' in spec && spec.every !== undefined;
+  if (hasCron === hasEvery) {
+    throw new InvalidArgumentError('schedule', `job "${job}": give exactly one of cron or every.`);
+  }
+  return hasCron ? cronSchedule(spec as { cron: string; timezone?: string }, job) : intervalSchedule((spec as { every: Duration }).every, job);
+}
+
+function intervalSchedule(every: Duration, job: string): Schedule {
+  const ms = parseBoundedDuration(every, `job "${job}": every`, MIN_INTERVAL_MS, MAX_INTERVAL_MS);
+  if (!Number.isInteger(ms)) throw new InvalidArgumentError('every', `job "${job}": every must be a whole number of milliseconds.`);
+  return {
+    description: `every ${formatDuration(ms)}`,
+    expression: formatDuration(ms),
+    timezone: null,
+    nominalIntervalMs: ms,
+    next: (after) => new Date((Math.floor(after.getTime() / ms) + 1) * ms),
+  };
+}
+
+function cronSchedule(spec: { cron: string; timezone?: string }, job: string): Schedule {
+  const { cron: pattern, timezone } = spec;
+  if (typeof pattern !== 'string' || pattern.trim() === '') {
+    throw new InvalidArgumentError('cron', `job "${job}": cron must be a pattern such as '*/5 * * * *'.`);
+  }
+  if (timezone !== undefined) checkTimezone(timezone, job);
+  let cron: Cron<unknown>;
+  try {
+    cron = new Cron(pattern.trim(), { paused: true, ...(timezone ? { timezone } : {}) });
+  } catch (error) {
+    throw new InvalidArgumentError('cron', `job "${job}": invalid cron '${pattern}': ${describeCronError(pattern, error)}`);
+  }
+  const probe = new Date(Date.UTC(2000, 0, 1));
+  const first = cron.nextRun(probe);
+  const second = first ? cron.nextRun(first) : null;
+  if (!first || !second) {
+    throw new InvalidArgumentError('cron', `job "${job}": cron '${pattern}' never fires (or fires only once); check the day and month fields.`);
+  }
+  // The smallest gap over a sample of slots: a "*/5 9-17 * * *" job is judged by its 5 minutes.
+  let nominal = second.getTime() - first.getTime();
+  let at = second;
+  for (let i = 0; i < 50; i++) {
+    const next = cron.nextRun(at);
+    if (!next) break;
+    nominal = Math.min(nominal, next.getTime() - at.getTime());
+    at = next;
+  }
+  return {
+    description: `cron ${pattern.trim()}${timezone ? ` (${timezone})` : ''}`,
+    expression: pattern.trim(),
+    timezone: timezone ?? null,
+    nominalIntervalMs: nominal,
+    next: (after) => cron.nextRun(after) ?? null,
+  };
+}
+
+const FIELD_NAMES_5 = ['minute', 'hour', 'day of month', 'month', 'day of week'];
+const FIELD_NAMES_6 = ['second', ...FIELD_NAMES_5];
+
+/** Names the field and its position in croner's message, e.g. "field 2 (hour) '25': ...". */
+function describeCronError(pattern: string, error: unknown): string {
+  const message = error instanceof Error ? error.message.replace(/^CronPattern: /, '') : String(error);
+  const parts = pattern.trim().split(/\s+/);
+  const names = parts.length === 5 ? FIELD_NAMES_5 : FIELD_NAMES_6;
+  const entry = /configuration entry (\d+) \((.*?)\)/.exec(message);
+  if (entry) {
+    // croner numbers entries of its 6-field form (seconds first) from 0
+    const index = Number(entry[1]);
+    const position = parts.length === 5 ? index : index + 1;
+    return `field ${position} (${FIELD_NAMES_6[index] ?? 'year'}) '${entry[2]}' ${message.replace(/.*\) /, '')}`;
+  }
+  const value = /Invalid value for (\w[\w ]*): (.*)$/.exec(message);
+  if (value) {
+    const name = (value[1] ?? '').toLowerCase();
+    const index = names.findIndex((n) => n.replace(/ /g, '') === name.replace(/ /g, '') || n.startsWith(name));
+    return `field ${index + 1} (${names[index] ?? name}) has an invalid value '${value[2]}'`;
+  }
+  return `${message} (a pattern has 5 fields, or 6 with seconds first: 'sec min hour day month weekday')`;
+}
+
+function checkTimezone(timezone: string, job: string): void {
+  try {
+    new Intl.DateTimeFormat('en-US', { timeZone: timezone });
+  } catch {
+    throw new InvalidArgumentError(
+      'timezone',
+      `job "${job}": unknown timezone '${timezone}': use an IANA name such as 'Europe/Berlin' or 'America/New_York'.`,
+    );
+  }
+}
+
+/** The slots in (after, until], oldest first, at most `limit` of them. */
+export function slotsBetween(schedule: Schedule, after: Date, until: Date, limit = 10_000): Date[] {
+  const slots: Date[] = [];
+  for (let slot = schedule.next(after); slot && slot <= until && slots.length < limit; slot = schedule.next(slot)) {
+    slots.push(slot);
+  }
+  return slots;
+}

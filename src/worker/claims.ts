@@ -1,0 +1,106 @@
+// The scheduler's statements: register jobs, claim many slots in one call, finish a run,
+// queue catch-up slots, record missed slots, prune history. Each is one round trip.
+import { timedQuery } from '../db/connection.js';
+import type { LeaseRuntime } from '../lease/runtime.js';
+import { claimMode, describeCatchUp, type JobDefinition } from './job.js';
+
+export interface ClaimRequest {
+  job: JobDefinition;
+  slot: Date;
+}
+
+export interface ClaimRow {
+  job: string;
+  slot: Date;
+  claimed: boolean;
+  reason: 'claimed' | 'held' | 'holder-committing' | 'slot-taken' | 'slot-not-due' | 'unknown-job';
+  token: string | null;
+  fence: string | null;
+  expires_at: Date | null;
+  previous_slot: Date | null;
+  holder: string | null;
+  holder_fence: string | null;
+  holder_slot: Date | null;
+  holder_since: Date | null;
+  skip_recorded: boolean;
+  buffered: boolean;
+  database_time: Date;
+}
+
+export class SchedulerStore {
+  constructor(private readonly runtime: LeaseRuntime) {}
+
+  private query<R extends Record<string, unknown>>(text: string, values: unknown[], timeoutMs = this.runtime.queryTimeoutMs) {
+    return timedQuery<R>(this.runtime.controlPool, text, values, timeoutMs, this.runtime.where);
+  }
+
+  /** Upserts the definitions; returns each job's last claimed slot. */
+  async register(jobs: readonly JobDefinition[], holder: string): Promise<Map<string, Date | null>> {
+    const { rows } = await this.query<{ name: string; last_slot: Date | null }>(
+      'select name, last_slot from leasehold.register_jobs($1, $2, $3, $4, $5, $6, $7, $8)',
+      [
+        jobs.map((j) => j.name),
+        jobs.map((j) => j.schedule.expression),
+        jobs.map((j) => j.schedule.timezone),
+        jobs.map((j) => j.schedule.nominalIntervalMs),
+        jobs.map((j) => j.ttlMs),
+        jobs.map((j) => j.overlap),
+        jobs.map((j) => describeCatchUp(j.catchUp)),
+        holder,
+      ],
+    );
+    return new Map(rows.map((r) => [r.name, r.last_slot]));
+  }
+
+  /** One statement for any number of jobs. */
+  async claim(requests: readonly ClaimRequest[], holder: string, holderKey: string | null): Promise<ClaimRow[]> {
+    const modes = requests.map((r) => claimMode(r.job));
+    const { rows } = await this.query<ClaimRow & Record<string, unknown>>(
+      'select * from leasehold.claim_slots($1, $2, $3::interval[], $4, $5, $6, $7::bigint)',
+      [
+        requests.map((r) => r.job.name),
+        requests.map((r) => r.slot),
+        requests.map((r) => `${r.job.ttlMs} milliseconds`),
+        modes.map((m) => m.mode),
+        modes.map((m) => m.bufferCap),
+        holder,
+        holderKey,
+      ],
+      // a big batch takes longer than a single claim; allow for it, bounded
+      Math.max(this.runtime.queryTimeoutMs, Math.min(60_000, requests.length)),
+    );
+    return rows;
+  }
+
+  async finish(
+    job: string,
+    fence: number,
+    token: string | null,
+    outcome: 'succeeded' | 'failed' | 'lost' | 'aborted',
+    error: string | null,
+    attempts: number,
+  ): Promise<{ recorded: boolean; released: boolean; nextBufferedSlot: Date | null }> {
+    const { rows } = await this.query<{ recorded: boolean; released: boolean; next_buffered_slot: Date | null }>(
+      'select * from leasehold.finish_run($1, $2, $3, $4, $5, $6)',
+      [job, fence, token, outcome, error, attempts],
+    );
+    const row = rows[0];
+    return { recorded: row?.recorded ?? false, released: row?.released ?? false, nextBufferedSlot: row?.next_buffered_slot ?? null };
+  }
+
+  async enqueue(job: string, slots: Date[]): Promise<number> {
+    const { rows } = await this.query<{ n: number }>('select leasehold.enqueue_slots($1, $2) as n', [job, slots]);
+    return rows[0]?.n ?? 0;
+  }
+
+  async recordMissed(job: string, slots: Date[], reason: string, holder: string): Promise<number> {
+    if (slots.length === 0) return 0;
+    const { rows } = await this.query<{ n: number }>('select leasehold.record_missed($1, $2, $3, $4) as n', [job, slots, reason, holder]);
+    return rows[0]?.n ?? 0;
+  }
+
+  async prune(keepMs: number): Promise<number> {
+    const { rows } = await this.query<{ n: string }>('select leasehold.prune_history($1::interval)::text as n', [`${keepMs} milliseconds`]);
+    return Number(rows[0]?.n ?? 0);
+  }
+}

@@ -1,0 +1,176 @@
+// One run of a claimed slot: adopt the lease the claim created (heartbeat every ttl/3), call
+// the handler with its context, retry if configured, then record the outcome and release the
+// lease in one statement (finish_run).
+import { performance } from 'node:perf_hooks';
+import type pg from 'pg';
+import { unavailable } from '../db/connection.js';
+import { LeaseLostError, ShutdownError } from '../errors.js';
+import type { Lease } from '../lease/lease.js';
+import type { Leasehold } from '../lease/leasehold.js';
+import { childLogger } from '../observe/child-logger.js';
+import type { LeaseholdEmitter } from '../observe/events.js';
+import type { Logger } from '../observe/logger.js';
+import type { ClaimRow, SchedulerStore } from './claims.js';
+import type { JobContext, JobDefinition } from './job.js';
+
+export type RunOutcome = 'succeeded' | 'failed' | 'lost' | 'aborted';
+
+export interface RunEnvironment {
+  internals: ReturnType<Leasehold['internals']>;
+  store: SchedulerStore;
+  logger: Logger;
+  events: LeaseholdEmitter;
+  holder: string;
+  shutdown: AbortSignal;
+}
+
+export interface RunReport {
+  job: string;
+  slot: Date;
+  fence: number;
+  outcome: RunOutcome;
+  error: string | null;
+  durationMs: number;
+  nextBufferedSlot: Date | null;
+}
+
+/** Runs a claimed slot to its end. Never throws: the outcome is recorded and returned. */
+export async function executeRun(
+  env: RunEnvironment,
+  job: JobDefinition,
+  claim: ClaimRow,
+  holderKey: string | null,
+  sentAt: number,
+): Promise<RunReport> {
+  const started = performance.now();
+  const fence = Number(claim.fence);
+  const slot = claim.slot;
+  const lease: Lease | null =
+    claim.token && claim.expires_at
+      ? env.internals.adopt(
+          {
+            name: job.name,
+            token: claim.token,
+            fence,
+            holder: env.holder,
+            holderKey,
+            acquiredAt: claim.database_time,
+            expiresAt: claim.expires_at,
+            slot,
+            ttlMs: job.ttlMs,
+            sentAt,
+          },
+          job.ttlMs / 3,
+        )
+      : null;
+  const signal = lease ? AbortSignal.any([lease.signal, env.shutdown]) : env.shutdown;
+  const log = childLogger(env.logger, { job: job.name, slot: slot.toISOString(), fence });
+  env.events.emit('run:started', { job: job.name, slot, fence, holder: env.holder });
+  log.info({ event: 'run:started' }, `run of "${job.name}" started (fence ${fence})`);
+
+  let outcome: RunOutcome = 'succeeded';
+  let error: unknown;
+  let attempt = 1;
+  for (; ; attempt++) {
+    try {
+      await job.handler(context(env, job, lease, slot, fence, signal, attempt, log));
+      error = undefined;
+      break;
+    } catch (caught) {
+      error = caught;
+      if (attempt >= job.retry.attempts || signal.aborted) break;
+      log.warn({ event: 'run:retry', attempt, err: String(caught) }, `run of "${job.name}" failed; retrying`);
+      if (!(await pause(job.retry.delayMs, signal))) break;
+    }
+  }
+  if (lease?.lost) outcome = 'lost';
+  else if (error !== undefined) outcome = env.shutdown.aborted ? 'aborted' : 'failed';
+  const errorText = outcome === 'lost' ? (lease?.lostReason?.message ?? 'lease lost') : error === undefined ? null : describeError(error);
+
+  let nextBufferedSlot: Date | null = null;
+  try {
+    const finished = await env.store.finish(job.name, fence, lease && !lease.lost ? lease.token : null, outcome, errorText, attempt);
+    nextBufferedSlot = finished.nextBufferedSlot;
+  } catch (finishError) {
+    log.error({ event: 'run:finish-failed', err: String(finishError) }, 'could not record the run; its lease ends by its TTL');
+  } finally {
+    lease?.releasedRemotely();
+  }
+  const durationMs = performance.now() - started;
+  const report: RunReport = { job: job.name, slot, fence, outcome, error: errorText, durationMs, nextBufferedSlot };
+  env.events.emit('run:finished', report);
+  const line = `run of "${job.name}" ${outcome} after ${Math.round(durationMs)} ms (fence ${fence})`;
+  if (outcome === 'succeeded') log.info({ event: 'run:finished', outcome, durationMs }, line);
+  else if (outcome === 'failed') log.error({ event: 'run:finished', outcome, durationMs, err: errorText }, line);
+  else log.warn({ event: 'run:finished', outcome, durationMs, err: errorText }, line);
+  return report;
+}
+
+function context(
+  env: RunEnvironment,
+  job: JobDefinition,
+  lease: Lease | null,
+  slot: Date,
+  fence: number,
+  signal: AbortSignal,
+  attempt: number,
+  log: Logger,
+): JobContext {
+  return {
+    job: job.name,
+    slot,
+    fence,
+    idempotencyKey: `${job.name}@${slot.toISOString()}`,
+    signal,
+    attempt,
+    log,
+    lease,
+    transaction: lease ? (fn) => lease.transaction(fn) : (fn) => plainTransaction(env.internals.runtime.workPool, env.internals.runtime.where, fn),
+  };
+}
+
+/** Without a lease (overlap 'allow') there is nothing to fence against. */
+async function plainTransaction<T>(pool: pg.Pool, where: string, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  let client: pg.PoolClient;
+  try {
+    client = await pool.connect();
+  } catch (error) {
+    throw unavailable(where, error);
+  }
+  const onError = () => undefined;
+  client.on('error', onError);
+  try {
+    await client.query('begin');
+    const value = await fn(client);
+    await client.query('commit');
+    return value;
+  } catch (error) {
+    await client.query('rollback').catch(() => undefined);
+    throw error;
+  } finally {
+    client.off('error', onError);
+    client.release();
+  }
+}
+
+/** Waits `ms` unless the signal fires first; returns false when it did. */
+function pause(ms: number, signal: AbortSignal): Promise<boolean> {
+  if (signal.aborted) return Promise.resolve(false);
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve(true);
+    }, ms);
+    const onAbort = () => {
+      clearTimeout(timer);
+      resolve(false);
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+function describeError(error: unknown): string {
+  if (error instanceof LeaseLostError || error instanceof ShutdownError) return error.message;
+  if (error instanceof Error) return `${error.name}: ${error.message}`;
+  return String(error);
+}
