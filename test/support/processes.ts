@@ -5,6 +5,8 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
 const HOLDER = fileURLToPath(new URL('../fixtures/holder.ts', import.meta.url));
+/** test/fixtures/scheduled-worker.ts: a scheduler worker that reports runs and skips as JSON lines. */
+export const SCHEDULED_WORKER = fileURLToPath(new URL('../fixtures/scheduled-worker.ts', import.meta.url));
 const TSX = fileURLToPath(new URL('../../node_modules/tsx/dist/esm/index.mjs', import.meta.url));
 
 export type Line = Record<string, unknown>;
@@ -35,9 +37,9 @@ export class HolderProcess {
     this.exited = new Promise((resolve) => child.on('exit', (code) => resolve(code)));
   }
 
-  /** Starts a holder and waits until it is connected. `env` adds to the environment (e.g. LD_PRELOAD for libfaketime). */
-  static async start(databaseUrl: string, env: Record<string, string> = {}): Promise<HolderProcess> {
-    const child = spawn(process.execPath, ['--import', TSX, HOLDER], {
+  /** Starts a holder (or another fixture `script` that prints a ready line) and waits until it is connected. `env` adds to the environment (e.g. LD_PRELOAD for libfaketime). */
+  static async start(databaseUrl: string, env: Record<string, string> = {}, script = HOLDER): Promise<HolderProcess> {
+    const child = spawn(process.execPath, ['--import', TSX, script], {
       env: { ...process.env, DATABASE_URL: databaseUrl, ...env },
       stdio: ['pipe', 'pipe', 'pipe'],
     });
