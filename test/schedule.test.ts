@@ -13,7 +13,7 @@ describe('interval schedules', () => {
       '2026-01-01T00:04:30.000Z',
     ]);
     expect(every90.nominalIntervalMs).toBe(90_000);
-    expect(every90.next(new Date('2026-01-01T00:01:30Z')).toISOString()).toBe('2026-01-01T00:03:00.000Z');
+    expect(every90.next(new Date('2026-01-01T00:01:30Z'))?.toISOString()).toBe('2026-01-01T00:03:00.000Z');
   });
 });
 
