@@ -89,7 +89,9 @@ export async function executeRun(
 
   let nextBufferedSlot: Date | null = null;
   try {
-    const finished = await env.store.finish(job.name, fence, lease && !lease.lost ? lease.token : null, outcome, errorText, attempt);
+    // A lost lease's token is passed too: if the lease is in fact still ours (say the liveness
+    // session dropped), this frees it at once; if not, the release matches nothing.
+    const finished = await env.store.finish(job.name, fence, lease?.token ?? null, outcome, errorText, attempt);
     nextBufferedSlot = finished.nextBufferedSlot;
   } catch (finishError) {
     log.error({ event: 'run:finish-failed', err: String(finishError) }, 'could not record the run; its lease ends by its TTL');
