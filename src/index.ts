@@ -33,3 +33,10 @@ export {
 } from './worker/job.js';
 export type { RunOutcome, RunReport } from './worker/execute-run.js';
 export { parseSchedule, slotsBetween, type Schedule, type ScheduleSpec } from './schedule/schedule.js';
+export {
+  CREEP_WARNING_RATIO,
+  jobHistory,
+  jobStatus,
+  type HistoryEntry,
+  type JobStatus,
+} from './observe/status.js';
