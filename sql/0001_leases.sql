@@ -104,7 +104,8 @@ create function leasehold.acquire(
   acquired_at    timestamptz,
   last_slot      timestamptz,
   reason         text,
-  database_time  timestamptz
+  database_time  timestamptz,
+  took_over      boolean
 )
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -113,12 +114,13 @@ as $$
 declare
   r leasehold.leases;
   candidate text;
+  previous_token uuid;
 begin
   perform leasehold.check_name(p_name);
   perform leasehold.check_ttl(p_ttl);
   perform leasehold.check_holder(p_holder);
 
-  select l.name into candidate
+  select l.name, l.token into candidate, previous_token
     from leasehold.leases l
    where l.name = p_name
      and (l.token is null
@@ -135,8 +137,9 @@ begin
            released_at = null, last_slot = coalesce(p_slot, l.last_slot)
      where l.name = p_name
     returning l.* into r;
+    -- took_over: the previous holder never released (expired, or its liveness lock is gone)
     return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
-                        r.last_slot, 'acquired'::text, now();
+                        r.last_slot, 'acquired'::text, now(), previous_token is not null;
     return;
   end if;
 
@@ -144,7 +147,7 @@ begin
   if not found then
     if p_slot is not null and p_slot > now() then
       return query select false, null::uuid, 0::bigint, null::timestamptz, null::text,
-                          null::timestamptz, null::timestamptz, 'slot-not-due'::text, now();
+                          null::timestamptz, null::timestamptz, 'slot-not-due'::text, now(), false;
       return;
     end if;
     -- First use of this name. Concurrent creators are resolved by the primary key: one
@@ -155,7 +158,7 @@ begin
     returning l.* into r;
     if found then
       return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
-                          r.last_slot, 'acquired'::text, now();
+                          r.last_slot, 'acquired'::text, now(), false;
       return;
     end if;
     select * into r from leasehold.leases l where l.name = p_name;
@@ -169,7 +172,7 @@ begin
       -- free by the clock but locked: its holder is committing a fenced transaction, or
       -- another acquirer is taking it right now
       else 'holder-committing'
-    end, now();
+    end, now(), false;
 end $$;
 
 -- renew: extends the lease while the token matches and it has not expired.

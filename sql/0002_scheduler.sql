@@ -117,7 +117,8 @@ create function leasehold.claim_slots(
   holder_since   timestamptz,
   skip_recorded  boolean,
   buffered       boolean,
-  database_time  timestamptz
+  database_time  timestamptz,
+  took_over      boolean
 )
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -141,7 +142,7 @@ begin
     select i.*, least(i.slot, coalesce(i.buffered_slot, i.slot)) as claim_slot from input i
   ),
   candidates as (
-    select l.name, l.last_slot as previous_slot, w.claim_slot, w.ttl, w.mode
+    select l.name, l.last_slot as previous_slot, l.token as previous_token, w.claim_slot, w.ttl, w.mode
       from leasehold.leases l
       join wanted w on w.job = l.name
      where w.claim_slot <= now()
@@ -165,7 +166,7 @@ begin
            released_at = case when c.mode = 'allow' then l.released_at else null end
       from candidates c
      where l.name = c.name
-    returning l.name, c.claim_slot, c.mode, c.previous_slot, l.token, l.fence, l.expires_at
+    returning l.name, c.claim_slot, c.mode, c.previous_slot, c.previous_token, l.token, l.fence, l.expires_at
   ),
   started as (
     insert into leasehold.runs (job, slot, fence, holder)
@@ -192,7 +193,8 @@ begin
   )
   select c.name, c.claim_slot, true, 'claimed'::text, case when c.mode = 'allow' then null else c.token end,
          c.fence, case when c.mode = 'allow' then null else c.expires_at end, c.previous_slot,
-         p_holder, null::bigint, null::timestamptz, null::timestamptz, false, false, now()
+         p_holder, null::bigint, null::timestamptz, null::timestamptz, false, false, now(),
+         c.mode <> 'allow' and c.previous_token is not null
     from claimed c;
 
   -- 2. Everything not claimed above: say why, record a real skip once per slot, buffer it
@@ -240,7 +242,7 @@ begin
          p.l_holder, p.l_fence, p.l_last_slot, p.l_acquired_at,
          exists (select 1 from skipped s where s.job = p.job and s.slot = p.slot),
          exists (select 1 from buffering b where b.job = p.job and b.slot = p.slot),
-         now()
+         now(), false
     from pending p;
 end $$;
 

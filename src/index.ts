@@ -40,3 +40,4 @@ export {
   type HistoryEntry,
   type JobStatus,
 } from './observe/status.js';
+export { createMetrics, type EventSource, type LeaseholdMetrics, type MetricsOptions } from './observe/metrics.js';

@@ -57,6 +57,7 @@ interface AcquireRow {
   last_slot: Date | null;
   reason: string;
   database_time: Date;
+  took_over: boolean;
 }
 
 const SQL_ERRORS: Record<string, string> = { LH001: 'name', LH002: 'ttl', LH004: 'holder' };
@@ -168,7 +169,8 @@ export class Leasehold {
       // The liveness session may have dropped while the acquire was in flight.
       if (holderKey !== null && this.liveness?.key !== holderKey) lease.markLost('liveness-lost');
       else if (options.heartbeat) lease.startHeartbeat(heartbeatMs);
-      this.events.emit('lease:acquired', { ...lease.info(), expiresAt: row.expires_at });
+      this.events.emit('lease:acquired', { ...lease.info(), expiresAt: row.expires_at, tookOver: row.took_over });
+      if (row.took_over) this.settings.logger.info({ event: 'lease:takeover', lease: name, fence: lease.fence }, `lease "${name}" taken over from a holder that never released it`);
       this.settings.logger.debug({ event: 'lease:acquired', lease: name, fence: lease.fence }, `lease "${name}" acquired`);
       return { acquired: true, lease };
     }
@@ -290,18 +292,18 @@ export class Leasehold {
   internals(): {
     runtime: LeaseRuntime;
     livenessKey(): string | null;
-    adopt(grant: LeaseGrant, heartbeatMs: number): Lease;
+    adopt(grant: LeaseGrant, heartbeatMs: number, tookOver: boolean): Lease;
   } {
     return {
       runtime: this.runtime,
       livenessKey: () => this.liveness?.key ?? null,
-      adopt: (grant, heartbeatMs) => {
+      adopt: (grant, heartbeatMs, tookOver) => {
         this.throwIfClosed();
         const lease = new Lease(grant, this.runtime);
         this.active.add(lease);
         if (grant.holderKey !== null && this.liveness?.key !== grant.holderKey) lease.markLost('liveness-lost');
         else lease.startHeartbeat(heartbeatMs);
-        this.events.emit('lease:acquired', { ...lease.info(), expiresAt: grant.expiresAt });
+        this.events.emit('lease:acquired', { ...lease.info(), expiresAt: grant.expiresAt, tookOver });
         return lease;
       },
     };

@@ -21,8 +21,8 @@ export interface SkipInfo {
 }
 
 export interface LeaseholdEvents {
-  /** A lease was taken. */
-  'lease:acquired': [lease: LeaseInfo & { expiresAt: Date }];
+  /** A lease was taken; `tookOver` when its previous holder never released it (expired, crashed, or replaced). */
+  'lease:acquired': [lease: LeaseInfo & { expiresAt: Date; tookOver: boolean }];
   /** An acquisition declined because someone else holds the lease. */
   'lease:skipped': [skip: SkipInfo];
   /** A heartbeat extended a lease. */

@@ -25,6 +25,7 @@ export interface ClaimRow {
   skip_recorded: boolean;
   buffered: boolean;
   database_time: Date;
+  took_over: boolean;
 }
 
 export class SchedulerStore {

@@ -61,6 +61,7 @@ export async function executeRun(
             sentAt,
           },
           job.ttlMs / 3,
+          claim.took_over,
         )
       : null;
   const signal = lease ? AbortSignal.any([lease.signal, env.shutdown]) : env.shutdown;

@@ -1,0 +1,125 @@
+// Prometheus metrics (prom-client) as a subscriber to leasehold's events, plus gauges read from
+// leasehold.job_status at scrape time. Nothing in the lease or scheduler core depends on it.
+import client from 'prom-client';
+import type pg from 'pg';
+import type { LeaseholdEvents } from './events.js';
+import { jobStatus, type JobStatus } from './status.js';
+
+/** Anything with typed events: a Leasehold client or a Worker. */
+export interface EventSource {
+  on<E extends keyof LeaseholdEvents>(event: E, listener: (...args: LeaseholdEvents[E]) => void): () => void;
+}
+
+export interface MetricsOptions {
+  /** Registry to register on. @default a new Registry */
+  registry?: client.Registry;
+  /** Metric name prefix. @default 'leasehold_' */
+  prefix?: string;
+  /** Run duration histogram buckets, in seconds. */
+  durationBuckets?: number[];
+}
+
+export interface LeaseholdMetrics {
+  readonly registry: client.Registry;
+  /** Counts the events of a client or worker; returns a function that stops counting. */
+  observe(source: EventSource): () => void;
+  /** Reads per-job gauges (lease age, duration/interval ratio, state) from this pool at every scrape. */
+  observeDatabase(pool: pg.Pool): void;
+  /** The registry's text exposition. */
+  metrics(): Promise<string>;
+  readonly contentType: string;
+}
+
+/**
+ * Metrics (prefix `leasehold_`):
+ *
+ * | name | type | labels | meaning |
+ * | --- | --- | --- | --- |
+ * | runs_total | counter | job, outcome | finished runs on this process |
+ * | run_duration_seconds | histogram | job, outcome | run durations on this process |
+ * | skipped_slots_total | counter | job | skips this process recorded (once per slot fleet-wide) |
+ * | missed_slots_total | counter | job | missed slots this process recorded |
+ * | lease_losses_total | counter | lease, reason | leases lost before release |
+ * | takeovers_total | counter | lease | leases taken from a holder that never released |
+ * | lease_acquisitions_total | counter | lease | leases taken |
+ * | liveness_losses_total | counter | — | liveness sessions dropped |
+ * | job_lease_age_seconds | gauge | job | age of the current lease (0 when idle), from the database |
+ * | job_duration_interval_ratio | gauge | job | p95 run duration over 24 h ÷ interval |
+ * | job_running | gauge | job | 1 while a run holds the job's lease |
+ * | job_skips_24h, job_missed_24h | gauge | job | from leasehold.job_status |
+ */
+export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
+  const registry = options.registry ?? new client.Registry();
+  const prefix = options.prefix ?? 'leasehold_';
+  const registers = [registry];
+  const runs = new client.Counter({ name: `${prefix}runs_total`, help: 'Finished scheduled runs, by outcome.', labelNames: ['job', 'outcome'], registers });
+  const duration = new client.Histogram({
+    name: `${prefix}run_duration_seconds`,
+    help: 'Duration of scheduled runs.',
+    labelNames: ['job', 'outcome'],
+    buckets: options.durationBuckets ?? [0.05, 0.25, 1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600],
+    registers,
+  });
+  const skipped = new client.Counter({ name: `${prefix}skipped_slots_total`, help: 'Slots skipped because the previous run held the lease (counted by the recording worker).', labelNames: ['job'], registers });
+  const missed = new client.Counter({ name: `${prefix}missed_slots_total`, help: 'Slots no worker ran (recorded by this process).', labelNames: ['job'], registers });
+  const losses = new client.Counter({ name: `${prefix}lease_losses_total`, help: 'Leases lost before they were released.', labelNames: ['lease', 'reason'], registers });
+  const takeovers = new client.Counter({ name: `${prefix}takeovers_total`, help: 'Leases taken from a holder that never released them (expired, crashed, replaced).', labelNames: ['lease'], registers });
+  const acquisitions = new client.Counter({ name: `${prefix}lease_acquisitions_total`, help: 'Leases acquired.', labelNames: ['lease'], registers });
+  const livenessLosses = new client.Counter({ name: `${prefix}liveness_losses_total`, help: 'Liveness sessions dropped (every lease under one is lost).', registers });
+
+  const pools: pg.Pool[] = [];
+  // Job gauges read leasehold.job_status at scrape time. prom-client collects all metrics
+  // concurrently, so they share one query per scrape (a snapshot reused for a second).
+  let snapshot: { at: number; rows: Promise<JobStatus[]> } | undefined;
+  const statuses = (): Promise<JobStatus[]> => {
+    if (!snapshot || Date.now() - snapshot.at > 1_000) {
+      snapshot = { at: Date.now(), rows: Promise.all(pools.map((pool) => jobStatus(pool))).then((all) => all.flat()) };
+    }
+    return snapshot.rows;
+  };
+  const jobGauge = (name: string, help: string, read: (job: JobStatus) => number | null) =>
+    new client.Gauge({
+      name: `${prefix}${name}`,
+      help,
+      labelNames: ['job'],
+      registers,
+      async collect() {
+        this.reset();
+        for (const job of await statuses()) {
+          const value = read(job);
+          if (value !== null) this.set({ job: job.job }, value);
+        }
+      },
+    });
+  jobGauge('job_lease_age_seconds', 'Age of the job’s current lease (0 when idle).', (job) => job.leaseAgeSeconds ?? 0);
+  jobGauge('job_duration_interval_ratio', 'p95 run duration over the last 24 h divided by the job’s interval; alert above 0.8.', (job) => job.p95IntervalRatio);
+  jobGauge('job_running', '1 while a run holds the job’s lease.', (job) => (job.state === 'running' ? 1 : 0));
+  jobGauge('job_skips_24h', 'Skipped slots in the last 24 h.', (job) => job.skips24h);
+  jobGauge('job_missed_24h', 'Missed slots in the last 24 h.', (job) => job.missed24h);
+
+  return {
+    registry,
+    contentType: registry.contentType,
+    metrics: () => registry.metrics(),
+    observeDatabase(pool) {
+      pools.push(pool);
+    },
+    observe(source) {
+      const stops = [
+        source.on('run:finished', (run) => {
+          runs.inc({ job: run.job, outcome: run.outcome });
+          duration.observe({ job: run.job, outcome: run.outcome }, run.durationMs / 1000);
+        }),
+        source.on('slot:skipped', (skip) => skipped.inc({ job: skip.job })),
+        source.on('slot:missed', (event) => missed.inc({ job: event.job }, event.slots.length)),
+        source.on('lease:lost', (lease, error) => losses.inc({ lease: lease.name, reason: error.reason })),
+        source.on('lease:acquired', (lease) => {
+          acquisitions.inc({ lease: lease.name });
+          if (lease.tookOver) takeovers.inc({ lease: lease.name });
+        }),
+        source.on('liveness:lost', () => livenessLosses.inc()),
+      ];
+      return () => stops.forEach((stop) => stop());
+    },
+  };
+}
