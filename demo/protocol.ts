@@ -23,8 +23,8 @@ export type WorkerCommand =
 
 export type WorkerEvent =
   | { type: 'ready'; pid: number }
-  /** run() got the lease and the job started. */
-  | { type: 'started'; fence: number; ttl: string; jobMs: number }
+  /** run() got the lease and the job started; `tookOver` when its previous holder never released it. */
+  | { type: 'started'; fence: number; ttl: string; jobMs: number; tookOver: boolean }
   /** run() did not get the lease: who has it, for how long already, how long it has left. */
   | { type: 'skipped'; reason: SkipReason; holder: string | null; fence: number; heldMs: number | null; leftMs: number | null }
   /** The job's AbortSignal fired (not counting the normal release at its end). */

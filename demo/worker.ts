@@ -22,6 +22,13 @@ const leasehold = await createLeasehold({
   logger: silentLogger(),
 });
 
+// Whether each acquisition took the lease over from a holder that never released it, as the
+// database reports it (the lease:acquired event comes before run() calls the job).
+const tookOver = new Map<number, boolean>();
+leasehold.on('lease:acquired', (lease) => {
+  if (lease.name === LEASE_NAME) tookOver.set(lease.fence, lease.tookOver);
+});
+
 let ttl = '5s';
 let jobMs = 2500;
 let stopping = false;
@@ -34,7 +41,8 @@ async function job(ctx: RunContext): Promise<void> {
   // that write is what fencing must refuse. The timer is set before 'started' is reported,
   // so a process frozen right after that report is frozen in the middle of this wait.
   const slowPart = sleep(jobMs);
-  emit({ type: 'started', fence: ctx.fence, ttl, jobMs });
+  emit({ type: 'started', fence: ctx.fence, ttl, jobMs, tookOver: tookOver.get(ctx.fence) ?? false });
+  tookOver.delete(ctx.fence);
   ctx.signal.addEventListener(
     'abort',
     () => {
