@@ -37,7 +37,13 @@ export {
   CREEP_WARNING_RATIO,
   jobHistory,
   jobStatus,
+  jobTimeline,
   type HistoryEntry,
   type JobStatus,
+  type JobTimeline,
+  type TimelineMissed,
+  type TimelineRun,
+  type TimelineSkip,
 } from './observe/status.js';
 export { createMetrics, type EventSource, type LeaseholdMetrics, type MetricsOptions } from './observe/metrics.js';
+export { startDashboard, type Dashboard, type DashboardOptions, type MetricsSource } from './dashboard/server.js';

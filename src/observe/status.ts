@@ -153,3 +153,155 @@ export async function jobHistory(
     detail: row.detail,
   }));
 }
+
+export interface TimelineRun {
+  job: string;
+  slot: Date;
+  fence: number;
+  holder: string;
+  startedAt: Date;
+  /** null while running. */
+  finishedAt: Date | null;
+  outcome: 'running' | 'succeeded' | 'failed' | 'lost' | 'aborted';
+  error: string | null;
+  attempts: number;
+}
+
+export interface TimelineSkip {
+  job: string;
+  slot: Date;
+  /** The holder that kept the slot from running, its fence and slot, and how long it had held the lease. */
+  holder: string | null;
+  holderFence: number | null;
+  holderSlot: Date | null;
+  heldForSeconds: number | null;
+  recordedBy: string;
+  recordedAt: Date;
+}
+
+export interface TimelineMissed {
+  job: string;
+  slot: Date;
+  reason: string;
+  recordedBy: string;
+  recordedAt: Date;
+}
+
+export interface JobTimeline {
+  /** The database's clock when the window was computed: the right edge of the timeline. */
+  now: Date;
+  /** now − hours: the left edge. */
+  since: Date;
+  /** Runs overlapping the window (started before its end, unfinished or finished after its start), oldest first. */
+  runs: TimelineRun[];
+  /** Skipped slots inside the window, oldest first. */
+  skips: TimelineSkip[];
+  /** Missed slots inside the window, oldest first. */
+  missed: TimelineMissed[];
+  /** True when a list hit `limit` (the newest rows are kept). */
+  truncated: boolean;
+}
+
+/**
+ * Runs, skips and missed slots of one job (or all jobs) over the last `hours`, by the database's
+ * clock: what a timeline draws. At most `limit` rows of each kind (newest first), default 5000.
+ */
+export async function jobTimeline(
+  db: pg.Pool | pg.ClientBase,
+  options: { job?: string; hours: number; limit?: number },
+): Promise<JobTimeline> {
+  if (!(Number.isFinite(options.hours) && options.hours > 0)) throw new RangeError(`hours must be a positive number (got ${options.hours})`);
+  const limit = options.limit ?? 5000;
+  const job = options.job ?? null;
+  const {
+    rows: [window],
+  } = await db.query<{ now: Date; since: Date }>(
+    `select now() as now, now() - make_interval(secs => $1::double precision) as since`,
+    [options.hours * 3600],
+  );
+  const { now, since } = window!;
+  const [runs, skips, missed] = await Promise.all([
+    db.query<{
+      job: string;
+      slot: Date;
+      fence: string;
+      holder: string;
+      started_at: Date;
+      finished_at: Date | null;
+      outcome: TimelineRun['outcome'];
+      error: string | null;
+      attempts: number;
+    }>(
+      // A run that started more than a day before the window and is still open is 'running'
+      // (found through runs_running); everything else is found through runs_job_started.
+      `select job, slot, fence, holder, started_at, finished_at, outcome, error, attempts
+         from leasehold.runs
+        where ($1::text is null or job = $1)
+          and started_at <= $3
+          and (started_at >= $2::timestamptz - interval '1 day' or outcome = 'running')
+          and (finished_at is null or finished_at >= $2)
+        order by started_at desc, fence desc
+        limit $4`,
+      [job, since, now, limit],
+    ),
+    db.query<{
+      job: string;
+      slot: Date;
+      holder: string | null;
+      holder_fence: string | null;
+      holder_slot: Date | null;
+      held_for_seconds: number | null;
+      recorded_by: string;
+      recorded_at: Date;
+    }>(
+      `select job, slot, holder, holder_fence, holder_slot,
+              extract(epoch from held_for)::double precision as held_for_seconds, recorded_by, recorded_at
+         from leasehold.skips
+        where ($1::text is null or job = $1) and slot >= $2 and slot <= $3
+        order by slot desc
+        limit $4`,
+      [job, since, now, limit],
+    ),
+    db.query<{ job: string; slot: Date; reason: string; recorded_by: string; recorded_at: Date }>(
+      `select job, slot, reason, recorded_by, recorded_at
+         from leasehold.missed
+        where ($1::text is null or job = $1) and slot >= $2 and slot <= $3
+        order by slot desc
+        limit $4`,
+      [job, since, now, limit],
+    ),
+  ]);
+  return {
+    now,
+    since,
+    runs: runs.rows.reverse().map((row) => ({
+      job: row.job,
+      slot: row.slot,
+      fence: Number(row.fence),
+      holder: row.holder,
+      startedAt: row.started_at,
+      finishedAt: row.finished_at,
+      outcome: row.outcome,
+      error: row.error,
+      attempts: row.attempts,
+    })),
+    skips: skips.rows.reverse().map((row) => ({
+      job: row.job,
+      slot: row.slot,
+      holder: row.holder,
+      holderFence: row.holder_fence === null ? null : Number(row.holder_fence),
+      holderSlot: row.holder_slot,
+      heldForSeconds: row.held_for_seconds,
+      recordedBy: row.recorded_by,
+      recordedAt: row.recorded_at,
+    })),
+    missed: missed.rows.reverse().map((row) => ({
+      job: row.job,
+      slot: row.slot,
+      reason: row.reason,
+      recordedBy: row.recorded_by,
+      recordedAt: row.recorded_at,
+    })),
+    truncated: runs.rows.length >= limit || skips.rows.length >= limit || missed.rows.length >= limit,
+  };
+}
