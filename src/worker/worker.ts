@@ -54,6 +54,11 @@ export class Worker {
   private readonly shutdownController = new AbortController();
   private readonly timers = new Set<NodeJS.Timeout>();
   private removeSignalHandlers: () => void = () => undefined;
+  private resolveStopped: () => void = () => undefined;
+  /** Resolves once the worker has stopped (by stop(), SIGTERM or SIGINT). */
+  readonly stopped: Promise<void> = new Promise((resolve) => {
+    this.resolveStopped = resolve;
+  });
 
   /** @internal use startWorker() */
   constructor(
@@ -148,6 +153,7 @@ export class Worker {
     await this.leasehold.close();
     this.phase = { kind: 'stopped' };
     this.logger.info({ event: 'worker:stopped' }, 'worker stopped');
+    this.resolveStopped();
   }
 
   /**

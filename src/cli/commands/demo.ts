@@ -1,0 +1,17 @@
+// leasehold demo: the same story as `npm run demo` in the repository.
+import type { Command } from 'commander';
+import { report, type Io } from '../context.js';
+
+export function registerDemo(program: Command, io: Io): void {
+  program
+    .command('demo')
+    .description('watch worker processes share a job on an embedded PostgreSQL (or DATABASE_URL): runs, skips, a takeover, a refused stale write')
+    .action(async () => {
+      try {
+        const { runDemo } = await import('../../demo/run.js');
+        io.exit(await runDemo());
+      } catch (error) {
+        report(io, error, false);
+      }
+    });
+}

@@ -1,0 +1,213 @@
+// leasehold exec: guard any command with a lease. Acquire; run the command with inherited
+// stdio while a heartbeat renews the lease; forward SIGINT/SIGTERM; stop the command (SIGTERM,
+// then SIGKILL after a grace period) if the lease is lost; record the run; release; exit with
+// the command's exit code. When the lease is held elsewhere, say who holds it and exit 75.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { constants } from 'node:os';
+import type { Command } from 'commander';
+import { createLeasehold, describeSkip, type Leasehold } from '../../lease/leasehold.js';
+import type { Lease } from '../../lease/lease.js';
+import type { NotAcquired } from '../../lease/types.js';
+import { stderrLogger } from '../../observe/logger.js';
+import { parseBoundedDuration, parseDuration } from '../../validate/duration.js';
+import { CliError, databaseUrl, report, type Io } from '../context.js';
+import { EXIT } from '../exit-codes.js';
+
+interface ExecOptions {
+  name: string;
+  ttl: string;
+  wait?: string;
+  interval?: string;
+  grace: string;
+  skippedExitCode: string;
+  holder?: string;
+  history: boolean;
+  json?: boolean;
+  verbose?: boolean;
+  databaseUrl?: string;
+}
+
+export function registerExec(program: Command, io: Io): void {
+  program
+    .command('exec')
+    .description('run a command only if the lease NAME is free, holding it (with heartbeats) while the command runs')
+    .requiredOption('-n, --name <name>', 'lease (job) name')
+    .option('--ttl <duration>', 'lease TTL, renewed every ttl/3', '30s')
+    .option('--wait <duration>', 'if held, keep trying this long before skipping (default: skip at once)')
+    .option('--interval <duration>', "the job's schedule interval, for duration-vs-interval warnings in `status`")
+    .option('--grace <duration>', 'after SIGTERM, how long the command may take before SIGKILL', '10s')
+    .option('--skipped-exit-code <code>', 'exit code when the lease is held elsewhere', String(EXIT.skipped))
+    .option('--holder <name>', 'how this process names itself in the lease (default host:pid:random)')
+    .option('--no-history', 'do not record the run or the skip in the history tables')
+    .option('--json', 'print every event as a JSON line on stderr')
+    .option('-v, --verbose', 'also report start and finish on stderr (by default only skips, losses and errors, so cron mails stay quiet)')
+    .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
+    .argument('<command...>', 'the command and its arguments (put them after --)')
+    .addHelpText(
+      'after',
+      `
+Examples:
+  leasehold exec --name nightly-report --ttl 2m -- ./report.sh --full
+  */5 * * * *  leasehold exec -n sync --interval 5m -- node sync.js     (crontab on several hosts)
+
+The command gets LEASEHOLD_NAME, LEASEHOLD_FENCE, LEASEHOLD_TOKEN and LEASEHOLD_IDEMPOTENCY_KEY in its
+environment, so it can fence its own writes: select leasehold.assert_lease($LEASEHOLD_NAME, $LEASEHOLD_TOKEN, $LEASEHOLD_FENCE).
+
+Exit codes: the command's own; ${EXIT.skipped} held elsewhere (--skipped-exit-code); ${EXIT.lost} lease lost and the
+command stopped; 128+N the command died of signal N; ${EXIT.unavailable} database unreachable; ${EXIT.usage} bad usage.`,
+    )
+    .action(async (command: string[], options: ExecOptions) => {
+      try {
+        await exec(command, options, io);
+      } catch (error) {
+        report(io, error, options.json === true);
+      }
+    });
+}
+
+async function exec(command: string[], options: ExecOptions, io: Io): Promise<void> {
+  const skippedExitCode = Number(options.skippedExitCode);
+  if (!Number.isInteger(skippedExitCode) || skippedExitCode < 0 || skippedExitCode > 255) {
+    throw new CliError(`--skipped-exit-code must be an integer from 0 to 255 (got ${options.skippedExitCode})`, EXIT.usage);
+  }
+  const waitMs = options.wait === undefined ? 0 : parseDuration(options.wait, '--wait');
+  const graceMs = parseBoundedDuration(options.grace, '--grace', 0.001, 3_600_000);
+  const intervalMs = options.interval === undefined ? null : parseBoundedDuration(options.interval, '--interval', 1_000, 366 * 86_400_000);
+  const ttlMs = parseBoundedDuration(options.ttl, '--ttl', 100, 7 * 86_400_000);
+  const event = (fields: Record<string, unknown>, human: string) => {
+    const routine = fields.event === 'started' || (fields.event === 'finished' && fields.outcome === 'succeeded');
+    if (routine && !options.json && !options.verbose) return;
+    io.err(options.json ? JSON.stringify(fields) : `leasehold: ${human}`);
+  };
+
+  const leasehold = await createLeasehold({
+    connectionString: databaseUrl(options.databaseUrl),
+    ...(options.holder ? { holder: options.holder } : {}),
+    logger: stderrLogger(process.env.LEASEHOLD_LOG_LEVEL ? undefined : 'error'),
+  });
+  try {
+    const lease = await acquireWithin(leasehold, options.name, ttlMs, waitMs);
+    if (!lease.acquired) {
+      if (options.history) await history(leasehold, 'select leasehold.record_skip($1, $2)', [options.name, leasehold.holder]);
+      event(
+        { event: 'skipped', name: options.name, holder: lease.holder, fence: lease.fence, since: lease.since, until: lease.until, reason: lease.reason },
+        `${describeSkip(lease)}; not running the command`,
+      );
+      io.exit(skippedExitCode);
+      return;
+    }
+    const code = await runGuarded(leasehold, lease.lease, command, { graceMs, intervalMs, ttlMs, history: options.history }, event);
+    io.exit(code);
+  } finally {
+    await leasehold.close();
+  }
+}
+
+async function acquireWithin(leasehold: Leasehold, name: string, ttlMs: number, waitMs: number): Promise<{ acquired: true; lease: Lease } | NotAcquired> {
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const result = await leasehold.acquire(name, { ttl: ttlMs, heartbeat: true });
+    if (result.acquired || Date.now() + 500 > deadline) return result;
+    await new Promise((resolve) => setTimeout(resolve, 500));
+  }
+}
+
+async function history(leasehold: Leasehold, text: string, values: unknown[]): Promise<void> {
+  // History is informative: a failure to write it must not stop the guarded command.
+  await leasehold.pool.query(text, values).catch(() => undefined);
+}
+
+async function runGuarded(
+  leasehold: Leasehold,
+  lease: Lease,
+  command: string[],
+  settings: { graceMs: number; intervalMs: number | null; ttlMs: number; history: boolean },
+  event: (fields: Record<string, unknown>, human: string) => void,
+): Promise<number> {
+  if (settings.history) {
+    await history(leasehold, 'select leasehold.register_external_job($1, $2, $3, $4)', [lease.name, settings.intervalMs, settings.ttlMs, lease.holder]);
+    await history(leasehold, 'select leasehold.start_run($1, $2, $3)', [lease.name, lease.token, lease.fence]);
+  }
+  const [file, ...args] = command as [string, ...string[]];
+  // Without a terminal (cron, Kubernetes, CI) the command gets its own process group, so that
+  // stopping it also stops what it started (a shell's children would otherwise keep running).
+  // On a terminal it stays in the foreground group, where it may read the keyboard.
+  const ownGroup = !process.stdin.isTTY;
+  const child = spawn(file, args, {
+    detached: ownGroup,
+    stdio: 'inherit',
+    env: {
+      ...process.env,
+      LEASEHOLD_NAME: lease.name,
+      LEASEHOLD_FENCE: String(lease.fence),
+      LEASEHOLD_TOKEN: lease.token,
+      LEASEHOLD_IDEMPOTENCY_KEY: lease.idempotencyKey,
+    },
+  });
+  event({ event: 'started', name: lease.name, fence: lease.fence, pid: child.pid }, `holding "${lease.name}" (fence ${lease.fence}); running ${file}`);
+
+  let lost = false;
+  const signal = (sig: NodeJS.Signals) => {
+    try {
+      if (ownGroup && child.pid) process.kill(-child.pid, sig);
+      else child.kill(sig);
+    } catch {
+      // already gone
+    }
+  };
+  const stop = (reason: string) => terminate(child, signal, settings.graceMs, reason, event);
+  const onLost = () => {
+    lost = true;
+    event({ event: 'lost', name: lease.name, fence: lease.fence, reason: lease.lostReason?.reason }, `lease "${lease.name}" lost (${lease.lostReason?.reason}); stopping the command`);
+    stop('lease lost');
+  };
+  lease.signal.addEventListener('abort', onLost, { once: true });
+  const forward = (sig: NodeJS.Signals) => signal(sig);
+  process.on('SIGINT', forward);
+  process.on('SIGTERM', forward);
+  process.on('SIGHUP', forward);
+
+  const exit = await new Promise<{ code: number | null; signal: NodeJS.Signals | null; error?: Error }>((resolve) => {
+    child.once('error', (error) => resolve({ code: 127, signal: null, error }));
+    child.once('exit', (code, signal) => resolve({ code, signal }));
+  });
+  process.off('SIGINT', forward);
+  process.off('SIGTERM', forward);
+  process.off('SIGHUP', forward);
+  lease.signal.removeEventListener('abort', onLost);
+
+  const code = exit.error ? 127 : exit.code ?? 128 + (constants.signals[exit.signal as NodeJS.Signals] ?? 0);
+  const outcome = lost ? 'lost' : code === 0 ? 'succeeded' : 'failed';
+  const detail = exit.error ? `could not start ${file}: ${exit.error.message}` : exit.signal ? `killed by ${exit.signal}` : `exit code ${code}`;
+  if (exit.error) event({ event: 'error', message: exit.error.message }, `could not start ${file}: ${exit.error.message}`);
+  // finish_run records the outcome and releases the lease in one statement
+  const finished =
+    settings.history &&
+    (await leasehold.pool
+      .query('select * from leasehold.finish_run($1, $2, $3, $4, $5)', [lease.name, lease.fence, lease.token, outcome, outcome === 'succeeded' ? null : detail])
+      .then(() => true, () => false));
+  if (finished) lease.releasedRemotely();
+  else await lease.release().catch(() => false);
+  event({ event: 'finished', name: lease.name, fence: lease.fence, outcome, exitCode: code }, `"${lease.name}" ${outcome} (${detail})`);
+  return lost ? EXIT.lost : code;
+}
+
+/** SIGTERM now, SIGKILL after the grace period if it is still running. */
+function terminate(
+  child: ChildProcess,
+  signal: (sig: NodeJS.Signals) => void,
+  graceMs: number,
+  reason: string,
+  event: (fields: Record<string, unknown>, human: string) => void,
+): void {
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  signal('SIGTERM');
+  const timer = setTimeout(() => {
+    if (child.exitCode === null && child.signalCode === null) {
+      event({ event: 'killed', pid: child.pid, reason }, `command did not stop within ${graceMs} ms of SIGTERM; sending SIGKILL`);
+      signal('SIGKILL');
+    }
+  }, graceMs);
+  timer.unref();
+  child.once('exit', () => clearTimeout(timer));
+}

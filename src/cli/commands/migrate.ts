@@ -1,0 +1,38 @@
+// leasehold migrate [--dry-run]: apply pending migrations, or print their SQL for review.
+import type { Command } from 'commander';
+import { latestVersion, migrate, migrations, schemaVersion } from '../../db/migrations.js';
+import { databaseUrl, openPool, report, type Io } from '../context.js';
+import { EXIT } from '../exit-codes.js';
+
+export function registerMigrate(program: Command, io: Io): void {
+  program
+    .command('migrate')
+    .description('create or upgrade the leasehold schema (safe to run from many hosts at once)')
+    .option('--dry-run', 'print the SQL that would run, change nothing')
+    .option('--json', 'print JSON')
+    .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
+    .action(async (options: { dryRun?: boolean; json?: boolean; databaseUrl?: string }) => {
+      try {
+        const pool = await openPool(databaseUrl(options.databaseUrl), { checkSchema: false });
+        try {
+          if (options.dryRun) {
+            const client = await pool.connect();
+            const from = await schemaVersion(client).finally(() => client.release());
+            const pending = migrations().filter((m) => m.version > from);
+            if (options.json) io.out(JSON.stringify({ from, to: latestVersion(), pending: pending.map((m) => ({ version: m.version, name: m.name, sql: m.sql })) }, null, 2));
+            else if (pending.length === 0) io.out(`-- leasehold schema is at version ${from}: nothing to do`);
+            else io.out(pending.map((m) => `-- ${m.name}\n${m.sql}`).join('\n'));
+          } else {
+            const result = await migrate(pool);
+            if (options.json) io.out(JSON.stringify(result));
+            else io.out(result.applied.length === 0 ? `leasehold schema is up to date (version ${result.to})` : `migrated leasehold schema from version ${result.from} to ${result.to} (applied ${result.applied.join(', ')})`);
+          }
+          io.exit(EXIT.ok);
+        } finally {
+          await pool.end();
+        }
+      } catch (error) {
+        report(io, error, options.json === true);
+      }
+    });
+}

@@ -1,0 +1,65 @@
+// leasehold release NAME --force: the operator override. Frees the lease whoever holds it and
+// bumps the fence, so the old holder's fenced writes fail.
+import { createInterface } from 'node:readline/promises';
+import type { Command } from 'commander';
+import { timedQuery } from '../../db/connection.js';
+import { checkLeaseName } from '../../validate/names.js';
+import { CliError, databaseUrl, openPool, report, type Io } from '../context.js';
+import { EXIT } from '../exit-codes.js';
+
+export function registerRelease(program: Command, io: Io): void {
+  program
+    .command('release')
+    .description('force-release a lease held by another process (bumps the fence: its fenced writes fail)')
+    .argument('<name>', 'lease (job) name')
+    .option('--force', 'required: this takes the lease away from whoever holds it')
+    .option('-y, --yes', 'do not ask for confirmation')
+    .option('--json', 'print JSON')
+    .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
+    .action(async (name: string, options: { force?: boolean; yes?: boolean; json?: boolean; databaseUrl?: string }) => {
+      try {
+        checkLeaseName(name);
+        if (!options.force) throw new CliError('release takes the lease away from its holder: pass --force to do it.', EXIT.usage);
+        const pool = await openPool(databaseUrl(options.databaseUrl));
+        try {
+          const { rows } = await pool.query<{ state: string; holder: string | null; fence: string }>(
+            'select state, holder, fence from leasehold.lease_status where name = $1',
+            [name],
+          );
+          const current = rows[0];
+          if (!current) throw new CliError(`no lease named "${name}"`, EXIT.error);
+          if (!options.yes) {
+            if (!process.stdin.isTTY) throw new CliError('not a terminal: pass --yes to confirm the forced release.', EXIT.usage);
+            const prompt = createInterface({ input: process.stdin, output: process.stderr });
+            const answer = await prompt.question(`Force-release "${name}" (${current.state}, held by ${current.holder ?? 'nobody'}, fence ${current.fence})? [y/N] `);
+            prompt.close();
+            if (!/^y(es)?$/i.test(answer.trim())) {
+              io.err('leasehold: not released');
+              io.exit(EXIT.error);
+              return;
+            }
+          }
+          const result = await timedQuery<{ released: boolean; previous_holder: string | null; previous_fence: string | null; fence: string | null }>(
+            pool,
+            'select * from leasehold.force_release($1)',
+            [name],
+            30_000,
+            'the database',
+          );
+          const row = result.rows[0];
+          if (options.json) io.out(JSON.stringify({ name, released: row?.released, previousHolder: row?.previous_holder, previousFence: Number(row?.previous_fence), fence: Number(row?.fence) }));
+          else
+            io.out(
+              row?.released
+                ? `released "${name}": was held by ${row.previous_holder} (fence ${row.previous_fence}); fence is now ${row.fence}, so its fenced writes will fail`
+                : `"${name}" was not held; fence bumped to ${row?.fence}`,
+            );
+          io.exit(EXIT.ok);
+        } finally {
+          await pool.end();
+        }
+      } catch (error) {
+        report(io, error, options.json === true);
+      }
+    });
+}

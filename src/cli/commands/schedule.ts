@@ -1,0 +1,49 @@
+// leasehold schedule preview "CRON" [--tz ZONE] [--count N]: the next slots exactly as a worker
+// computes them, with DST gaps and repeats marked, so that an operator sees what 02:30
+// Europe/Berlin does on the transition days before they come.
+import type { Command } from 'commander';
+import { dstMark, localTime } from '../../schedule/dst.js';
+import { parseSchedule } from '../../schedule/schedule.js';
+import { CliError, report, type Io } from '../context.js';
+import { table } from '../format.js';
+import { EXIT } from '../exit-codes.js';
+
+export function registerSchedule(program: Command, io: Io): void {
+  const schedule = program.command('schedule').description('work with schedules');
+  schedule
+    .command('preview')
+    .description('print the next slots of a cron pattern (or --every interval), marking DST gaps and repeats')
+    .argument('[cron]', "cron pattern, e.g. '30 2 * * *' (5 fields, or 6 with seconds first)")
+    .option('--every <duration>', 'an interval schedule instead of cron, e.g. 90s')
+    .option('--tz <zone>', 'IANA timezone of the cron pattern', 'UTC')
+    .option('--count <n>', 'how many slots', '10')
+    .option('--from <iso-time>', 'start after this instant (default: now)')
+    .option('--json', 'print JSON')
+    .action((cron: string | undefined, options: { every?: string; tz: string; count: string; from?: string; json?: boolean }) => {
+      try {
+        const count = Number(options.count);
+        if (!Number.isInteger(count) || count < 1 || count > 10_000) throw new CliError(`--count must be an integer from 1 to 10000 (got ${options.count})`, EXIT.usage);
+        if ((cron === undefined) === (options.every === undefined)) throw new CliError('give a cron pattern or --every, not both', EXIT.usage);
+        const spec = cron !== undefined ? { cron, timezone: options.tz } : { every: options.every as string };
+        const parsed = parseSchedule(spec, 'preview');
+        let at = options.from ? new Date(options.from) : new Date();
+        if (Number.isNaN(at.getTime())) throw new CliError(`--from must be an ISO time such as 2026-03-28T00:00:00Z (got ${options.from})`, EXIT.usage);
+        const slots: Array<{ slot: string; local: string; dst: string | null }> = [];
+        for (let i = 0; i < count; i++) {
+          const next = parsed.next(at);
+          if (!next) break;
+          const mark = cron !== undefined ? dstMark(next, options.tz) : null;
+          slots.push({ slot: next.toISOString(), local: localTime(next, options.tz), dst: mark?.note ?? null });
+          at = next;
+        }
+        if (options.json) io.out(JSON.stringify({ schedule: parsed.description, timezone: options.tz, slots }, null, 2));
+        else {
+          io.out(`${parsed.description}, next ${slots.length} slot(s):`);
+          io.out(table(['UTC', `LOCAL (${options.tz})`, 'NOTE'], slots.map((s) => [s.slot, s.local, s.dst ?? ''])));
+        }
+        io.exit(EXIT.ok);
+      } catch (error) {
+        report(io, error, options.json === true);
+      }
+    });
+}

@@ -1,0 +1,58 @@
+// leasehold worker ./jobs.js: start the runtime for the jobs a module exports, either as
+// `export const jobs = [...]` or `export default [...]` (job options or defineJob() results).
+import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import type { Command } from 'commander';
+import type { JobDefinition, JobOptions } from '../../worker/job.js';
+import { startWorker } from '../../worker/worker.js';
+import { CliError, databaseUrl, report, type Io } from '../context.js';
+import { EXIT } from '../exit-codes.js';
+
+export function registerWorker(program: Command, io: Io): void {
+  program
+    .command('worker')
+    .description('run the jobs a module exports (export const jobs = [...]); start it on as many hosts as you like')
+    .argument('<module>', 'path to a .js/.mjs module (or .ts, when tsx is installed)')
+    .option('--holder <name>', 'how this worker names itself (default host:pid:random)')
+    .option('--grace <duration>', 'shutdown grace period for running handlers', '30s')
+    .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
+    .action(async (modulePath: string, options: { holder?: string; grace: string; databaseUrl?: string }) => {
+      try {
+        const jobs = await loadJobs(modulePath);
+        const worker = await startWorker({
+          connectionString: databaseUrl(options.databaseUrl),
+          jobs,
+          shutdownGrace: options.grace,
+          ...(options.holder ? { holder: options.holder } : {}),
+        });
+        io.err(`leasehold: worker ${worker.holder} running ${jobs.length} job(s); SIGTERM or Ctrl-C stops it`);
+        await worker.stopped; // it stops itself on SIGTERM/SIGINT
+        io.exit(EXIT.ok);
+      } catch (error) {
+        report(io, error, false);
+      }
+    });
+}
+
+async function loadJobs(modulePath: string): Promise<Array<JobOptions | JobDefinition>> {
+  const absolute = resolve(modulePath);
+  if (/\.[cm]?ts$/.test(absolute)) {
+    try {
+      const api = (await import('tsx/esm/api' as string)) as { register(): void };
+      api.register();
+    } catch {
+      throw new CliError(`loading ${modulePath} needs tsx: npm install -D tsx (or compile it to .js)`, EXIT.usage);
+    }
+  }
+  let module: { jobs?: unknown; default?: unknown };
+  try {
+    module = (await import(pathToFileURL(absolute).href)) as { jobs?: unknown; default?: unknown };
+  } catch (error) {
+    throw new CliError(`could not load ${modulePath}: ${error instanceof Error ? error.message : String(error)}`, EXIT.usage);
+  }
+  const jobs = module.jobs ?? module.default;
+  if (!Array.isArray(jobs) || jobs.length === 0) {
+    throw new CliError(`${modulePath} must export its jobs: export const jobs = [{ name, cron | every, handler }, ...]`, EXIT.usage);
+  }
+  return jobs as Array<JobOptions | JobDefinition>;
+}

@@ -1,0 +1,54 @@
+// The `leasehold` command: one file per subcommand under ./commands.
+import { Command, CommanderError } from 'commander';
+import { readFileSync } from 'node:fs';
+import { processIo, type Io } from './context.js';
+import { EXIT } from './exit-codes.js';
+import { registerDashboard } from './commands/dashboard.js';
+import { registerDemo } from './commands/demo.js';
+import { registerExec } from './commands/exec.js';
+import { registerMigrate } from './commands/migrate.js';
+import { registerRelease } from './commands/release.js';
+import { registerRuns } from './commands/runs.js';
+import { registerSchedule } from './commands/schedule.js';
+import { registerStatus } from './commands/status.js';
+import { registerWorker } from './commands/worker.js';
+
+const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+
+export function buildProgram(io: Io = processIo): Command {
+  const program = new Command('leasehold')
+    .description('Durable, fenced job leases on PostgreSQL: periodic jobs that never run twice at once.')
+    .version(version)
+    .showHelpAfterError()
+    .exitOverride()
+    .configureOutput({ writeOut: (text) => io.out(text), writeErr: (text) => io.err(text) })
+    .addHelpText('after', `
+Environment: DATABASE_URL (the database, unless --database-url), LEASEHOLD_LOG_LEVEL.
+Exit codes: 0 ok, 1 error, 2 usage, ${EXIT.skipped} skipped (exec), ${EXIT.lost} lease lost (exec), ${EXIT.unavailable} database unreachable, ${EXIT.schema} schema version.
+Docs: docs/cli.md`);
+  registerExec(program, io);
+  registerWorker(program, io);
+  registerStatus(program, io);
+  registerSchedule(program, io);
+  registerRuns(program, io);
+  registerRelease(program, io);
+  registerMigrate(program, io);
+  registerDashboard(program, io);
+  registerDemo(program, io);
+  return program;
+}
+
+/** Parses argv and runs the command; usage errors exit 2. */
+export async function main(argv: string[], io: Io = processIo): Promise<void> {
+  const program = buildProgram(io);
+  for (const command of program.commands) command.exitOverride();
+  try {
+    await program.parseAsync(argv);
+  } catch (error) {
+    if (error instanceof CommanderError) {
+      io.exit(error.exitCode === 0 ? EXIT.ok : EXIT.usage);
+      return;
+    }
+    throw error;
+  }
+}
