@@ -77,6 +77,24 @@ begin
   end if;
 end $$;
 
+-- holder_gone: true when nobody holds the liveness lock `p_key` any more. One lock-table probe
+-- (pg_try_advisory_xact_lock_shared succeeds only when no session holds the exclusive lock);
+-- only when it succeeds, a second look makes sure the lock is not held by this very session: an
+-- advisory lock never conflicts with its own session, and behind a transaction pooler a
+-- misrouted liveness lock can sit on the server connection an acquire runs on. CASE fixes the
+-- evaluation order, so the common path (holder alive) costs the probe alone.
+create function leasehold.holder_gone(p_key bigint) returns boolean
+language sql volatile as $$
+  select case
+    when p_key is null then false
+    when pg_try_advisory_xact_lock_shared(p_key) then not exists (
+      select 1 from pg_locks
+       where pid = pg_backend_pid() and locktype = 'advisory' and objsubid = 1 and granted
+         and mode = 'ExclusiveLock' and ((classid::bigint << 32) | objid::bigint) = p_key)
+    else false
+  end;
+$$;
+
 -- acquire: one call, one round trip, never waits for a row lock.
 --
 -- Takes the lease where it is free: never held, released, expired by now(), or held by a
@@ -126,7 +144,7 @@ begin
      and (l.token is null
           or l.expires_at <= now()
           -- true only when nobody holds the holder's session lock any more
-          or (l.holder_key is not null and pg_try_advisory_xact_lock_shared(l.holder_key)))
+          or leasehold.holder_gone(l.holder_key))
      and (p_slot is null or ((l.last_slot is null or p_slot > l.last_slot) and p_slot <= now()))
      for update skip locked;
 
@@ -241,7 +259,8 @@ begin
     using errcode = 'LH003',
           detail = case
             when r.name is null then 'no such lease'
-            when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, coalesce(r.holder, 'nobody'))
+            when r.fence <> p_fence and r.token is null then format('the lease was force-released (fence is now %s, held by nobody)', r.fence)
+            when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, r.holder)
             when r.token is null then 'the lease was released'
             else 'the lease expired'
           end,

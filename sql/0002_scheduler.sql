@@ -150,7 +150,7 @@ begin
        and (w.mode in ('replace', 'allow')
             or l.token is null
             or l.expires_at <= now()
-            or (l.holder_key is not null and pg_try_advisory_xact_lock_shared(l.holder_key)))
+            or leasehold.holder_gone(l.holder_key))
      order by random()
        for update of l skip locked
   ),
@@ -215,7 +215,7 @@ begin
              -- replace and allow only fail on a row lock: a transient state, not a skip
              when i.mode in ('replace', 'allow') then 'holder-committing'
              when l.token is not null and l.expires_at > now()
-                  and not (l.holder_key is not null and pg_try_advisory_xact_lock_shared(l.holder_key)) then 'held'
+                  and not leasehold.holder_gone(l.holder_key) then 'held'
              else 'holder-committing'
            end as why
       from input i

@@ -67,6 +67,12 @@ export class LivenessSession {
       const { rows } = await client.query<{ key: string }>('select leasehold.register_liveness()::text as key');
       const key = rows[0]?.key;
       if (!key) throw new Error('register_liveness returned no key');
+      if (!(await holdsKey(client, key, settings.queryTimeoutMs))) {
+        throw new Error(
+          'the liveness lock is not held by the backend this connection talks to (a transaction pooler such as PgBouncer?): ' +
+            'pass liveness: { connectionString: <direct URL> } or liveness: false',
+        );
+      }
       if (this.state.kind === 'closed') {
         await client.end().catch(() => undefined);
         return;
@@ -85,11 +91,35 @@ export class LivenessSession {
 
   private async ping(client: pg.Client): Promise<void> {
     if (this.state.kind !== 'ready' || this.state.client !== client) return;
+    const key = this.state.key;
+    let ours: boolean;
     try {
-      await client.query({ text: 'select 1', query_timeout: this.settings.queryTimeoutMs } as pg.QueryConfig);
+      ours = await holdsKey(client, key, this.settings.queryTimeoutMs);
     } catch (error) {
       this.drop(client, error instanceof Error ? error : new Error(String(error)));
+      return;
     }
+    if (!ours) this.disable(client, key);
+  }
+
+  /**
+   * The lock is not held by the backend this connection talks to: a transaction-mode pooler
+   * (PgBouncer) sits in between and hands our session to other clients. Liveness cannot work
+   * there, and left on it would let another client's acquire see a live holder as gone. Turn
+   * it off for good; TTLs still free crashed holders' leases.
+   */
+  private disable(client: pg.Client, key: string): void {
+    if (this.state.kind !== 'ready' || this.state.client !== client) return;
+    clearInterval(this.state.timer);
+    client.removeAllListeners('end');
+    client.end().catch(() => undefined);
+    this.state = { kind: 'closed' };
+    this.settings.logger.error(
+      { event: 'liveness:unusable' },
+      'leasehold liveness needs a direct connection, but its advisory lock is not held by the backend it talks to ' +
+        '(a transaction pooler such as PgBouncer?). Liveness is now off: pass liveness: { connectionString: <direct URL> } or liveness: false.',
+    );
+    this.settings.onLost(key, new Error('liveness session is behind a transaction pooler'));
   }
 
   /** The session is gone: its key's leases are lost. Reconnect in the background. */
@@ -136,4 +166,16 @@ export class LivenessSession {
       clearTimeout(state.timer);
     }
   }
+}
+
+/** Whether the backend behind `client` holds the session lock on `key` itself. */
+async function holdsKey(client: pg.Client, key: string, timeoutMs: number): Promise<boolean> {
+  const { rows } = await client.query<{ ours: boolean }>({
+    text: `select exists (select 1 from pg_locks
+                           where pid = pg_backend_pid() and locktype = 'advisory' and objsubid = 1 and granted
+                             and ((classid::bigint << 32) | objid::bigint) = $1::bigint) as ours`,
+    values: [key],
+    query_timeout: timeoutMs,
+  } as pg.QueryConfig);
+  return rows[0]?.ours === true;
 }
