@@ -59,9 +59,10 @@ describe('leasehold exec', () => {
   it('passes SIGTERM on to the command and releases the lease', async () => {
     const run = startCli(['exec', '-n', 'terminated', '--', 'sh', '-c', 'trap "echo got-term; exit 3" TERM; echo started; sleep 30 & wait'], env);
     await waitFor(() => run.output().stdout.includes('started'), 15_000, 20);
+    await new Promise((resolve) => setTimeout(resolve, 300));
     run.child.kill('SIGTERM');
     const result = await run.done;
-    expect(result.stdout).toContain('got-term');
+    expect(result.stdout, result.stderr).toContain('got-term');
     expect(result.code).toBe(3);
     expect(await leaseState('terminated')).toMatchObject({ state: 'free' });
   });
