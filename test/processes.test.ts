@@ -13,7 +13,7 @@ let url: string;
 const started: HolderProcess[] = [];
 
 async function holder(env: Record<string, string> = {}): Promise<HolderProcess> {
-  const child = await HolderProcess.start(url, env);
+  const child = await HolderProcess.startFixture(url, env);
   started.push(child);
   return child;
 }

@@ -21,7 +21,7 @@ afterEach(async () => {
 
 async function workers(count: number, jobs: object[], env: (i: number) => Record<string, string> = () => ({})): Promise<HolderProcess[]> {
   const started = await Promise.all(
-    Array.from({ length: count }, (_, i) => HolderProcess.start(url, { JOBS: JSON.stringify(jobs), HOLDER: `w${i + 1}`, ...env(i) }, SCHEDULED_WORKER)),
+    Array.from({ length: count }, (_, i) => HolderProcess.startFixture(url, { JOBS: JSON.stringify(jobs), HOLDER: `w${i + 1}`, ...env(i) }, SCHEDULED_WORKER)),
   );
   children.push(...started);
   return started;

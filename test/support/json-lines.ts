@@ -12,7 +12,7 @@ export class JsonLinesProcess {
   private nextId = 1;
   private waiters: Array<{ match: (line: Line) => boolean; resolve: (line: Line) => void }> = [];
 
-  private constructor(readonly child: ChildProcessWithoutNullStreams) {
+  constructor(readonly child: ChildProcessWithoutNullStreams) {
     createInterface({ input: child.stdout }).on('line', (text) => {
       let line: Line;
       try {
@@ -32,15 +32,16 @@ export class JsonLinesProcess {
   }
 
   /** Starts `command` and waits for its first line matching `ready` (default: {"event":"ready"}). */
-  static async start(
+  static async start<T extends JsonLinesProcess>(
+    this: new (child: ChildProcessWithoutNullStreams) => T,
     command: string,
     args: string[],
     env: Record<string, string>,
     ready: (line: Line) => boolean = (line) => line.event === 'ready',
     timeoutMs = 30_000,
-  ): Promise<JsonLinesProcess> {
+  ): Promise<T> {
     const child = spawn(command, args, { env: { ...process.env, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
-    const proc = new JsonLinesProcess(child);
+    const proc = new this(child);
     const failed = proc.exited.then((code) => {
       throw new Error(`${command} exited with ${code} before it was ready: ${proc.stderr.join('')}`);
     });
@@ -56,6 +57,11 @@ export class JsonLinesProcess {
 
   get pid(): number {
     return this.child.pid as number;
+  }
+
+  /** The `holder` its ready line announced. */
+  get holderName(): string {
+    return String(this.lines.find((l) => l.event === 'ready')?.holder);
   }
 
   /** Sends a command and resolves with its answer (the line with the same id). */
