@@ -130,7 +130,7 @@ begin
   -- 1. Claim. Rows are locked in random order with SKIP LOCKED, so workers claiming the same
   --    tick share the jobs instead of queueing behind one another.
   return query
-  with input as (
+  with input as materialized (
     select i.job, i.slot, i.ttl, i.mode, i.cap,
            (select min(b.slot) from leasehold.buffered b
              where b.job = i.job
@@ -198,8 +198,10 @@ begin
     from claimed c;
 
   -- 2. Everything not claimed above: say why, record a real skip once per slot, buffer it
-  --    if the policy says so. Jobs claimed by this call are recognised by the run it started
-  --    (same holder, started_at = now(), which is constant throughout the transaction).
+  --    if the policy says so. Lease rows claimed by step 1 are the ones this transaction
+  --    wrote (xmin = our transaction id): an O(1) test per row. (Call claim_slots in a
+  --    transaction of its own, as the client does; inside a savepoint the test misses and the
+  --    claimed jobs are reported a second time, as slot-taken.)
   return query
   with input as (
     select i.job, i.slot, i.mode, i.cap
@@ -220,8 +222,7 @@ begin
            end as why
       from input i
       left join leasehold.leases l on l.name = i.job
-     where not exists (select 1 from leasehold.runs r
-                        where r.job = i.job and r.started_at = now() and r.holder = p_holder)
+     where l.xmin is distinct from xid(pg_current_xact_id_if_assigned())
   ),
   skipped as (
     insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
@@ -276,6 +277,54 @@ begin
    where b.job = p_job and l.name = p_job and b.slot <= l.last_slot;
   return query select v_recorded, v_released,
     (select min(b.slot) from leasehold.buffered b where b.job = p_job);
+end $$;
+
+-- finish_runs: finish_run for many runs in one statement (a worker batches the runs that end
+-- at about the same moment). Returns, per job, whether the run was recorded and released and
+-- the job's oldest buffered slot.
+create function leasehold.finish_runs(
+  p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[]
+) returns table (job text, fence bigint, recorded boolean, released boolean, next_buffered_slot timestamptz)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+#variable_conflict use_column
+begin
+  if exists (select 1 from unnest(p_outcomes) o where o not in ('succeeded', 'failed', 'lost', 'aborted')) then
+    raise exception 'outcome must be succeeded, failed, lost or aborted' using errcode = '22023';
+  end if;
+  return query
+  with input as materialized (
+    select * from unnest(p_jobs, p_fences, p_tokens, p_outcomes, p_errors, p_attempts)
+      as i(job, fence, token, outcome, error, attempts)
+  ),
+  recorded as (
+    update leasehold.runs r
+       set outcome = i.outcome, finished_at = now(), error = left(i.error, 4000), attempts = i.attempts
+      from input i
+     where r.job = i.job and r.fence = i.fence and r.outcome = 'running'
+    returning r.job, r.fence
+  ),
+  released as (
+    update leasehold.leases l
+       set token = null, expires_at = null, holder_key = null, released_at = now()
+      from input i
+     where i.token is not null and l.name = i.job and l.token = i.token
+    returning l.name, l.last_slot
+  ),
+  stale_buffers as (
+    delete from leasehold.buffered b using leasehold.leases l, input i
+     where b.job = i.job and l.name = i.job and b.slot <= l.last_slot
+    returning b.job, b.slot
+  )
+  select i.job, i.fence,
+         exists (select 1 from recorded r where r.job = i.job and r.fence = i.fence),
+         exists (select 1 from released x where x.name = i.job),
+         (select min(b.slot) from leasehold.buffered b
+           where b.job = i.job
+             and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
+             and not exists (select 1 from stale_buffers s where s.job = b.job and s.slot = b.slot))
+    from input i;
 end $$;
 
 -- enqueue_slots: queues slots to run in order, one at a time, as soon as the lease is free

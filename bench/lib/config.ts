@@ -6,7 +6,31 @@
 //   BENCH_WAL_ATTEMPTS     declined acquisitions per WAL trial (default 2000)
 //   BENCH_WAL_TRIALS       WAL trials per pattern; the median is reported (default 3)
 //   BENCH_TAKEOVER_RUNS    SIGKILL takeovers per liveness mode (default 5)
+//   BENCH_PARTS            which parts bench/index.ts runs: acquire,scheduler (default both)
+// The scheduler part (bench/lib/scheduler.ts):
+//   BENCH_SCHED_JOBS       jobs, all due at every tick (default 10000)
+//   BENCH_SCHED_WORKERS    worker processes (default 4)
+//   BENCH_SCHED_EVERY      seconds between ticks; must leave time to finish the previous
+//                          tick's runs (and a lease whose finish_run failed lives
+//                          out its 30 s TTL), or those jobs are skipped (default 40)
+//   BENCH_SCHED_WARMUP     ticks after all workers are ready that are not measured (default 1)
+//   BENCH_SCHED_TICKS      measured ticks (default 2)
+//   BENCH_SCHED_PROBES     claims of all jobs alone with auto_explain, after the ticks (default 2)
+//   BENCH_IDLE_SECONDS     how long the idle workers are sampled (default 30)
 //   DATABASE_URL           use this server instead of an embedded one
+
+export const BENCH_PARTS = ['acquire', 'scheduler'] as const;
+export type BenchPart = (typeof BENCH_PARTS)[number];
+
+export interface SchedulerConfig {
+  workers: number;
+  jobs: number;
+  everySeconds: number;
+  warmupTicks: number;
+  measuredTicks: number;
+  probeRuns: number;
+  idleSeconds: number;
+}
 
 export interface BenchConfig {
   cellSeconds: number;
@@ -16,6 +40,8 @@ export interface BenchConfig {
   walAttempts: number;
   walTrials: number;
   takeoverRuns: number;
+  parts: BenchPart[];
+  scheduler: SchedulerConfig;
   databaseUrl: string | undefined;
 }
 
@@ -37,6 +63,23 @@ function nonNegativeNumber(name: string, fallback: number): number {
   return value;
 }
 
+function nonNegativeInteger(name: string, fallback: number): number {
+  const value = nonNegativeNumber(name, fallback);
+  if (!Number.isInteger(value)) throw new Error(`${name} must be an integer >= 0 (got "${process.env[name]}").`);
+  return value;
+}
+
+function parts(): BenchPart[] {
+  const raw = process.env.BENCH_PARTS;
+  if (raw === undefined || raw.trim() === '') return [...BENCH_PARTS];
+  const chosen = raw.split(',').map((part) => part.trim());
+  const unknown = chosen.filter((part) => !(BENCH_PARTS as readonly string[]).includes(part));
+  if (unknown.length > 0 || chosen.length === 0) {
+    throw new Error(`BENCH_PARTS must be a comma-separated list of ${BENCH_PARTS.join(', ')} (got "${raw}").`);
+  }
+  return BENCH_PARTS.filter((part) => chosen.includes(part));
+}
+
 function clientCounts(): number[] {
   const raw = process.env.BENCH_CLIENTS;
   if (raw === undefined || raw.trim() === '') return [2, 8, 32];
@@ -56,6 +99,16 @@ export function readConfig(): BenchConfig {
     walAttempts: positiveNumber('BENCH_WAL_ATTEMPTS', 2000, { integer: true }),
     walTrials: positiveNumber('BENCH_WAL_TRIALS', 3, { integer: true }),
     takeoverRuns: positiveNumber('BENCH_TAKEOVER_RUNS', 5, { integer: true }),
+    parts: parts(),
+    scheduler: {
+      jobs: positiveNumber('BENCH_SCHED_JOBS', 10_000, { integer: true }),
+      workers: positiveNumber('BENCH_SCHED_WORKERS', 4, { integer: true }),
+      everySeconds: positiveNumber('BENCH_SCHED_EVERY', 40, { integer: true }),
+      warmupTicks: nonNegativeInteger('BENCH_SCHED_WARMUP', 1),
+      measuredTicks: positiveNumber('BENCH_SCHED_TICKS', 2, { integer: true }),
+      probeRuns: nonNegativeInteger('BENCH_SCHED_PROBES', 2),
+      idleSeconds: positiveNumber('BENCH_IDLE_SECONDS', 30),
+    },
     databaseUrl: process.env.DATABASE_URL || undefined,
   };
 }

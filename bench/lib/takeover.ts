@@ -91,7 +91,7 @@ async function oneTakeover(
 ): Promise<TakeoverRun> {
   const ttl = `${ttlSeconds}s`;
   const name = `bench-takeover-${liveness ? 'liveness' : 'ttl'}-${index}`;
-  const holder = await HolderProcess.start(connectionString, liveness ? {} : { LIVENESS: 'off' });
+  const holder = await HolderProcess.startFixture(connectionString, liveness ? {} : { LIVENESS: 'off' });
   try {
     const answer = await holder.send({ cmd: 'acquire', name, ttl });
     if (answer.acquired !== true || typeof answer.expiresAt !== 'string') {

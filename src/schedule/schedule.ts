@@ -59,6 +59,9 @@ function cronSchedule(spec: { cron: string; timezone?: string }, job: string): S
     throw new InvalidArgumentError('cron', `job "${job}": cron must be a pattern such as '*/5 * * * *'.`);
   }
   if (timezone !== undefined) checkTimezone(timezone, job);
+  const key = `${pattern.trim()}\u0000${timezone ?? ''}`;
+  const cached = CRON_CACHE.get(key);
+  if (cached) return { ...cached };
   let cron: Cron<unknown>;
   try {
     cron = new Cron(pattern.trim(), { paused: true, ...(timezone ? { timezone } : {}) });
@@ -80,14 +83,20 @@ function cronSchedule(spec: { cron: string; timezone?: string }, job: string): S
     nominal = Math.min(nominal, next.getTime() - at.getTime());
     at = next;
   }
-  return {
+  const schedule: Schedule = {
     description: `cron ${pattern.trim()}${timezone ? ` (${timezone})` : ''}`,
     expression: pattern.trim(),
     timezone: timezone ?? null,
     nominalIntervalMs: nominal,
     next: (after) => cron.nextRun(after) ?? null,
   };
+  CRON_CACHE.set(key, schedule);
+  return { ...schedule };
 }
+
+// A croner instance costs about 80 KiB (it precomputes a year of matches) and nextRun() is a
+// pure function of its argument, so jobs with the same pattern and timezone share one.
+const CRON_CACHE = new Map<string, Schedule>();
 
 const FIELD_NAMES_5 = ['minute', 'hour', 'day of month', 'month', 'day of week'];
 const FIELD_NAMES_6 = ['second', ...FIELD_NAMES_5];

@@ -89,6 +89,18 @@ export class SchedulerStore {
     return { recorded: row?.recorded ?? false, released: row?.released ?? false, nextBufferedSlot: row?.next_buffered_slot ?? null };
   }
 
+  /** finish() for many runs in one statement. */
+  async finishMany(
+    runs: ReadonlyArray<{ job: string; fence: number; token: string | null; outcome: string; error: string | null; attempts: number }>,
+  ): Promise<Array<{ job: string; fence: number; recorded: boolean; released: boolean; nextBufferedSlot: Date | null }>> {
+    const { rows } = await this.query<{ job: string; fence: string; recorded: boolean; released: boolean; next_buffered_slot: Date | null }>(
+      'select * from leasehold.finish_runs($1, $2, $3::uuid[], $4, $5, $6)',
+      [runs.map((r) => r.job), runs.map((r) => r.fence), runs.map((r) => r.token), runs.map((r) => r.outcome), runs.map((r) => r.error), runs.map((r) => r.attempts)],
+      Math.max(this.runtime.queryTimeoutMs, Math.min(60_000, runs.length)),
+    );
+    return rows.map((r) => ({ job: r.job, fence: Number(r.fence), recorded: r.recorded, released: r.released, nextBufferedSlot: r.next_buffered_slot }));
+  }
+
   async enqueue(job: string, slots: Date[]): Promise<number> {
     const { rows } = await this.query<{ n: number }>('select leasehold.enqueue_slots($1, $2) as n', [job, slots]);
     return rows[0]?.n ?? 0;

@@ -10,14 +10,15 @@ import type { Leasehold } from '../lease/leasehold.js';
 import { childLogger } from '../observe/child-logger.js';
 import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
-import type { ClaimRow, SchedulerStore } from './claims.js';
+import type { ClaimRow } from './claims.js';
+import type { FinishQueue } from './finish-queue.js';
 import type { JobContext, JobDefinition } from './job.js';
 
 export type RunOutcome = 'succeeded' | 'failed' | 'lost' | 'aborted';
 
 export interface RunEnvironment {
   internals: ReturnType<Leasehold['internals']>;
-  store: SchedulerStore;
+  finisher: FinishQueue;
   logger: Logger;
   events: LeaseholdEmitter;
   holder: string;
@@ -92,7 +93,7 @@ export async function executeRun(
   try {
     // A lost lease's token is passed too: if the lease is in fact still ours (say the liveness
     // session dropped), this frees it at once; if not, the release matches nothing.
-    const finished = await env.store.finish(job.name, fence, lease?.token ?? null, outcome, errorText, attempt);
+    const finished = await env.finisher.finish({ job: job.name, fence, token: lease?.token ?? null, outcome, error: errorText, attempts: attempt });
     nextBufferedSlot = finished.nextBufferedSlot;
   } catch (finishError) {
     log.error({ event: 'run:finish-failed', err: String(finishError) }, 'could not record the run; its lease ends by its TTL');

@@ -15,6 +15,7 @@ import { slotsBetween } from '../schedule/schedule.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { SchedulerStore, type ClaimRequest, type ClaimRow } from './claims.js';
 import { executeRun, type RunReport } from './execute-run.js';
+import { FinishQueue } from './finish-queue.js';
 import { defineJob, type JobDefinition, type JobOptions } from './job.js';
 
 export interface WorkerOptions extends Omit<LeaseholdOptions, 'logger'> {
@@ -53,6 +54,7 @@ export class Worker {
   private readonly runs = new Set<Promise<RunReport>>();
   private readonly shutdownController = new AbortController();
   private readonly timers = new Set<NodeJS.Timeout>();
+  private readonly finisher: FinishQueue;
   private removeSignalHandlers: () => void = () => undefined;
   private resolveStopped: () => void = () => undefined;
   /** Resolves once the worker has stopped (by stop(), SIGTERM or SIGINT). */
@@ -71,6 +73,7 @@ export class Worker {
     private readonly settings: { graceMs: number; retentionMs: number; clockSyncMs: number },
   ) {
     this.holder = leasehold.holder;
+    this.finisher = new FinishQueue(store);
     this.states = jobs.map((job) => ({ job, nextSlot: null, running: 0 }));
   }
 
@@ -149,6 +152,7 @@ export class Worker {
       this.logger.warn({ event: 'worker:grace-expired', running: this.runs.size }, 'handlers still running after the grace period; their runs are recorded as aborted');
       await this.abandonRunning();
     }
+    await this.finisher.drain();
     this.removeSignalHandlers();
     await this.leasehold.close();
     this.phase = { kind: 'stopped' };
@@ -272,7 +276,7 @@ export class Worker {
     this.pendingRuns.set(key, { job: job.name, fence: Number(row.fence), token: row.token });
     const env = {
       internals: this.leasehold.internals(),
-      store: this.store,
+      finisher: this.finisher,
       logger: this.logger,
       events: this.events,
       holder: this.holder,

@@ -1,0 +1,10 @@
+// `npm run bench`: every benchmark part on one database, in one run.
+//   acquire   - leasehold's claim path against the classic SELECT … FOR UPDATE transaction:
+//               contested throughput and latency, WAL per declined acquire, takeover after SIGKILL
+//   scheduler - 10,000 jobs due at the same tick on 4 worker processes (claims, statements,
+//               start latency, exactly-once in leasehold.runs), and an idle worker's RSS and CPU
+// Prints the tables, writes bench/results/*.json and regenerates bench/RESULTS.md.
+// Settings: environment variables, see bench/lib/config.ts (BENCH_PARTS=scheduler runs one part).
+import { runBench } from './lib/run.js';
+
+await runBench();

@@ -1,0 +1,257 @@
+// The scheduler part of the report: its target checks, tables and prose (text and markdown).
+import { MAX_CLAIM_RETRIES, type IdleResult, type SchedulerResults, type TickResult } from './scheduler.js';
+import type { TargetCheck } from './report.js';
+import { max, min } from './stats.js';
+import type { Table } from './table.js';
+
+/** The all-claims-within budget the design sets for 10,000 jobs on 4 workers. */
+export const CLAIM_WALL_TARGET_MS = 250;
+
+const fixed = (value: number, digits: number) => (Number.isFinite(value) ? value.toFixed(digits) : 'n/a');
+const integer = (value: number) => (Number.isFinite(value) ? Math.round(value).toLocaleString('en-US') : 'n/a');
+const list = (values: readonly number[], digits = 0) => values.map((v) => fixed(v, digits)).join(' ');
+const range = (values: readonly number[]) => {
+  const lo = min(values);
+  const hi = max(values);
+  return lo === hi ? integer(lo) : `${integer(lo)}–${integer(hi)}`;
+};
+const time = (iso: string) => iso.slice(11, 23);
+
+/** Statements a worker sent for the tick itself: claims and the bookkeeping of its runs. */
+function tickStatements(tick: TickResult): number[] {
+  const s = tick.statementsPerWorker;
+  return s.total.map((total, w) => total - (s.other[w] ?? 0) - (s.register_jobs[w] ?? 0));
+}
+
+function claimErrors(tick: TickResult): number {
+  return Object.entries(tick.reasons).reduce((n, [reason, count]) => (reason.startsWith('error:') ? n + count : n), 0);
+}
+
+export function schedulerTargets(results: SchedulerResults): TargetCheck[] {
+  const { settings, ticks } = results;
+  const checks: TargetCheck[] = [];
+  const doubled = ticks.reduce((n, t) => n + t.verification.doubled, 0);
+  checks.push({
+    what: 'slots claimed twice (leasehold.runs rows per (job, slot) > 1)',
+    target: '0',
+    measured: `${doubled} over ${ticks.length} tick(s) × ${integer(settings.jobs)} jobs`,
+    met: doubled === 0,
+  });
+  checks.push({
+    what: `every job's slot claimed exactly once (${integer(settings.jobs)} jobs, ${settings.workers} workers)`,
+    target: `${integer(settings.jobs)}/${integer(settings.jobs)} per tick`,
+    measured: ticks
+      .map((t) => {
+        const v = t.verification;
+        const missing = v.missing > 0 ? ` (missing ${integer(v.missing)}, of which skipped because the previous run still held the lease: ${integer(v.missingSkipped)})` : '';
+        return `${integer(v.exactlyOnce)}/${integer(settings.jobs)}${missing}`;
+      })
+      .join('; '),
+    met: ticks.every((t) => t.verification.exactlyOnce === settings.jobs && t.verification.doubled === 0),
+  });
+  const walls = ticks.map((t) => t.wallMs);
+  checks.push({
+    what: `tick -> last claim, ${integer(settings.jobs)} jobs due at once, ${settings.workers} workers`,
+    target: `<= ${CLAIM_WALL_TARGET_MS} ms`,
+    measured: `${walls.map((w) => `${fixed(w, 0)} ms`).join(', ')} (first batch statement per worker: ${ticks.map((t) => range(t.batchMs)).join(', ')} ms)`,
+    met: walls.every((w) => w <= CLAIM_WALL_TARGET_MS),
+  });
+  const claimCounts = ticks.flatMap((t) => t.claimStatementsPerWorker);
+  const errors = ticks.reduce((n, t) => n + claimErrors(t), 0);
+  checks.push({
+    what: 'claim_slots statements per worker per tick',
+    target: `constant: 1 batch (+ at most ${MAX_CLAIM_RETRIES} retries)`,
+    measured: `${range(claimCounts)} (batches: ${ticks.map((t) => t.claimBatches.join(', ')).join('; ')})${errors > 0 ? `; ${errors} failed` : ''}`,
+    met: claimCounts.every((n) => n >= 1 && n <= 1 + MAX_CLAIM_RETRIES) && errors === 0,
+  });
+  const perTick = ticks.flatMap(tickStatements);
+  const finishes = ticks.flatMap((t) => t.statementsPerWorker.finish_run);
+  checks.push({
+    what: 'all statements per worker per tick (claims + the runs\' bookkeeping)',
+    target: 'constant (independent of the job count)',
+    measured: `${range(perTick)}, of which finish_run ${range(finishes)} (one per run)`,
+    met: perTick.every((n) => n <= 1 + MAX_CLAIM_RETRIES),
+  });
+  return checks;
+}
+
+function claimsTable(ticks: readonly TickResult[]): Table {
+  return {
+    headers: ['tick (UTC)', 'tick -> last claim ms', 'incl. empty retries ms', 'tick -> first sent ms', 'batch ms per worker', 'claim statements per worker', 'jobs per statement', 'claimed per worker'],
+    align: ['l', 'r', 'r', 'r', 'l', 'l', 'l', 'l'],
+    rows: ticks.map((t) => [
+      time(t.slot),
+      fixed(t.wallMs, 1),
+      fixed(t.lastClaimStatementMs, 1),
+      fixed(t.firstClaimSentMs, 1),
+      list(t.batchMs),
+      list(t.claimStatementsPerWorker),
+      t.claimBatches.map((b) => b || '-').join(' '),
+      list(t.claimedPerWorker),
+    ]),
+  };
+}
+
+function runsTable(ticks: readonly TickResult[], jobs: number): Table {
+  return {
+    headers: ['tick (UTC)', 'start p50 ms', 'start p99 ms', 'start max ms', 'runs recorded by ms', 'finish_run failed', 'statements per worker', 'finish_run per worker', 'exactly once', 'missing (skipped)', 'doubled', 'recorded succeeded'],
+    align: ['l', 'r', 'r', 'r', 'r', 'r', 'l', 'l', 'r', 'r', 'r', 'r'],
+    rows: ticks.map((t) => [
+      time(t.slot),
+      fixed(t.startLatencyMs.p50, 1),
+      fixed(t.startLatencyMs.p99, 1),
+      fixed(t.startLatencyMs.max, 1),
+      fixed(t.lastFinishMs, 0),
+      integer(t.finishFailed),
+      list(t.statementsPerWorker.total),
+      list(t.statementsPerWorker.finish_run),
+      `${integer(t.verification.exactlyOnce)}/${integer(jobs)}`,
+      `${integer(t.verification.missing)} (${integer(t.verification.missingSkipped)})`,
+      integer(t.verification.doubled),
+      integer(t.verification.succeeded),
+    ]),
+  };
+}
+
+function probeTable(results: SchedulerResults): Table {
+  return {
+    headers: ['run', 'jobs', 'claimed', 'round trip ms', 'claim_slots on the server ms', 'part 1: claim ms', 'part 2: report unclaimed ms', 'part 2 matches jobs to runs with'],
+    align: ['r', 'r', 'r', 'r', 'r', 'r', 'r', 'l'],
+    rows: results.probe.runs.map((run, index) => [
+      String(index + 1),
+      integer(run.jobs),
+      integer(run.claimed),
+      fixed(run.roundTripMs, 1),
+      run.serverMs === null ? '?' : fixed(run.serverMs, 1),
+      run.claimPartMs === null ? '?' : fixed(run.claimPartMs, 1),
+      run.reportPartMs === null ? '?' : fixed(run.reportPartMs, 1),
+      run.reportPartJoin ?? '?',
+    ]),
+  };
+}
+
+function idleTable(results: SchedulerResults): Table {
+  const row = (r: IdleResult): string[] => [
+    integer(r.jobs),
+    r.schedule,
+    integer(r.startMs),
+    fixed(r.rssStartMiB, 1),
+    fixed(r.rssEndMiB, 1),
+    fixed(r.heapUsedEndMiB, 1),
+    fixed(r.rssAfterGcMiB, 1),
+    fixed(r.heapUsedAfterGcMiB, 1),
+    fixed(r.cpuMsPerMinute, 0),
+    fixed(r.cpuPercent, 2),
+    fixed(r.statementsPerMinute, 1),
+  ];
+  return {
+    headers: ['jobs', 'schedule', 'startWorker ms', 'RSS start MiB', 'RSS end MiB', 'heap used MiB', 'RSS after GC MiB', 'heap after GC MiB', 'CPU ms/min', 'CPU % of a core', 'statements/min'],
+    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    rows: [row(results.idle), row(results.idleBaseline)],
+  };
+}
+
+function setupLine(results: SchedulerResults): string {
+  const s = results.settings;
+  return (
+    `${integer(s.jobs)} jobs, all \`every: '${s.everySeconds}s'\` (so all due at every tick), on ${s.workers} worker processes ` +
+    `(bench/fixtures/tick-worker.ts: startWorker() with default options; the handler only notes when it started); ` +
+    `${s.warmupTicks} tick(s) after all workers were ready left alone, then ${s.measuredTicks} measured. ` +
+    `startWorker() took ${list(results.workerStartMs)} ms; RSS after the ticks ${list(results.workerRssMiB, 1)} MiB. ` +
+    `Times run from the slot instant (database time, mapped to the local clock: local - database = ${fixed(results.clockOffsetMs, 2)} ms).`
+  );
+}
+
+function finishErrorsLine(results: SchedulerResults): string | null {
+  const entries = Object.entries(results.finishErrors);
+  if (entries.length === 0) return null;
+  return `finish_run failures during the ticks (warm-up included): ${entries.map(([message, n]) => `${integer(n)} × ${message}`).join('; ')}`;
+}
+
+function warmupLine(results: SchedulerResults): string | null {
+  if (results.warmupTicks.length === 0) return null;
+  return (
+    'Warm-up tick(s), not measured: ' +
+    results.warmupTicks
+      .map((t) => `${time(t.slot)} last claim ${fixed(t.wallMs, 0)} ms, exactly once ${integer(t.verification.exactlyOnce)}, runs recorded by ${fixed(t.lastFinishMs, 0)} ms, finish_run failed ${integer(t.finishFailed)}`)
+      .join('; ') +
+    '.'
+  );
+}
+
+/** The scheduler sections as plain text, for stdout. */
+export function schedulerText(results: SchedulerResults, render: (table: Table) => string): string[] {
+  const lines = [
+    `Scheduler: ${setupLine(results).replace(/`/g, '')}`,
+    'Claims: "tick -> last claim" ends when the last claim_slots statement that claimed a slot returned; batch = a worker\'s first (full) statement',
+    render(claimsTable(results.ticks)),
+    '',
+    'Runs: start = handler start - slot; statements per worker = everything sent from 1 s before the tick to 1 s before the next',
+    render(runsTable(results.ticks, results.settings.jobs)),
+  ];
+  const warmup = warmupLine(results);
+  if (warmup) lines.push(warmup);
+  const failures = finishErrorsLine(results);
+  if (failures) lines.push(failures);
+  if (results.probe.runs.length > 0 || results.probe.note) {
+    lines.push('', `One claim of all ${integer(results.settings.jobs)} jobs (all free), alone on the database, with auto_explain timing the statements inside claim_slots`);
+    if (results.probe.runs.length > 0) lines.push(render(probeTable(results)));
+    if (results.probe.note) lines.push(results.probe.note);
+  }
+  lines.push('', `Idle worker: next slot months away; sampled for ${fixed(results.idle.windowSeconds, 0)} s, CPU = user + system`, render(idleTable(results)));
+  return lines;
+}
+
+/** The scheduler sections as markdown, for RESULTS.md. */
+export function schedulerMarkdown(results: SchedulerResults, render: (table: Table) => string): string[] {
+  const s = results.settings;
+  const lines = [
+    '## Scheduler: many jobs due at the same tick',
+    '',
+    `${setupLine(results)}`,
+    '',
+    `Each worker claims every due job with one \`claim_slots\` statement; jobs another worker was still committing come back as ` +
+      '`holder-committing` and are retried once 25 ms later (then `slot-taken`). "tick -> last claim" ends when the last statement ' +
+      'that claimed a slot returned to its worker; "incl. empty retries" also waits for retries that found every job taken. ' +
+      '"batch ms" is each worker\'s first statement, client side.',
+    '',
+    render(claimsTable(results.ticks)),
+    '',
+    'Start latency = handler start minus slot, every run of the tick. Statements per worker: everything the worker sent from 1 s ' +
+      'before the tick to 1 s before the next (pg.Client.prototype.query counted in the worker process). Each run is recorded ' +
+      '(and its lease released) by its own `finish_run`; one that fails leaves its lease held until its TTL (30 s) runs out, and ' +
+      `a tick within that time skips the job ("skipped"). The last columns come from \`leasehold.runs\`: rows per (job, slot) for all ${integer(s.jobs)} jobs, ` +
+      'and how many of them were recorded as succeeded (a run whose finish_run failed stays `running` until the next claim marks it `lost`).',
+    '',
+    render(runsTable(results.ticks, s.jobs)),
+    '',
+  ];
+  const warmup = warmupLine(results);
+  if (warmup) lines.push(warmup, '');
+  const failures = finishErrorsLine(results);
+  if (failures) lines.push(failures, '');
+  if (results.probe.runs.length > 0 || results.probe.note) {
+    lines.push(
+      '### Where one claim of all jobs spends its time',
+      '',
+      `After the ticks, with the workers stopped: the worker's claim call (\`SchedulerStore.claim\`) for all ${integer(s.jobs)} jobs, all free, ` +
+        'alone on the database, on a connection with `auto_explain` logging the duration of each statement inside `claim_slots` ' +
+        '(part 1 locks the free leases, updates them and inserts the runs; part 2 reports why the other jobs were not claimed, matching ' +
+        'them against the runs part 1 started). Round trip = call to parsed rows in the client.',
+      '',
+    );
+    if (results.probe.runs.length > 0) lines.push(render(probeTable(results)), '');
+    if (results.probe.note) lines.push(results.probe.note, '');
+  }
+  lines.push(
+    '## Scheduler: an idle worker',
+    '',
+    `One worker holding ${integer(s.jobs)} job definitions whose next slot is months away (${results.idle.schedule.replace(/'/g, '`')}), ` +
+      `and one holding a single definition, sampled over the same ${fixed(results.idle.windowSeconds, 0)} s (after 2 s to settle). ` +
+      'CPU = `process.cpuUsage()` user + system per minute of wall time; "after GC" is sampled after a forced full collection at the end.',
+    '',
+    render(idleTable(results)),
+    '',
+  );
+  return lines;
+}

@@ -1,0 +1,443 @@
+// The scheduler benchmark: many jobs due at the same tick, several worker processes.
+//
+// `workers` child processes (bench/fixtures/tick-worker.ts) each run startWorker() with the
+// same `jobs` job definitions, all `every: <interval>`, so every job is due at every tick.
+// Once every worker is ready, the first `warmupTicks` ticks are left alone and the next
+// `measuredTicks` are measured:
+//   - wall time: the slot instant -> the last claim_slots statement that claimed a slot
+//     returned, over all workers. Slots are database time; they are mapped onto the local
+//     clock (which all processes on this machine share) with the offset measured here.
+//   - statements per worker per tick: every statement a worker sent from 1 s before the slot
+//     to 1 s before the next one, by the leasehold function it called.
+//   - tick-to-start latency: each handler's start minus its slot, every run of the tick.
+//   - in the database: leasehold.runs has exactly one row per (job, slot), for every job.
+// The interval must leave time to finish the previous tick's runs (one finish_run each):
+// a job whose previous run still holds its lease is skipped, which the check would report.
+// Then: one claim of all the jobs alone with auto_explain (claim-probe.ts), and the idle part:
+// a worker holding `jobs` definitions whose next slot is months away, and one holding a single
+// definition for comparison, sampled for RSS and CPU over `idleSeconds`.
+import { performance } from 'node:perf_hooks';
+import { fileURLToPath } from 'node:url';
+import { JsonChild, killAll } from './child.js';
+import type { SchedulerConfig } from './config.js';
+import { probeClaim, type ClaimProbeResult } from './claim-probe.js';
+import { Session } from './session.js';
+import { max, min, percentileOfSorted, round, sleep, sortedCopy } from './stats.js';
+import { isUsageSample, isWorkerDump, STATEMENT_KINDS, type ClaimRecord, type StatementKind, type UsageSample, type WorkerDump } from './tick-protocol.js';
+
+const TICK_WORKER = fileURLToPath(new URL('../fixtures/tick-worker.ts', import.meta.url));
+const TICK_PREFIX = 'tick';
+/** Far away: the idle workers never claim anything. */
+export const IDLE_CRON = '0 0 1 1 *';
+/** A tick's statements: from this long before its slot to this long before the next slot. */
+const WINDOW_LEAD_MS = 1_000;
+const START_TIMEOUT_MS = 240_000;
+/** A worker retries the jobs another worker was still committing this many times at most (worker.ts RETRY_DELAYS_MS). */
+export const MAX_CLAIM_RETRIES = 3;
+
+/** See bench/lib/config.ts (BENCH_SCHED_*). */
+export type SchedulerSettings = SchedulerConfig;
+
+export interface TickVerification {
+  /** Jobs with exactly one run for the slot (must equal the job count). */
+  exactlyOnce: number;
+  /** Jobs with no run for the slot (must be 0). */
+  missing: number;
+  /** Of those, jobs with a skip recorded for the slot: their previous run still held the lease. */
+  missingSkipped: number;
+  /** Jobs with more than one run for the slot (must be 0). */
+  doubled: number;
+  runs: number;
+  succeeded: number;
+  /** leasehold.skips rows for the slot: the job's previous run still held the lease. */
+  skips: number;
+  missed: number;
+  /** Runs per worker (holders bench-tick-0, ...): how the jobs were shared. */
+  runsPerWorker: number[];
+}
+
+export type StatementCounts = Record<StatementKind | 'total', number[]>;
+
+export interface TickResult {
+  slot: string;
+  /** Slot -> the last claim_slots statement that claimed at least one slot returned (any worker). */
+  wallMs: number;
+  /** Slot -> the last claim_slots statement for this slot returned, including retries that claimed nothing. */
+  lastClaimStatementMs: number;
+  /** Slot -> the first claim_slots statement was sent (timer margin + building the batch). */
+  firstClaimSentMs: number;
+  /** Per worker: duration of its first claim_slots statement of the tick (the full batch), client side. */
+  batchMs: number[];
+  /** Per worker: claim_slots statements for this tick (the batch plus retries). */
+  claimStatementsPerWorker: number[];
+  /** Per worker: jobs in each of its claim_slots statements, in order (e.g. "10000+7500"). */
+  claimBatches: string[];
+  /** Per worker: slots it claimed. */
+  claimedPerWorker: number[];
+  /** Why rows were not claimed, summed over all claim statements of the tick. */
+  reasons: Record<string, number>;
+  /** Per worker: statements sent in the tick's window, by leasehold function. */
+  statementsPerWorker: StatementCounts;
+  /** Handler start minus slot, every run of the tick. */
+  startLatencyMs: { count: number; p50: number; p99: number; max: number };
+  /** Slot -> the last finish_run of the tick's window settled (every run recorded, or given up). */
+  lastFinishMs: number;
+  /** finish_run calls that threw (e.g. no pool connection within connectTimeout): those leases stay held until their TTL runs out. */
+  finishFailed: number;
+  verification: TickVerification;
+}
+
+export interface IdleResult {
+  jobs: number;
+  schedule: string;
+  windowSeconds: number;
+  /** startWorker() with every definition, ms. */
+  startMs: number;
+  rssStartMiB: number;
+  rssEndMiB: number;
+  heapUsedEndMiB: number;
+  /** After a forced full garbage collection at the end: what the definitions really retain. */
+  rssAfterGcMiB: number;
+  heapUsedAfterGcMiB: number;
+  /** CPU time (user + system) per minute of wall time, ms. */
+  cpuMsPerMinute: number;
+  /** The same as a share of one core. */
+  cpuPercent: number;
+  statementsPerMinute: number;
+}
+
+export interface SchedulerResults {
+  settings: SchedulerSettings;
+  /** Local clock minus database clock (ms), from the shortest of several round trips. */
+  clockOffsetMs: number;
+  clockRoundTripMs: number;
+  /** Per tick worker: startWorker() with every definition (validation, register_jobs, ...), ms. */
+  workerStartMs: number[];
+  /** Per tick worker: RSS after the measured ticks, MiB. */
+  workerRssMiB: number[];
+  /** The measured ticks. */
+  ticks: TickResult[];
+  /** The ticks between all workers ready and the measured ones (for diagnosis only). */
+  warmupTicks: TickResult[];
+  /** Why finish_run calls failed, over the whole tick phase, by message. */
+  finishErrors: Record<string, number>;
+  probe: ClaimProbeResult;
+  idle: IdleResult;
+  idleBaseline: IdleResult;
+}
+
+/** Local minus database clock, from the sample with the shortest round trip. */
+async function measureClockOffset(session: Session): Promise<{ offsetMs: number; roundTripMs: number }> {
+  let best: { offsetMs: number; roundTripMs: number } | undefined;
+  for (let i = 0; i < 9; i++) {
+    const sent = performance.timeOrigin + performance.now();
+    const rows = await session.query<{ ms: string }>('select (extract(epoch from clock_timestamp()) * 1000)::text as ms');
+    const received = performance.timeOrigin + performance.now();
+    const roundTripMs = received - sent;
+    const offsetMs = (sent + received) / 2 - Number(rows[0]?.ms);
+    if (!best || roundTripMs < best.roundTripMs) best = { offsetMs, roundTripMs };
+  }
+  if (!best) throw new Error('could not read the database clock');
+  return best;
+}
+
+function spawnWorker(connectionString: string, holder: string, env: Record<string, string>): JsonChild {
+  return JsonChild.spawn(holder, TICK_WORKER, { DATABASE_URL: connectionString, HOLDER: holder, ...env }, ['--expose-gc']);
+}
+
+async function waitReady(child: JsonChild): Promise<{ at: number; startMs: number }> {
+  const line = await child.waitFor((l) => l.event === 'ready', START_TIMEOUT_MS);
+  return { at: Number(line.at), startMs: Number(line.startMs) };
+}
+
+async function dump(child: JsonChild): Promise<WorkerDump> {
+  const answer = await child.send({ cmd: 'dump' }, 60_000);
+  if (!isWorkerDump(answer)) throw new Error(`${child.label}: unexpected dump ${JSON.stringify(answer).slice(0, 200)}`);
+  return answer;
+}
+
+async function usage(child: JsonChild, gc = false): Promise<UsageSample> {
+  const answer = await child.send({ cmd: 'usage', gc });
+  if (!isUsageSample(answer)) throw new Error(`${child.label}: unexpected usage ${JSON.stringify(answer).slice(0, 200)}`);
+  return answer;
+}
+
+const mib = (bytes: number) => round(bytes / 2 ** 20, 1);
+const jobNames = (count: number, prefix: string) => Array.from({ length: count }, (_, i) => `${prefix}-${String(i).padStart(5, '0')}`);
+
+interface VerificationRow {
+  missing_skipped: string;
+  exactly_once: string;
+  doubled: string;
+  jobs_run: string;
+  runs: string;
+  succeeded: string;
+  skips: string;
+  missed: string;
+}
+
+async function verifySlot(session: Session, slot: Date, jobs: number, holders: readonly string[]): Promise<TickVerification> {
+  const like = `${TICK_PREFIX}-%`;
+  const rows = await session.query<VerificationRow>(
+    `with per_job as (
+       select job, count(*) as n, count(*) filter (where outcome = 'succeeded') as ok
+         from leasehold.runs where slot = $1 and job like $2 group by job
+     )
+     select count(*)::text as jobs_run,
+            count(*) filter (where n = 1)::text as exactly_once,
+            count(*) filter (where n > 1)::text as doubled,
+            coalesce(sum(n), 0)::text as runs,
+            coalesce(sum(ok), 0)::text as succeeded,
+            (select count(*) from leasehold.skips where slot = $1 and job like $2)::text as skips,
+            (select count(*) from leasehold.missed where slot = $1 and job like $2)::text as missed,
+            (select count(*) from leasehold.skips k where k.slot = $1 and k.job like $2
+                and not exists (select 1 from per_job p where p.job = k.job))::text as missing_skipped
+       from per_job`,
+    [slot, like],
+  );
+  const row = rows[0];
+  if (!row) throw new Error('verification returned no row');
+  const perHolder = await session.query<{ holder: string; n: string }>(
+    'select holder, count(*)::text as n from leasehold.runs where slot = $1 and job like $2 group by holder',
+    [slot, like],
+  );
+  const byHolder = new Map(perHolder.map((r) => [r.holder, Number(r.n)]));
+  return {
+    exactlyOnce: Number(row.exactly_once),
+    missing: jobs - Number(row.jobs_run),
+    missingSkipped: Number(row.missing_skipped),
+    doubled: Number(row.doubled),
+    runs: Number(row.runs),
+    succeeded: Number(row.succeeded),
+    skips: Number(row.skips),
+    missed: Number(row.missed),
+    runsPerWorker: holders.map((holder) => byHolder.get(holder) ?? 0),
+  };
+}
+
+/** Waits until every job has a finished run for every slot, or `deadline` (performance.now()) passes. */
+async function waitForRuns(session: Session, slots: readonly Date[], jobs: number, deadline: number): Promise<boolean> {
+  for (;;) {
+    const rows = await session.query<{ done: string }>(
+      `select count(*)::text as done from leasehold.runs where slot = any($1::timestamptz[]) and job like $2 and outcome <> 'running'`,
+      [slots, `${TICK_PREFIX}-%`],
+    );
+    if (Number(rows[0]?.done) >= jobs * slots.length) return true;
+    if (performance.now() >= deadline) return false;
+    await sleep(200);
+  }
+}
+
+function analyseTick(slotDb: number, offsetMs: number, intervalMs: number, dumps: readonly WorkerDump[], verification: TickVerification): TickResult {
+  const slotLocal = slotDb + offsetMs;
+  const windowStart = slotLocal - WINDOW_LEAD_MS;
+  const windowEnd = windowStart + intervalMs;
+  const forSlot = (claim: ClaimRecord) => claim.slotMin <= slotDb && claim.slotMax >= slotDb;
+  const perWorkerClaims = dumps.map((d) => d.claims.filter(forSlot).sort((a, b) => a.start - b.start));
+  const all = perWorkerClaims.flat();
+  const claiming = all.filter((c) => c.claimed > 0);
+  const reasons: Record<string, number> = {};
+  for (const claim of all) {
+    for (const [reason, n] of Object.entries(claim.reasons)) if (reason !== 'claimed') reasons[reason] = (reasons[reason] ?? 0) + n;
+    if (claim.error) reasons[`error: ${claim.error}`] = (reasons[`error: ${claim.error}`] ?? 0) + 1;
+  }
+  const statementsPerWorker = Object.fromEntries([...STATEMENT_KINDS, 'total'].map((kind) => [kind, [] as number[]])) as StatementCounts;
+  let lastFinish = Number.NaN;
+  let finishFailed = 0;
+  for (const d of dumps) {
+    for (let i = 0; i + 1 < d.finishes.length; i += 2) {
+      const at = d.finishes[i] as number;
+      if (at < windowStart || at >= windowEnd) continue;
+      if (!(at <= lastFinish)) lastFinish = at;
+      if (d.finishes[i + 1] === 0) finishFailed++;
+    }
+    const counts = new Map<StatementKind, number>();
+    let total = 0;
+    for (let i = 0; i + 1 < d.statements.length; i += 2) {
+      const at = d.statements[i] as number;
+      if (at < windowStart || at >= windowEnd) continue;
+      const kind = STATEMENT_KINDS[d.statements[i + 1] as number] ?? 'other';
+      counts.set(kind, (counts.get(kind) ?? 0) + 1);
+      total++;
+    }
+    for (const kind of STATEMENT_KINDS) statementsPerWorker[kind].push(counts.get(kind) ?? 0);
+    statementsPerWorker.total.push(total);
+  }
+  const latencies: number[] = [];
+  for (const d of dumps) {
+    for (let i = 0; i + 1 < d.starts.length; i += 2) {
+      if (d.starts[i] === slotDb) latencies.push((d.starts[i + 1] as number) - slotLocal);
+    }
+  }
+  const sorted = sortedCopy(latencies);
+  return {
+    slot: new Date(slotDb).toISOString(),
+    wallMs: round(max(claiming.map((c) => c.end)) - slotLocal, 1),
+    lastClaimStatementMs: round(max(all.map((c) => c.end)) - slotLocal, 1),
+    firstClaimSentMs: round(min(all.map((c) => c.start)) - slotLocal, 1),
+    batchMs: perWorkerClaims.map((claims) => (claims[0] ? round(claims[0].end - claims[0].start, 1) : Number.NaN)),
+    claimStatementsPerWorker: perWorkerClaims.map((claims) => claims.length),
+    claimBatches: perWorkerClaims.map((claims) => claims.map((c) => String(c.jobs)).join('+')),
+    claimedPerWorker: perWorkerClaims.map((claims) => claims.reduce((n, c) => n + c.claimed, 0)),
+    reasons,
+    statementsPerWorker,
+    startLatencyMs: {
+      count: latencies.length,
+      p50: round(percentileOfSorted(sorted, 50), 1),
+      p99: round(percentileOfSorted(sorted, 99), 1),
+      max: round(percentileOfSorted(sorted, 100), 1),
+    },
+    lastFinishMs: round(lastFinish - slotLocal, 1),
+    finishFailed,
+    verification,
+  };
+}
+
+async function measureTicks(
+  connectionString: string,
+  settings: SchedulerSettings,
+  admin: Session,
+  offsetMs: number,
+  progress: (message: string) => void,
+): Promise<{ ticks: TickResult[]; warmupTicks: TickResult[]; finishErrors: Record<string, number>; workerStartMs: number[]; workerRssMiB: number[] }> {
+  const intervalMs = settings.everySeconds * 1000;
+  const holders = Array.from({ length: settings.workers }, (_, i) => `bench-tick-${i}`);
+  const children = holders.map((holder) =>
+    spawnWorker(connectionString, holder, { PREFIX: TICK_PREFIX, JOBS: String(settings.jobs), EVERY: `${settings.everySeconds}s` }),
+  );
+  try {
+    const ready = await Promise.all(children.map(waitReady));
+    const allReadyDb = max(ready.map((r) => r.at)) - offsetMs;
+    progress(`${settings.workers} workers ready; startWorker() with ${settings.jobs.toLocaleString('en-US')} jobs took ${ready.map((r) => r.startMs.toFixed(0)).join(', ')} ms`);
+    // The first tick strictly after every worker was ready, then the warm-up ticks.
+    const readySlot = (Math.floor(allReadyDb / intervalMs) + 1) * intervalMs;
+    const warmupSlots = Array.from({ length: settings.warmupTicks }, (_, i) => new Date(readySlot + i * intervalMs));
+    const firstSlot = readySlot + settings.warmupTicks * intervalMs;
+    const slots = Array.from({ length: settings.measuredTicks }, (_, i) => new Date(firstSlot + i * intervalMs));
+    const lastSlotLocal = (slots[slots.length - 1] as Date).getTime() + offsetMs;
+    progress(
+      `measuring the ticks at ${slots.map((s) => s.toISOString().slice(11, 23)).join(', ')} UTC after ${settings.warmupTicks} warm-up tick(s) ` +
+        `(about ${Math.ceil((lastSlotLocal - Date.now()) / 1000)} s from now)`,
+    );
+    await sleep(Math.max(0, lastSlotLocal - Date.now()) + 200);
+    // Every run of the measured ticks recorded, but read the statements before the next tick.
+    const finished = await waitForRuns(admin, slots, settings.jobs, performance.now() + Math.max(0, lastSlotLocal + intervalMs - WINDOW_LEAD_MS - 300 - Date.now()));
+    if (!finished) progress('  not every run of the measured ticks had finished before the next tick');
+    await sleep(300); // trailing statements of the last tick (record_missed, ...)
+    const dumps = await Promise.all(children.map(dump));
+    const rss = await Promise.all(children.map((child) => usage(child)));
+    await killAll(children);
+    const analyse = async (slot: Date) => analyseTick(slot.getTime(), offsetMs, intervalMs, dumps, await verifySlot(admin, slot, settings.jobs, holders));
+    const warmupTicks: TickResult[] = [];
+    for (const slot of warmupSlots) warmupTicks.push(await analyse(slot));
+    const ticks: TickResult[] = [];
+    for (const slot of slots) ticks.push(await analyse(slot));
+    const finishErrors: Record<string, number> = {};
+    for (const d of dumps) for (const [message, n] of Object.entries(d.finishErrors)) finishErrors[message] = (finishErrors[message] ?? 0) + n;
+    return { ticks, warmupTicks, finishErrors, workerStartMs: ready.map((r) => round(r.startMs, 0)), workerRssMiB: rss.map((u) => mib(u.rss)) };
+  } finally {
+    await killAll(children);
+  }
+}
+
+function idleResult(jobs: number, startMs: number, first: UsageSample, last: UsageSample, collected: UsageSample): IdleResult {
+  const wallMs = last.at - first.at;
+  const cpuMs = (last.cpuUserMicros + last.cpuSystemMicros - first.cpuUserMicros - first.cpuSystemMicros) / 1000;
+  return {
+    jobs,
+    schedule: `cron '${IDLE_CRON}'`,
+    windowSeconds: round(wallMs / 1000, 1),
+    startMs: round(startMs, 0),
+    rssStartMiB: mib(first.rss),
+    rssEndMiB: mib(last.rss),
+    heapUsedEndMiB: mib(last.heapUsed),
+    rssAfterGcMiB: mib(collected.rss),
+    heapUsedAfterGcMiB: mib(collected.heapUsed),
+    cpuMsPerMinute: round((cpuMs / wallMs) * 60_000, 1),
+    cpuPercent: round((cpuMs / wallMs) * 100, 3),
+    statementsPerMinute: round(((last.statements - first.statements) / wallMs) * 60_000, 1),
+  };
+}
+
+async function measureIdle(
+  connectionString: string,
+  settings: SchedulerSettings,
+  progress: (message: string) => void,
+): Promise<{ idle: IdleResult; idleBaseline: IdleResult }> {
+  const big = spawnWorker(connectionString, 'bench-idle', { PREFIX: 'idle', JOBS: String(settings.jobs), CRON: IDLE_CRON });
+  const one = spawnWorker(connectionString, 'bench-idle-one', { PREFIX: 'idle-one', JOBS: '1', CRON: IDLE_CRON });
+  try {
+    const [bigReady, oneReady] = await Promise.all([waitReady(big), waitReady(one)]);
+    // Let start-up settle (its garbage is left for V8 to collect when it wants, as in production).
+    await sleep(2_000);
+    const [bigFirst, oneFirst] = await Promise.all([usage(big), usage(one)]);
+    progress(
+      `idle workers (${settings.jobs.toLocaleString('en-US')} jobs, started in ${bigReady.startMs.toFixed(0)} ms, and 1 job; cron '${IDLE_CRON}'): ` +
+        `sampling for ${settings.idleSeconds} s`,
+    );
+    await sleep(settings.idleSeconds * 1000);
+    const [bigLast, oneLast] = await Promise.all([usage(big), usage(one)]);
+    const [bigGc, oneGc] = await Promise.all([usage(big, true), usage(one, true)]);
+    return {
+      idle: idleResult(settings.jobs, bigReady.startMs, bigFirst, bigLast, bigGc),
+      idleBaseline: idleResult(1, oneReady.startMs, oneFirst, oneLast, oneGc),
+    };
+  } finally {
+    await killAll([big, one]);
+  }
+}
+
+export async function measureScheduler(options: {
+  connectionString: string;
+  settings: SchedulerSettings;
+  progress: (message: string) => void;
+}): Promise<SchedulerResults> {
+  const { connectionString, settings, progress } = options;
+  const admin = await Session.open(connectionString, 'bench-scheduler');
+  try {
+    const clock = await measureClockOffset(admin);
+    progress(
+      `scheduler: ${settings.jobs.toLocaleString('en-US')} jobs every ${settings.everySeconds}s on ${settings.workers} worker processes; ` +
+        `local - database clock = ${clock.offsetMs.toFixed(2)} ms (round trip ${clock.roundTripMs.toFixed(2)} ms)`,
+    );
+    const { ticks, warmupTicks, finishErrors, workerStartMs, workerRssMiB } = await measureTicks(connectionString, settings, admin, clock.offsetMs, progress);
+    for (const tick of [...warmupTicks, ...ticks]) {
+      const v = tick.verification;
+      progress(
+        `  ${warmupTicks.includes(tick) ? 'warm-up' : 'measured'} tick ${tick.slot.slice(11, 23)}: last claim ${tick.wallMs.toFixed(1)} ms after the slot; ` +
+          `claim statements per worker ${tick.claimStatementsPerWorker.join(', ')}; start latency p50 ${tick.startLatencyMs.p50} ms, p99 ${tick.startLatencyMs.p99} ms; ` +
+          `exactly once ${v.exactlyOnce}/${settings.jobs}, missing ${v.missing} (skipped ${v.missingSkipped}), doubled ${v.doubled}; ` +
+          `runs recorded by ${tick.lastFinishMs.toFixed(0)} ms, ${tick.finishFailed} finish_run failed`,
+      );
+    }
+    for (const [message, n] of Object.entries(finishErrors)) progress(`  finish_run failed ${n} time(s): ${message}`);
+    if (settings.probeRuns > 0) progress(`one claim of all ${settings.jobs.toLocaleString('en-US')} jobs, alone, with auto_explain: ${settings.probeRuns} run(s)`);
+    const probe = await probeClaim({ connectionString, jobNames: jobNames(settings.jobs, TICK_PREFIX), everySeconds: settings.everySeconds, runs: settings.probeRuns });
+    for (const run of probe.runs) {
+      progress(
+        `  round trip ${run.roundTripMs} ms; server ${run.serverMs ?? '?'} ms = claim part ${run.claimPartMs ?? '?'} ms + report part ${run.reportPartMs ?? '?'} ms (${run.reportPartJoin ?? '?'})`,
+      );
+    }
+    if (probe.note) progress(`  ${probe.note}`);
+    const { idle, idleBaseline } = await measureIdle(connectionString, settings, progress);
+    progress(
+      `  idle, ${idle.jobs} jobs: RSS ${idle.rssEndMiB} MiB (${idle.rssAfterGcMiB} after GC), CPU ${idle.cpuMsPerMinute} ms/min; ` +
+        `1 job: RSS ${idleBaseline.rssEndMiB} MiB, CPU ${idleBaseline.cpuMsPerMinute} ms/min`,
+    );
+    return {
+      settings,
+      clockOffsetMs: round(clock.offsetMs, 2),
+      clockRoundTripMs: round(clock.roundTripMs, 2),
+      workerStartMs,
+      workerRssMiB,
+      ticks,
+      warmupTicks,
+      finishErrors,
+      probe,
+      idle,
+      idleBaseline,
+    };
+  } finally {
+    await admin.close();
+  }
+}

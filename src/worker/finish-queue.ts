@@ -1,0 +1,85 @@
+// Runs that end at about the same moment (a tick that started thousands of short jobs) are
+// recorded and released with one finish_runs() statement instead of one each, so that they
+// neither flood the small control pool nor leave leases to their TTL when it is busy.
+import type { SchedulerStore } from './claims.js';
+import type { RunOutcome } from './execute-run.js';
+
+export interface FinishRequest {
+  job: string;
+  fence: number;
+  token: string | null;
+  outcome: RunOutcome;
+  error: string | null;
+  attempts: number;
+}
+
+export interface FinishResult {
+  recorded: boolean;
+  released: boolean;
+  nextBufferedSlot: Date | null;
+}
+
+interface Pending {
+  request: FinishRequest;
+  resolve: (result: FinishResult) => void;
+  reject: (error: unknown) => void;
+}
+
+const BATCH_DELAY_MS = 5;
+const MAX_BATCH = 2_000;
+const RETRY_DELAY_MS = 250;
+
+export class FinishQueue {
+  private pending: Pending[] = [];
+  private timer: NodeJS.Timeout | undefined;
+  // Batches go out one at a time, in order: the pool stays free for claims and heartbeats.
+  private chain: Promise<void> = Promise.resolve();
+
+  constructor(private readonly store: SchedulerStore) {}
+
+  finish(request: FinishRequest): Promise<FinishResult> {
+    return new Promise((resolve, reject) => {
+      this.pending.push({ request, resolve, reject });
+      if (this.pending.length >= MAX_BATCH) this.flush();
+      else this.timer ??= setTimeout(() => this.flush(), BATCH_DELAY_MS);
+    });
+  }
+
+  /** Resolves when everything queued so far has been written (or has failed). */
+  drain(): Promise<void> {
+    this.flush();
+    return this.chain;
+  }
+
+  private flush(): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    if (this.pending.length === 0) return;
+    const batch = this.pending.splice(0, MAX_BATCH);
+    this.chain = this.chain.then(() => this.write(batch));
+    if (this.pending.length > 0) this.timer = setTimeout(() => this.flush(), 0);
+  }
+
+  private async write(batch: Pending[]): Promise<void> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        const rows = await this.store.finishMany(batch.map((p) => p.request));
+        const byRun = new Map(rows.map((row) => [`${row.job}#${row.fence}`, row]));
+        for (const { request, resolve } of batch) {
+          const row = byRun.get(`${request.job}#${request.fence}`);
+          resolve({ recorded: row?.recorded ?? false, released: row?.released ?? false, nextBufferedSlot: row?.nextBufferedSlot ?? null });
+        }
+        return;
+      } catch (error) {
+        // Recording the same outcome twice is harmless (only a 'running' run is updated, only
+        // a matching token released), so one retry after a pause is safe.
+        if (attempt === 1) {
+          await new Promise((resolve) => setTimeout(resolve, RETRY_DELAY_MS));
+          continue;
+        }
+        for (const { reject } of batch) reject(error);
+        return;
+      }
+    }
+  }
+}
