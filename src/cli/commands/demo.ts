@@ -9,7 +9,8 @@ export function registerDemo(program: Command, io: Io): void {
     .action(async () => {
       try {
         const { runDemo } = await import('../../demo/run.js');
-        io.exit(await runDemo());
+        // a second Ctrl-C during the demo's cleanup exits at once
+        io.exit(await runDemo({ onForceQuit: (code) => process.exit(code) }));
       } catch (error) {
         report(io, error, false);
       }

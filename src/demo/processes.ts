@@ -1,13 +1,24 @@
 // Spawns and drives demo worker processes (worker.ts): JSON-line events in, commands out,
 // signals, and a kill that always works (a stopped process is continued first).
+//
+// The worker runs from source (tsx) when this file does (a checkout: `npm run demo`), and as
+// plain JavaScript from dist/ otherwise (the installed package: `leasehold demo`).
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseMessage, type MessageOf, type WorkerCommand, type WorkerEvent, type WorkerMessage } from './protocol.js';
 
-const ROOT = fileURLToPath(new URL('..', import.meta.url));
-const TSX = fileURLToPath(new URL('../node_modules/tsx/dist/esm/index.mjs', import.meta.url));
-const WORKER = fileURLToPath(new URL('./worker.ts', import.meta.url));
+const FROM_SOURCE = import.meta.url.endsWith('.ts');
+/** The package root: two levels up from src/demo/ or dist/demo/. */
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const WORKER = fileURLToPath(new URL(FROM_SOURCE ? './worker.ts' : './worker.js', import.meta.url));
+
+/** The command line that runs the worker with this Node.js. */
+function workerCommand(): { command: string; args: string[] } {
+  if (!FROM_SOURCE) return { command: process.execPath, args: [WORKER] };
+  const tsx = fileURLToPath(new URL('node_modules/tsx/dist/esm/index.mjs', new URL('../../', import.meta.url)));
+  return { command: process.execPath, args: ['--import', tsx, WORKER] };
+}
 
 export class WorkerProcess {
   /** True once we sent SIGSTOP and not yet SIGCONT. */
@@ -34,11 +45,14 @@ export class WorkerProcess {
   }
 
   static spawn(name: string, databaseUrl: string, onMessage: (message: WorkerMessage) => void): WorkerProcess {
-    const child = spawn(process.execPath, ['--import', TSX, WORKER], {
+    const { command, args } = workerCommand();
+    const child = spawn(command, args, {
       cwd: ROOT,
       env: { ...process.env, DATABASE_URL: databaseUrl, WORKER_NAME: name },
       stdio: ['pipe', 'pipe', 'pipe'],
     });
+    // A failed spawn (say the executable is gone) emits 'error' and then 'exit'; the exit is reported.
+    child.on('error', () => undefined);
     return new WorkerProcess(name, child, onMessage);
   }
 
@@ -67,7 +81,7 @@ export class WorkerProcess {
     if (signal === 'SIGCONT') this.frozen = false;
   }
 
-  /** Ends the process now, whatever its state. Synchronous, so it can run in a signal handler. */
+  /** Ends the process now, whatever its state. Synchronous, so it can run in a signal or exit handler. */
   killNow(): void {
     if (!this.alive) return;
     this.exitExpected = true;
@@ -75,7 +89,7 @@ export class WorkerProcess {
     this.child.kill('SIGKILL');
   }
 
-  /** Asks the worker to finish its job and exit; kills it after `graceMs`. */
+  /** Asks the worker to finish its runs and exit; kills it after `graceMs`. */
   async stop(graceMs: number): Promise<void> {
     if (!this.alive) return;
     this.exitExpected = true;
@@ -85,17 +99,12 @@ export class WorkerProcess {
     await this.exited;
     clearTimeout(timer);
   }
-
-  async kill(): Promise<void> {
-    this.killNow();
-    await this.exited;
-  }
 }
 
 /** Every event from every worker, in arrival order, with waiting for the next matching one. */
 export class EventLog {
   readonly messages: WorkerMessage[] = [];
-  private waiters: Array<{ match: (message: WorkerMessage) => boolean; resolve: (message: WorkerMessage) => void }> = [];
+  private waiters: Array<{ match: (message: WorkerMessage) => boolean; resolve: (message: WorkerMessage) => void; timer: NodeJS.Timeout }> = [];
 
   constructor(private readonly onMessage: (message: WorkerMessage) => void) {}
 
@@ -109,49 +118,52 @@ export class EventLog {
     });
   }
 
+  all<K extends WorkerEvent['type']>(type: K, match: (message: MessageOf<K>) => boolean = () => true): Array<MessageOf<K>> {
+    return this.messages.filter((message): message is MessageOf<K> => message.type === type).filter(match);
+  }
+
   count<K extends WorkerEvent['type']>(type: K, match: (message: MessageOf<K>) => boolean = () => true): number {
-    return this.messages.filter((message): message is MessageOf<K> => message.type === type).filter(match).length;
+    return this.all(type, match).length;
   }
 
   /**
-   * Resolves with the next event (arriving from now on) of `type` that matches; rejects with
-   * an error naming `what` after `timeoutMs`.
+   * Resolves with the first event of `type` that matches, already seen or arriving within
+   * `timeoutMs`; rejects with a StoryError naming `what` after that.
    */
-  next<K extends WorkerEvent['type']>(
-    type: K,
-    match: (message: MessageOf<K>) => boolean,
-    timeoutMs: number,
-    what: string,
-  ): Promise<MessageOf<K>> {
-    return this.nextOf([type], match, timeoutMs, what);
+  first<K extends WorkerEvent['type']>(type: K, match: (message: MessageOf<K>) => boolean, timeoutMs: number, what: string): Promise<MessageOf<K>> {
+    const seen = this.all(type, match)[0];
+    if (seen) return Promise.resolve(seen);
+    return this.next(type, match, timeoutMs, what);
   }
 
-  /** Like next(), for any of several event types. */
-  nextOf<K extends WorkerEvent['type']>(
-    types: K[],
-    match: (message: MessageOf<K>) => boolean,
-    timeoutMs: number,
-    what: string,
-  ): Promise<MessageOf<K>> {
-    const is = (message: WorkerMessage): message is MessageOf<K> => (types as string[]).includes(message.type);
+  /** Like first(), for events arriving from now on only. */
+  next<K extends WorkerEvent['type']>(type: K, match: (message: MessageOf<K>) => boolean, timeoutMs: number, what: string): Promise<MessageOf<K>> {
+    const is = (message: WorkerMessage): message is MessageOf<K> => message.type === type;
     return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.waiters = this.waiters.filter((w) => w !== waiter);
+        reject(new StoryError(`${what} did not happen within ${(timeoutMs / 1000).toFixed(0)} s`));
+      }, timeoutMs);
       const waiter = {
         match: (message: WorkerMessage) => is(message) && match(message),
         resolve: (message: WorkerMessage) => {
           clearTimeout(timer);
           if (is(message)) resolve(message);
         },
+        timer,
       };
-      const timer = setTimeout(() => {
-        this.waiters = this.waiters.filter((w) => w !== waiter);
-        reject(new StoryError(`${what} did not happen within ${(timeoutMs / 1000).toFixed(0)}s`));
-      }, timeoutMs);
       this.waiters.push(waiter);
     });
   }
+
+  /** Forgets every waiter and its timer (their promises never settle), so nothing keeps the process alive. */
+  close(): void {
+    for (const waiter of this.waiters) clearTimeout(waiter.timer);
+    this.waiters = [];
+  }
 }
 
-/** The story did not happen as it should: the demo reports it and exits non-zero. */
+/** The story did not happen as it should: the demo reports it and returns a non-zero exit code. */
 export class StoryError extends Error {
   override name = 'StoryError';
 }
