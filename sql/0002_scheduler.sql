@@ -377,16 +377,22 @@ begin
   return n;
 end $$;
 
--- run_history: runs, skips and missed slots of every job in one timeline, newest first:
+-- run_history: runs, skips and missed slots of every job in one timeline. A skipped slot that
+-- was buffered and ran later has outcome 'buffered' (and a run row of its own).
 --   select * from leasehold.run_history where job = 'nightly-report' limit 20;
 create view leasehold.run_history as
 select job, slot, 'run' as kind, outcome, fence, holder, started_at as at, finished_at,
        extract(epoch from finished_at - started_at)::double precision as duration_seconds, error as detail
   from leasehold.runs
 union all
-select job, slot, 'skip', 'skipped', holder_fence, holder, recorded_at, null, null,
-       format('held by %s (fence %s, slot %s) for %s', holder, holder_fence, holder_slot, held_for)
-  from leasehold.skips
+select k.job, k.slot, 'skip', case when ran.fence is null then 'skipped' else 'buffered' end,
+       k.holder_fence, k.holder, k.recorded_at, null, null,
+       format('held by %s (fence %s, slot %s) for %ss%s', k.holder, k.holder_fence,
+              to_char(k.holder_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+              round(extract(epoch from k.held_for)::numeric, 1),
+              case when ran.fence is null then '' else format('; buffered, ran later (fence %s)', ran.fence) end)
+  from leasehold.skips k
+  left join lateral (select r.fence from leasehold.runs r where r.job = k.job and r.slot = k.slot limit 1) ran on true
 union all
 select job, slot, 'missed', 'missed', null, null, recorded_at, null, null, reason
   from leasehold.missed;
