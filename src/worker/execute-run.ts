@@ -46,25 +46,17 @@ export async function executeRun(
   const started = performance.now();
   const fence = Number(claim.fence);
   const slot = claim.slot;
-  const lease: Lease | null =
-    claim.token && claim.expires_at
-      ? env.internals.adopt(
-          {
-            name: job.name,
-            token: claim.token,
-            fence,
-            holder: env.holder,
-            holderKey,
-            acquiredAt: claim.database_time,
-            expiresAt: claim.expires_at,
-            slot,
-            ttlMs: job.ttlMs,
-            sentAt,
-          },
-          job.ttlMs / 3,
-          claim.took_over,
-        )
-      : null;
+  let lease: Lease | null;
+  try {
+    lease = adoptLease(env, job, claim, holderKey, sentAt);
+  } catch (error) {
+    // The client closed between the claim and now: record the run as aborted, unrun.
+    const errorText = describeError(error);
+    await env.finisher
+      .finish({ job: job.name, fence, token: claim.token, outcome: 'aborted', error: errorText, attempts: 0 })
+      .catch(() => undefined);
+    return { job: job.name, slot, fence, outcome: 'aborted', error: errorText, durationMs: 0, nextBufferedSlot: null };
+  }
   const signal = lease ? AbortSignal.any([lease.signal, env.shutdown]) : env.shutdown;
   const log = childLogger(env.logger, { job: job.name, slot: slot.toISOString(), fence });
   env.events.emit('run:started', { job: job.name, slot, fence, holder: env.holder });
@@ -108,6 +100,27 @@ export async function executeRun(
   else if (outcome === 'failed') log.error({ event: 'run:finished', outcome, durationMs, err: errorText }, line);
   else log.warn({ event: 'run:finished', outcome, durationMs, err: errorText }, line);
   return report;
+}
+
+/** The lease the claim created (null under overlap 'allow'), with its heartbeat running. */
+function adoptLease(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, holderKey: string | null, sentAt: number): Lease | null {
+  if (!claim.token || !claim.expires_at) return null;
+  return env.internals.adopt(
+    {
+      name: job.name,
+      token: claim.token,
+      fence: Number(claim.fence),
+      holder: env.holder,
+      holderKey,
+      acquiredAt: claim.database_time,
+      expiresAt: claim.expires_at,
+      slot: claim.slot,
+      ttlMs: job.ttlMs,
+      sentAt,
+    },
+    job.ttlMs / 3,
+    claim.took_over,
+  );
 }
 
 function context(

@@ -141,6 +141,7 @@ export class Worker {
     for (const timer of this.timers) clearInterval(timer);
     this.logger.info({ event: 'worker:stopping', running: this.runs.size }, 'worker stopping');
     this.shutdownController.abort(new ShutdownError());
+    await Promise.allSettled([...this.claiming]);
     const all = Promise.allSettled([...this.runs]);
     let graceTimer: NodeJS.Timeout | undefined;
     const grace = new Promise<'timeout'>((resolve) => {
@@ -235,12 +236,31 @@ export class Worker {
   }
 
   /** Claims `requests` in one statement; retries the transient refusals a few times. */
-  private async claim(requests: ClaimRequest[], attempt: number): Promise<void> {
-    if (this.stopping || requests.length === 0) return;
+  private claim(requests: ClaimRequest[], attempt: number): Promise<void> {
+    if (this.stopping || requests.length === 0) return Promise.resolve();
+    // Shutdown waits for claims in flight, so that no run is claimed behind its back.
+    const claiming = this.claimOnce(requests, attempt);
+    this.claiming.add(claiming);
+    return claiming.finally(() => this.claiming.delete(claiming));
+  }
+
+  private readonly claiming = new Set<Promise<void>>();
+
+  private async claimOnce(requests: ClaimRequest[], attempt: number): Promise<void> {
     const internals = this.leasehold.internals();
     const holderKey = internals.livenessKey();
     const sentAt = performance.now();
     const rows = await this.store.claim(requests, this.holder, holderKey);
+    if (this.stopping) {
+      // Stopping began while the statement ran: hand back what it claimed, unrun.
+      const claimed = rows.filter((row) => row.claimed);
+      if (claimed.length > 0) {
+        await this.store
+          .finishMany(claimed.map((row) => ({ job: row.job, fence: Number(row.fence), token: row.token, outcome: 'aborted', error: 'the worker was stopping', attempts: 0 })))
+          .catch((error: unknown) => this.logger.warn({ event: 'claim:return-failed', err: String(error) }, 'could not hand back slots claimed while stopping; their leases end by TTL'));
+      }
+      return;
+    }
     const byName = new Map(requests.map((r) => [r.job.name, r.job]));
     const retry: ClaimRequest[] = [];
     for (const row of rows) {
@@ -284,17 +304,21 @@ export class Worker {
     };
     const run = executeRun(env, job, row, holderKey, sentAt);
     this.runs.add(run);
-    void run.then((report) => {
-      this.runs.delete(run);
-      this.pendingRuns.delete(key);
-      if (state) state.running--;
-      // buffer-one / buffer-all (and catch-up): the next waiting slot starts as soon as we release
-      if (report.nextBufferedSlot && !this.stopping) {
-        this.claim([{ job, slot: report.nextBufferedSlot }], 0).catch((error: unknown) =>
-          this.logger.error({ event: 'claim:failed', err: String(error) }, 'claiming the buffered slot failed'),
-        );
-      }
-    });
+    void run
+      .then((report) => {
+        // buffer-one / buffer-all (and catch-up): the next waiting slot starts as soon as we release
+        if (report.nextBufferedSlot && !this.stopping) {
+          this.claim([{ job, slot: report.nextBufferedSlot }], 0).catch((error: unknown) =>
+            this.logger.error({ event: 'claim:failed', err: String(error) }, 'claiming the buffered slot failed'),
+          );
+        }
+      })
+      .catch((error: unknown) => this.logger.error({ event: 'run:error', job: job.name, err: String(error) }, 'a run failed outside its handler'))
+      .finally(() => {
+        this.runs.delete(run);
+        this.pendingRuns.delete(key);
+        if (state) state.running--;
+      });
   }
 
   private reportSkip(job: JobDefinition, row: ClaimRow): void {
