@@ -1,4 +1,7 @@
 // The `leasehold` command, end to end with real processes.
+import { mkdtemp, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../src/db/embedded.js';
 import { client, freshDatabase, rawPool, waitFor } from './support/db.js';
@@ -18,12 +21,18 @@ beforeAll(async () => {
 
 describe('leasehold exec', () => {
   it('runs the command while holding the lease; a second exec skips with 75 and names the holder', async () => {
-    const first = startCli(['exec', '--name', 'guarded', '--holder', 'cron@host-a', '--ttl', '5s', '--', 'sleep', '3'], env);
-    await waitFor(async () => (await leaseState('guarded'))?.state === 'held', 15_000, 50);
+    // the first command runs until the test lets it finish (a file appears)
+    const flag = join(await mkdtemp(join(tmpdir(), 'leasehold-cli-')), 'done');
+    const first = startCli(
+      ['exec', '--name', 'guarded', '--holder', 'cron@host-a', '--ttl', '5s', '--', 'sh', '-c', 'echo started; while [ ! -e "$0" ]; do sleep 0.05; done', flag],
+      env,
+    );
+    await waitFor(() => first.output().stdout.includes('started'), 20_000, 20);
     const second = await cli(['exec', '--name', 'guarded', '--holder', 'cron@host-b', '--', 'echo', 'should not run'], env);
     expect(second.code).toBe(75);
     expect(second.stdout).not.toContain('should not run');
     expect(second.stderr).toMatch(/skipped "guarded": held by cron@host-a \(fence 1\)/);
+    await writeFile(flag, '');
     expect((await first.done).code).toBe(0);
     expect(await leaseState('guarded')).toMatchObject({ state: 'free' });
     const { rows } = await rawPool(url, 1).query(`select kind, outcome, holder from leasehold.run_history where job = 'guarded' order by at`);
@@ -42,7 +51,7 @@ describe('leasehold exec', () => {
   });
 
   it('stops a command that outlives a forced release (SIGTERM, then SIGKILL after the grace period)', async () => {
-    const run = startCli(['exec', '-n', 'stubborn', '--ttl', '900ms', '--grace', '500ms', '--', 'sh', '-c', 'trap "" TERM; echo started; sleep 30'], env);
+    const run = startCli(['exec', '-n', 'stubborn', '--ttl', '3s', '--grace', '500ms', '--', 'sh', '-c', 'trap "" TERM; echo started; sleep 30'], env);
     await waitFor(() => run.output().stdout.includes('started'), 15_000, 20);
     const forced = await cli(['release', 'stubborn', '--force', '--yes'], env);
     expect(forced.code).toBe(0);
