@@ -1,6 +1,8 @@
 // `npm run bench`: every benchmark part on one database, in one run.
-//   acquire   - leasehold's claim path against the classic SELECT … FOR UPDATE transaction:
-//               contested throughput and latency, WAL per declined acquire, takeover after SIGKILL
+//   acquire   - leasehold's claim path against the alternatives: the classic SELECT … FOR UPDATE
+//               transaction (the baseline), a PostgreSQL advisory lock and a Redis lock (SET NX PX
+//               on a private redis-server, when one is installed): contested throughput and
+//               latency, WAL per declined acquire, takeover after SIGKILL
 //   scheduler - 10,000 jobs due at the same tick on 4 worker processes (claims, statements,
 //               start latency, exactly-once in leasehold.runs), and an idle worker's RSS and CPU
 // Prints the tables, writes bench/results/*.json and regenerates bench/RESULTS.md.

@@ -1,7 +1,7 @@
 // A TypeScript child process (run with tsx) that speaks JSON lines: send a command, await its
 // answer, wait for an unprompted line. Every child started here is SIGKILLed when this process
 // exits, however it exits, so a failed benchmark leaves no worker behind.
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { spawn, type ChildProcess, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 
@@ -9,7 +9,7 @@ const TSX = fileURLToPath(new URL('../../node_modules/tsx/dist/esm/index.mjs', i
 
 export type Line = Record<string, unknown>;
 
-const live = new Set<ChildProcessWithoutNullStreams>();
+const live = new Set<ChildProcess>();
 let exitHookInstalled = false;
 function installExitHook(): void {
   if (exitHookInstalled) return;
@@ -17,6 +17,13 @@ function installExitHook(): void {
   process.on('exit', () => {
     for (const child of live) child.kill('SIGKILL');
   });
+}
+
+/** SIGKILLs `child` when this process exits, unless it has exited before (for children not started as a JsonChild). */
+export function killOnExit(child: ChildProcess): void {
+  installExitHook();
+  live.add(child);
+  child.once('exit', () => live.delete(child));
 }
 
 export class JsonChild {
@@ -71,6 +78,11 @@ export class JsonChild {
 
   get pid(): number | undefined {
     return this.child.pid;
+  }
+
+  /** Sends `signal` (e.g. SIGKILL) without waiting. */
+  signal(signal: NodeJS.Signals): void {
+    this.child.kill(signal);
   }
 
   get running(): boolean {

@@ -5,7 +5,7 @@
 // Every decision, winning or losing, locks the row, so it takes a transaction id, waits
 // for the current locker and writes WAL that its COMMIT must flush.
 import { randomUUID } from 'node:crypto';
-import type { ClaimOutcome, ClaimPattern } from './pattern.js';
+import { interval, type ClaimOutcome, type ClaimPattern } from './pattern.js';
 import type { Session } from './session.js';
 
 export const CLASSIC_TABLE = 'bench_classic';
@@ -26,6 +26,7 @@ interface LockedRow {
 export const classicPattern: ClaimPattern = {
   id: 'classic',
   description: `BEGIN; SELECT … FOR UPDATE; UPDATE if expired; COMMIT — 4 round trips to win, 3 to lose; release = UPDATE … WHERE token (+1)`,
+  guarantees: 'TTL (database clock), no fence unless one is added; a loser waits for the row lock',
   table: CLASSIC_TABLE,
 
   async prepare(session: Session, name: string): Promise<void> {
@@ -37,7 +38,7 @@ export const classicPattern: ClaimPattern = {
     );
   },
 
-  async acquire(session: Session, name: string, _holder: string, ttl: string): Promise<ClaimOutcome> {
+  async acquire(session: Session, name: string, _holder: string, ttlSeconds: number): Promise<ClaimOutcome> {
     await session.query('begin');
     try {
       const rows = await session.query<LockedRow>(
@@ -54,7 +55,7 @@ export const classicPattern: ClaimPattern = {
         await session.query(`update ${CLASSIC_TABLE} set token = $2, expires_at = now() + $3::interval where name = $1`, [
           name,
           token,
-          ttl,
+          interval(ttlSeconds),
         ]);
       }
       await session.query('commit');

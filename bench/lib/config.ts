@@ -5,8 +5,10 @@
 //   BENCH_WARMUP_SECONDS   untimed warm-up per pattern before the first round (default 1)
 //   BENCH_WAL_ATTEMPTS     declined acquisitions per WAL trial (default 2000)
 //   BENCH_WAL_TRIALS       WAL trials per pattern; the median is reported (default 3)
-//   BENCH_TAKEOVER_RUNS    SIGKILL takeovers per liveness mode (default 5)
+//   BENCH_TAKEOVER_RUNS    SIGKILL takeovers per mechanism (default 5)
 //   BENCH_PARTS            which parts bench/index.ts runs: acquire,scheduler (default both)
+//   BENCH_REDIS            'off' leaves the Redis lock out; by default it is measured on a
+//                          private redis-server whenever one is installed
 // The scheduler part (bench/lib/scheduler.ts):
 //   BENCH_SCHED_JOBS       jobs, all due at every tick (default 10000)
 //   BENCH_SCHED_WORKERS    worker processes (default 4)
@@ -40,6 +42,8 @@ export interface BenchConfig {
   walAttempts: number;
   walTrials: number;
   takeoverRuns: number;
+  /** Measure the Redis lock (when redis-server is installed). */
+  redis: boolean;
   parts: BenchPart[];
   scheduler: SchedulerConfig;
   databaseUrl: string | undefined;
@@ -90,6 +94,13 @@ function clientCounts(): number[] {
   return counts;
 }
 
+function redisEnabled(): boolean {
+  const raw = (process.env.BENCH_REDIS ?? '').trim().toLowerCase();
+  if (raw === '' || raw === 'on') return true;
+  if (raw === 'off') return false;
+  throw new Error(`BENCH_REDIS must be on or off (got "${process.env.BENCH_REDIS}").`);
+}
+
 export function readConfig(): BenchConfig {
   return {
     cellSeconds: positiveNumber('BENCH_SECONDS', 4),
@@ -99,6 +110,7 @@ export function readConfig(): BenchConfig {
     walAttempts: positiveNumber('BENCH_WAL_ATTEMPTS', 2000, { integer: true }),
     walTrials: positiveNumber('BENCH_WAL_TRIALS', 3, { integer: true }),
     takeoverRuns: positiveNumber('BENCH_TAKEOVER_RUNS', 5, { integer: true }),
+    redis: redisEnabled(),
     parts: parts(),
     scheduler: {
       jobs: positiveNumber('BENCH_SCHED_JOBS', 10_000, { integer: true }),

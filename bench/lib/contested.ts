@@ -1,12 +1,13 @@
-// Contested acquire + release: N independent connections race for ONE lease name for a fixed
-// time. Each loops: one claim decision; if it won, release at once. A decision is one
-// acquire call, won or lost.
+// Contested acquire + release: N independent connections race for ONE lock or lease name for a
+// fixed time. Each loops: one claim decision; if it won, release at once. A decision is one
+// acquire call, won or lost. The same loop drives every pattern (pattern.ts).
 import { performance } from 'node:perf_hooks';
-import type { ClaimPattern, PatternId } from './pattern.js';
-import { closeSessions, openSessions } from './session.js';
+import type { ClaimConnection, ClaimPattern, PatternId } from './pattern.js';
 import { percentileOfSorted, round, sortedCopy } from './stats.js';
 
-export const CONTESTED_TTL = '30 seconds';
+/** The TTL every contested claim asks for (winners release at once, so it never runs out). */
+export const CONTESTED_TTL_SECONDS = 30;
+export const CONTESTED_TTL = `${CONTESTED_TTL_SECONDS} seconds`;
 
 export interface CellResult {
   pattern: PatternId;
@@ -16,9 +17,9 @@ export interface CellResult {
   decisions: number;
   wins: number;
   decisionsPerSecond: number;
-  /** Statements sent by acquire calls (leasehold: exactly one per decision). */
+  /** Commands sent by acquire calls (leasehold, advisory, Redis: exactly one per decision). */
   acquireRoundTrips: number;
-  /** Statements sent by the winners' releases. */
+  /** Commands sent by the winners' releases. */
   releaseRoundTrips: number;
   latencyMs: { p50: number; p99: number; max: number };
   /** Declined decisions by reason ('held', 'holder-committing', ...). */
@@ -33,16 +34,33 @@ export interface CellRun {
   latencies: Float64Array;
 }
 
-export async function runContestedCell(options: {
-  pattern: ClaimPattern;
-  connectionString: string;
+/** Opens `count` independent connections; on failure closes the ones already open. */
+export async function openConnections<C extends ClaimConnection>(count: number, open: (index: number) => Promise<C>): Promise<C[]> {
+  const settled = await Promise.allSettled(Array.from({ length: count }, (_, index) => open(index)));
+  const connections = settled.flatMap((outcome) => (outcome.status === 'fulfilled' ? [outcome.value] : []));
+  const failed = settled.find((outcome): outcome is PromiseRejectedResult => outcome.status === 'rejected');
+  if (failed) {
+    await closeConnections(connections);
+    throw failed.reason;
+  }
+  return connections;
+}
+
+export async function closeConnections(connections: readonly ClaimConnection[]): Promise<void> {
+  await Promise.allSettled(connections.map((connection) => connection.close()));
+}
+
+export async function runContestedCell<C extends ClaimConnection>(options: {
+  pattern: ClaimPattern<C>;
+  /** Opens one client connection (its own database session, or Redis connection). */
+  open: (label: string) => Promise<C>;
   name: string;
   clients: number;
   seconds: number;
   round: number;
 }): Promise<CellRun> {
   const { pattern, name, clients } = options;
-  const sessions = await openSessions(options.connectionString, clients, `bench-${pattern.id}`);
+  const sessions = await openConnections(clients, (index) => options.open(`bench-${pattern.id}-${index}`));
   try {
     const latencies: number[] = [];
     const reasons: Record<string, number> = {};
@@ -61,7 +79,7 @@ export async function runContestedCell(options: {
           if (session.failure) throw session.failure;
           const before = session.roundTrips;
           const sentAt = performance.now();
-          const outcome = await pattern.acquire(session, name, holder, CONTESTED_TTL);
+          const outcome = await pattern.acquire(session, name, holder, CONTESTED_TTL_SECONDS);
           latencies.push(performance.now() - sentAt);
           acquireRoundTrips += session.roundTrips - before;
           decisions++;
@@ -103,7 +121,7 @@ export async function runContestedCell(options: {
       },
     };
   } finally {
-    await closeSessions(sessions);
+    await closeConnections(sessions);
   }
 }
 
@@ -126,14 +144,23 @@ export interface PatternSummary {
   releaseMismatches: number;
 }
 
+export interface PatternComparison {
+  summary: PatternSummary;
+  /** This pattern's / classic's decisions per second over all rounds (classic: 1). */
+  ratio: number;
+  /** The same ratio round by round (the patterns of one round ran back to back). */
+  perRoundRatios: number[];
+}
+
 export interface ContestedComparison {
   clients: number;
-  classic: PatternSummary;
-  leasehold: PatternSummary;
-  /** leasehold / classic decisions per second over all rounds. */
-  ratio: number;
-  /** The same ratio round by round (classic and leasehold of one round ran back to back). */
-  perRoundRatios: number[];
+  /** Every pattern measured, classic (the baseline) first. */
+  patterns: PatternComparison[];
+}
+
+/** The comparison of one pattern, or undefined when it was not measured. */
+export function comparisonOf(comparison: ContestedComparison, pattern: PatternId): PatternComparison | undefined {
+  return comparison.patterns.find((p) => p.summary.pattern === pattern);
 }
 
 function summarize(runs: readonly CellRun[]): PatternSummary {
@@ -175,19 +202,22 @@ function summarize(runs: readonly CellRun[]): PatternSummary {
   };
 }
 
-/** Pairs the classic and leasehold runs of each client count. */
-export function compareContested(runs: readonly CellRun[], clientCounts: readonly number[]): ContestedComparison[] {
+/** Summarizes each pattern's runs per client count, with its ratio to classic's. */
+export function compareContested(runs: readonly CellRun[], clientCounts: readonly number[], patterns: readonly PatternId[]): ContestedComparison[] {
+  if (patterns[0] !== 'classic') throw new Error('classic, the baseline, must be the first pattern');
   return clientCounts.map((clients) => {
     const of = (pattern: PatternId) => runs.filter((run) => run.result.clients === clients && run.result.pattern === pattern);
     const classic = summarize(of('classic'));
-    const leasehold = summarize(of('leasehold'));
-    const perRoundRatios = leasehold.perRound.map((dps, index) => round(dps / (classic.perRound[index] ?? Number.NaN), 2));
     return {
       clients,
-      classic,
-      leasehold,
-      ratio: round(leasehold.decisionsPerSecond / classic.decisionsPerSecond, 2),
-      perRoundRatios,
+      patterns: patterns.map((id) => {
+        const summary = id === 'classic' ? classic : summarize(of(id));
+        return {
+          summary,
+          ratio: round(summary.decisionsPerSecond / classic.decisionsPerSecond, 2),
+          perRoundRatios: summary.perRound.map((dps, index) => round(dps / (classic.perRound[index] ?? Number.NaN), 2)),
+        };
+      }),
     };
   });
 }

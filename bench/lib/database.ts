@@ -20,14 +20,18 @@ export interface BenchDatabase {
 export async function openBenchDatabase(databaseUrl: string | undefined): Promise<BenchDatabase> {
   let server: EmbeddedPostgres | undefined;
   let drop: (() => Promise<void>) | undefined;
-  const close = async () => {
-    const dropping = drop;
-    drop = undefined;
-    if (dropping) await dropping().catch((error: unknown) => process.stderr.write(`could not drop the bench database: ${String(error)}\n`));
-    const stopping = server;
-    server = undefined;
-    if (stopping) await stopping.stop().catch((error: unknown) => process.stderr.write(`could not stop PostgreSQL: ${String(error)}\n`));
-  };
+  // One close for every caller (a signal handler and the run's own cleanup may both call it):
+  // each waits until the database is dropped and the server stopped, not only the first.
+  let closing: Promise<void> | undefined;
+  const close = (): Promise<void> =>
+    (closing ??= (async () => {
+      const dropping = drop;
+      drop = undefined;
+      if (dropping) await dropping().catch((error: unknown) => process.stderr.write(`could not drop the bench database: ${String(error)}\n`));
+      const stopping = server;
+      server = undefined;
+      if (stopping) await stopping.stop().catch((error: unknown) => process.stderr.write(`could not stop PostgreSQL: ${String(error)}\n`));
+    })());
   try {
     if (!databaseUrl) server = await startEmbeddedPostgres({ settings: { fsync: 'on', synchronous_commit: 'on' } });
     const serverUrl = databaseUrl ?? (server as EmbeddedPostgres).connectionString;

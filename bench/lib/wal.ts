@@ -1,7 +1,8 @@
-// WAL written per DECLINED acquisition. One connection holds the lease with a long TTL; on an
-// otherwise quiet server another connection makes `attempts` losing claims between two reads
-// of pg_current_wal_lsn(). Also counts transaction ids consumed (pg_current_snapshot's xmax),
-// since a claim that takes an xid must also write and flush a commit record.
+// WAL written per DECLINED acquisition, for the PostgreSQL patterns. One connection holds the
+// lease (or lock) with a long TTL; on an otherwise quiet server another connection makes
+// `attempts` losing claims between two reads of pg_current_wal_lsn(). Also counts transaction
+// ids consumed (pg_current_snapshot's xmax), since a claim that takes an xid must also write
+// and flush a commit record.
 import { performance } from 'node:perf_hooks';
 import type { ClaimPattern, PatternId } from './pattern.js';
 import { Session } from './session.js';
@@ -54,14 +55,14 @@ export async function measureDeclinedWal(options: {
   try {
     await pattern.prepare(holder, name);
     // Clean the table's pages now, so that no pruning or autovacuum work lands in the window.
-    await holder.query(`vacuum ${pattern.table}`);
-    const held = await pattern.acquire(holder, name, 'bench-wal-holder', '1 hour');
+    if (pattern.table) await holder.query(`vacuum ${pattern.table}`);
+    const held = await pattern.acquire(holder, name, 'bench-wal-holder', 3600);
     if (!held.won || !held.token) throw new Error(`${pattern.id}: the WAL holder could not take "${name}" (${held.reason})`);
     heldToken = held.token;
 
     const decline = async (count: number) => {
       for (let i = 0; i < count; i++) {
-        const outcome = await pattern.acquire(challenger, name, 'bench-wal-challenger', '30 seconds');
+        const outcome = await pattern.acquire(challenger, name, 'bench-wal-challenger', 30);
         if (outcome.won) throw new Error(`${pattern.id}: a challenger won "${name}" while it was held`);
       }
     };
