@@ -61,6 +61,8 @@ export LEASEHOLD_NAME=$name LEASEHOLD_TOKEN=$token LEASEHOLD_FENCE=$fence
 
 "$@" <&0 &  # keep stdin (a background command would get /dev/null)
 child=$!
+# a signal that came while COMMAND was being started found no child to pass it to
+[ -z "$stopped" ] || kill -TERM "$child" 2>/dev/null
 
 # Heartbeat. The lease is lost when no renewal is confirmed before the last confirmed one
 # (or the acquire) + TTL: after that the database may have handed it to someone else.
