@@ -147,6 +147,10 @@ begin
       join wanted w on w.job = l.name
      where w.claim_slot <= now()
        and (l.last_slot is null or w.claim_slot > l.last_slot)
+       -- under overlap 'skip' a recorded skip is final: a late tick, a retry or a catch-up
+       -- claim must not run the slot after its holder releases
+       and not (w.mode = 'exclusive' and w.cap = 0
+                and exists (select 1 from leasehold.skips k where k.job = w.job and k.slot = w.claim_slot))
        and (w.mode in ('replace', 'allow')
             or l.token is null
             or l.expires_at <= now()
@@ -214,6 +218,8 @@ begin
              when l.name is null then 'unknown-job'
              when i.slot > now() then 'slot-not-due'
              when l.last_slot is not null and i.slot <= l.last_slot then 'slot-taken'
+             when i.mode = 'exclusive' and i.cap = 0
+                  and exists (select 1 from leasehold.skips k where k.job = i.job and k.slot = i.slot) then 'slot-skipped'
              -- replace and allow only fail on a row lock: a transient state, not a skip
              when i.mode in ('replace', 'allow') then 'holder-committing'
              when l.token is not null and l.expires_at > now()

@@ -119,7 +119,15 @@ export class Worker {
     this.every(this.settings.clockSyncMs, () => this.clock.sync().catch((e: unknown) => this.logger.warn({ event: 'clock:sync-failed', err: String(e) }, 'clock sync failed')));
     this.every(Math.min(this.settings.retentionMs, 3_600_000), () => this.prune());
     void this.prune();
-    if (catchUp.length > 0) await this.claim(catchUp, 0);
+    // Claimed on the next turn of the event loop, so that the caller of startWorker() has
+    // attached its listeners before the catch-up runs' events fire.
+    if (catchUp.length > 0) {
+      setImmediate(() => {
+        this.claim(catchUp, 0).catch((error: unknown) =>
+          this.logger.error({ event: 'claim:failed', err: String(error) }, 'claiming catch-up slots failed'),
+        );
+      });
+    }
     this.schedule();
   }
 

@@ -1,0 +1,57 @@
+// Deliberately broken variants of leasehold, for testing the checker: a fault run against
+// each must report violations, or the scenarios are too weak to mean anything.
+//
+// The SQL mutants are made in the TEST DATABASE only: the function's current definition is
+// read back with pg_get_functiondef(), one guard is cut out of it, and the result is
+// installed with CREATE OR REPLACE FUNCTION. The shipped sql/ files are never touched.
+// 'unfenced-write' is a flag of the fault worker (faults/worker.ts): its final write goes
+// through a plain transaction instead of ctx.transaction.
+import type pg from 'pg';
+import type { MutantName } from './common.js';
+
+interface Edit {
+  fn: string;
+  /** What is removed or replaced; each must match at least once. */
+  pattern: RegExp;
+  replacement: string;
+}
+
+export const MUTANT_DESCRIPTIONS: Record<MutantName, string> = {
+  'unfenced-write': "the worker's final write runs in a plain transaction, outside ctx.transaction (no assert_lease)",
+  'release-no-token-check': 'leasehold.release and the release in leasehold.finish_runs free the lease whatever token they are given',
+  'acquire-ignores-expiry': 'leasehold.acquire and leasehold.claim_slots never treat an expired lease as free',
+  'slot-guard-off': 'leasehold.claim_slots claims a slot even when it is not after the last claimed one',
+};
+
+const EDITS: Record<MutantName, Edit[]> = {
+  'unfenced-write': [],
+  'release-no-token-check': [
+    { fn: 'release', pattern: /where l\.name = p_name and l\.token = p_token/, replacement: 'where l.name = p_name' },
+    // the scheduler's batched finish releases in its own statement
+    { fn: 'finish_runs', pattern: /where i\.token is not null and l\.name = i\.job and l\.token = i\.token/, replacement: 'where i.token is not null and l.name = i.job' },
+  ],
+  'acquire-ignores-expiry': [
+    { fn: 'acquire', pattern: /\s+or l\.expires_at <= now\(\)/, replacement: '' },
+    { fn: 'claim_slots', pattern: /\s+or l\.expires_at <= now\(\)/, replacement: '' },
+  ],
+  'slot-guard-off': [{ fn: 'claim_slots', pattern: /\s+and \(l\.last_slot is null or w\.claim_slot > l\.last_slot\)/, replacement: '' }],
+};
+
+/** Installs `mutant` into the database `client` is connected to. Throws if a guard was not found. */
+export async function installMutant(client: pg.ClientBase | pg.Pool, mutant: MutantName): Promise<string[]> {
+  const changed: string[] = [];
+  for (const edit of EDITS[mutant]) {
+    const { rows } = await client.query<{ def: string }>(
+      `select pg_get_functiondef(p.oid) as def from pg_proc p join pg_namespace n on n.oid = p.pronamespace
+        where n.nspname = 'leasehold' and p.proname = $1`,
+      [edit.fn],
+    );
+    if (rows.length !== 1) throw new Error(`mutant ${mutant}: expected one function leasehold.${edit.fn}, found ${rows.length}`);
+    const original = (rows[0] as { def: string }).def;
+    const global = new RegExp(edit.pattern.source, 'g');
+    if (!global.test(original)) throw new Error(`mutant ${mutant}: the guard ${edit.pattern} is not in leasehold.${edit.fn} any more; update faults/mutants.ts`);
+    await client.query(original.replace(global, edit.replacement));
+    changed.push(`leasehold.${edit.fn}`);
+  }
+  return changed;
+}
