@@ -1,5 +1,5 @@
 // Schema migrations: concurrent starts, version checks, refusal of a newer schema.
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import pg from 'pg';
 import { createLeasehold, latestVersion, migrate, migrations, SchemaVersionError } from '../src/index.js';
 import { silentLogger } from '../src/observe/logger.js';
@@ -13,7 +13,15 @@ describe('migrations', () => {
 
   it('applies each migration once when eight clients start at the same moment', async () => {
     const url = await freshDatabase();
-    const pools = Array.from({ length: 8 }, () => rawPool(url, 2));
+    // eight separate pools: eight clients starting at once
+    const pools = Array.from({ length: 8 }, () => {
+      const pool = new pg.Pool({ connectionString: url, max: 2 });
+      pool.on('error', () => undefined);
+      return pool;
+    });
+    onTestFinished(async () => {
+      await Promise.all(pools.map((p) => p.end()));
+    });
     const results = await Promise.all(pools.map((pool) => migrate(pool)));
     expect(results.filter((r) => r.applied.length > 0)).toHaveLength(1);
     expect(results.every((r) => r.to === latestVersion())).toBe(true);

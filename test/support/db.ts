@@ -26,11 +26,25 @@ export async function client(url: string, options: LeaseholdOptions = {}): Promi
   return leasehold;
 }
 
-/** A plain pg pool on `url`, closed after the file. */
+const pools = new Map<string, pg.Pool>();
+
+/**
+ * A plain pg pool on `url` (one per url and size, shared within the file, so that helpers
+ * called in polling loops do not open connection after connection), closed after the file.
+ */
 export function rawPool(url: string, max = 20): pg.Pool {
+  const key = `${max} ${url}`;
+  const existing = pools.get(key);
+  if (existing) return existing;
   const pool = new pg.Pool({ connectionString: url, max });
   pool.on('error', () => undefined);
-  open.push({ close: () => pool.end() });
+  pools.set(key, pool);
+  open.push({
+    close: () => {
+      pools.delete(key);
+      return pool.end();
+    },
+  });
   return pool;
 }
 
