@@ -5,6 +5,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { SchemaVersionError } from '../errors.js';
+import { inTransaction } from './transaction.js';
 
 export interface Migration {
   version: number;
@@ -106,11 +107,7 @@ export async function checkSchema(client: pg.ClientBase): Promise<number> {
  * Refuses (and changes nothing) when the database is newer than the library.
  */
 export async function migrate(pool: pg.Pool): Promise<MigrationResult> {
-  const client = await pool.connect();
-  const onError = () => undefined;
-  client.on('error', onError);
-  try {
-    await client.query('begin');
+  return inTransaction(pool, 'the database', async (client) => {
     await client.query('select pg_advisory_xact_lock($1)', [MIGRATION_LOCK_KEY.toString()]);
     await client.query(BOOTSTRAP);
     const from = await schemaVersion(client);
@@ -125,13 +122,6 @@ export async function migrate(pool: pg.Pool): Promise<MigrationResult> {
       ]);
       applied.push(migration.version);
     }
-    await client.query('commit');
     return { from, to: latestVersion(), applied };
-  } catch (error) {
-    await client.query('rollback').catch(() => undefined);
-    throw error;
-  } finally {
-    client.off('error', onError);
-    client.release();
-  }
+  });
 }

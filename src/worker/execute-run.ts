@@ -3,7 +3,7 @@
 // lease in one statement (finish_run).
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
-import { unavailable } from '../db/connection.js';
+import { inTransaction } from '../db/transaction.js';
 import { LeaseLostError, ShutdownError } from '../errors.js';
 import type { Lease } from '../lease/lease.js';
 import type { Leasehold } from '../lease/leasehold.js';
@@ -142,32 +142,9 @@ function context(
     attempt,
     log,
     lease,
-    transaction: lease ? (fn) => lease.transaction(fn) : (fn) => plainTransaction(env.internals.runtime.workPool, env.internals.runtime.where, fn),
+    // without a lease (overlap 'allow') there is nothing to fence against
+    transaction: lease ? (fn) => lease.transaction(fn) : (fn) => inTransaction(env.internals.runtime.workPool, env.internals.runtime.where, fn),
   };
-}
-
-/** Without a lease (overlap 'allow') there is nothing to fence against. */
-async function plainTransaction<T>(pool: pg.Pool, where: string, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-  let client: pg.PoolClient;
-  try {
-    client = await pool.connect();
-  } catch (error) {
-    throw unavailable(where, error);
-  }
-  const onError = () => undefined;
-  client.on('error', onError);
-  try {
-    await client.query('begin');
-    const value = await fn(client);
-    await client.query('commit');
-    return value;
-  } catch (error) {
-    await client.query('rollback').catch(() => undefined);
-    throw error;
-  } finally {
-    client.off('error', onError);
-    client.release();
-  }
 }
 
 /** Waits `ms` unless the signal fires first; returns false when it did. */
