@@ -128,9 +128,12 @@ export interface CheckResult {
  * library is fixed, and it counts as a violation again.
  */
 export const KNOWN_LIBRARY_ISSUES: Record<string, string> = {
-  // Both issues this suite found are fixed: a recorded skip now refuses later claims of the
-  // slot under overlap 'skip' (claim_slots), and catch-up claims wait until startWorker()
-  // has returned. Their findings count as violations again.
+  // The wide form of this (a later tick, retry or catch-up claim running a skipped slot) is
+  // fixed: a recorded skip refuses later claims under overlap 'skip'. What remains is the
+  // narrow race of a skip recorded while a peer's claim of the same slot is in flight (the
+  // holder released between the two statements of claim_slots); see CONTRIBUTING.md.
+  'skipped-slot-ran':
+    'a skip was recorded for a slot that a concurrent claim ran (the previous holder released between the two statements of claim_slots)',
 };
 
 type Interval = readonly [number, number];
