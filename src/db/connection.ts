@@ -84,6 +84,8 @@ export class QueryTimeoutError extends DatabaseUnavailableError {
  * server (the timeout only stops waiting), so its connection is destroyed rather than reused:
  * a blackholed connection would otherwise block every later query queued on it.
  */
+const MAX_TERMINATED_RETRIES = 5;
+
 export async function timedQuery<R extends pg.QueryResultRow>(
   pool: pg.Pool,
   text: string,
@@ -97,9 +99,10 @@ export async function timedQuery<R extends pg.QueryResultRow>(
     } catch (error) {
       // A pooled connection whose backend was terminated (server restart, failover,
       // pg_terminate_backend) fails with 57P01/57P02 before or while running the statement;
-      // either way the server rolled it back, so one retry on a fresh connection is safe.
+      // either way the server rolled it back, so retrying is safe. After a restart every idle
+      // connection of the pool is dead, so retry past a few of them.
       const code = ((error as { cause?: { code?: string } }).cause ?? {}).code;
-      if (attempt === 1 && (code === '57P01' || code === '57P02')) continue;
+      if (attempt < MAX_TERMINATED_RETRIES && (code === '57P01' || code === '57P02')) continue;
       throw error;
     }
   }
