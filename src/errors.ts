@@ -11,7 +11,8 @@ export type LeaseholdErrorCode =
   | 'DATABASE_UNAVAILABLE'
   | 'OUTCOME_UNKNOWN'
   | 'SHUTDOWN'
-  | 'CLOSED';
+  | 'CLOSED'
+  | 'PERMISSION_DENIED';
 
 export class LeaseholdError extends Error {
   readonly code: LeaseholdErrorCode;
@@ -82,10 +83,26 @@ export class LeaseLostError extends LeaseholdError {
 export class SchemaVersionError extends LeaseholdError {
   readonly databaseVersion: number;
   readonly libraryVersion: number;
-  constructor(databaseVersion: number, libraryVersion: number, message: string) {
-    super('SCHEMA_VERSION', message);
+  constructor(databaseVersion: number, libraryVersion: number, message: string, options?: { cause?: unknown }) {
+    super('SCHEMA_VERSION', message, options);
     this.databaseVersion = databaseVersion;
     this.libraryVersion = libraryVersion;
+  }
+}
+
+/**
+ * The database role lacks a grant leasehold needs. The message names the statement to run
+ * (as the schema owner) to add it: `leasehold grant ROLE --as LEVEL`.
+ */
+export class PermissionDeniedError extends LeaseholdError {
+  /** The database role that was refused. */
+  readonly role: string;
+  /** The access level that includes what was refused: 'reader', 'client' or 'operator'. */
+  readonly level: 'reader' | 'client' | 'operator';
+  constructor(role: string, level: 'reader' | 'client' | 'operator', message: string, options?: { cause?: unknown }) {
+    super('PERMISSION_DENIED', message, options);
+    this.role = role;
+    this.level = level;
   }
 }
 

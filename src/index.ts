@@ -10,12 +10,13 @@ export {
   LeaseholdError,
   LeaseLostError,
   OutcomeUnknownError,
+  PermissionDeniedError,
   SchemaVersionError,
   ShutdownError,
   type LeaseholdErrorCode,
   type LeaseLostReason,
 } from './errors.js';
-export { migrate, migrations, latestVersion, schemaVersion, checkSchema, type Migration, type MigrationResult } from './db/migrations.js';
+export { migrate, migrations, latestVersion, schemaVersion, checkSchema, installScript, type Migration, type MigrationResult } from './db/migrations.js';
 export type { ConnectionOptions } from './db/connection.js';
 export type { LeaseholdEvents, LeaseInfo, SkipInfo } from './observe/events.js';
 export { silentLogger, stderrLogger, type Logger, type LogLevel } from './observe/logger.js';

@@ -1,10 +1,14 @@
 // Schema migrations: numbered files in sql/ (0001_leases.sql, ...), applied in order inside one
 // transaction, recorded in leasehold.migrations, serialised across processes by a
-// transaction-level advisory lock so that any number of workers may start at once.
+// transaction-level advisory lock so that any number of workers may start at once. The same
+// steps, as text, are the install script (installScript(), `leasehold migrate --dry-run`,
+// sql/install/) that a DBA or another migration tool applies without Node.
 import { readdirSync, readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { SchemaVersionError } from '../errors.js';
+import { permissionDenied } from './permissions.js';
+import { unavailable } from './connection.js';
 import { inTransaction } from './transaction.js';
 
 export interface Migration {
@@ -18,6 +22,7 @@ export interface Migration {
 export interface MigrationResult {
   /** Schema version before (0 for a database that never had leasehold). */
   from: number;
+  /** Schema version after: the library's, or the database's when it is newer and compatible. */
   to: number;
   applied: number[];
 }
@@ -54,48 +59,150 @@ export function latestVersion(): number {
   return migrations().length;
 }
 
-const BOOTSTRAP = `
-  create schema if not exists leasehold;
-  create table if not exists leasehold.migrations (
-    version    integer primary key,
-    name       text not null,
-    breaking   boolean not null default false,
-    applied_at timestamptz not null default now()
-  );`;
+const BOOTSTRAP = `create schema if not exists leasehold;
+create table if not exists leasehold.migrations (
+  version    integer primary key,
+  name       text not null,
+  breaking   boolean not null default false,
+  applied_at timestamptz not null default now()
+);`;
+
+// Runs after every migration: secures whatever the migrations created (sql/0005_privileges.sql).
+const SECURE = `do $$ begin
+  if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
+end $$;`;
+
+function lockStatement(): string {
+  return `select pg_advisory_xact_lock(${MIGRATION_LOCK_KEY.toString()});`;
+}
+
+// Refuses to run the steps on a database that is not at `from` (applied twice, or out of order).
+function guardStatement(from: number, to: number): string {
+  return `do $$ begin
+  if (select coalesce(max(version), 0) from leasehold.migrations) <> ${from} then
+    raise exception 'this script upgrades the leasehold schema from version ${from} to ${to}, but the database is at version %',
+      (select coalesce(max(version), 0) from leasehold.migrations);
+  end if;
+end $$;`;
+}
+
+/** The statements that bring a schema at version `from` to `to`, one migration per entry. */
+function migrationSteps(from: number, to: number): string[] {
+  return migrations()
+    .filter((m) => m.version > from && m.version <= to)
+    .map(
+      (m) =>
+        `-- ${m.name}${m.breaking ? ' (breaking)' : ''}\n${m.sql.trimEnd()}\n\n` +
+        `insert into leasehold.migrations (version, name, breaking) values (${m.version}, '${m.name}', ${m.breaking});`,
+    );
+}
+
+/**
+ * The complete SQL that brings a database at schema version `from` (0: no leasehold) to `to`:
+ * the schema, its objects, the version rows and the grants. Apply it in one transaction, as the
+ * role that is to own the schema. sql/install/leasehold--N.sql is installScript(0, N).
+ */
+export function installScript(from = 0, to = latestVersion()): string {
+  if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > latestVersion() || from >= to) {
+    throw new RangeError(`installScript needs 0 <= from < to <= ${latestVersion()} (got ${from}, ${to}).`);
+  }
+  const header = [
+    `-- leasehold schema ${from === 0 ? `version ${to}: complete install script` : `upgrade from version ${from} to ${to}`}.`,
+    '-- Generated from the migrations in sql/ (leasehold migrate --dry-run prints it for a database).',
+    '-- Apply it in ONE transaction, as the role that is to own the schema (not a superuser if you can):',
+    '--   psql --single-transaction -v ON_ERROR_STOP=1 -f this-file.sql',
+    '-- or as one migration of Flyway, Liquibase, Alembic (op.execute) or Django (RunSQL).',
+    '-- Afterwards grant your application roles access: see docs/security.md (leasehold grant --print).',
+  ].join('\n');
+  return [header, lockStatement(), BOOTSTRAP, guardStatement(from, to), ...migrationSteps(from, to), SECURE].join('\n\n') + '\n';
+}
 
 function tooNew(databaseVersion: number): SchemaVersionError {
   const library = latestVersion();
   return new SchemaVersionError(
     databaseVersion,
     library,
-    `The database's leasehold schema is at version ${databaseVersion}, newer than this library understands (${library}). ` +
+    `The database's leasehold schema is at version ${databaseVersion}, newer than this library understands (${library}), ` +
+      'and a migration after this library\'s version changed the SQL contract (breaking). ' +
       'Another service has upgraded leasehold: upgrade this one to the same or a later version of the package. ' +
       'Nothing was changed.',
   );
 }
 
-/** Reads the installed schema version (0 when leasehold was never installed). */
-export async function schemaVersion(client: pg.ClientBase): Promise<number> {
-  // Two statements: a query naming a missing table fails at parse time, whatever its CASE says.
-  const { rows: found } = await client.query<{ exists: boolean }>(
-    `select to_regclass('leasehold.migrations') is not null as exists`,
+function unversioned(): SchemaVersionError {
+  return new SchemaVersionError(
+    0,
+    latestVersion(),
+    'Schema leasehold has tables but records no version (leasehold.migrations is missing): it was installed by hand from ' +
+      `sql/*.sql. Install it with the complete script sql/install/leasehold--${latestVersion()}.sql ` +
+      '(or `leasehold migrate`) into an empty schema instead: drop schema leasehold cascade, then apply it. Nothing was changed.',
   );
-  if (!found[0]?.exists) return 0;
-  const { rows } = await client.query<{ version: number }>('select coalesce(max(version), 0)::int as version from leasehold.migrations');
-  return rows[0]?.version ?? 0;
 }
 
-/** Throws SchemaVersionError unless the installed schema is exactly the library's version. */
+interface Installed {
+  version: number;
+  /** Whether a migration newer than this library's latest is breaking (false when none is). */
+  breakingSinceLibrary: boolean;
+}
+
+// The catalog is readable by every role; leasehold's own objects may not be (no USAGE yet), so
+// look them up there instead of with to_regclass(), which fails without USAGE.
+const CATALOG = `
+  select n.oid is not null as schema,
+         exists (select 1 from pg_proc p where p.pronamespace = n.oid and p.proname = 'schema_version') as versioned,
+         exists (select 1 from pg_class c where c.relnamespace = n.oid and c.relname = 'migrations') as migrations,
+         exists (select 1 from pg_class c where c.relnamespace = n.oid and c.relname = 'leases') as leases,
+         current_user::text as role
+    from (select 1) one left join pg_namespace n on n.nspname = 'leasehold'`;
+
+async function installed(client: pg.ClientBase): Promise<Installed> {
+  const { rows } = await client.query<{ schema: boolean; versioned: boolean; migrations: boolean; leases: boolean; role: string }>(CATALOG);
+  const found = rows[0]!;
+  if (!found.schema) return { version: 0, breakingSinceLibrary: false };
+  try {
+    if (found.versioned) {
+      const { rows: v } = await client.query<{ version: number; breaking: boolean }>(
+        'select leasehold.schema_version() as version, leasehold.breaking_since($1) as breaking',
+        [latestVersion()],
+      );
+      return { version: v[0]?.version ?? 0, breakingSinceLibrary: v[0]?.breaking ?? false };
+    }
+    if (found.migrations) {
+      // versions before the privilege model (0005) have no schema_version()
+      const { rows: v } = await client.query<{ version: number; breaking: boolean }>(
+        `select coalesce(max(version), 0)::int as version, coalesce(bool_or(breaking) filter (where version > $1), false) as breaking
+           from leasehold.migrations`,
+        [latestVersion()],
+      );
+      if ((v[0]?.version ?? 0) === 0 && found.leases) throw unversioned();
+      return { version: v[0]?.version ?? 0, breakingSinceLibrary: v[0]?.breaking ?? false };
+    }
+  } catch (error) {
+    throw permissionDenied(error, found.role) ?? error;
+  }
+  if (found.leases) throw unversioned();
+  return { version: 0, breakingSinceLibrary: false };
+}
+
+/** Reads the installed schema version (0 when leasehold was never installed). */
+export async function schemaVersion(client: pg.ClientBase): Promise<number> {
+  return (await installed(client)).version;
+}
+
+/**
+ * Throws SchemaVersionError unless the installed schema is the library's version, or a newer one
+ * whose later migrations are not breaking (a rolling deploy: some services upgraded already).
+ */
 export async function checkSchema(client: pg.ClientBase): Promise<number> {
-  const version = await schemaVersion(client);
+  const { version, breakingSinceLibrary } = await installed(client);
   const library = latestVersion();
-  if (version > library) throw tooNew(version);
+  if (version > library && breakingSinceLibrary) throw tooNew(version);
   if (version < library) {
     throw new SchemaVersionError(
       version,
       library,
       `The database's leasehold schema is at version ${version}; this library needs ${library}. ` +
-        'Upgrade it with migrate(pool) or createLeasehold({ migrate: true }).',
+        'Upgrade it with migrate(pool), createLeasehold({ migrate: true }) or `leasehold migrate`, as the schema owner.',
     );
   }
   return version;
@@ -103,25 +210,53 @@ export async function checkSchema(client: pg.ClientBase): Promise<number> {
 
 /**
  * Brings the schema up to the library's version. Safe to call from many processes at once:
- * the first takes the lock and migrates, the others wait and then find nothing to do.
- * Refuses (and changes nothing) when the database is newer than the library.
+ * the first takes the lock and migrates, the others wait and then find nothing to do. A schema
+ * that is current (or newer and compatible) is only read: no CREATE privilege is needed.
+ * Refuses (and changes nothing) when the database is newer and a newer migration is breaking.
  */
 export async function migrate(pool: pg.Pool): Promise<MigrationResult> {
+  const current = await withClient(pool, installed);
+  if (current.version >= latestVersion()) {
+    if (current.version > latestVersion() && current.breakingSinceLibrary) throw tooNew(current.version);
+    return { from: current.version, to: current.version, applied: [] };
+  }
   return inTransaction(pool, 'the database', async (client) => {
-    await client.query('select pg_advisory_xact_lock($1)', [MIGRATION_LOCK_KEY.toString()]);
-    await client.query(BOOTSTRAP);
-    const from = await schemaVersion(client);
-    if (from > latestVersion()) throw tooNew(from);
-    const applied: number[] = [];
-    for (const migration of migrations().filter((m) => m.version > from)) {
-      await client.query(migration.sql);
-      await client.query('insert into leasehold.migrations (version, name, breaking) values ($1, $2, $3)', [
-        migration.version,
-        migration.name,
-        migration.breaking,
-      ]);
-      applied.push(migration.version);
+    await client.query(lockStatement());
+    try {
+      await client.query(BOOTSTRAP);
+    } catch (error) {
+      if ((error as { code?: unknown }).code !== '42501') throw error;
+      throw new SchemaVersionError(
+        current.version,
+        latestVersion(),
+        `The database's leasehold schema is at version ${current.version}; this library needs ${latestVersion()}, and this ` +
+          `database role may not create or change the schema (${(error as Error).message}). Run \`leasehold migrate\` as the ` +
+          'schema owner (or apply the install script: `leasehold migrate --dry-run`), then start again.',
+        { cause: error },
+      );
     }
-    return { from, to: latestVersion(), applied };
+    const { version: from, breakingSinceLibrary } = await installed(client);
+    if (from > latestVersion() && breakingSinceLibrary) throw tooNew(from);
+    if (from >= latestVersion()) return { from, to: from, applied: [] };
+    for (const step of migrationSteps(from, latestVersion())) await client.query(step);
+    await client.query(SECURE);
+    return { from, to: latestVersion(), applied: migrations().filter((m) => m.version > from).map((m) => m.version) };
   });
+}
+
+async function withClient<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  let client: pg.PoolClient;
+  try {
+    client = await pool.connect();
+  } catch (error) {
+    throw unavailable('the database', error);
+  }
+  const onError = () => undefined;
+  client.on('error', onError);
+  try {
+    return await fn(client);
+  } finally {
+    client.off('error', onError);
+    client.release();
+  }
 }

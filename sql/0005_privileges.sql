@@ -1,0 +1,165 @@
+-- leasehold migration 0005: the privilege model (see docs/security.md).
+--
+-- Every function of the schema runs with its owner's rights (SECURITY DEFINER) and a pinned
+-- search_path (pg_catalog first, then leasehold, pg_temp last), so that
+--   * an application role needs no privilege on the tables: it cannot read another holder's
+--     token, change a fence or write a lease row except through the functions;
+--   * objects that others may create in their own schemas (an operator public.*, a function
+--     shadowing a built-in) are never picked up by the protocol.
+-- Nothing is executable or readable by PUBLIC. Deployments grant one of three levels to their
+-- roles (leasehold.access says which object belongs to which level):
+--   reader    dashboards and metrics: the views (no tokens), schema_version()
+--   client    reader + taking leases, fenced writes, running scheduled jobs and `leasehold exec`
+--   operator  reader + force_release and prune_history
+-- secure_schema() applies all of this generically; the migration runner (and the install
+-- script) call it after every migration, so a function added later is covered too.
+
+create table leasehold.access (
+  object text primary key,
+  level  text not null check (level in ('reader', 'client', 'operator', 'owner'))
+);
+comment on table leasehold.access is
+  'Which level may use each function, view or table of the schema (owner: nobody but the schema owner).';
+
+insert into leasehold.access (object, level) values
+  ('schema_version', 'reader'), ('breaking_since', 'reader'), ('holder_gone', 'reader'),
+  ('check_name', 'reader'), ('check_ttl', 'reader'), ('check_holder', 'reader'),
+  ('lease_status', 'reader'), ('job_status', 'reader'), ('run_history', 'reader'),
+  -- history tables (no tokens) that the timeline of `leasehold runs` and the dashboard read
+  ('runs', 'reader'), ('skips', 'reader'), ('missed', 'reader'),
+  ('acquire', 'client'), ('renew', 'client'), ('release', 'client'), ('assert_lease', 'client'),
+  ('holds_lease', 'client'), ('register_liveness', 'client'), ('register_jobs', 'client'),
+  ('claim_slots', 'client'), ('finish_run', 'client'), ('finish_runs', 'client'),
+  ('enqueue_slots', 'client'), ('record_missed', 'client'), ('register_external_job', 'client'),
+  ('start_run', 'client'), ('record_skip', 'client'),
+  ('force_release', 'operator'), ('prune_history', 'operator'),
+  ('secure_schema', 'owner'), ('grant_statements', 'owner'), ('grant_access', 'owner'),
+  ('revoke_access', 'owner');
+
+-- Roles granted a level through grant_access(); secure_schema() grants them what later
+-- migrations add, so an upgrade never takes a working role's access away.
+create table leasehold.grants (
+  role       text not null,
+  level      text not null check (level in ('reader', 'client', 'operator')),
+  granted_at timestamptz not null default now(),
+  primary key (role, level)
+);
+
+-- schema_version: the installed version, for every level (clients check it at start without
+-- reading leasehold.migrations).
+create function leasehold.schema_version() returns integer
+language sql stable as $$
+  select coalesce(max(version), 0)::integer from leasehold.migrations;
+$$;
+
+-- breaking_since: whether a migration newer than p_version changed the SQL contract. A client
+-- that knows p_version may run against a newer schema when this is false (rolling deploys).
+create function leasehold.breaking_since(p_version integer) returns boolean
+language sql stable as $$
+  select coalesce(bool_or(breaking), false) from leasehold.migrations where version > p_version;
+$$;
+
+-- grant_statements: the exact statements that give p_role the level p_level (client and
+-- operator include reader). Changes nothing.
+create function leasehold.grant_statements(p_role text, p_level text) returns setof text
+language plpgsql stable as $$
+begin
+  if p_level is null or p_level not in ('reader', 'client', 'operator') then
+    raise exception 'level must be reader, client or operator (got %)', coalesce(p_level, 'null')
+      using errcode = '22023';
+  end if;
+  if p_role is null or p_role = '' or lower(p_role) = 'public' then
+    raise exception 'name a role (not PUBLIC) to grant leasehold access to' using errcode = '22023';
+  end if;
+  return next format('grant usage on schema leasehold to %I', p_role);
+  return query
+    select format('grant execute on function leasehold.%I(%s) to %I',
+                  p.proname, pg_get_function_identity_arguments(p.oid), p_role)
+      from pg_proc p
+      join leasehold.access a on a.object = p.proname
+     where p.pronamespace = 'leasehold'::regnamespace and a.level in ('reader', p_level)
+     order by a.level desc, p.proname, 1;
+  return query
+    select format('grant select on table leasehold.%I to %I', c.relname, p_role)
+      from pg_class c
+      join leasehold.access a on a.object = c.relname
+     where c.relnamespace = 'leasehold'::regnamespace and c.relkind in ('r', 'v', 'm')
+       and a.level in ('reader', p_level)
+     order by c.relname;
+end $$;
+
+-- grant_access: applies grant_statements and remembers the role, so that later migrations
+-- extend its grants. Returns the statements it ran.
+create function leasehold.grant_access(p_role text, p_level text) returns setof text
+language plpgsql volatile as $$
+declare
+  s text;
+begin
+  if to_regrole(quote_ident(p_role)) is null then
+    raise exception 'role "%" does not exist', p_role
+      using errcode = '42704', hint = 'Create it first, e.g. create role ... login password ''...''.';
+  end if;
+  for s in select * from leasehold.grant_statements(p_role, p_level) loop
+    execute s;
+    return next s;
+  end loop;
+  insert into leasehold.grants (role, level) values (p_role, p_level) on conflict do nothing;
+end $$;
+
+-- revoke_access: takes the level away (and everything else in the schema), then grants the
+-- role's remaining levels again. Returns the number of levels left.
+create function leasehold.revoke_access(p_role text, p_level text) returns integer
+language plpgsql volatile as $$
+declare
+  s text;
+  n integer := 0;
+  r record;
+begin
+  if to_regrole(quote_ident(p_role)) is null then
+    raise exception 'role "%" does not exist', p_role using errcode = '42704';
+  end if;
+  delete from leasehold.grants g where g.role = p_role and g.level = p_level;
+  execute format('revoke all on all routines in schema leasehold from %I', p_role);
+  execute format('revoke all on all tables in schema leasehold from %I', p_role);
+  execute format('revoke all on schema leasehold from %I', p_role);
+  for r in select g.level from leasehold.grants g where g.role = p_role loop
+    n := n + 1;
+    for s in select * from leasehold.grant_statements(p_role, r.level) loop
+      execute s;
+    end loop;
+  end loop;
+  return n;
+end $$;
+
+-- secure_schema: the generic pass, idempotent. Run after every migration.
+create function leasehold.secure_schema() returns void
+language plpgsql volatile as $$
+declare
+  f record;
+  r record;
+  s text;
+begin
+  -- Only the owner may create objects in the schema: a function or operator planted here
+  -- would be found by every pinned search_path.
+  revoke all on schema leasehold from public;
+  for r in select a.grantee::regrole::text as grantee
+             from pg_namespace n, aclexplode(n.nspacl) a
+            where n.nspname = 'leasehold' and a.privilege_type = 'CREATE'
+              and a.grantee <> n.nspowner and a.grantee <> 0 loop
+    execute format('revoke create on schema leasehold from %s', r.grantee);
+  end loop;
+  for f in select p.proname, pg_get_function_identity_arguments(p.oid) as args
+             from pg_proc p
+            where p.pronamespace = 'leasehold'::regnamespace and p.prokind in ('f', 'p') loop
+    execute format('alter routine leasehold.%I(%s) security definer set search_path = pg_catalog, leasehold, pg_temp',
+                   f.proname, f.args);
+  end loop;
+  revoke all on all routines in schema leasehold from public;
+  revoke all on all tables in schema leasehold from public;
+  revoke all on all sequences in schema leasehold from public;
+  for r in select g.role, g.level from leasehold.grants g where to_regrole(quote_ident(g.role)) is not null loop
+    for s in select * from leasehold.grant_statements(r.role, r.level) loop
+      execute s;
+    end loop;
+  end loop;
+end $$;
