@@ -3,7 +3,8 @@
 import pg from 'pg';
 import { createOwnedPool, describeConnection, unavailable } from '../db/connection.js';
 import { checkSchema } from '../db/migrations.js';
-import { DatabaseUnavailableError, InvalidArgumentError, LeaseholdError, SchemaVersionError } from '../errors.js';
+import { permissionDenied } from '../db/permissions.js';
+import { DatabaseUnavailableError, InvalidArgumentError, LeaseholdError, PermissionDeniedError, SchemaVersionError } from '../errors.js';
 import { EXIT } from './exit-codes.js';
 
 export interface Io {
@@ -36,6 +37,9 @@ export function databaseUrl(option: string | undefined): string {
   return url;
 }
 
+// The database role of the command's connection, for messages that name a grant to add.
+let connectedRole = 'ROLE';
+
 /** A small pool on the database, checked to be reachable and at this library's schema version. */
 export async function openPool(url: string, options: { checkSchema?: boolean } = {}): Promise<pg.Pool> {
   const pool = createOwnedPool(url, { max: 2, connectTimeoutMs: 5_000, applicationName: 'leasehold cli', onError: () => undefined });
@@ -46,6 +50,7 @@ export async function openPool(url: string, options: { checkSchema?: boolean } =
     } catch (error) {
       throw unavailable(describeConnection(url), error);
     }
+    connectedRole = (await client.query<{ role: string }>('select current_user::text as role')).rows[0]?.role ?? connectedRole;
     if (options.checkSchema !== false) await checkSchema(client);
     return pool;
   } catch (error) {
@@ -59,7 +64,8 @@ export async function openPool(url: string, options: { checkSchema?: boolean } =
 }
 
 /** Turns any error into one line on stderr and an exit code. */
-export function report(io: Io, error: unknown, json: boolean): void {
+export function report(io: Io, raw: unknown, json: boolean): void {
+  const error = permissionDenied(raw, connectedRole) ?? raw;
   const code =
     error instanceof CliError
       ? error.exitCode
@@ -69,7 +75,9 @@ export function report(io: Io, error: unknown, json: boolean): void {
           ? EXIT.schema
           : error instanceof InvalidArgumentError
             ? EXIT.usage
-            : EXIT.error;
+            : error instanceof PermissionDeniedError
+              ? EXIT.noperm
+              : EXIT.error;
   const message = error instanceof Error ? error.message : String(error);
   if (json) io.err(JSON.stringify({ error: message, code: error instanceof LeaseholdError ? error.code : undefined, exitCode: code }));
   else io.err(`leasehold: ${message}`);

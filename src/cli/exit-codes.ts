@@ -11,6 +11,8 @@ export const EXIT = {
   lost: 76,
   /** The database could not be reached (EX_UNAVAILABLE). */
   unavailable: 69,
+  /** The database role lacks a leasehold grant; the message names it (EX_NOPERM). */
+  noperm: 77,
   /** The schema is newer than this version of leasehold, or not migrated (EX_CONFIG). */
   schema: 78,
 } as const;

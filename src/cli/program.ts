@@ -6,6 +6,7 @@ import { EXIT } from './exit-codes.js';
 import { registerDashboard } from './commands/dashboard.js';
 import { registerDemo } from './commands/demo.js';
 import { registerExec } from './commands/exec.js';
+import { registerGrant } from './commands/grant.js';
 import { registerMigrate } from './commands/migrate.js';
 import { registerRelease } from './commands/release.js';
 import { registerRuns } from './commands/runs.js';
@@ -24,7 +25,7 @@ export function buildProgram(io: Io = processIo): Command {
     .configureOutput({ writeOut: (text) => io.out(text), writeErr: (text) => io.err(text) })
     .addHelpText('after', `
 Environment: DATABASE_URL (the database, unless --database-url), LEASEHOLD_LOG_LEVEL.
-Exit codes: 0 ok, 1 error, 2 usage, ${EXIT.skipped} skipped (exec), ${EXIT.lost} lease lost (exec), ${EXIT.unavailable} database unreachable, ${EXIT.schema} schema version.
+Exit codes: 0 ok, 1 error, 2 usage, ${EXIT.skipped} skipped (exec), ${EXIT.lost} lease lost (exec), ${EXIT.unavailable} database unreachable, ${EXIT.noperm} missing grant, ${EXIT.schema} schema version.
 Docs: docs/cli.md`);
   registerExec(program, io);
   registerWorker(program, io);
@@ -33,6 +34,7 @@ Docs: docs/cli.md`);
   registerRuns(program, io);
   registerRelease(program, io);
   registerMigrate(program, io);
+  registerGrant(program, io);
   registerDashboard(program, io);
   registerDemo(program, io);
   return program;

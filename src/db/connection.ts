@@ -2,6 +2,7 @@
 // messages, and queries with a timeout that discards the connection when it fires.
 import pg from 'pg';
 import { DatabaseUnavailableError } from '../errors.js';
+import { permissionDenied } from './permissions.js';
 
 /** Connection settings shared by every entry point. */
 export interface ConnectionOptions {
@@ -134,6 +135,6 @@ async function queryOnce<R extends pg.QueryResultRow>(
     client.release(broken ? (error as Error) : undefined);
     if (error instanceof Error && error.message === 'Query read timeout') throw new QueryTimeoutError(timeoutMs, { cause: error });
     if (broken) throw unavailable(where, error);
-    throw error;
+    throw permissionDenied(error, client.user ?? 'this role') ?? error;
   }
 }

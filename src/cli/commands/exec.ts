@@ -22,6 +22,7 @@ interface ExecOptions {
   skippedExitCode: string;
   holder?: string;
   history: boolean;
+  tokenEnv: boolean;
   json?: boolean;
   verbose?: boolean;
   databaseUrl?: string;
@@ -39,6 +40,7 @@ export function registerExec(program: Command, io: Io): void {
     .option('--skipped-exit-code <code>', 'exit code when the lease is held elsewhere', String(EXIT.skipped))
     .option('--holder <name>', 'how this process names itself in the lease (default host:pid:random)')
     .option('--no-history', 'do not record the run or the skip in the history tables')
+    .option('--no-token-env', 'do not give the command LEASEHOLD_TOKEN (it then cannot fence its writes, nor release or renew the lease)')
     .option('--json', 'print every event as a JSON line on stderr')
     .option('-v, --verbose', 'also report start and finish on stderr (by default only skips, losses and errors, so cron mails stay quiet)')
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
@@ -52,6 +54,8 @@ Examples:
 
 The command gets LEASEHOLD_NAME, LEASEHOLD_FENCE, LEASEHOLD_TOKEN and LEASEHOLD_IDEMPOTENCY_KEY in its
 environment, so it can fence its own writes: select leasehold.assert_lease($LEASEHOLD_NAME, $LEASEHOLD_TOKEN, $LEASEHOLD_FENCE).
+The token is the lease's secret, and every process the command starts inherits it: pass
+--no-token-env when the command does not fence its writes (docs/security.md).
 
 Exit codes: the command's own; ${EXIT.skipped} held elsewhere (--skipped-exit-code); ${EXIT.lost} lease lost and the
 command stopped; 128+N the command died of signal N; ${EXIT.unavailable} database unreachable; ${EXIT.usage} bad usage.`,
@@ -96,7 +100,7 @@ async function exec(command: string[], options: ExecOptions, io: Io): Promise<vo
       io.exit(skippedExitCode);
       return;
     }
-    const code = await runGuarded(leasehold, lease.lease, command, { graceMs, intervalMs, ttlMs, history: options.history }, event);
+    const code = await runGuarded(leasehold, lease.lease, command, { graceMs, intervalMs, ttlMs, history: options.history, tokenEnv: options.tokenEnv }, event);
     io.exit(code);
   } finally {
     await leasehold.close();
@@ -117,11 +121,26 @@ async function history(leasehold: Leasehold, text: string, values: unknown[]): P
   await leasehold.pool.query(text, values).catch(() => undefined);
 }
 
+// What the command learns about its lease. Without the token it can still tell which run it is
+// (name, fence, idempotency key), but cannot fence, renew or release.
+function childEnv(lease: Lease, withToken: boolean): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = {
+    ...process.env,
+    LEASEHOLD_NAME: lease.name,
+    LEASEHOLD_FENCE: String(lease.fence),
+    LEASEHOLD_IDEMPOTENCY_KEY: lease.idempotencyKey,
+  };
+  // an inherited LEASEHOLD_TOKEN (exec under exec) must not pass for this lease's
+  if (withToken) env.LEASEHOLD_TOKEN = lease.token;
+  else delete env.LEASEHOLD_TOKEN;
+  return env;
+}
+
 async function runGuarded(
   leasehold: Leasehold,
   lease: Lease,
   command: string[],
-  settings: { graceMs: number; intervalMs: number | null; ttlMs: number; history: boolean },
+  settings: { graceMs: number; intervalMs: number | null; ttlMs: number; history: boolean; tokenEnv: boolean },
   event: (fields: Record<string, unknown>, human: string) => void,
 ): Promise<number> {
   if (settings.history) {
@@ -136,13 +155,7 @@ async function runGuarded(
   const child = spawn(file, args, {
     detached: ownGroup,
     stdio: 'inherit',
-    env: {
-      ...process.env,
-      LEASEHOLD_NAME: lease.name,
-      LEASEHOLD_FENCE: String(lease.fence),
-      LEASEHOLD_TOKEN: lease.token,
-      LEASEHOLD_IDEMPOTENCY_KEY: lease.idempotencyKey,
-    },
+    env: childEnv(lease, settings.tokenEnv),
   });
   event({ event: 'started', name: lease.name, fence: lease.fence, pid: child.pid }, `holding "${lease.name}" (fence ${lease.fence}); running ${file}`);
 

@@ -1,6 +1,7 @@
-// leasehold migrate [--dry-run]: apply pending migrations, or print their SQL for review.
+// leasehold migrate [--dry-run]: apply pending migrations, or print the complete script that
+// would (schema, objects, version rows, grants) for review or for another migration tool.
 import type { Command } from 'commander';
-import { latestVersion, migrate, migrations, schemaVersion } from '../../db/migrations.js';
+import { installScript, latestVersion, migrate, migrations, schemaVersion } from '../../db/migrations.js';
 import { databaseUrl, openPool, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
 
@@ -8,7 +9,7 @@ export function registerMigrate(program: Command, io: Io): void {
   program
     .command('migrate')
     .description('create or upgrade the leasehold schema (safe to run from many hosts at once)')
-    .option('--dry-run', 'print the SQL that would run, change nothing')
+    .option('--dry-run', 'print the install (or upgrade) script that would run, change nothing')
     .option('--json', 'print JSON')
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
     .action(async (options: { dryRun?: boolean; json?: boolean; databaseUrl?: string }) => {
@@ -19,9 +20,9 @@ export function registerMigrate(program: Command, io: Io): void {
             const client = await pool.connect();
             const from = await schemaVersion(client).finally(() => client.release());
             const pending = migrations().filter((m) => m.version > from);
-            if (options.json) io.out(JSON.stringify({ from, to: latestVersion(), pending: pending.map((m) => ({ version: m.version, name: m.name, sql: m.sql })) }, null, 2));
-            else if (pending.length === 0) io.out(`-- leasehold schema is at version ${from}: nothing to do`);
-            else io.out(pending.map((m) => `-- ${m.name}\n${m.sql}`).join('\n'));
+            const script = pending.length === 0 ? null : installScript(from, latestVersion());
+            if (options.json) io.out(JSON.stringify({ from, to: latestVersion(), pending: pending.map((m) => ({ version: m.version, name: m.name, breaking: m.breaking })), script }, null, 2));
+            else io.out(script ?? `-- leasehold schema is at version ${from}: nothing to do`);
           } else {
             const result = await migrate(pool);
             if (options.json) io.out(JSON.stringify(result));
