@@ -18,6 +18,10 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   missed: 'reader',
   schema_version: 'reader',
   breaking_since: 'reader',
+  holder_gone: 'reader',
+  check_name: 'reader',
+  check_ttl: 'reader',
+  check_holder: 'reader',
   migrations: 'reader',
 };
 

@@ -6,7 +6,7 @@
 // workers may run the same jobs: the database decides which worker runs each slot, and each
 // slot runs at most once.
 import { performance } from 'node:perf_hooks';
-import { InvalidArgumentError, ShutdownError } from '../errors.js';
+import { InvalidArgumentError, PermissionDeniedError, ShutdownError } from '../errors.js';
 import { createLeasehold, type Leasehold, type LeaseholdOptions } from '../lease/leasehold.js';
 import { LeaseholdEmitter, type LeaseholdEvents } from '../observe/events.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
@@ -195,11 +195,20 @@ export class Worker {
     this.timers.add(timer);
   }
 
+  private pruneAllowed = true;
+
   private async prune(): Promise<void> {
+    if (!this.pruneAllowed) return;
     try {
       const deleted = await this.store.prune(this.settings.retentionMs);
       if (deleted > 0) this.logger.info({ event: 'history:pruned', deleted }, `pruned ${deleted} history rows`);
     } catch (error) {
+      // pruning is an operator privilege: a worker with the client grant leaves it to one that has it
+      if (error instanceof PermissionDeniedError) {
+        this.pruneAllowed = false;
+        this.logger.info({ event: 'history:prune-skipped' }, 'history pruning needs the operator grant; this worker leaves it to one that has it (docs/security.md)');
+        return;
+      }
       this.logger.warn({ event: 'history:prune-failed', err: String(error) }, 'history pruning failed');
     }
   }
