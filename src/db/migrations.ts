@@ -159,29 +159,25 @@ async function installed(client: pg.ClientBase): Promise<Installed> {
   const { rows } = await client.query<{ schema: boolean; versioned: boolean; migrations: boolean; leases: boolean; role: string }>(CATALOG);
   const found = rows[0]!;
   if (!found.schema) return { version: 0, breakingSinceLibrary: false };
+  if (!found.migrations) {
+    if (found.leases) throw unversioned();
+    return { version: 0, breakingSinceLibrary: false };
+  }
   try {
-    if (found.versioned) {
-      const { rows: v } = await client.query<{ version: number; breaking: boolean }>(
-        'select leasehold.schema_version() as version, leasehold.breaking_since($1) as breaking',
-        [latestVersion()],
-      );
-      return { version: v[0]?.version ?? 0, breakingSinceLibrary: v[0]?.breaking ?? false };
-    }
-    if (found.migrations) {
-      // versions before the privilege model (0005) have no schema_version()
-      const { rows: v } = await client.query<{ version: number; breaking: boolean }>(
-        `select coalesce(max(version), 0)::int as version, coalesce(bool_or(breaking) filter (where version > $1), false) as breaking
-           from leasehold.migrations`,
-        [latestVersion()],
-      );
-      if ((v[0]?.version ?? 0) === 0 && found.leases) throw unversioned();
-      return { version: v[0]?.version ?? 0, breakingSinceLibrary: v[0]?.breaking ?? false };
-    }
+    // versions before the privilege model (0005) have no schema_version(): read the table
+    const { rows: v } = await client.query<{ version: number; breaking: boolean }>(
+      found.versioned
+        ? 'select leasehold.schema_version() as version, leasehold.breaking_since($1) as breaking'
+        : `select coalesce(max(version), 0)::int as version, coalesce(bool_or(breaking) filter (where version > $1), false) as breaking
+             from leasehold.migrations`,
+      [latestVersion()],
+    );
+    const version = v[0]?.version ?? 0;
+    if (version === 0 && found.leases) throw unversioned();
+    return { version, breakingSinceLibrary: v[0]?.breaking ?? false };
   } catch (error) {
     throw permissionDenied(error, found.role) ?? error;
   }
-  if (found.leases) throw unversioned();
-  return { version: 0, breakingSinceLibrary: false };
 }
 
 /** Reads the installed schema version (0 when leasehold was never installed). */
