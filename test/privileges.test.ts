@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { inject } from 'vitest';
 import pg from 'pg';
 import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { startDashboard } from '../src/dashboard/server.js';
 import { LEVEL_OF } from '../src/db/permissions.js';
 import { createLeasehold, migrate, PermissionDeniedError, startWorker, type Leasehold } from '../src/index.js';
@@ -178,6 +179,32 @@ describe('the schema', () => {
     );
     expect(rows.filter((r) => r.level === null).map((r) => r.object)).toEqual([]);
     for (const { object, level } of rows) if (level !== 'owner') expect([object, LEVEL_OF[object] ?? 'client']).toEqual([object, level]);
+  });
+
+  it('lists in docs/security.md exactly the statements grant_statements() gives for each level', async () => {
+    const statements = async (role: string, level: string) =>
+      (await owner.query<{ s: string }>('select s from leasehold.grant_statements($1, $2) s', [role, level])).rows.map((r) => `${r.s};`);
+    const reader = await statements('dashboards', 'reader');
+    const only = async (role: string, level: string) => {
+      const shared = new Set(await statements(role, 'reader'));
+      return (await statements(role, level)).filter((s) => !shared.has(s));
+    };
+    const documented = readFileSync(new URL('../docs/security.md', import.meta.url), 'utf8')
+      .split('\n')
+      .filter((line) => /^grant .* to (dashboards|billing_app|oncall);$/.test(line));
+    expect(documented).toEqual([...reader, ...(await only('billing_app', 'client')), ...(await only('oncall', 'operator'))]);
+  });
+
+  it('gives in docs/sql-api.md the level each function of the contract needs', async () => {
+    const page = readFileSync(new URL('../docs/sql-api.md', import.meta.url), 'utf8');
+    const documented = [...page.matchAll(/^\| ((?:`\w+`(?:, )?)+) \| `(reader|client|operator)`/gm)].flatMap((m) =>
+      [...m[1]!.matchAll(/`(\w+)`/g)].map((n) => `${n[1]} ${m[2]}`),
+    );
+    expect(documented.length).toBeGreaterThan(10);
+    const { rows } = await owner.query<{ object: string; level: string }>('select object, level from leasehold.access where object = any ($1)', [
+      documented.map((d) => d.split(' ')[0]),
+    ]);
+    expect(documented.sort()).toEqual(rows.map((r) => `${r.object} ${r.level}`).sort());
   });
 
   it('keeps tokens out of every view', async () => {
