@@ -10,7 +10,7 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { startDashboard } from '../src/dashboard/server.js';
 import { LEVEL_OF } from '../src/db/permissions.js';
-import { createLeasehold, migrate, PermissionDeniedError, startWorker, type Leasehold } from '../src/index.js';
+import { createLeasehold, createMetrics, migrate, PermissionDeniedError, startWorker, type Leasehold } from '../src/index.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { createTestDatabase } from '../src/testing.js';
 import { cli } from './support/cli.js';
@@ -369,6 +369,9 @@ describe('the operator and reader roles', () => {
     } finally {
       await dashboard.close();
     }
+    const metrics = createMetrics();
+    metrics.observeDatabase(readerPool);
+    expect(await metrics.metrics()).toContain(job);
     expect(await outcome(readerPool, `select * from leasehold.acquire('x', '1s', 'reader')`)).toBe('42501');
     expect(await outcome(readerPool, `select * from leasehold.force_release('x')`)).toBe('42501');
     expect(await outcome(readerPool, 'select * from leasehold.leases')).toBe('42501');
