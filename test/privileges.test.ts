@@ -8,6 +8,7 @@ import { inject } from 'vitest';
 import pg from 'pg';
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
+import { inspect } from 'node:util';
 import { startDashboard } from '../src/dashboard/server.js';
 import { LEVEL_OF } from '../src/db/permissions.js';
 import { createLeasehold, createMetrics, migrate, PermissionDeniedError, startWorker, type Leasehold } from '../src/index.js';
@@ -207,7 +208,7 @@ describe('the schema', () => {
     expect(documented.sort()).toEqual(rows.map((r) => `${r.object} ${r.level}`).sort());
   });
 
-  it('keeps tokens out of every view', async () => {
+  it('keeps tokens out of every view and out of a logged Lease', async () => {
     const lh = await leaseholdAs(url, ROLE.app1);
     const got = await lh.acquire(`views-${randomUUID()}`, { ttl: '30s' });
     if (!got.acquired) throw new Error('not acquired');
@@ -216,6 +217,10 @@ describe('the schema', () => {
         where c.relnamespace = 'leasehold'::regnamespace and c.relkind = 'v' and a.attnum > 0 and a.atttypid = 'uuid'::regtype`,
     );
     expect(columns).toEqual([]);
+    // a lease that ends up in a log line
+    expect(JSON.stringify(got.lease)).not.toContain(got.lease.token);
+    expect(inspect(got.lease, { depth: 5 })).not.toContain(got.lease.token);
+    expect(JSON.parse(JSON.stringify(got.lease))).toMatchObject({ name: got.lease.name, fence: got.lease.fence, state: 'held' });
     const reader = pool(url, ROLE.reader);
     for (const view of ['lease_status', 'job_status', 'run_history']) {
       const { rows } = await reader.query(`select * from leasehold.${view}`);

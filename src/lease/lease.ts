@@ -6,6 +6,7 @@
 // moment, so the local deadline never outlives the server's. When it passes without a
 // confirmed renewal, the lease counts as lost and the signal fires, whatever the network does.
 import { performance } from 'node:perf_hooks';
+import { inspect } from 'node:util';
 import type pg from 'pg';
 import { isConnectionError, QueryTimeoutError, timedQuery, unavailable } from '../db/connection.js';
 import { LeaseLostError, OutcomeUnknownError, type LeaseLostReason } from '../errors.js';
@@ -310,6 +311,15 @@ export class Lease {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.release().catch(() => undefined);
+  }
+
+  /** What logging a lease shows (JSON.stringify, pino, console.log): everything but the token. */
+  toJSON(): { name: string; fence: number; holder: string; acquiredAt: Date; expiresAt: Date; slot: Date | null; state: State } {
+    return { name: this.name, fence: this.fence, holder: this.holder, acquiredAt: this.acquiredAt, expiresAt: this.expiry, slot: this.slot, state: this.state };
+  }
+
+  [inspect.custom](): string {
+    return `Lease ${inspect(this.toJSON())}`;
   }
 }
 
