@@ -11,7 +11,7 @@ import { readFileSync } from 'node:fs';
 import { inspect } from 'node:util';
 import { startDashboard } from '../src/dashboard/server.js';
 import { LEVEL_OF } from '../src/db/permissions.js';
-import { createLeasehold, createMetrics, migrate, PermissionDeniedError, startWorker, type Leasehold } from '../src/index.js';
+import { createLeasehold, createMetrics, latestVersion, migrate, PermissionDeniedError, startWorker, type Leasehold } from '../src/index.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { createTestDatabase } from '../src/testing.js';
 import { cli } from './support/cli.js';
@@ -407,6 +407,35 @@ describe('search_path attacks (CVE-2018-1058 class)', () => {
     expect(await searchPathAttack(url, owner)).toEqual([]);
     const { rows } = await owner.query<{ s: boolean }>('select rolsuper as s from pg_roles where rolname = $1', [ROLE.evil]);
     expect(rows[0]?.s).toBe(false);
+  });
+});
+
+describe('upgrades and drift', () => {
+  it('a client role facing an older schema gets a typed error saying who must migrate, and changes nothing', async () => {
+    const db = await installedDatabase();
+    await db.owner.query(`select leasehold.grant_access($1, 'client')`, [ROLE.app2]);
+    await db.owner.query('delete from leasehold.migrations where version = (select max(version) from leasehold.migrations)');
+    const error = await createLeasehold({ connectionString: urlAs(db.url, ROLE.app2), logger: silentLogger() }).catch((e: unknown) => e);
+    expect(error).toMatchObject({ code: 'SCHEMA_VERSION' });
+    expect((error as Error).message).toMatch(/may not create or change the schema.*leasehold migrate.*as the schema owner/);
+    // also when the role may create schemas in the database (it owns it, say): the schema is not its own
+    const dbName = new URL(db.url).pathname.slice(1);
+    await db.owner.query(`grant create on database "${dbName}" to ${ROLE.app2}`);
+    const again = await createLeasehold({ connectionString: urlAs(db.url, ROLE.app2), logger: silentLogger() }).catch((e: unknown) => e);
+    expect(again).toMatchObject({ code: 'SCHEMA_VERSION' });
+    expect((again as Error).message).toMatch(/may not create or change the schema.*permission denied for schema leasehold/);
+    expect((await db.owner.query('select max(version)::int as v from leasehold.migrations')).rows[0].v).toBe(latestVersion() - 1);
+  });
+
+  it('secure_schema() takes back CREATE on the schema from anyone but its owner, and restores lost grants', async () => {
+    const db = await installedDatabase();
+    await db.owner.query(`select leasehold.grant_access($1, 'client')`, [ROLE.app2]);
+    await db.owner.query(`grant create on schema leasehold to ${ROLE.app2}; revoke execute on function leasehold.renew(text, uuid, interval) from ${ROLE.app2}`);
+    const client = pool(db.url, ROLE.app2);
+    expect(await outcome(client, `select * from leasehold.renew('x', gen_random_uuid(), '1s')`)).toBe('42501');
+    await db.owner.query('select leasehold.secure_schema()');
+    expect(await outcome(client, 'create function leasehold.planted() returns int language sql as $$ select 1 $$')).toBe('42501');
+    expect(await outcome(client, `select * from leasehold.renew('x', gen_random_uuid(), '1s')`)).toBe('ok');
   });
 });
 

@@ -220,6 +220,12 @@ export async function migrate(pool: pg.Pool): Promise<MigrationResult> {
     await client.query(lockStatement());
     try {
       await client.query(BOOTSTRAP);
+      const { version: from, breakingSinceLibrary } = await installed(client);
+      if (from > latestVersion() && breakingSinceLibrary) throw tooNew(from);
+      if (from >= latestVersion()) return { from, to: from, applied: [] };
+      for (const step of migrationSteps(from, latestVersion())) await client.query(step);
+      await client.query(SECURE);
+      return { from, to: latestVersion(), applied: migrations().filter((m) => m.version > from).map((m) => m.version) };
     } catch (error) {
       if ((error as { code?: unknown }).code !== '42501') throw error;
       throw new SchemaVersionError(
@@ -227,16 +233,10 @@ export async function migrate(pool: pg.Pool): Promise<MigrationResult> {
         latestVersion(),
         `The database's leasehold schema is at version ${current.version}; this library needs ${latestVersion()}, and this ` +
           `database role may not create or change the schema (${(error as Error).message}). Run \`leasehold migrate\` as the ` +
-          'schema owner (or apply the install script: `leasehold migrate --dry-run`), then start again.',
+          'schema owner (or apply the install script: `leasehold migrate --dry-run`), then start again. Nothing was changed.',
         { cause: error },
       );
     }
-    const { version: from, breakingSinceLibrary } = await installed(client);
-    if (from > latestVersion() && breakingSinceLibrary) throw tooNew(from);
-    if (from >= latestVersion()) return { from, to: from, applied: [] };
-    for (const step of migrationSteps(from, latestVersion())) await client.query(step);
-    await client.query(SECURE);
-    return { from, to: latestVersion(), applied: migrations().filter((m) => m.version > from).map((m) => m.version) };
   });
 }
 
