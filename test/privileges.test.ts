@@ -26,6 +26,7 @@ const ROLE = {
   reader: `lh_read_${suffix}`,
   evil: `lh_evil_${suffix}`,
   bare: `lh_bare_${suffix}`,
+  owner: `lh_owner_${suffix}`,
 };
 
 const databases: Array<{ url: string; drop(): Promise<void> }> = [];
@@ -407,6 +408,29 @@ describe('search_path attacks (CVE-2018-1058 class)', () => {
     expect(await searchPathAttack(url, owner)).toEqual([]);
     const { rows } = await owner.query<{ s: boolean }>('select rolsuper as s from pg_roles where rolname = $1', [ROLE.evil]);
     expect(rows[0]?.s).toBe(false);
+  });
+});
+
+describe('a dedicated owner role', () => {
+  it('installs the schema without superuser rights, grants levels, and its clients work', async () => {
+    const db = await createTestDatabase(inject('serverUrl'), 'leasehold_priv');
+    databases.push(db);
+    const dbName = new URL(db.url).pathname.slice(1);
+    const admin = pool(db.url);
+    await admin.query(`grant create on database "${dbName}" to ${ROLE.owner}`);
+    const ownerPool = pool(db.url, ROLE.owner);
+    expect((await migrate(ownerPool)).to).toBe(latestVersion());
+    expect((await admin.query(`select nspowner::regrole::text as o from pg_namespace where nspname = 'leasehold'`)).rows[0].o).toBe(ROLE.owner);
+    await ownerPool.query(`select leasehold.grant_access($1, 'client')`, [ROLE.app1]);
+    const lh = await leaseholdAs(db.url, ROLE.app1);
+    const got = await lh.acquire(`owned-${randomUUID()}`, { ttl: '10s' });
+    expect(got.acquired).toBe(true);
+    if (got.acquired) {
+      await got.lease.transaction(async () => undefined);
+      expect(await got.lease.release()).toBe(true);
+    }
+    await lh.close();
+    await admin.query(`drop owned by ${ROLE.owner} cascade`);
   });
 });
 
