@@ -246,13 +246,15 @@ describe('a client role', () => {
     expect((await lh.leases()).find((l) => l.name === name)?.state).toBe('free');
   });
 
-  it('runs scheduled jobs with startWorker', async () => {
+  it('runs scheduled jobs with startWorker, and leaves history pruning to an operator', async () => {
     const name = `job-${randomUUID()}`;
     let ran = 0;
+    const logged: Array<{ level: string; event: unknown }> = [];
+    const log = (level: string) => (fields: object) => void logged.push({ level, event: (fields as { event?: unknown }).event });
     const worker = await startWorker({
       connectionString: urlAs(url, ROLE.app1),
       jobs: [{ name, every: '1s', ttl: '5s', handler: async () => void ran++ }],
-      logger: silentLogger(),
+      logger: { debug: log('debug'), info: log('info'), warn: log('warn'), error: log('error') },
       handleSignals: false,
       shutdownGrace: '2s',
     });
@@ -262,6 +264,8 @@ describe('a client role', () => {
       await worker.stop();
     }
     expect(ran).toBeGreaterThanOrEqual(2);
+    expect(logged.filter((l) => String(l.event).startsWith('history:'))).toEqual([{ level: 'info', event: 'history:prune-skipped' }]);
+    expect(logged.filter((l) => l.level === 'warn' || l.level === 'error')).toEqual([]);
   });
 
   it('runs `leasehold exec`, which hands the token to the command unless --no-token-env', async () => {
