@@ -404,6 +404,14 @@ describe('the operator and reader roles', () => {
     expect(await outcome(bare, 'select leasehold.schema_version()')).toBe('42501');
     const wrong = await cli(['grant', ROLE.bare, '--as', 'admin'], env);
     expect(wrong.code).toBe(2);
+    // a hostile role name stays one quoted identifier, and a missing role is named
+    const hostile = 'Robert"; drop schema leasehold cascade; --';
+    const quoted = await cli(['grant', hostile, '--as', 'reader', '--print'], env);
+    expect(quoted.stdout.split('\n')[0]).toBe('grant usage on schema leasehold to "Robert""; drop schema leasehold cascade; --";');
+    const missing = await cli(['grant', hostile, '--as', 'reader'], env);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('does not exist');
+    expect(await outcome(owner, 'select leasehold.schema_version()')).toBe('ok');
   });
 });
 
