@@ -45,6 +45,7 @@ function body(data: PageData | undefined): string {
       <span class="count" id="page-count" data-testid="page-count">${first.count}</span>
     </div>
     <div class="table-wrap"><table class="jobs" data-testid="jobs-table">
+      <colgroup><col><col><col><col><col><col><col><col><col><col><col><col></colgroup>
       <thead><tr>
         <th>job</th><th>schedule</th><th>next run</th><th>state</th><th>holder</th><th class="num">lease age</th><th>last outcome</th>
         <th class="num">failed / runs 24h</th><th class="num">p50 / p95</th><th>p95 ÷ interval</th><th class="num">skips 24h</th><th class="num">missed 24h</th>

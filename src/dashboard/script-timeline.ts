@@ -119,7 +119,7 @@ export const SCRIPT_TIMELINE = String.raw`
     ]);
   }
 
-  // Resolves when every lane is drawn; the new lanes replace the old ones in one step.
+  // Resolves when every lane is drawn.
   function renderTimelines(page, hist) {
     var box = document.getElementById('timelines');
     var now = time(hist.now), from = time(hist.since);
@@ -130,15 +130,19 @@ export const SCRIPT_TIMELINE = String.raw`
     hist.runs.forEach(function (r) { bucket(r.job).runs.push(r); });
     hist.skips.forEach(function (s) { bucket(s.job).skips.push(s); });
     hist.missed.forEach(function (m) { bucket(m.job).missed.push(m); });
-    var next = el('div');
-    drawAxis(next, width, plotW, from, now, x);
-    var jobs = page.jobs.slice();
+    // lanes are replaced in place, a few per task, so that no single task lays out all of them
+    var axis = el('div');
+    drawAxis(axis, width, plotW, from, now, x);
+    if (box.firstChild) box.replaceChild(axis.firstChild, box.firstChild); else box.appendChild(axis.firstChild);
+    var jobs = page.jobs.slice(), at = 1;
     return new Promise(function (resolve) {
       (function step() {
-        jobs.splice(0, LANES_PER_TASK).forEach(function (j) { next.appendChild(drawLane(j, bucket(j.job), width, plotW, from, now, x)); });
+        jobs.splice(0, LANES_PER_TASK).forEach(function (j) {
+          var lane = drawLane(j, bucket(j.job), width, plotW, from, now, x), old = box.children[at++];
+          if (old) box.replaceChild(lane, old); else box.appendChild(lane);
+        });
         if (jobs.length) { setTimeout(step, 0); return; }
-        box.textContent = '';
-        while (next.firstChild) box.appendChild(next.firstChild);
+        while (box.children.length > at) box.removeChild(box.lastChild);
         document.getElementById('truncated').hidden = !hist.truncated;
         resolve();
       })();

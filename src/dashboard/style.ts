@@ -29,7 +29,7 @@ main { padding: 20px 28px 8px; display: grid; gap: 20px; }
 .card-head .hint { color: var(--muted); font-size: 12.5px; }
 .card-head .spacer { flex: 1; }
 table.jobs { width: 100%; border-collapse: collapse; }
-table.jobs th { text-align: left; font-weight: 600; font-size: 12px; color: var(--muted); padding: 6px 8px; border-bottom: 1px solid var(--line); white-space: nowrap; }
+table.jobs th { text-align: left; font-weight: 600; font-size: 12px; color: var(--muted); padding: 6px 8px; border-bottom: 1px solid var(--line); }
 table.jobs td { padding: 8px 8px; border-bottom: 1px solid var(--line); vertical-align: middle; }
 table.jobs tr:last-child td { border-bottom: none; }
 table.jobs tbody tr:hover td { background: var(--soft); }
@@ -87,6 +87,12 @@ svg .run:hover, svg .skip:hover, svg .missed:hover { stroke: #1d2433; stroke-wid
 footer { padding: 8px 28px 24px; color: var(--muted); font-size: 12px; }
 footer a { color: var(--muted); }
 .defs { position: absolute; width: 0; height: 0; }
+.card { contain: layout; }
+/* fixed layout: column widths come from the colgroup, not from measuring every cell on each refresh */
+table.jobs { table-layout: fixed; min-width: 1100px; }
+table.jobs td { overflow-wrap: anywhere; }
+table.jobs col:nth-child(1) { width: 13%; } table.jobs col:nth-child(2) { width: 12%; } table.jobs col:nth-child(3) { width: 7%; } table.jobs col:nth-child(4) { width: 7%; } table.jobs col:nth-child(5) { width: 9%; } table.jobs col:nth-child(6) { width: 6%; } table.jobs col:nth-child(7) { width: 11%; } table.jobs col:nth-child(8) { width: 9%; } table.jobs col:nth-child(9) { width: 8%; } table.jobs col:nth-child(10) { width: 9%; } table.jobs col:nth-child(11) { width: 5%; } table.jobs col:nth-child(12) { width: 5%; }
+.lane-row:not(.axis) { content-visibility: auto; contain-intrinsic-size: auto 62px; }
 .pager { display: flex; align-items: center; gap: 10px; margin: 0 0 10px; flex-wrap: wrap; }
 .pager input[type=search] { font: inherit; font-size: 13px; padding: 4px 8px; border: 1px solid var(--line); border-radius: 6px; min-width: 200px; }
 .pager select, .pager button { font: inherit; font-size: 13px; padding: 4px 10px; border: 1px solid var(--line); border-radius: 6px; background: var(--card); cursor: pointer; }
