@@ -85,7 +85,18 @@ const FILTER_SQL: Record<JobFilter, string> = {
                          having percentile_cont(0.95) within group (order by extract(epoch from r.finished_at - r.started_at)) * 1000 / k.interval_ms >= ${CREEP_WARNING_RATIO})`,
 };
 
-const PAGE_SQL = (filter: JobFilter) => `
+// Per-job figures over 24 h for the page's jobs (the costly part: one index range per job).
+const FIGURES = `  left join lateral (select count(*) as runs,
+                            count(*) filter (where r.outcome = 'failed') as failed,
+                            count(*) filter (where r.outcome = 'lost') as lost,
+                            percentile_cont(0.5) within group (order by extract(epoch from r.finished_at - r.started_at)) as p50,
+                            percentile_cont(0.95) within group (order by extract(epoch from r.finished_at - r.started_at)) as p95
+                       from leasehold.runs r
+                      where r.job = p.name and r.finished_at is not null and r.started_at > now() - interval '24 hours') rc on true`;
+// Without them: state, holder, last run and schedule only, for a first paint that cannot wait.
+const LIGHT_FIGURES = `  cross join (select 0 as runs, 0 as failed, 0 as lost, null::double precision as p50, null::double precision as p95) rc`;
+
+const PAGE_SQL = (filter: JobFilter, light: boolean) => `
 with matching as (
   select j.* from leasehold.jobs j
    where ($1::text is null or strpos(lower(j.name), lower($1)) > 0) and ${FILTER_SQL[filter]}
@@ -102,21 +113,15 @@ select p.name as job, p.schedule, p.timezone, p.interval_ms, p.ttl_ms, p.overlap
        coalesce(rc.lost, 0)::integer as lost_24h,
        rc.p50::double precision as p50_seconds, rc.p95::double precision as p95_seconds,
        case when p.interval_ms > 0 and rc.p95 is not null then (rc.p95 * 1000 / p.interval_ms)::double precision end as p95_interval_ratio,
-       (select count(*) from leasehold.skips s where s.job = p.name and s.recorded_at > now() - interval '24 hours')::integer as skips_24h,
-       (select count(*) from leasehold.missed m where m.job = p.name and m.recorded_at > now() - interval '24 hours')::integer as missed_24h,
+       ${light ? '0' : `(select count(*) from leasehold.skips s where s.job = p.name and s.recorded_at > now() - interval '24 hours')`}::integer as skips_24h,
+       ${light ? '0' : `(select count(*) from leasehold.missed m where m.job = p.name and m.recorded_at > now() - interval '24 hours')`}::integer as missed_24h,
        (select count(*) from matching)::integer as total,
        now() as db_now
   from page p
   left join leasehold.leases l on l.name = p.name
   left join lateral (select r.slot, r.outcome, r.started_at, r.finished_at, r.error from leasehold.runs r
                       where r.job = p.name order by r.started_at desc limit 1) lr on true
-  left join lateral (select count(*) as runs,
-                            count(*) filter (where r.outcome = 'failed') as failed,
-                            count(*) filter (where r.outcome = 'lost') as lost,
-                            percentile_cont(0.5) within group (order by extract(epoch from r.finished_at - r.started_at)) as p50,
-                            percentile_cont(0.95) within group (order by extract(epoch from r.finished_at - r.started_at)) as p95
-                       from leasehold.runs r
-                      where r.job = p.name and r.finished_at is not null and r.started_at > now() - interval '24 hours') rc on true
+${light ? LIGHT_FIGURES : FIGURES}
  order by p.name`;
 
 export interface JobPageQuery {
@@ -125,6 +130,8 @@ export interface JobPageQuery {
   /** Substring of the job name, case-insensitive. */
   search?: string;
   filter: JobFilter;
+  /** Leave out the 24 h figures (runs, failures, durations, skips, missed): they read as 0 / null. */
+  light?: boolean;
 }
 
 export interface JobPage {
@@ -135,7 +142,7 @@ export interface JobPage {
 }
 
 export async function jobPage(db: pg.Pool | pg.ClientBase, query: JobPageQuery): Promise<JobPage> {
-  const { rows } = await db.query<PageRow>(PAGE_SQL(query.filter), [query.search || null, query.limit, query.offset]);
+  const { rows } = await db.query<PageRow>(PAGE_SQL(query.filter, query.light === true), [query.search || null, query.limit, query.offset]);
   let total = rows[0]?.total;
   let now = rows[0]?.db_now;
   if (total === undefined || now === undefined) {

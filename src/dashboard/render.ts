@@ -11,6 +11,8 @@ export interface PageData {
   total: number;
   offset: number;
   limit: number;
+  /** True when the 24 h figures were left out (they show as …). */
+  partial?: boolean;
   jobs: JobRow[];
 }
 
@@ -60,12 +62,13 @@ function interval(ms: number | null): string {
 const pct = (r: number): string => `${Math.round(r * 100)}%`;
 const utc = (d: Date): string => `${d.toISOString().slice(11, 16)} UTC`;
 
-function row(j: JobRow, now: Date, warnAt: number): string {
+function row(j: JobRow, now: Date, warnAt: number, partial: boolean): string {
   const ratio = j.p95IntervalRatio;
   const level = ratio === null ? 'none' : ratio >= 1 ? 'danger' : ratio >= warnAt ? 'warning' : 'ok';
   const bad = j.failed24h + j.lost24h;
   const slots = j.runs24h + j.skips24h;
   const last = j.lastRun;
+  const later = '<span class="small" title="loading the 24 h figures">…</span>';
   const cells = [
     `<td><span class="job-name">${visibleHtml(j.job)}</span></td>`,
     `<td><div class="sched mono nowrap">${visibleHtml(j.schedule)}</div><div class="small">every ${interval(j.intervalMs)}${j.timezone ? ` · ${escape(j.timezone)}` : ''} · ${escape(j.overlap)}</div>` +
@@ -76,11 +79,11 @@ function row(j: JobRow, now: Date, warnAt: number): string {
     `<td class="mono nowrap">${j.holder ? visibleHtml(j.holder) : '–'}</td>`,
     `<td class="num">${seconds(j.leaseAgeSeconds)}</td>`,
     `<td class="nowrap">${last ? `<span class="pill ${attr(last.outcome)}">${visibleHtml(last.outcome)}</span>${last.error ? `<div class="small" title="${attr(last.error)}">${visibleHtml(last.error.length > 48 ? `${last.error.slice(0, 47)}…` : last.error)}</div>` : ''}` : '<span class="pill none">never ran</span>'}</td>`,
-    `<td class="num" data-testid="failures"><span${bad ? ' class="count-bad"' : ''}>${bad ? `${bad} of ${j.runs24h} · ${pct(bad / j.runs24h)}` : `0 of ${j.runs24h}`}</span></td>`,
-    `<td class="num">${j.p50Seconds === null ? '–' : `${seconds(j.p50Seconds)} / ${seconds(j.p95Seconds)}`}</td>`,
-    `<td class="ratio ${level}" data-testid="ratio" data-level="${level}"><span class="value">${ratio === null ? '–' : pct(ratio)}</span></td>`,
-    `<td class="num"><span${j.skips24h ? ' class="count-hot"' : ''}>${j.skips24h ? `${j.skips24h} · ${pct(j.skips24h / slots)}` : '0'}</span></td>`,
-    `<td class="num"><span${j.missed24h ? ' class="count-bad"' : ''}>${j.missed24h}</span></td>`,
+    partial ? `<td class="num" data-testid="failures">${later}</td>` : `<td class="num" data-testid="failures"><span${bad ? ' class="count-bad"' : ''}>${bad ? `${bad} of ${j.runs24h} · ${pct(bad / j.runs24h)}` : `0 of ${j.runs24h}`}</span></td>`,
+    partial ? `<td class="num">${later}</td>` : `<td class="num">${j.p50Seconds === null ? '–' : `${seconds(j.p50Seconds)} / ${seconds(j.p95Seconds)}`}</td>`,
+    partial ? `<td class="ratio none" data-testid="ratio" data-level="none">${later}</td>` : `<td class="ratio ${level}" data-testid="ratio" data-level="${level}"><span class="value">${ratio === null ? '–' : pct(ratio)}</span></td>`,
+    partial ? `<td class="num">${later}</td>` : `<td class="num"><span${j.skips24h ? ' class="count-hot"' : ''}>${j.skips24h ? `${j.skips24h} · ${pct(j.skips24h / slots)}` : '0'}</span></td>`,
+    partial ? `<td class="num">${later}</td>` : `<td class="num"><span${j.missed24h ? ' class="count-bad"' : ''}>${j.missed24h}</span></td>`,
   ];
   return `<tr data-job="${attr(j.job)}" data-state="${j.state}" data-level="${level}">${cells.join('')}</tr>`;
 }
@@ -91,7 +94,7 @@ export function renderFirstPage(data: PageData | undefined): { rows: string; cou
   const from = data.total ? data.offset + 1 : 0;
   const to = Math.min(data.total, data.offset + data.jobs.length);
   return {
-    rows: data.jobs.map((j) => row(j, data.now, data.warningRatio)).join('\n'),
+    rows: data.jobs.map((j) => row(j, data.now, data.warningRatio, data.partial === true)).join('\n'),
     count: `${from.toLocaleString('en-US')}–${to.toLocaleString('en-US')} of ${data.total.toLocaleString('en-US')} · as of ${utc(data.now)}`,
     empty: data.jobs.length === 0,
   };

@@ -37,13 +37,29 @@ export const SCRIPT_TABLE = String.raw`
     document.getElementById('next').disabled = page.offset + page.jobs.length >= page.total;
   }
 
+  // Rows are replaced in place, ROWS_PER_TASK at a time, so that no single task redoes the table.
+  var ROWS_PER_TASK = 10;
   function renderTable(page) {
     var body = document.getElementById('jobs-body');
     var now = time(page.now);
     var warnAt = page.warningRatio;
-    var rows = document.createDocumentFragment();
+    var jobs = page.jobs.slice(), at = 0;
     document.getElementById('no-jobs').hidden = page.jobs.length > 0;
-    page.jobs.forEach(function (j) {
+    renderPager(page);
+    return new Promise(function (resolve) {
+      (function step() {
+        jobs.splice(0, ROWS_PER_TASK).forEach(function (j) {
+          var tr = jobRow(j, now, warnAt), old = body.children[at++];
+          if (old) body.replaceChild(tr, old); else body.appendChild(tr);
+        });
+        if (jobs.length) { setTimeout(step, 0); return; }
+        while (body.children.length > at) body.removeChild(body.lastChild);
+        resolve();
+      })();
+    });
+  }
+
+  function jobRow(j, now, warnAt) {
       var ratio = j.p95IntervalRatio;
       var level = ratio === null ? 'none' : ratio >= 1 ? 'danger' : ratio >= warnAt ? 'warning' : 'ok';
       var tr = el('tr', { 'data-job': j.job, 'data-state': j.state, 'data-level': level, 'aria-selected': String(state.selected === j.job), tabindex: 0 });
@@ -87,11 +103,7 @@ export const SCRIPT_TABLE = String.raw`
       append(tr, el('td', { class: 'num', title: j.skips24h + ' skipped of ' + slots + ' slots in 24 h' },
         el('span', { class: j.skips24h ? 'count-hot' : null, text: j.skips24h ? j.skips24h + ' · ' + pct(j.skips24h / slots) : '0' })));
       append(tr, el('td', { class: 'num' }, el('span', { class: j.missed24h ? 'count-bad' : null, text: j.missed24h })));
-      rows.appendChild(tr);
-    });
-    body.textContent = '';
-    body.appendChild(rows);
-    renderPager(page);
+      return tr;
   }
 
   function renderRuns() {

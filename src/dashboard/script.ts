@@ -34,18 +34,18 @@ const SCRIPT_MAIN = String.raw`
     performance.mark('lh-refresh-start');
     api('api/jobs?' + query({ offset: state.offset, limit: PAGE_SIZE, q: state.q, filter: state.filter })).then(function (page) {
       state.page = page;
-      renderTable(page);
       var names = page.jobs.map(function (j) { return j.job; });
       return Promise.all([
+        renderTable(page),
         api('api/summary'),
         names.length ? api('api/timelines?' + query({ job: names, hours: state.hours })) : { now: page.now, since: page.now, runs: [], skips: [], missed: [], truncated: false },
         state.selected ? api('api/runs?' + query({ job: state.selected })) : null,
       ]).then(function (r) {
-        renderSummary(r[0].summary);
-        renderWorkers(r[0].workers);
-        state.runs = r[2];
+        renderSummary(r[1].summary);
+        renderWorkers(r[1].workers);
+        state.runs = r[3];
         renderRuns();
-        return renderTimelines(page, r[1]);
+        return renderTimelines(page, r[2]);
       });
     }).then(function () {
       state.updatedAt = new Date(); state.error = null;

@@ -62,6 +62,8 @@ export interface Dashboard {
 export const MAX_HISTORY_HOURS = 24 * 31;
 /** Longest window for every job at once, and for a page of timelines. */
 export const MAX_FLEET_HISTORY_HOURS = 24;
+/** How long the page waits for the full first table page before sending a lighter one. */
+const SSR_BUDGET_MS = 250;
 /** Rows per page of the job table, at most. */
 export const MAX_PAGE_SIZE = 200;
 
@@ -122,18 +124,18 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     return summaryCache.value;
   };
 
-  async function jobsPage(params: URLSearchParams) {
+  async function jobsPage(params: URLSearchParams, light = false) {
     const offset = numberParam(params, 'offset', 0, 0, 1_000_000, true);
     const limit = numberParam(params, 'limit', 50, 1, MAX_PAGE_SIZE, true);
     const search = searchParam(params, 'q');
     const filter = choiceParam(params, 'filter', JOB_FILTERS, 'all');
-    const page = await timed(() => jobPage(pool, { offset, limit, filter, ...(search ? { search } : {}) }));
+    const page = await timed(() => jobPage(pool, { offset, limit, filter, light, ...(search ? { search } : {}) }));
     const jobs = page.jobs.map((job) => ({
       ...job,
       nextRunAt: nextRun(storedSchedule(job.schedule, job.timezone), page.now, job.lastSlot),
       scheduleNote: scheduleNote(job.schedule),
     }));
-    return { now: page.now, warningRatio: CREEP_WARNING_RATIO, total: page.total, offset, limit, filter, q: search ?? null, jobs };
+    return { now: page.now, warningRatio: CREEP_WARNING_RATIO, total: page.total, offset, limit, filter, q: search ?? null, partial: light, jobs };
   }
 
   async function api(path: string, params: URLSearchParams): Promise<unknown> {
@@ -173,13 +175,19 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   }
 
   // The first table page, rendered into the HTML so the page is useful before (or without) its
-  // script. Skipped for non-navigation requests (a cross-site <img> or no-cors fetch) and
-  // whenever the database is slow or busy: the script then loads it.
+  // script. Skipped for non-navigation requests (a cross-site <img> or no-cors fetch). When the
+  // full page is not ready within SSR_BUDGET_MS, the page goes out with state, holders and last
+  // runs only (the script adds the 24 h figures); when the database is busy or down, without rows.
   async function pageData(req: http.IncomingMessage): Promise<PageData | undefined> {
     const mode = req.headers['sec-fetch-mode'];
     if (mode !== undefined && mode !== 'navigate') return undefined;
     try {
-      return await jobsPage(new URLSearchParams());
+      const full = jobsPage(new URLSearchParams());
+      full.catch(() => undefined);
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), SSR_BUDGET_MS)));
+      const first = await Promise.race([full, late]).finally(() => clearTimeout(timer));
+      return first ?? (await jobsPage(new URLSearchParams(), true));
     } catch {
       return undefined;
     }
