@@ -419,6 +419,16 @@ describe('dashboard in a browser', () => {
         expect(await runs.locator('tr[data-kind="run"][data-outcome="lost"]').count()).toBe(1);
         expect(await runs.locator('tr[data-kind="run"]').count()).toBe(11);
         expect(await page.locator('#runs-title').innerText()).toBe('Runs of cleanup');
+
+        // without JavaScript: the first table page from the server, and a line saying what is missing
+        const noScript = await browser.newContext({ javaScriptEnabled: false });
+        const plain = await noScript.newPage();
+        await plain.goto(d.url, { waitUntil: 'domcontentloaded', timeout: 10_000 });
+        expect(await plain.getByTestId('jobs-table').locator('tbody tr').count()).toBe(2);
+        expect(await plain.locator('tr[data-job="report"]').innerText()).toMatch(/running[\s\S]*worker-a/);
+        expect(await plain.locator('noscript').count()).toBe(1);
+        expect(await plain.locator('body').innerText()).toMatch(/JavaScript is off: this is the first page of jobs/);
+        await noScript.close();
         expect(problems).toEqual([]);
       } finally {
         await browser.close();
