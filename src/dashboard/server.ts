@@ -63,7 +63,7 @@ export const MAX_HISTORY_HOURS = 24 * 31;
 /** Longest window for every job at once, and for a page of timelines. */
 export const MAX_FLEET_HISTORY_HOURS = 24;
 /** How long the page waits for the full first table page before sending a lighter one. */
-const SSR_BUDGET_MS = 250;
+const SSR_BUDGET_MS = 200;
 /** Rows per page of the job table, at most. */
 export const MAX_PAGE_SIZE = 200;
 
@@ -182,12 +182,15 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     const mode = req.headers['sec-fetch-mode'];
     if (mode !== undefined && mode !== 'navigate') return undefined;
     try {
+      // both at once: the light one (a few ms) is ready when the budget runs out
       const full = jobsPage(new URLSearchParams());
+      const light = jobsPage(new URLSearchParams(), true);
       full.catch(() => undefined);
+      light.catch(() => undefined);
       let timer: NodeJS.Timeout | undefined;
       const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), SSR_BUDGET_MS)));
       const first = await Promise.race([full, late]).finally(() => clearTimeout(timer));
-      return first ?? (await jobsPage(new URLSearchParams(), true));
+      return first ?? (await light);
     } catch {
       return undefined;
     }
