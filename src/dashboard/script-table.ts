@@ -38,7 +38,7 @@ export const SCRIPT_TABLE = String.raw`
   }
 
   // Rows are replaced in place, ROWS_PER_TASK at a time, so that no single task redoes the table.
-  var ROWS_PER_TASK = 10;
+  var ROWS_PER_TASK = 5;
   function renderTable(page) {
     var body = document.getElementById('jobs-body');
     var now = time(page.now);

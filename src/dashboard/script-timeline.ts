@@ -3,7 +3,7 @@
 // one shared tooltip instead of a <title> per mark.
 export const SCRIPT_TIMELINE = String.raw`
   var COLORS = { succeeded: '#1f9d55', failed: '#d93f3f', lost: 'url(#lh-stripes-lost)', aborted: '#98a2b3', running: '#2f6fde' };
-  var LABEL_W = 190, LANES_PER_TASK = 4;
+  var LABEL_W = 190, LANES_PER_TASK = 2;
   var tipBox = null;
   function withTip(node, text) { node.__tip = text; return node; }
   document.addEventListener('mouseover', function (e) {
