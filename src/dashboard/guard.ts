@@ -37,7 +37,17 @@ const MAX_NAME_CODE_POINTS = 200;
 /** A job name from the query string: the same limits as lease names, checked before any query. */
 export function jobParam(params: URLSearchParams, key: string): string | undefined {
   const value = single(params, key);
-  if (value === undefined || value === '') return undefined;
+  return value === undefined || value === '' ? undefined : checkJobName(value, key);
+}
+
+/** Every value of a repeatable job parameter, at most `max` of them. */
+export function jobListParam(params: URLSearchParams, key: string, max: number): string[] {
+  const values = params.getAll(key);
+  if (values.length > max) throw new HttpError(400, `at most ${max} ${key} parameters`);
+  return [...new Set(values.map((value) => checkJobName(value, key)))];
+}
+
+function checkJobName(value: string, key: string): string {
   if (value.length > MAX_NAME_CODE_POINTS * 2 || [...value].length > MAX_NAME_CODE_POINTS) {
     throw new HttpError(400, `${key} must be a job name of at most ${MAX_NAME_CODE_POINTS} characters`);
   }

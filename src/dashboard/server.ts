@@ -17,7 +17,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pg from 'pg';
 import { CREEP_WARNING_RATIO, jobHistory, jobTimeline } from '../observe/status.js';
-import { API_HEADER, checkSameOrigin, choiceParam, HttpError, jobParam, Limiter, numberParam, onlyParams, searchParam } from './guard.js';
+import { API_HEADER, checkSameOrigin, choiceParam, HttpError, jobListParam, jobParam, Limiter, numberParam, onlyParams, searchParam } from './guard.js';
 import { dashboardPage, type PageData } from './page.js';
 import { fleetSummary, JOB_FILTERS, jobPage, liveWorkers, type FleetSummary, type LiveWorker } from './queries.js';
 import { nextRun, scheduleNote, storedSchedule } from './schedule-text.js';
@@ -142,17 +142,15 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     switch (path) {
       case '/api/summary':
         onlyParams(params, []);
-        return { now: new Date(), warningRatio: CREEP_WARNING_RATIO, ...(await summary()) };
+        return { warningRatio: CREEP_WARNING_RATIO, ...(await summary()) };
       case '/api/jobs':
         onlyParams(params, ['offset', 'limit', 'q', 'filter']);
         return jobsPage(params);
       case '/api/timelines': {
         onlyParams(params, ['job', 'hours']);
-        const jobs = params.getAll('job');
-        if (jobs.length > MAX_TIMELINE_JOBS) throw new HttpError(400, `at most ${MAX_TIMELINE_JOBS} job parameters`);
-        jobs.forEach((_, i) => jobParam(new URLSearchParams([['job', jobs[i]!]]), 'job'));
+        const jobs = jobListParam(params, 'job', MAX_TIMELINE_JOBS);
         const hours = numberParam(params, 'hours', 1, 0.01, MAX_FLEET_HISTORY_HOURS);
-        const timeline = await timed(() => timelinesFor(pool, [...new Set(jobs)], hours, 3000));
+        const timeline = await timed(() => timelinesFor(pool, jobs, hours, 3000));
         return { hours, ...timeline };
       }
       case '/api/history': {
