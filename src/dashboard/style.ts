@@ -33,7 +33,7 @@ table.jobs th { text-align: left; font-weight: 600; font-size: 12px; color: var(
 table.jobs td { padding: 8px 8px; border-bottom: 1px solid var(--line); vertical-align: middle; }
 table.jobs tr:last-child td { border-bottom: none; }
 table.jobs tbody tr:hover td { background: var(--soft); }
-table.jobs .num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+table.jobs .num { text-align: right; font-variant-numeric: tabular-nums; }
 .job-name { font-weight: 600; }
 .nowrap { white-space: nowrap; }
 .table-wrap { overflow-x: auto; }
@@ -50,7 +50,7 @@ table.jobs .num { text-align: right; font-variant-numeric: tabular-nums; white-s
 .pill.aborted { color: #555e6e; background: #eef0f3; }
 .pill.none { color: var(--muted); background: #f0f1f4; }
 .ratio { white-space: nowrap; }
-.ratio .meter { display: inline-block; vertical-align: middle; width: 64px; height: 8px; border-radius: 4px; background: #eef0f3; position: relative; overflow: hidden; margin-right: 8px; }
+.ratio .meter { display: inline-block; vertical-align: middle; width: 44px; height: 8px; border-radius: 4px; background: #eef0f3; position: relative; overflow: hidden; margin-right: 6px; }
 .ratio .meter .fill { position: absolute; left: 0; top: 0; bottom: 0; background: var(--ok); border-radius: 4px; }
 .ratio .meter .mark { position: absolute; top: 0; bottom: 0; width: 1px; background: rgba(0, 0, 0, 0.35); }
 .ratio .value { font-variant-numeric: tabular-nums; font-weight: 600; }
@@ -91,7 +91,7 @@ footer a { color: var(--muted); }
 /* fixed layout: column widths come from the colgroup, not from measuring every cell on each refresh */
 table.jobs { table-layout: fixed; min-width: 1100px; }
 table.jobs td { overflow-wrap: anywhere; }
-table.jobs col:nth-child(1) { width: 13%; } table.jobs col:nth-child(2) { width: 12%; } table.jobs col:nth-child(3) { width: 7%; } table.jobs col:nth-child(4) { width: 7%; } table.jobs col:nth-child(5) { width: 9%; } table.jobs col:nth-child(6) { width: 6%; } table.jobs col:nth-child(7) { width: 11%; } table.jobs col:nth-child(8) { width: 9%; } table.jobs col:nth-child(9) { width: 8%; } table.jobs col:nth-child(10) { width: 9%; } table.jobs col:nth-child(11) { width: 5%; } table.jobs col:nth-child(12) { width: 5%; }
+table.jobs col:nth-child(1) { width: 11%; } table.jobs col:nth-child(2) { width: 11%; } table.jobs col:nth-child(3) { width: 6%; } table.jobs col:nth-child(4) { width: 7%; } table.jobs col:nth-child(5) { width: 8%; } table.jobs col:nth-child(6) { width: 6%; } table.jobs col:nth-child(7) { width: 11%; } table.jobs col:nth-child(8) { width: 9%; } table.jobs col:nth-child(9) { width: 8%; } table.jobs col:nth-child(10) { width: 10%; } table.jobs col:nth-child(11) { width: 6%; } table.jobs col:nth-child(12) { width: 7%; }
 .lane-row:not(.axis) { content-visibility: auto; contain-intrinsic-size: auto 62px; }
 .pager { display: flex; align-items: center; gap: 10px; margin: 0 0 10px; flex-wrap: wrap; }
 .pager input[type=search] { font: inherit; font-size: 13px; padding: 4px 8px; border: 1px solid var(--line); border-radius: 6px; min-width: 200px; }
