@@ -27,7 +27,7 @@ export async function seedFleet(db: pg.Pool | pg.ClientBase): Promise<void> {
            case when g % 40 = 0 or g % 97 = 0 then 'worker-' || (g % 7) end,
            null,
            case when g % 40 = 0 or g % 97 = 0 then now() - interval '20 seconds' end,
-           case when g % 97 = 0 then now() - interval '5 seconds' when g % 40 = 0 then now() + interval '40 seconds' end,
+           case when g % 97 = 0 then now() - interval '5 seconds' when g % 40 = 0 then now() + interval '1 hour' end,
            date_trunc('hour', now())
       from generate_series(1, ${FLEET_SIZE}) g;
 
