@@ -5,6 +5,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDashboard, type Dashboard } from '../src/dashboard/server.js';
+import { InvalidArgumentError } from '../src/errors.js';
 import { nextRun, scheduleNote, storedSchedule } from '../src/dashboard/schedule-text.js';
 import { cli } from './support/cli.js';
 import { client, freshDatabase, rawPool, sleep } from './support/db.js';
@@ -323,7 +324,8 @@ describe('dashboard HTTP API', () => {
   it('refuses a busy port: startDashboard rejects, and `leasehold dashboard` exits 69 with a message', { timeout: 30_000 }, async () => {
     const d = await dashboard();
     await expect(startDashboard({ pool, port: d.port })).rejects.toThrow(`port ${d.port} on 127.0.0.1 is already in use`);
-    await expect(startDashboard({ pool, port: 0, colour: 'blue' } as never)).rejects.toThrow(/unknown dashboard option colour/);
+    await expect(startDashboard({ pool, port: 0, colour: 'blue' } as never)).rejects.toThrow(InvalidArgumentError);
+    await expect(startDashboard({ pool, port: 0, colour: 'blue' } as never)).rejects.toThrow(/unknown dashboard option colour: valid options are pool, port/);
     const result = await cli(['dashboard', '--port', String(d.port)], { DATABASE_URL: url });
     expect(result.code).toBe(69);
     expect(result.stderr).toMatch(/already in use \(choose another port\)/);

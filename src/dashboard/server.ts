@@ -16,6 +16,7 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pg from 'pg';
+import { InvalidArgumentError } from '../errors.js';
 import { CREEP_WARNING_RATIO, jobHistory, jobTimeline } from '../observe/status.js';
 import { API_HEADER, checkSameOrigin, choiceParam, HttpError, jobListParam, jobParam, Limiter, numberParam, onlyParams, searchParam } from './guard.js';
 import { dashboardPage, type PageData } from './page.js';
@@ -71,7 +72,7 @@ const OPTION_KEYS = ['pool', 'port', 'host', 'metricsRegistry', 'refreshMs', 'al
 
 export async function startDashboard(options: DashboardOptions): Promise<Dashboard> {
   const unknown = Object.keys(options).filter((key) => !OPTION_KEYS.includes(key));
-  if (unknown.length) throw new TypeError(`unknown dashboard option ${unknown.join(', ')}: valid options are ${OPTION_KEYS.join(', ')}`);
+  if (unknown.length) throw new InvalidArgumentError(unknown[0]!, `unknown dashboard option ${unknown.join(', ')}: valid options are ${OPTION_KEYS.join(', ')}`);
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? 8080;
   const refreshMs = options.refreshMs ?? 5000;
