@@ -1,20 +1,28 @@
-// The dashboard: a small read-only HTTP server (node:http, no framework) serving one page, two
-// JSON endpoints over the operator read models (leasehold.job_status, the run history) and,
-// when given a registry, the Prometheus metrics.
+// The dashboard: a small read-only HTTP server (node:http, no framework) serving one page, JSON
+// endpoints shaped for a fleet of thousands of jobs and, when given a registry, the Prometheus
+// metrics.
 //
-//   GET /                      the page (vanilla JS + inline SVG, no external requests)
-//   GET /api/jobs              { now, warningRatio, jobs: JobStatus[] }
-//   GET /api/history?job=&hours=   runs, skips and missed slots over the last N hours (all jobs without job=)
-//   GET /metrics               registry.metrics() with its content type; 404 without a registry
-//   GET /healthz               200 when the database answers, 503 otherwise
+//   GET /                          the page, its first table page rendered on the server
+//   GET /api/summary               fleet counts and the live workers
+//   GET /api/jobs?offset=&limit=&q=&filter=   one page of the job table
+//   GET /api/timelines?job=…&hours=            runs, skips and missed slots of the named jobs (≤ 100)
+//   GET /api/history?job=&hours=   one job's (or, up to 24 h, every job's) runs, skips and missed slots
+//   GET /api/runs?job=&limit=      a job's newest runs, skips and missed slots
+//   GET /metrics                   registry.metrics() with its content type; 404 without a registry
+//   GET /healthz                   200 when the database answers, 503 otherwise
 //
-// Only GET and HEAD: anything else is 405. Errors are answered with 500 and a JSON message; no
-// request can take the process down.
+// Only GET and HEAD. /api/* answers only requests carrying the page's header (see guard.ts);
+// bad parameters are 400 with a plain message; database work is capped (Limiter, 503 beyond).
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pg from 'pg';
-import { CREEP_WARNING_RATIO, jobStatus, jobTimeline } from '../observe/status.js';
-import { dashboardPage } from './page.js';
+import { InvalidArgumentError } from '../errors.js';
+import { CREEP_WARNING_RATIO, jobHistory, jobTimeline } from '../observe/status.js';
+import { API_HEADER, checkSameOrigin, choiceParam, HttpError, jobListParam, jobParam, Limiter, numberParam, onlyParams, searchParam } from './guard.js';
+import { dashboardPage, type PageData } from './page.js';
+import { fleetSummary, JOB_FILTERS, jobPage, liveWorkers, type FleetSummary, type LiveWorker } from './queries.js';
+import { nextRun, scheduleNote, storedSchedule } from './schedule-text.js';
+import { MAX_TIMELINE_JOBS, timelinesFor } from './timelines.js';
 
 /** What /metrics serves: a prom-client Registry, or createMetrics()'s result. */
 export interface MetricsSource {
@@ -40,6 +48,8 @@ export interface DashboardOptions {
   allowedHosts?: string[];
   /** Longest a database query may take before the request answers 504. @default 10000 */
   queryTimeoutMs?: number;
+  /** Database-backed requests served at once; more are answered 503 with Retry-After. @default 4 */
+  maxConcurrentQueries?: number;
 }
 
 export interface Dashboard {
@@ -49,29 +59,32 @@ export interface Dashboard {
   close(): Promise<void>;
 }
 
-/** Longest history window the API serves (the default history retention is 30 days). */
+/** Longest history window the API serves for one job (the default history retention is 30 days). */
 export const MAX_HISTORY_HOURS = 24 * 31;
+/** Longest window for every job at once, and for a page of timelines. */
+export const MAX_FLEET_HISTORY_HOURS = 24;
+/** How long the page waits for the full first table page before sending a lighter one. */
+const SSR_BUDGET_MS = 200;
+/** Rows per page of the job table, at most. */
+export const MAX_PAGE_SIZE = 200;
 
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
-}
+const OPTION_KEYS = ['pool', 'port', 'host', 'metricsRegistry', 'refreshMs', 'allowedHosts', 'queryTimeoutMs', 'maxConcurrentQueries'];
 
 export async function startDashboard(options: DashboardOptions): Promise<Dashboard> {
+  const unknown = Object.keys(options).filter((key) => !OPTION_KEYS.includes(key));
+  if (unknown.length) throw new InvalidArgumentError(unknown[0]!, `unknown dashboard option ${unknown.join(', ')}: valid options are ${OPTION_KEYS.join(', ')}`);
   const host = options.host ?? '127.0.0.1';
   const port = options.port ?? 8080;
   const refreshMs = options.refreshMs ?? 5000;
   const queryTimeoutMs = options.queryTimeoutMs ?? 10_000;
+  const maxConcurrent = options.maxConcurrentQueries ?? 4;
   if (!Number.isInteger(port) || port < 0 || port > 65535) throw new RangeError(`port must be an integer 0–65535 (got ${port})`);
   if (!(Number.isFinite(refreshMs) && refreshMs >= 250)) throw new RangeError(`refreshMs must be at least 250 (got ${refreshMs})`);
+  if (!(Number.isInteger(maxConcurrent) && maxConcurrent >= 1)) throw new RangeError(`maxConcurrentQueries must be a positive integer (got ${maxConcurrent})`);
   const { pool, metricsRegistry } = options;
   const loopbackOnly = isLoopback(host);
   const allowedHosts = new Set((options.allowedHosts ?? []).map((h) => h.toLowerCase()));
-  const page = dashboardPage({ refreshMs });
+  const limiter = new Limiter(maxConcurrent);
 
   // An idle pooled connection that breaks emits 'error' on the pool, which kills the process
   // when nobody listens. Listen while the dashboard runs if the owner of the pool does not.
@@ -79,82 +92,169 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   const guardPool = pool.listenerCount('error') === 0;
   if (guardPool) pool.on('error', onPoolError);
 
-  const timed = <T>(work: Promise<T>): Promise<T> =>
-    new Promise<T>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new HttpError(504, `the database did not answer within ${queryTimeoutMs} ms`)), queryTimeoutMs);
-      work.then(
-        (value) => {
-          clearTimeout(timer);
-          resolve(value);
-        },
-        (error: unknown) => {
-          clearTimeout(timer);
-          reject(error);
-        },
-      );
-    });
+  const timed = <T>(work: () => Promise<T>): Promise<T> =>
+    limiter.run(
+      () =>
+        new Promise<T>((resolve, reject) => {
+          const timer = setTimeout(() => reject(new HttpError(504, `the database did not answer within ${queryTimeoutMs} ms`)), queryTimeoutMs);
+          work().then(
+            (value) => {
+              clearTimeout(timer);
+              resolve(value);
+            },
+            (error: unknown) => {
+              clearTimeout(timer);
+              reject(error);
+            },
+          );
+        }),
+    );
+
+  // Every open page asks for the summary on each refresh. It is the one fleet-wide aggregate (a
+  // pass over 24 h of runs), so one query serves every page for 5 seconds.
+  const summaryTtlMs = 5_000;
+  let summaryCache: { at: number; value: Promise<{ summary: FleetSummary; workers: { total: number; workers: LiveWorker[] } }> } | undefined;
+  const summary = () => {
+    if (!summaryCache || Date.now() - summaryCache.at > summaryTtlMs) {
+      const value = timed(async () => ({ summary: await fleetSummary(pool), workers: await liveWorkers(pool, 50) }));
+      summaryCache = { at: Date.now(), value };
+      value.catch(() => {
+        if (summaryCache?.value === value) summaryCache = undefined;
+      });
+    }
+    return summaryCache.value;
+  };
+
+  async function jobsPage(params: URLSearchParams, light = false) {
+    const offset = numberParam(params, 'offset', 0, 0, 1_000_000, true);
+    const limit = numberParam(params, 'limit', 50, 1, MAX_PAGE_SIZE, true);
+    const search = searchParam(params, 'q');
+    const filter = choiceParam(params, 'filter', JOB_FILTERS, 'all');
+    const page = await timed(() => jobPage(pool, { offset, limit, filter, light, ...(search ? { search } : {}) }));
+    const jobs = page.jobs.map((job) => ({
+      ...job,
+      nextRunAt: nextRun(storedSchedule(job.schedule, job.timezone), page.now, job.lastSlot),
+      scheduleNote: scheduleNote(job.schedule),
+    }));
+    return { now: page.now, warningRatio: CREEP_WARNING_RATIO, total: page.total, offset, limit, filter, q: search ?? null, partial: light, jobs };
+  }
+
+  async function api(path: string, params: URLSearchParams): Promise<unknown> {
+    switch (path) {
+      case '/api/summary':
+        onlyParams(params, []);
+        return { warningRatio: CREEP_WARNING_RATIO, ...(await summary()) };
+      case '/api/jobs':
+        onlyParams(params, ['offset', 'limit', 'q', 'filter']);
+        return jobsPage(params);
+      case '/api/timelines': {
+        onlyParams(params, ['job', 'hours']);
+        const jobs = jobListParam(params, 'job', MAX_TIMELINE_JOBS);
+        const hours = numberParam(params, 'hours', 1, 0.01, MAX_FLEET_HISTORY_HOURS);
+        const timeline = await timed(() => timelinesFor(pool, jobs, hours, 3000));
+        return { hours, ...timeline };
+      }
+      case '/api/history': {
+        onlyParams(params, ['job', 'hours']);
+        const job = jobParam(params, 'job');
+        const hours = numberParam(params, 'hours', 1, 0.01, job ? MAX_HISTORY_HOURS : MAX_FLEET_HISTORY_HOURS);
+        const timeline = await timed(() => jobTimeline(pool, { ...(job ? { job } : {}), hours }));
+        return { job: job ?? null, hours, ...timeline };
+      }
+      case '/api/runs': {
+        onlyParams(params, ['job', 'limit']);
+        const job = jobParam(params, 'job');
+        if (!job) throw new HttpError(400, 'job is required');
+        const limit = numberParam(params, 'limit', 50, 1, 500, true);
+        return { job, entries: await timed(() => jobHistory(pool, { job, limit })) };
+      }
+      default:
+        throw new HttpError(404, `not found: ${path}`);
+    }
+  }
+
+  // The first table page, rendered into the HTML so the page is useful before (or without) its
+  // script. Skipped for non-navigation requests (a cross-site <img> or no-cors fetch). When the
+  // full page is not ready within SSR_BUDGET_MS, the page goes out with state, holders and last
+  // runs only (the script adds the 24 h figures); when the database is busy or down, without rows.
+  async function pageData(req: http.IncomingMessage): Promise<PageData | undefined> {
+    const mode = req.headers['sec-fetch-mode'];
+    if (mode !== undefined && mode !== 'navigate') return undefined;
+    try {
+      // both at once: the light one (a few ms) is ready when the budget runs out
+      const full = jobsPage(new URLSearchParams());
+      const light = jobsPage(new URLSearchParams(), true);
+      full.catch(() => undefined);
+      light.catch(() => undefined);
+      let timer: NodeJS.Timeout | undefined;
+      const late = new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), SSR_BUDGET_MS)));
+      const first = await Promise.race([full, late]).finally(() => clearTimeout(timer));
+      return first ?? (await light);
+    } catch {
+      return undefined;
+    }
+  }
 
   async function route(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
-    const url = new URL(req.url ?? '/', 'http://dashboard.invalid');
+    let url: URL;
+    try {
+      url = new URL(req.url ?? '/', 'http://dashboard.invalid');
+    } catch {
+      throw new HttpError(400, 'malformed request target');
+    }
     if (loopbackOnly && !hostAllowed(req.headers.host, allowedHosts)) {
       throw new HttpError(403, `host ${JSON.stringify(req.headers.host ?? '')} is not allowed: open the dashboard as http://127.0.0.1 or http://localhost, or list the name in allowedHosts`);
     }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.setHeader('Allow', 'GET, HEAD');
-      throw new HttpError(405, `the dashboard is read-only: ${req.method ?? 'this method'} is not allowed (GET or HEAD)`);
+      throw new HttpError(405, `the dashboard is read-only: ${req.method ?? 'this method'} is not allowed (GET or HEAD)`, { Allow: 'GET, HEAD' });
+    }
+    if (url.pathname.startsWith('/api/')) {
+      checkSameOrigin(req);
+      sendJson(res, 200, await api(url.pathname, url.searchParams));
+      return;
     }
     switch (url.pathname) {
       case '/':
-      case '/index.html':
+      case '/index.html': {
+        const page = dashboardPage({ refreshMs, data: await pageData(req) });
         send(res, 200, 'text/html; charset=utf-8', page.html, { 'Content-Security-Policy': page.contentSecurityPolicy });
-        return;
-      case '/api/jobs': {
-        const [jobs, clock] = await timed(Promise.all([jobStatus(pool), pool.query<{ now: Date }>('select now() as now')]));
-        sendJson(res, 200, { now: clock.rows[0]?.now ?? new Date(), warningRatio: CREEP_WARNING_RATIO, jobs });
-        return;
-      }
-      case '/api/history': {
-        const job = url.searchParams.get('job') || undefined;
-        const hoursParam = url.searchParams.get('hours');
-        const hours = hoursParam === null || hoursParam === '' ? 1 : Number(hoursParam);
-        if (!(Number.isFinite(hours) && hours > 0 && hours <= MAX_HISTORY_HOURS)) {
-          throw new HttpError(400, `hours must be a number greater than 0 and at most ${MAX_HISTORY_HOURS} (got ${JSON.stringify(hoursParam)})`);
-        }
-        const timeline = await timed(jobTimeline(pool, { job, hours }));
-        sendJson(res, 200, { job: job ?? null, hours, ...timeline });
         return;
       }
       case '/metrics': {
+        refuseCrossSite(req);
         if (!metricsRegistry) {
           send(res, 404, 'text/plain; charset=utf-8', 'metrics are not enabled on this dashboard: start it with a metricsRegistry (see docs/dashboard.md)\n');
           return;
         }
-        const text = await timed(metricsRegistry.metrics());
+        const text = await timed(() => metricsRegistry.metrics());
         send(res, 200, metricsRegistry.contentType, text);
         return;
       }
       case '/healthz': {
+        refuseCrossSite(req);
         try {
-          await timed(pool.query('select 1'));
+          await timed(() => pool.query('select 1'));
           sendJson(res, 200, { ok: true, database: 'ok' });
         } catch (error) {
-          sendJson(res, 503, { ok: false, database: messageOf(error) });
+          if (error instanceof HttpError && error.status === 503) throw error;
+          sendJson(res, 503, { ok: false, database: 'the database did not answer' });
         }
         return;
       }
       default:
-        throw new HttpError(404, `not found: ${url.pathname}`);
+        throw new HttpError(404, `not found: ${url.pathname.slice(0, 200)}`);
     }
   }
 
   const server = http.createServer((req, res) => {
     route(req, res).catch((error: unknown) => {
-      const status = error instanceof HttpError ? error.status : 500;
       if (res.headersSent) {
         res.destroy();
         return;
       }
-      sendJson(res, status, { error: messageOf(error) });
+      // Only our own messages reach the client; a database or driver error is summarised.
+      if (error instanceof HttpError) sendJson(res, error.status, { error: error.message }, error.headers);
+      else sendJson(res, 500, { error: `internal error: ${internalSummary(error)}` });
     });
   });
   server.on('clientError', (_error, socket) => {
@@ -170,7 +270,9 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       reject(
         error.code === 'EADDRINUSE'
           ? new Error(`cannot start the dashboard: port ${port} on ${host} is already in use (choose another port)`, { cause: error })
-          : error,
+          : error.code === 'EACCES'
+            ? new Error(`cannot start the dashboard: no permission to listen on port ${port} on ${host} (choose a port above 1023)`, { cause: error })
+            : error,
       );
     };
     server.once('error', onError);
@@ -199,6 +301,12 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   };
 }
 
+/** /metrics and /healthz serve scrapers and probes (no Sec-Fetch-Site), not other pages. */
+function refuseCrossSite(req: http.IncomingMessage): void {
+  const site = req.headers['sec-fetch-site'];
+  if (site !== undefined && site !== 'same-origin' && site !== 'none') throw new HttpError(403, 'cross-site request refused');
+}
+
 function send(res: http.ServerResponse, status: number, contentType: string, body: string, headers: Record<string, string> = {}): void {
   const buffer = Buffer.from(body, 'utf8');
   res.writeHead(status, {
@@ -208,18 +316,25 @@ function send(res: http.ServerResponse, status: number, contentType: string, bod
     'X-Content-Type-Options': 'nosniff',
     'Referrer-Policy': 'no-referrer',
     'X-Frame-Options': 'DENY',
+    'Cross-Origin-Resource-Policy': 'same-origin',
+    Vary: `Sec-Fetch-Site, Sec-Fetch-Mode, ${API_HEADER}`,
     ...headers,
   });
   res.end(buffer);
 }
 
-function sendJson(res: http.ServerResponse, status: number, value: unknown): void {
-  send(res, status, 'application/json; charset=utf-8', JSON.stringify(value));
+function sendJson(res: http.ServerResponse, status: number, value: unknown, headers: Record<string, string> = {}): void {
+  send(res, status, 'application/json; charset=utf-8', JSON.stringify(value), headers);
 }
 
-function messageOf(error: unknown): string {
-  if (error instanceof Error) return error.message || error.name;
-  return String(error);
+// A plain description of an unexpected failure: connection problems by their code, database
+// errors by SQLSTATE only (their text may quote the request's input), anything else by name.
+function internalSummary(error: unknown): string {
+  const code = (error as { code?: unknown } | null)?.code;
+  if (typeof code === 'string' && /^E[A-Z]+$/.test(code)) return `cannot reach the database (${code})`;
+  if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return `the database refused the query (SQLSTATE ${code})`;
+  if (error instanceof Error && /timeout|terminat|connect/i.test(error.message)) return 'cannot reach the database';
+  return error instanceof Error ? error.name : 'unknown error';
 }
 
 function isLoopback(host: string): boolean {

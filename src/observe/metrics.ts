@@ -1,7 +1,10 @@
 // Prometheus metrics (prom-client) as a subscriber to leasehold's events, plus gauges read from
 // leasehold.job_status at scrape time. Nothing in the lease or scheduler core depends on it.
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
 import client from 'prom-client';
 import type pg from 'pg';
+import { fleetSummary, liveWorkers, type FleetSummary } from '../dashboard/queries.js';
 import type { LeaseholdEvents } from './events.js';
 import { jobStatus, type JobStatus } from './status.js';
 
@@ -47,6 +50,10 @@ export interface LeaseholdMetrics {
  * | job_duration_interval_ratio | gauge | job | p95 run duration over 24 h ÷ interval |
  * | job_running | gauge | job | 1 while a run holds the job's lease |
  * | job_skips_24h, job_missed_24h | gauge | job | from leasehold.job_status |
+ * | job_runs_24h, job_failed_24h, job_lost_24h | gauge | job | finished, failed and lost runs in 24 h |
+ * | jobs, jobs_running, jobs_expired, jobs_failing | gauge | — | fleet counts |
+ * | runs_24h | gauge | outcome | the fleet's finished runs in 24 h (succeeded, failed, lost, aborted) |
+ * | live_workers | gauge | — | liveness sessions present on the database |
  */
 export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
   const registry = options.registry ?? new client.Registry();
@@ -96,6 +103,64 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
   jobGauge('job_running', '1 while a run holds the job’s lease.', (job) => (job.state === 'running' ? 1 : 0));
   jobGauge('job_skips_24h', 'Skipped slots in the last 24 h.', (job) => job.skips24h);
   jobGauge('job_missed_24h', 'Missed slots in the last 24 h.', (job) => job.missed24h);
+  jobGauge('job_runs_24h', 'Finished runs in the last 24 h.', (job) => job.runs24h);
+  jobGauge('job_failed_24h', 'Failed runs in the last 24 h.', (job) => job.failed24h);
+  jobGauge('job_lost_24h', 'Lost runs in the last 24 h (the lease went before the run finished).', (job) => job.lost24h);
+
+  // Fleet gauges: one summary per scrape, like the job gauges.
+  let fleet: { at: number; value: Promise<{ summary: FleetSummary; workers: number; succeeded: number; aborted: number }[]> } | undefined;
+  const fleetSnapshot = () => {
+    if (!fleet || Date.now() - fleet.at > 1_000) {
+      fleet = {
+        at: Date.now(),
+        value: Promise.all(
+          pools.map(async (pool) => {
+            const [summary, workers, outcomes] = await Promise.all([
+              fleetSummary(pool),
+              liveWorkers(pool, 1),
+              pool.query<{ succeeded: number; aborted: number }>(
+                `select count(*) filter (where outcome = 'succeeded')::int as succeeded, count(*) filter (where outcome = 'aborted')::int as aborted
+                   from leasehold.runs where finished_at is not null and started_at > now() - interval '24 hours'`,
+              ),
+            ]);
+            return { summary, workers: workers.total, succeeded: outcomes.rows[0]!.succeeded, aborted: outcomes.rows[0]!.aborted };
+          }),
+        ),
+      };
+    }
+    return fleet.value;
+  };
+  const fleetGauge = (name: string, help: string, read: (s: FleetSummary, workers: number) => number) =>
+    new client.Gauge({
+      name: `${prefix}${name}`,
+      help,
+      registers,
+      async collect() {
+        if (!pools.length) return;
+        this.set((await fleetSnapshot()).reduce((sum, f) => sum + read(f.summary, f.workers), 0));
+      },
+    });
+  fleetGauge('jobs', 'Registered scheduled jobs.', (s) => s.jobs);
+  fleetGauge('jobs_running', 'Jobs whose lease is held now.', (s) => s.running);
+  fleetGauge('jobs_expired', 'Jobs whose lease expired without a release (holder gone or stalled).', (s) => s.expired);
+  fleetGauge('jobs_failing', 'Jobs with at least one failed or lost run in the last 24 h.', (s) => s.failing);
+  fleetGauge('live_workers', 'Liveness sessions present on the database (live worker and client processes).', (_s, workers) => workers);
+  new client.Gauge({
+    name: `${prefix}runs_24h`,
+    help: 'Finished runs of every job in the last 24 h, by outcome.',
+    labelNames: ['outcome'],
+    registers,
+    async collect() {
+      this.reset();
+      if (!pools.length) return;
+      const all = await fleetSnapshot();
+      const total = (read: (f: (typeof all)[number]) => number) => all.reduce((sum, f) => sum + read(f), 0);
+      this.set({ outcome: 'succeeded' }, total((f) => f.succeeded));
+      this.set({ outcome: 'failed' }, total((f) => f.summary.failed24h));
+      this.set({ outcome: 'lost' }, total((f) => f.summary.lost24h));
+      this.set({ outcome: 'aborted' }, total((f) => f.aborted));
+    },
+  });
 
   return {
     registry,
@@ -121,5 +186,56 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
       ];
       return () => stops.forEach((stop) => stop());
     },
+  };
+}
+
+export interface MetricsServer {
+  /** e.g. http://127.0.0.1:9464/metrics */
+  readonly url: string;
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+/**
+ * Serves `source` at GET /metrics on its own port (what `leasehold worker --metrics-port` runs).
+ * Rejects when the port cannot be bound (EADDRINUSE, EACCES) with a message that says so.
+ */
+export async function serveMetrics(source: { metrics(): Promise<string>; readonly contentType: string }, options: { port: number; host?: string }): Promise<MetricsServer> {
+  const host = options.host ?? '127.0.0.1';
+  const { port } = options;
+  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new RangeError(`metrics port must be an integer 0–65535 (got ${port})`);
+  const server = http.createServer((req, res) => {
+    const path = (req.url ?? '/').split('?')[0];
+    const reply = (status: number, type: string, body: string) => {
+      res.writeHead(status, { 'Content-Type': type, 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff' });
+      res.end(req.method === 'HEAD' ? undefined : body);
+    };
+    if (req.method !== 'GET' && req.method !== 'HEAD') return reply(405, 'text/plain; charset=utf-8', 'GET /metrics only\n');
+    if (path !== '/metrics') return reply(404, 'text/plain; charset=utf-8', 'not found: metrics are at /metrics\n');
+    source.metrics().then(
+      (text) => reply(200, source.contentType, text),
+      () => reply(500, 'text/plain; charset=utf-8', 'collecting metrics failed\n'),
+    );
+  });
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', (error: NodeJS.ErrnoException) =>
+      reject(
+        error.code === 'EADDRINUSE'
+          ? new Error(`cannot serve metrics: port ${port} on ${host} is already in use (choose another --metrics-port)`, { cause: error })
+          : error,
+      ),
+    );
+    server.listen(port, host, () => resolve());
+  });
+  server.on('error', () => undefined);
+  const bound = (server.address() as AddressInfo).port;
+  return {
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${bound}/metrics`,
+    port: bound,
+    close: () =>
+      new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        server.closeAllConnections();
+      }),
   };
 }

@@ -20,7 +20,14 @@ export function registerDashboard(program: Command, io: Io): void {
         const pool = await openPool(databaseUrl(options.databaseUrl));
         const metrics = createMetrics();
         metrics.observeDatabase(pool);
-        const dashboard = await startDashboard({ pool, port, host: options.host, metricsRegistry: metrics });
+        let dashboard;
+        try {
+          dashboard = await startDashboard({ pool, port, host: options.host, metricsRegistry: metrics });
+        } catch (error) {
+          // a busy port: close the pool so that the process exits with the error's code
+          await pool.end();
+          throw new CliError(error instanceof Error ? error.message : String(error), EXIT.unavailable);
+        }
         io.err(`leasehold: dashboard at ${dashboard.url} (metrics at ${dashboard.url}metrics); Ctrl-C stops it`);
         await new Promise<void>((resolve) => {
           const stop = () => resolve();

@@ -3,6 +3,7 @@
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Command } from 'commander';
+import { createMetrics, serveMetrics, type MetricsServer } from '../../observe/metrics.js';
 import type { JobDefinition, JobOptions } from '../../worker/job.js';
 import { startWorker } from '../../worker/worker.js';
 import { CliError, databaseUrl, report, type Io } from '../context.js';
@@ -16,19 +17,33 @@ export function registerWorker(program: Command, io: Io): void {
     .option('--holder <name>', 'how this worker names itself (default host:pid:random)')
     .option('--grace <duration>', 'shutdown grace period for running handlers', '30s')
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
-    .action(async (modulePath: string, options: { holder?: string; grace: string; databaseUrl?: string }) => {
+    .option('--metrics-port <port>', 'serve this worker\'s Prometheus metrics at http://HOST:PORT/metrics (0 picks a free port)')
+    .option('--metrics-host <host>', 'interface for --metrics-port (default: this machine only)', '127.0.0.1')
+    .action(async (modulePath: string, options: { holder?: string; grace: string; databaseUrl?: string; metricsPort?: string; metricsHost: string }) => {
+      let server: MetricsServer | undefined;
       try {
+        const metricsPort = options.metricsPort === undefined ? undefined : Number(options.metricsPort);
+        if (metricsPort !== undefined && !(/^\d+$/.test(options.metricsPort ?? '') && metricsPort <= 65_535)) {
+          throw new CliError(`--metrics-port must be 0-65535 (got ${options.metricsPort})`, EXIT.usage);
+        }
         const jobs = await loadJobs(modulePath);
+        const url = databaseUrl(options.databaseUrl);
+        // Bind the port before starting: a busy port fails the command before any job runs.
+        const metrics = metricsPort === undefined ? undefined : createMetrics();
+        if (metrics && metricsPort !== undefined) server = await serveMetrics(metrics, { port: metricsPort, host: options.metricsHost });
         const worker = await startWorker({
-          connectionString: databaseUrl(options.databaseUrl),
+          connectionString: url,
           jobs,
           shutdownGrace: options.grace,
           ...(options.holder ? { holder: options.holder } : {}),
         });
-        io.err(`leasehold: worker ${worker.holder} running ${jobs.length} job(s); SIGTERM or Ctrl-C stops it`);
+        metrics?.observe(worker);
+        io.err(`leasehold: worker ${worker.holder} running ${jobs.length} job(s)${server ? `; metrics at ${server.url}` : ''}; SIGTERM or Ctrl-C stops it`);
         await worker.stopped; // it stops itself on SIGTERM/SIGINT
+        await server?.close();
         io.exit(EXIT.ok);
       } catch (error) {
+        await server?.close();
         report(io, error, false);
       }
     });

@@ -1,0 +1,268 @@
+// The dashboard's own read queries, shaped for a fleet of thousands of jobs: fleet-wide
+// summaries are single aggregates, the job table is read a page at a time (per-job figures
+// through index lookups for that page only), timelines only for the jobs a page shows.
+import type pg from 'pg';
+import { CREEP_WARNING_RATIO, type JobStatus } from '../observe/status.js';
+
+export type JobFilter = 'all' | 'running' | 'expired' | 'failing' | 'creeping';
+export const JOB_FILTERS: readonly JobFilter[] = ['all', 'running', 'expired', 'failing', 'creeping'];
+
+export interface FleetSummary {
+  jobs: number;
+  running: number;
+  expired: number;
+  /** Jobs with at least one failed or lost run in the last 24 h. */
+  failing: number;
+  /** Jobs whose p95 duration over 24 h is at least CREEP_WARNING_RATIO of the interval, below 1. */
+  creeping: number;
+  /** Jobs whose p95 duration over 24 h is at least their interval. */
+  over: number;
+  runs24h: number;
+  failed24h: number;
+  lost24h: number;
+  skips24h: number;
+  missed24h: number;
+}
+
+// One statement; the per-job p95 is the costly part (one pass over 24 h of runs).
+const SUMMARY_SQL = `
+with recent as (
+  select job,
+         count(*) as runs,
+         count(*) filter (where outcome = 'failed') as failed,
+         count(*) filter (where outcome = 'lost') as lost,
+         percentile_cont(0.95) within group (order by extract(epoch from finished_at - started_at)) as p95
+    from leasehold.runs
+   where finished_at is not null and started_at > now() - interval '24 hours'
+   group by job
+),
+ratios as (
+  select r.*, case when j.interval_ms > 0 then r.p95 * 1000 / j.interval_ms end as ratio
+    from recent r join leasehold.jobs j on j.name = r.job
+)
+select (select count(*) from leasehold.jobs)::int as jobs,
+       (select count(*) from leasehold.jobs j join leasehold.leases l on l.name = j.name
+         where l.token is not null and l.expires_at > now())::int as running,
+       (select count(*) from leasehold.jobs j join leasehold.leases l on l.name = j.name
+         where l.token is not null and l.expires_at <= now())::int as expired,
+       (select count(*) from ratios where failed + lost > 0)::int as failing,
+       (select count(*) from ratios where ratio >= $1 and ratio < 1)::int as creeping,
+       (select count(*) from ratios where ratio >= 1)::int as over,
+       (select coalesce(sum(runs), 0) from ratios)::int as runs_24h,
+       (select coalesce(sum(failed), 0) from ratios)::int as failed_24h,
+       (select coalesce(sum(lost), 0) from ratios)::int as lost_24h,
+       (select count(*) from leasehold.skips where recorded_at > now() - interval '24 hours')::int as skips_24h,
+       (select count(*) from leasehold.missed where recorded_at > now() - interval '24 hours')::int as missed_24h`;
+
+export async function fleetSummary(db: pg.Pool | pg.ClientBase): Promise<FleetSummary> {
+  const { rows } = await db.query<Record<string, number>>(SUMMARY_SQL, [CREEP_WARNING_RATIO]);
+  const r = rows[0]!;
+  return {
+    jobs: r.jobs!,
+    running: r.running!,
+    expired: r.expired!,
+    failing: r.failing!,
+    creeping: r.creeping!,
+    over: r.over!,
+    runs24h: r.runs_24h!,
+    failed24h: r.failed_24h!,
+    lost24h: r.lost_24h!,
+    skips24h: r.skips_24h!,
+    missed24h: r.missed_24h!,
+  };
+}
+
+// Which jobs a filter keeps; every condition is answerable per job through an index.
+const FILTER_SQL: Record<JobFilter, string> = {
+  all: 'true',
+  running: `exists (select 1 from leasehold.leases l where l.name = j.name and l.token is not null and l.expires_at > now())`,
+  expired: `exists (select 1 from leasehold.leases l where l.name = j.name and l.token is not null and l.expires_at <= now())`,
+  failing: `exists (select 1 from leasehold.runs r where r.job = j.name and r.started_at > now() - interval '24 hours' and r.outcome in ('failed', 'lost'))`,
+  // one pass over 24 h of runs for the whole fleet, rather than a percentile per job
+  creeping: `j.name in (select r.job from leasehold.runs r join leasehold.jobs k on k.name = r.job
+                          where r.finished_at is not null and r.started_at > now() - interval '24 hours' and k.interval_ms > 0
+                          group by r.job, k.interval_ms
+                         having percentile_cont(0.95) within group (order by extract(epoch from r.finished_at - r.started_at)) * 1000 / k.interval_ms >= ${CREEP_WARNING_RATIO})`,
+};
+
+// Per-job figures over 24 h for the page's jobs (the costly part: one index range per job).
+const FIGURES = `  left join lateral (select count(*) as runs,
+                            count(*) filter (where r.outcome = 'failed') as failed,
+                            count(*) filter (where r.outcome = 'lost') as lost,
+                            percentile_cont(0.5) within group (order by extract(epoch from r.finished_at - r.started_at)) as p50,
+                            percentile_cont(0.95) within group (order by extract(epoch from r.finished_at - r.started_at)) as p95
+                       from leasehold.runs r
+                      where r.job = p.name and r.finished_at is not null and r.started_at > now() - interval '24 hours') rc on true`;
+// Without them: state, holder, last run and schedule only, for a first paint that cannot wait.
+const LIGHT_FIGURES = `  cross join (select 0 as runs, 0 as failed, 0 as lost, null::double precision as p50, null::double precision as p95) rc`;
+
+const PAGE_SQL = (filter: JobFilter, light: boolean) => `
+with matching as (
+  select j.* from leasehold.jobs j
+   where ($1::text is null or strpos(lower(j.name), lower($1)) > 0) and ${FILTER_SQL[filter]}
+),
+page as (select * from matching order by name limit $2 offset $3)
+select p.name as job, p.schedule, p.timezone, p.interval_ms, p.ttl_ms, p.overlap, p.catch_up,
+       case when l.token is null then 'idle' when l.expires_at <= now() then 'expired' else 'running' end as state,
+       case when l.token is null then null else l.holder end as holder,
+       case when l.token is null then null else extract(epoch from now() - l.acquired_at)::double precision end as lease_age_seconds,
+       l.fence, l.last_slot,
+       lr.slot as last_run_slot, lr.outcome as last_outcome, lr.started_at as last_started_at,
+       lr.finished_at as last_finished_at, lr.error as last_error,
+       coalesce(rc.runs, 0)::integer as runs_24h, coalesce(rc.failed, 0)::integer as failed_24h,
+       coalesce(rc.lost, 0)::integer as lost_24h,
+       rc.p50::double precision as p50_seconds, rc.p95::double precision as p95_seconds,
+       case when p.interval_ms > 0 and rc.p95 is not null then (rc.p95 * 1000 / p.interval_ms)::double precision end as p95_interval_ratio,
+       ${light ? '0' : `(select count(*) from leasehold.skips s where s.job = p.name and s.recorded_at > now() - interval '24 hours')`}::integer as skips_24h,
+       ${light ? '0' : `(select count(*) from leasehold.missed m where m.job = p.name and m.recorded_at > now() - interval '24 hours')`}::integer as missed_24h,
+       (select count(*) from matching)::integer as total,
+       now() as db_now
+  from page p
+  left join leasehold.leases l on l.name = p.name
+  left join lateral (select r.slot, r.outcome, r.started_at, r.finished_at, r.error from leasehold.runs r
+                      where r.job = p.name order by r.started_at desc limit 1) lr on true
+${light ? LIGHT_FIGURES : FIGURES}
+ order by p.name`;
+
+export interface JobPageQuery {
+  offset: number;
+  limit: number;
+  /** Substring of the job name, case-insensitive. */
+  search?: string;
+  filter: JobFilter;
+  /** Leave out the 24 h figures (runs, failures, durations, skips, missed): they read as 0 / null. */
+  light?: boolean;
+}
+
+export interface JobPage {
+  now: Date;
+  /** Jobs matching the search and filter, all pages together. */
+  total: number;
+  jobs: JobStatus[];
+}
+
+export async function jobPage(db: pg.Pool | pg.ClientBase, query: JobPageQuery): Promise<JobPage> {
+  const { rows } = await db.query<PageRow>(PAGE_SQL(query.filter, query.light === true), [query.search || null, query.limit, query.offset]);
+  let total = rows[0]?.total;
+  let now = rows[0]?.db_now;
+  if (total === undefined || now === undefined) {
+    // an empty page (past the end): still say how many match
+    const { rows: count } = await db.query<{ total: number; now: Date }>(
+      `select count(*)::integer as total, now() as now from leasehold.jobs j where ($1::text is null or strpos(lower(j.name), lower($1)) > 0) and ${FILTER_SQL[query.filter]}`,
+      [query.search || null],
+    );
+    total = count[0]!.total;
+    now = count[0]!.now;
+  }
+  return { now, total, jobs: rows.map(toJobStatus) };
+}
+
+interface PageRow {
+  job: string;
+  schedule: string;
+  timezone: string | null;
+  interval_ms: string | null;
+  ttl_ms: string;
+  overlap: string;
+  catch_up: string;
+  state: JobStatus['state'];
+  holder: string | null;
+  lease_age_seconds: number | null;
+  fence: string | null;
+  last_slot: Date | null;
+  last_run_slot: Date | null;
+  last_outcome: string | null;
+  last_started_at: Date | null;
+  last_finished_at: Date | null;
+  last_error: string | null;
+  runs_24h: number;
+  failed_24h: number;
+  lost_24h: number;
+  p50_seconds: number | null;
+  p95_seconds: number | null;
+  p95_interval_ratio: number | null;
+  skips_24h: number;
+  missed_24h: number;
+  total: number;
+  db_now: Date;
+}
+
+function toJobStatus(row: PageRow): JobStatus {
+  const ratio = row.p95_interval_ratio;
+  return {
+    job: row.job,
+    schedule: row.schedule,
+    timezone: row.timezone,
+    intervalMs: row.interval_ms === null ? null : Number(row.interval_ms),
+    ttlMs: Number(row.ttl_ms),
+    overlap: row.overlap,
+    catchUp: row.catch_up,
+    state: row.state,
+    holder: row.holder,
+    leaseAgeSeconds: row.lease_age_seconds,
+    fence: Number(row.fence ?? 0),
+    lastSlot: row.last_slot,
+    lastRun: row.last_run_slot
+      ? { slot: row.last_run_slot, outcome: row.last_outcome ?? 'unknown', startedAt: row.last_started_at as Date, finishedAt: row.last_finished_at, error: row.last_error }
+      : null,
+    runs24h: row.runs_24h,
+    failed24h: row.failed_24h,
+    lost24h: row.lost_24h,
+    p50Seconds: row.p50_seconds,
+    p95Seconds: row.p95_seconds,
+    p95IntervalRatio: ratio,
+    skips24h: row.skips_24h,
+    missed24h: row.missed_24h,
+    warning: ratio !== null && ratio > CREEP_WARNING_RATIO ? `p95 duration is ${Math.round(ratio * 100)}% of the interval: "${row.job}" is creeping toward overlap` : null,
+  };
+}
+
+export interface LiveWorker {
+  /** Backend process id of the worker's liveness session. */
+  pid: number;
+  /** The session's application_name (e.g. 'leasehold liveness'). */
+  application: string;
+  /** Client address, when the dashboard's role may see it. */
+  client: string | null;
+  since: Date | null;
+  /** Holder names of the leases held under this session, and how many. */
+  holders: string[];
+  leases: number;
+}
+
+/**
+ * Live liveness sessions: connections that hold a session-level advisory lock and call
+ * themselves '… liveness', with the leases recorded under their key. At most `limit`.
+ */
+export async function liveWorkers(db: pg.Pool | pg.ClientBase, limit = 200): Promise<{ workers: LiveWorker[]; total: number }> {
+  const { rows } = await db.query<{
+    pid: number;
+    application: string;
+    client: string | null;
+    since: Date | null;
+    holders: string[] | null;
+    leases: number;
+    total: number;
+  }>(
+    `with sessions as (
+       select k.pid, a.application_name as application, host(a.client_addr) as client, a.backend_start as since,
+              ((k.classid::bigint << 32) | k.objid::bigint) as key
+         from pg_locks k join pg_stat_activity a on a.pid = k.pid
+        where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.mode = 'ExclusiveLock'
+          and k.database = (select oid from pg_database where datname = current_database())
+          and a.application_name like '%liveness'
+     )
+     select s.pid, s.application, s.client, s.since,
+            array(select distinct l.holder from leasehold.leases l where l.holder_key = s.key and l.token is not null and l.holder is not null order by 1 limit 5) as holders,
+            (select count(*) from leasehold.leases l where l.holder_key = s.key and l.token is not null)::int as leases,
+            (select count(*) from sessions)::int as total
+       from sessions s
+      order by s.since nulls last, s.pid
+      limit $1`,
+    [limit],
+  );
+  return {
+    total: rows[0]?.total ?? 0,
+    workers: rows.map((r) => ({ pid: r.pid, application: r.application, client: r.client, since: r.since, holders: r.holders ?? [], leases: r.leases })),
+  };
+}

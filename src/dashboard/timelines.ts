@@ -1,0 +1,74 @@
+// Timelines for the jobs one page of the table shows: runs, skips and missed slots of up to
+// MAX_TIMELINE_JOBS named jobs over a window, with a row cap per kind. Same shapes as
+// jobTimeline() in observe/status.ts, which serves one job or all.
+import type pg from 'pg';
+import type { JobTimeline, TimelineMissed, TimelineRun, TimelineSkip } from '../observe/status.js';
+
+export const MAX_TIMELINE_JOBS = 100;
+
+export async function timelinesFor(db: pg.Pool | pg.ClientBase, jobs: string[], hours: number, limit = 5000): Promise<JobTimeline> {
+  const {
+    rows: [window],
+  } = await db.query<{ now: Date; since: Date }>(`select now() as now, now() - make_interval(secs => $1::double precision) as since`, [hours * 3600]);
+  const { now, since } = window!;
+  if (jobs.length === 0) return { now, since, runs: [], skips: [], missed: [], truncated: false };
+  const [runs, skips, missed] = await Promise.all([
+    db.query<{ job: string; slot: Date; fence: string; holder: string; started_at: Date; finished_at: Date | null; outcome: TimelineRun['outcome']; error: string | null; attempts: number }>(
+      // per job through runs_job_started; a run open since before the window is still drawn
+      `select r.job, r.slot, r.fence, r.holder, r.started_at, r.finished_at, r.outcome, r.error, r.attempts
+         from unnest($1::text[]) as n(job)
+         cross join lateral (
+           select * from leasehold.runs r
+            where r.job = n.job and r.started_at <= $3
+              and (r.started_at >= $2::timestamptz - interval '1 day' or r.outcome = 'running')
+              and (r.finished_at is null or r.finished_at >= $2)
+            order by r.started_at desc limit $4) r
+        order by r.started_at desc, r.fence desc
+        limit $4`,
+      [jobs, since, now, limit],
+    ),
+    db.query<{ job: string; slot: Date; holder: string | null; holder_fence: string | null; holder_slot: Date | null; held_for_seconds: number | null; recorded_by: string; recorded_at: Date }>(
+      `select job, slot, holder, holder_fence, holder_slot, extract(epoch from held_for)::double precision as held_for_seconds, recorded_by, recorded_at
+         from leasehold.skips where job = any($1::text[]) and slot >= $2 and slot <= $3
+        order by slot desc limit $4`,
+      [jobs, since, now, limit],
+    ),
+    db.query<{ job: string; slot: Date; reason: string; recorded_by: string; recorded_at: Date }>(
+      `select job, slot, reason, recorded_by, recorded_at
+         from leasehold.missed where job = any($1::text[]) and slot >= $2 and slot <= $3
+        order by slot desc limit $4`,
+      [jobs, since, now, limit],
+    ),
+  ]);
+  return {
+    now,
+    since,
+    runs: runs.rows.reverse().map(
+      (row): TimelineRun => ({
+        job: row.job,
+        slot: row.slot,
+        fence: Number(row.fence),
+        holder: row.holder,
+        startedAt: row.started_at,
+        finishedAt: row.finished_at,
+        outcome: row.outcome,
+        error: row.error,
+        attempts: row.attempts,
+      }),
+    ),
+    skips: skips.rows.reverse().map(
+      (row): TimelineSkip => ({
+        job: row.job,
+        slot: row.slot,
+        holder: row.holder,
+        holderFence: row.holder_fence === null ? null : Number(row.holder_fence),
+        holderSlot: row.holder_slot,
+        heldForSeconds: row.held_for_seconds,
+        recordedBy: row.recorded_by,
+        recordedAt: row.recorded_at,
+      }),
+    ),
+    missed: missed.rows.reverse().map((row): TimelineMissed => ({ job: row.job, slot: row.slot, reason: row.reason, recordedBy: row.recorded_by, recordedAt: row.recorded_at })),
+    truncated: runs.rows.length >= limit || skips.rows.length >= limit || missed.rows.length >= limit,
+  };
+}
