@@ -46,7 +46,7 @@ describe('acquire arguments', () => {
   it.each([
     ['', { ttl: '30s' }, /lease name must not be empty/],
     ['x'.repeat(201), { ttl: '30s' }, /lease name must be 1–200 characters \(got 201\)/],
-    ['tab\there', { ttl: '30s' }, /must not contain control characters \(found U\+0009 at position 3\)/],
+    ['tab\there', { ttl: '30s' }, /must not contain control, bidirectional or invisible characters \(found U\+0009, a control character, at position 3\)/],
     ['job', { ttl: 0 }, /ttl must be positive \(got 0ms\)/],
     ['job', { ttl: -1000 }, /ttl must be positive/],
     ['job', { ttl: '0s' }, /ttl must be positive/],
@@ -62,6 +62,34 @@ describe('acquire arguments', () => {
     expect(error).toBeInstanceOf(LeaseholdError);
     expect(error).not.toBeInstanceOf(LeaseLostError);
     expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(message) });
+  });
+
+  it.each([
+    ['invoice\u202Egnp.exe', /found U\+202E, a bidirectional control, at position 7/],
+    ['pay\u200Bments', /found U\+200B, an invisible character, at position 3/],
+    ['\u{1F600}\u2066x', /found U\+2066, a bidirectional control, at position 1/],
+    ['bom\uFEFF', /found U\+FEFF, an invisible character, at position 3/],
+    ['tag\u{E0041}', /found U\+E0041, an invisible character, at position 3/],
+  ])('refuses the disguised name %j in TypeScript and in SQL (LH001)', async (name, message) => {
+    await expect(lh.acquire(name, { ttl: '30s' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(message) });
+    // the database refuses it too, for callers in other languages, with the same description
+    const sql = await lh.pool.query(`select leasehold.check_name($1)`, [name]).catch((e: unknown) => e);
+    expect(sql).toMatchObject({ code: 'LH001', message: expect.stringMatching(message) });
+    const direct = await lh.pool.query(`insert into leasehold.leases (name) values ($1)`, [name]).catch((e: unknown) => e);
+    expect(direct).toMatchObject({ code: '23514' });
+    const holder = await lh.pool.query(`select leasehold.check_holder($1)`, [name]).catch((e: unknown) => e);
+    expect(holder).toMatchObject({ code: 'LH004', message: expect.stringMatching(message) });
+  });
+
+  it('measures names in code points: 200 emoji are valid everywhere, 201 are not', async () => {
+    const name = '\u{1F600}'.repeat(200);
+    expect(name.length).toBe(400); // UTF-16 units
+    const result = await lh.acquire(name, { ttl: '30s' });
+    expect(result.acquired).toBe(true);
+    if (result.acquired) await result.lease.release();
+    await expect(lh.acquire(`${name}x`, { ttl: '30s' })).rejects.toThrow(/lease name must be 1–200 characters \(got 201\)/);
+    await expect(lh.pool.query(`select leasehold.check_name($1), leasehold.check_holder($1)`, [name])).resolves.toBeTruthy();
+    await expect(lh.pool.query(`select leasehold.check_name($1)`, [`${name}x`])).rejects.toMatchObject({ code: 'LH001' });
   });
 
   it('needs a ttl', async () => {
