@@ -393,8 +393,9 @@ select job, slot, 'run' as kind, outcome, fence, holder, started_at as at, finis
 union all
 select k.job, k.slot, 'skip', case when ran.fence is null then 'skipped' else 'buffered' end,
        k.holder_fence, k.holder, k.recorded_at, null, null,
-       format('held by %s (fence %s, slot %s) for %ss%s', k.holder, k.holder_fence,
-              to_char(k.holder_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+       -- a lease taken without a slot (leasehold exec, run(), psql) has none to name
+       format('held by %s (fence %s%s) for %ss%s', k.holder, k.holder_fence,
+              coalesce(', slot ' || to_char(k.holder_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
               round(extract(epoch from k.held_for)::numeric, 1),
               case when ran.fence is null then '' else format('; buffered, ran later (fence %s)', ran.fence) end)
   from leasehold.skips k

@@ -99,11 +99,11 @@ describe('status, runs, schedule preview, migrate', () => {
     expect(human.code).toBe(0);
     const lines = human.stdout.trim().split('\n');
     expect(lines[0]).toMatch(/^JOB\s+SCHEDULE\s+STATE\s+HOLDER\s+LEASE AGE\s+LAST RUN\s+OUTCOME\s+P50\s+P95\s+P95\/INTERVAL\s+SKIPS 24H\s+MISSED 24H$/);
-    expect(lines.find((l) => l.startsWith('report'))).toMatch(/report\s+1m\s+running\s+worker-a\s+4\ds\s+\S+\s+running\s+\S+\s+\S+\s+\d+%\s+3\s+0/);
+    expect(lines.find((l) => l.startsWith('report'))).toMatch(/report\s+1m\s+running\s+worker-a\s+4\d\.\ds\s+\S+\s+running\s+\S+\s+\S+\s+\d+%\s+3\s+0/);
     expect(lines.find((l) => l.startsWith('cleanup'))).toMatch(/cleanup\s+\*\/5 \* \* \* \* \(Europe\/Berlin\)\s+idle/);
     expect(human.stdout).toMatch(/^warning: p95 duration is \d+% of the interval: "report" is creeping toward overlap$/m);
-    const json = JSON.parse((await cli(['status', '--json'], { DATABASE_URL: seededUrl })).stdout) as Array<{ job: string; skips24h: number; warning: string | null }>;
-    expect(json.map((j) => [j.job, j.skips24h, j.warning !== null])).toEqual([
+    const json = JSON.parse((await cli(['status', '--json'], { DATABASE_URL: seededUrl })).stdout) as { jobs: Array<{ job: string; skips24h: number; warning: string | null }> };
+    expect(json.jobs.map((j) => [j.job, j.skips24h, j.warning !== null])).toEqual([
       ['cleanup', 0, false],
       ['report', 3, true],
     ]);
@@ -113,10 +113,11 @@ describe('status, runs, schedule preview, migrate', () => {
     const human = await cli(['runs', 'cleanup', '--limit', '5'], { DATABASE_URL: seededUrl });
     expect(human.code).toBe(0);
     const lines = human.stdout.trim().split('\n');
-    expect(lines).toHaveLength(6);
-    expect(lines[0]).toMatch(/^SLOT\s+KIND\s+OUTCOME\s+FENCE\s+HOLDER\s+STARTED\s+DURATION\s+DETAIL$/);
+    expect(lines).toHaveLength(7);
+    expect(lines[0]).toMatch(/^lease: free \(fence 11\); last held by worker-b, released -$/);
+    expect(lines[1]).toMatch(/^SLOT\s+KIND\s+OUTCOME\s+FENCE\s+HOLDER\s+STARTED\s+DURATION\s+DETAIL$/);
     expect(lines.filter((l) => /\smissed\s/.test(l))).toHaveLength(2);
-    expect(lines.find((l) => /\srun\s/.test(l))).toMatch(/run\s+succeeded\s+1\s+worker-b\s+\S+\s+2s/);
+    expect(lines.find((l) => /\srun\s/.test(l))).toMatch(/run\s+succeeded\s+1\s+worker-b\s+\S+\s+2\.0s/);
     const json = JSON.parse((await cli(['runs', 'cleanup', '--limit', '100', '--json'], { DATABASE_URL: seededUrl })).stdout) as Array<{ kind: string; outcome: string }>;
     expect(json.filter((e) => e.kind === 'missed')).toHaveLength(2);
     expect(json.filter((e) => e.outcome === 'lost')).toHaveLength(1);
@@ -146,7 +147,7 @@ describe('status, runs, schedule preview, migrate', () => {
     const applied = await cli(['migrate'], { DATABASE_URL: empty });
     expect(applied.stdout).toMatch(/migrated leasehold schema from version 0 to \d+/);
     expect((await cli(['migrate'], { DATABASE_URL: empty })).stdout).toMatch(/up to date/);
-    expect((await cli(['status'], { DATABASE_URL: empty })).stdout).toMatch(/No jobs registered yet/);
+    expect((await cli(['status'], { DATABASE_URL: empty })).stdout).toMatch(/No jobs or leases yet/);
   });
 
   it('release refuses without --force, and without --yes when not on a terminal', async () => {

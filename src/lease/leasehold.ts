@@ -22,7 +22,8 @@ import { Lease, type LeaseGrant } from './lease.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 import { LivenessSession } from './liveness.js';
 import type { LeaseRuntime } from './runtime.js';
-import type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunResult, SkipReason } from './types.js';
+import { runRecorder } from './run-history.js';
+import type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './types.js';
 
 export interface LeaseholdOptions extends ConnectionOptions {
   /** How this process names itself in leases and skips. @default `${hostname}:${pid}:${random}` */
@@ -197,11 +198,12 @@ export class Leasehold {
    */
   async run<T>(
     name: string,
-    options: Omit<AcquireOptions, 'heartbeat'>,
+    options: RunOptions,
     handler: (context: RunContext) => Promise<T>,
   ): Promise<RunResult<T>> {
     if (typeof handler !== 'function') throw new InvalidArgumentError('handler', 'run(name, options, handler) needs a handler function.');
-    const result = await this.acquire(name, { ...options, heartbeat: true });
+    const { history = true, ...acquireOptions } = options ?? ({} as RunOptions);
+    const result = await this.acquire(name, { ...acquireOptions, heartbeat: true });
     if (!result.acquired) {
       this.settings.logger.warn(
         {
@@ -218,6 +220,8 @@ export class Leasehold {
       return { ran: false, skipped: result };
     }
     const { lease } = result;
+    const recorder = history ? await runRecorder(this.runtime.controlPool, lease, this.settings.logger, this.runtime.queryTimeoutMs) : null;
+    let failure: { error: unknown } | null = null; // what the handler threw, if it did
     try {
       const value = await handler({
         signal: lease.signal,
@@ -228,7 +232,11 @@ export class Leasehold {
         transaction: (fn) => lease.transaction(fn),
       });
       return lease.lostReason ? { ran: true, value, fence: lease.fence, lost: lease.lostReason } : { ran: true, value, fence: lease.fence };
+    } catch (error) {
+      failure = { error };
+      throw error;
     } finally {
+      await recorder?.finish(failure);
       await lease.release().catch((error: unknown) => {
         this.settings.logger.warn({ event: 'lease:release-failed', lease: name, err: String(error) }, 'release failed; the lease ends by its TTL');
       });

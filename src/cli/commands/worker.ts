@@ -7,6 +7,7 @@ import type { JobDefinition, JobOptions } from '../../worker/job.js';
 import { startWorker } from '../../worker/worker.js';
 import { CliError, databaseUrl, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
+import { inert } from '../format.js';
 
 export function registerWorker(program: Command, io: Io): void {
   program
@@ -25,7 +26,7 @@ export function registerWorker(program: Command, io: Io): void {
           shutdownGrace: options.grace,
           ...(options.holder ? { holder: options.holder } : {}),
         });
-        io.err(`leasehold: worker ${worker.holder} running ${jobs.length} job(s); SIGTERM or Ctrl-C stops it`);
+        io.err(inert(`leasehold: worker ${worker.holder} running ${jobs.length} job(s); SIGTERM or Ctrl-C stops it`));
         await worker.stopped; // it stops itself on SIGTERM/SIGINT
         io.exit(EXIT.ok);
       } catch (error) {
