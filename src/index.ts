@@ -38,12 +38,14 @@ export {
   jobHistory,
   jobStatus,
   jobTimeline,
+  unscheduledLeases,
   type HistoryEntry,
   type JobStatus,
   type JobTimeline,
   type TimelineMissed,
   type TimelineRun,
   type TimelineSkip,
+  type UnscheduledLease,
 } from './observe/status.js';
 export { createMetrics, type EventSource, type LeaseholdMetrics, type MetricsOptions } from './observe/metrics.js';
 export { startDashboard, type Dashboard, type DashboardOptions, type MetricsSource } from './dashboard/server.js';
