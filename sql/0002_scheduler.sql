@@ -65,7 +65,9 @@ create table leasehold.buffered (
 );
 
 -- register_jobs: upserts job definitions and makes sure each has a lease row. Returns each
--- job's last claimed slot, so a starting worker can apply its catch-up policy.
+-- job's last claimed slot, so a starting worker can apply its catch-up policy. When a job's
+-- schedule or timezone changes, its last slot moves up to now(): the slots between the old
+-- schedule's last run and now never existed, so they are neither caught up nor recorded missed.
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
   p_overlaps text[], p_catch_ups text[], p_holder text
@@ -75,6 +77,12 @@ language plpgsql volatile as $$
 begin
   perform leasehold.check_name(n) from unnest(p_names) as n;
   insert into leasehold.leases (name) select n from unnest(p_names) as n on conflict do nothing;
+  update leasehold.leases l
+     set last_slot = greatest(l.last_slot, now())
+    from unnest(p_names, p_schedules, p_timezones) as i(name, schedule, timezone)
+    join leasehold.jobs j on j.name = i.name
+   where l.name = i.name and l.last_slot is not null
+     and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
   insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
   select * , p_holder from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups)
   on conflict (name) do update

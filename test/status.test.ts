@@ -2,7 +2,9 @@
 import { beforeAll, describe, expect, it } from 'vitest';
 import { creepWarning, jobHistory, jobStatus, unscheduledLeases } from '../src/observe/status.js';
 import { seconds } from '../src/cli/format.js';
-import { client, freshDatabase, rawPool, sleep } from './support/db.js';
+import { startWorker } from '../src/worker/worker.js';
+import { silentLogger } from '../src/observe/logger.js';
+import { client, freshDatabase, rawPool, sleep, waitFor } from './support/db.js';
 import { seedHistory } from './support/seed.js';
 
 let url: string;
@@ -108,5 +110,32 @@ describe('wording', () => {
     expect([0.0004, 0.012, 0.34, 0.9996, 1.04, 12.34, 59.96, 245, 7_500, null].map(seconds)).toEqual([
       '0.4ms', '12ms', '340ms', '1.0s', '1.0s', '12.3s', '1m', '4m5s', '2h5m', '-',
     ]);
+  });
+});
+
+describe('changing a schedule', () => {
+  it('does not record slots of the new schedule before the change as missed', async () => {
+    const pool = rawPool(url, 1);
+    // an hourly job that last ran 30 minutes ago...
+    await pool.query(
+      `select leasehold.register_jobs(array['rescheduled'], array['1h'], array[null]::text[], array[3600000]::bigint[], array[30000]::bigint[],
+                                      array['skip'], array['latest'], 'old-worker')`,
+    );
+    await pool.query(`update leasehold.leases set last_slot = now() - interval '30 minutes' where name = 'rescheduled'`);
+    // ...is redeployed to run every 2 s: the 900 two-second slots of the last 30 minutes never existed
+    const worker = await startWorker({
+      connectionString: url,
+      jobs: [{ name: 'rescheduled', every: '2s', handler: async () => undefined }],
+      logger: silentLogger(),
+      handleSignals: false,
+    });
+    try {
+      await waitFor(async () => (await jobHistory(pool, { job: 'rescheduled' })).some((e) => e.kind === 'run' && e.outcome === 'succeeded'), 20_000, 100);
+    } finally {
+      await worker.stop();
+    }
+    const entries = await jobHistory(pool, { job: 'rescheduled', limit: 2000 });
+    expect(entries.filter((e) => e.kind === 'missed')).toEqual([]);
+    expect((await jobStatus(pool, 'rescheduled'))[0]).toMatchObject({ schedule: '2s', missed24h: 0 });
   });
 });
