@@ -274,3 +274,26 @@ describe('hostile text, every lease, manners', () => {
     expect(bad.stderr).toMatch(/field 1 \(minute\) has an invalid value '61'/);
   });
 });
+
+describe('leasehold worker', () => {
+  it('says on SIGTERM that it is stopping, how many runs it waits for and for how long, then that it stopped', async () => {
+    const db = await freshDatabase();
+    const dir = await mkdtemp(join(tmpdir(), 'leasehold-worker-'));
+    const module = join(dir, 'jobs.mjs');
+    await writeFile(
+      module,
+      `export const jobs = [{ name: 'slow', every: '1s', ttl: '10s', handler: ({ signal }) => {
+         process.stdout.write('run started\\n');
+         return new Promise((resolve) => signal.addEventListener('abort', () => setTimeout(resolve, 200)));
+       } }];\n`,
+    );
+    const worker = startCli(['worker', module, '--grace', '5s'], { DATABASE_URL: db });
+    await waitFor(() => worker.output().stdout.includes('run started'), 30_000, 50);
+    worker.child.kill('SIGTERM');
+    const result = await worker.done;
+    expect(result.code).toBe(0);
+    expect(result.stderr).toMatch(/leasehold: SIGTERM: stopping; signalled 1 running run\(s\) and waiting up to 5s for them/);
+    expect(result.stderr).toMatch(/leasehold: worker stopped/);
+    expect((await rawPool(db, 1).query(`select outcome from leasehold.runs where job = 'slow'`)).rows).toEqual([{ outcome: 'succeeded' }]);
+  });
+});

@@ -147,7 +147,10 @@ export class Worker {
 
   private async shutdown(): Promise<void> {
     for (const timer of this.timers) clearInterval(timer);
-    this.logger.info({ event: 'worker:stopping', running: this.runs.size }, 'worker stopping');
+    this.logger.info(
+      { event: 'worker:stopping', running: this.runs.size, graceMs: this.settings.graceMs },
+      `worker stopping: ${this.runs.size} run(s) in progress, waiting up to ${this.settings.graceMs} ms for them`,
+    );
     this.shutdownController.abort(new ShutdownError());
     await Promise.allSettled([...this.claiming]);
     const all = Promise.allSettled([...this.runs]);

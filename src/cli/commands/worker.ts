@@ -7,6 +7,7 @@ import type { JobDefinition, JobOptions } from '../../worker/job.js';
 import { startWorker } from '../../worker/worker.js';
 import { CliError, databaseUrl, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
+import { formatDuration, parseDuration } from '../../validate/duration.js';
 import { inert } from '../format.js';
 
 export function registerWorker(program: Command, io: Io): void {
@@ -27,7 +28,24 @@ export function registerWorker(program: Command, io: Io): void {
           ...(options.holder ? { holder: options.holder } : {}),
         });
         io.err(inert(`leasehold: worker ${worker.holder} running ${jobs.length} job(s); SIGTERM or Ctrl-C stops it`));
-        await worker.stopped; // it stops itself on SIGTERM/SIGINT
+        // The worker stops itself on SIGTERM/SIGINT; say what it is doing, so a stop that takes
+        // the grace period does not look like a hang.
+        const graceMs = parseDuration(options.grace, '--grace');
+        const onSignal = (signal: NodeJS.Signals) => {
+          const running = worker.activeRuns;
+          io.err(
+            running === 0
+              ? `leasehold: ${signal}: stopping (no runs in progress)`
+              : `leasehold: ${signal}: stopping; signalled ${running} running run(s) and waiting up to ${formatDuration(graceMs)} for them ` +
+                  '(then they are recorded aborted); send it again to exit at once',
+          );
+        };
+        process.once('SIGTERM', onSignal);
+        process.once('SIGINT', onSignal);
+        await worker.stopped;
+        process.off('SIGTERM', onSignal);
+        process.off('SIGINT', onSignal);
+        io.err('leasehold: worker stopped; its leases are released');
         io.exit(EXIT.ok);
       } catch (error) {
         report(io, error, false);
