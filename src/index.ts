@@ -19,6 +19,7 @@ export { migrate, migrations, latestVersion, schemaVersion, checkSchema, type Mi
 export type { ConnectionOptions } from './db/connection.js';
 export type { LeaseholdEvents, LeaseInfo, SkipInfo } from './observe/events.js';
 export { silentLogger, stderrLogger, type Logger, type LogLevel } from './observe/logger.js';
+export type { JobLogFn, JobLogger } from './observe/child-logger.js';
 export { formatDuration, parseDuration, type Duration } from './validate/duration.js';
 export { MAX_HOLDER_LENGTH, MAX_NAME_LENGTH } from './validate/names.js';
 export { startWorker, Worker, type WorkerOptions } from './worker/worker.js';

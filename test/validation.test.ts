@@ -11,7 +11,9 @@ import {
   type Leasehold,
 } from '../src/index.js';
 import { freePort } from '../src/db/embedded.js';
-import { silentLogger } from '../src/observe/logger.js';
+import { silentLogger, stderrLogger, type Logger } from '../src/observe/logger.js';
+import { childLogger } from '../src/observe/child-logger.js';
+import { defineJob, startWorker } from '../src/index.js';
 import { client, freshDatabase } from './support/db.js';
 
 describe('durations', () => {
@@ -148,5 +150,68 @@ describe('connecting', () => {
     [{ poolSize: 0 }, /poolSize must be an integer from 1 to 1000/],
   ])('rejects options %j', async (options, message) => {
     await expect(createLeasehold({ connectionString: 'postgres://127.0.0.1:1/x', ...options })).rejects.toThrow(message);
+  });
+});
+
+describe('unknown option keys are refused with the valid ones', () => {
+  const handler = async () => undefined;
+
+  it.each([
+    [{ tz: 'Europe/Berlin' }, /job "j": unknown option 'tz' \(did you mean 'timezone'\?\); valid options are name, cron, timezone, every, ttl/],
+    [{ overlapp: 'allow' }, /unknown option 'overlapp' \(did you mean 'overlap'\?\)/],
+    [{ catchup: 'none' }, /unknown option 'catchup' \(did you mean 'catchUp'\?\)/],
+    [{ retry: { attempts: 2, backoff: '1s' } }, /job "j": retry: unknown option 'backoff'; valid options are attempts, delay\./],
+  ])('defineJob refuses %j', (extra, message) => {
+    expect(() => defineJob({ name: 'j', cron: '* * * * *', handler, ...(extra as object) })).toThrow(message);
+    expect(() => defineJob({ name: 'j', cron: '* * * * *', handler, ...(extra as object) })).toThrow(InvalidArgumentError);
+  });
+
+  it('createLeasehold, acquire, run and startWorker refuse unknown keys before connecting', async () => {
+    const nowhere = 'postgres://127.0.0.1:1/x';
+    await expect(createLeasehold({ connectionString: nowhere, queryTimout: '1s' } as object)).rejects.toThrow(
+      /createLeasehold\(\): unknown option 'queryTimout' \(did you mean 'queryTimeout'\?\); valid options are connectionString, pool/,
+    );
+    await expect(startWorker({ connectionString: nowhere, jobs: [{ name: 'j', every: '1m', handler }], shutdownGrace: '1s', grace: '1s' } as never)).rejects.toThrow(
+      /startWorker\(\): unknown option 'grace' \(did you mean 'shutdownGrace'\?\)/,
+    );
+    await expect(startWorker({ connectionString: nowhere, jobs: [{ name: 'j', every: '1m', handler, tz: 'UTC' } as never] })).rejects.toThrow(/unknown option 'tz'/);
+    const lh = await client(await freshDatabase(), { liveness: false });
+    await expect(lh.acquire('job', { ttl: '1s', heartbeats: true } as never)).rejects.toThrow(/acquire\(\): unknown option 'heartbeats' \(did you mean 'heartbeat'\?\)/);
+    await expect(lh.run('job', { ttl: '1s', histroy: false } as never, handler)).rejects.toThrow(/run\(\): unknown option 'histroy' \(did you mean 'history'\?\)/);
+    // run() takes no 'heartbeat': it always heartbeats
+    await expect(lh.run('job', { ttl: '1s', heartbeat: false } as never, handler)).rejects.toThrow(/run\(\): unknown option 'heartbeat'/);
+  });
+});
+
+describe('a job logger', () => {
+  it("logs log.info('message') as a message, and keeps pino's (fields, message) and (error, message)", () => {
+    const lines: Array<{ fields: object; message: string | undefined }> = [];
+    const sink: Logger = {
+      debug: (fields, message) => lines.push({ fields, message }),
+      info: (fields, message) => lines.push({ fields, message }),
+      warn: (fields, message) => lines.push({ fields, message }),
+      error: (fields, message) => lines.push({ fields, message }),
+    };
+    const log = childLogger(sink, { job: 'j', fence: 3 });
+    log.info('plain message');
+    log.warn({ rows: 2 }, 'with fields');
+    log.error(new Error('boom'), 'failed');
+    expect(lines[0]).toEqual({ fields: { job: 'j', fence: 3 }, message: 'plain message' });
+    expect(lines[1]).toEqual({ fields: { job: 'j', fence: 3, rows: 2 }, message: 'with fields' });
+    expect(lines[2]!.message).toBe('failed');
+    expect(lines[2]!.fields).toMatchObject({ job: 'j', err: { type: 'Error', message: 'boom' } });
+  });
+
+  it('the default logger writes a message alone as msg', () => {
+    const written: string[] = [];
+    const original = process.stderr.write.bind(process.stderr);
+    process.stderr.write = ((chunk: string) => written.push(chunk) > 0) as typeof process.stderr.write;
+    try {
+      (stderrLogger('info').info as (message: unknown) => void)('hello');
+    } finally {
+      process.stderr.write = original;
+    }
+    expect(JSON.parse(written[0]!)).toMatchObject({ level: 'info', msg: 'hello' });
+    expect(JSON.parse(written[0]!)).not.toHaveProperty('0');
   });
 });

@@ -23,6 +23,8 @@ import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 import { LivenessSession } from './liveness.js';
 import type { LeaseRuntime } from './runtime.js';
 import { runRecorder } from './run-history.js';
+import { ACQUIRE_OPTION_KEYS, LEASEHOLD_OPTION_KEYS, RUN_OPTION_KEYS } from './option-keys.js';
+import { checkOptionKeys } from '../validate/options.js';
 import type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './types.js';
 
 export interface LeaseholdOptions extends ConnectionOptions {
@@ -117,6 +119,7 @@ export class Leasehold {
     this.throwIfClosed();
     checkLeaseName(name);
     if (!options || typeof options !== 'object') throw new InvalidArgumentError('options', 'acquire(name, { ttl }) needs a ttl, e.g. { ttl: "30s" }.');
+    checkOptionKeys(options, ACQUIRE_OPTION_KEYS, 'acquire()');
     const ttlMs = parseBoundedDuration(options.ttl, 'ttl', MIN_TTL_MS, MAX_TTL_MS);
     const slot = options.slot ?? null;
     if (slot !== null && (!(slot instanceof Date) || Number.isNaN(slot.getTime()))) {
@@ -202,6 +205,7 @@ export class Leasehold {
     handler: (context: RunContext) => Promise<T>,
   ): Promise<RunResult<T>> {
     if (typeof handler !== 'function') throw new InvalidArgumentError('handler', 'run(name, options, handler) needs a handler function.');
+    checkOptionKeys(options, RUN_OPTION_KEYS, 'run()');
     const { history = true, ...acquireOptions } = options ?? ({} as RunOptions);
     const result = await this.acquire(name, { ...acquireOptions, heartbeat: true });
     if (!result.acquired) {
@@ -375,6 +379,7 @@ function defaultHolder(): string {
  * DatabaseUnavailableError when the server cannot be reached.
  */
 export async function createLeasehold(options: LeaseholdOptions = {}): Promise<Leasehold> {
+  checkOptionKeys(options, LEASEHOLD_OPTION_KEYS, 'createLeasehold()');
   const connectionString = resolveConnectionString(options);
   if (!connectionString && !options.pool) {
     throw new InvalidArgumentError(
