@@ -1,5 +1,6 @@
 // leasehold worker ./jobs.js: start the runtime for the jobs a module exports, either as
 // `export const jobs = [...]` or `export default [...]` (job options or defineJob() results).
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Command } from 'commander';
@@ -55,6 +56,7 @@ export function registerWorker(program: Command, io: Io): void {
 
 async function loadJobs(modulePath: string): Promise<Array<JobOptions | JobDefinition>> {
   const absolute = resolve(modulePath);
+  if (!existsSync(absolute)) throw new CliError(`${modulePath}: no such file (looked for ${absolute})`, EXIT.usage);
   if (/\.[cm]?ts$/.test(absolute)) {
     try {
       const api = (await import('tsx/esm/api' as string)) as { register(): void };
