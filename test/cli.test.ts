@@ -231,6 +231,13 @@ describe('hostile text, every lease, manners', () => {
     expect(rows[0]).toMatchObject({ kind: 'run', outcome: 'lost' });
     expect(rows[1]).toMatchObject({ kind: 'skip', outcome: 'skipped' });
     expect(rows[1].detail).toMatch(/^held by cron@a \(fence 1\) for \d+\.\ds$/);
+
+    // without history the release finds another token: the same exit code
+    const quiet = startCli(['exec', '-n', 'forced-quiet', '--no-history', '--ttl', '30s', '--', 'sh', '-c', 'echo started; while [ ! -e "$0" ]; do sleep 0.05; done', `${flag}-2`], { DATABASE_URL: db });
+    await waitFor(() => quiet.output().stdout.includes('started'), 20_000, 20);
+    await rawPool(db, 1).query(`select leasehold.force_release('forced-quiet')`);
+    await writeFile(`${flag}-2`, '');
+    expect((await quiet.done).code).toBe(76);
   });
 
   it('usage errors take two lines, not the whole help', async () => {

@@ -184,9 +184,9 @@ async function runGuarded(
   // finish_held_run checks the lease, records the outcome and releases the lease in one
   // statement: a lease force-released between two heartbeats is recorded (and reported) lost
   const finished = settings.history ? await finishHeldRun(leasehold.pool, lease, outcome, outcome === 'succeeded' ? null : detail) : null;
-  if (finished) lease.releasedRemotely();
-  else await lease.release().catch(() => false);
-  if (finished?.outcome === 'lost' && !lost) {
+  // without history, a release that finds another token tells the same (an error tells nothing)
+  const released = finished ? (lease.releasedRemotely(), true) : await lease.release().catch(() => null);
+  if ((finished?.outcome === 'lost' || released === false) && !lost) {
     lost = true;
     outcome = 'lost';
     event({ event: 'lost', name: lease.name, fence: lease.fence, reason: 'released' }, `lease "${lease.name}" was no longer held when the command finished`);
