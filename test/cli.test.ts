@@ -264,6 +264,8 @@ describe('hostile text, every lease, manners', () => {
     const missing = await cli(['status'], { DATABASE_URL: other.href });
     expect(missing.code).toBe(68);
     expect(missing.stderr).toMatch(/database "no_such_database_x" does not exist\. Create it/);
+    const unknownHost = await cli(['status'], { DATABASE_URL: 'postgres://u:secret@no-such-host.invalid:5432/x' });
+    expect([unknownHost.code, unknownHost.stderr.trim()]).toEqual([69, 'leasehold: the database host "no-such-host.invalid" is unknown (DNS lookup failed): check the host in the database URL.']);
     const empty = await freshDatabase();
     const unmigrated = await cli(['runs', 'x'], { DATABASE_URL: empty });
     expect(unmigrated.code).toBe(78);

@@ -114,5 +114,9 @@ function connectionRefusal(cause: unknown): { message: string; exitCode: number 
   if (code === '3D000') {
     return { message: `${text}. Create it (createdb) or fix the database name in the URL.`, exitCode: EXIT.noDatabase };
   }
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') {
+    const host = (cause as { hostname?: unknown }).hostname;
+    return { message: `the database host ${typeof host === 'string' ? `"${host}" ` : ''}is unknown (DNS lookup failed): check the host in the database URL.`, exitCode: EXIT.unavailable };
+  }
   return null;
 }
