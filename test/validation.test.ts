@@ -161,6 +161,8 @@ describe('unknown option keys are refused with the valid ones', () => {
     [{ overlapp: 'allow' }, /unknown option 'overlapp' \(did you mean 'overlap'\?\)/],
     [{ catchup: 'none' }, /unknown option 'catchup' \(did you mean 'catchUp'\?\)/],
     [{ retry: { attempts: 2, backoff: '1s' } }, /job "j": retry: unknown option 'backoff'; valid options are attempts, delay\./],
+    [{ retry: 3 }, /job "j": retry must be an object such as \{ attempts: 3, delay: '5s' \} \(got 3\)/],
+    [{ catchUp: { all: 3, max: 5 } }, /job "j": catchUp: unknown option 'max'; valid options are all\./],
   ])('defineJob refuses %j', (extra, message) => {
     expect(() => defineJob({ name: 'j', cron: '* * * * *', handler, ...(extra as object) })).toThrow(message);
     expect(() => defineJob({ name: 'j', cron: '* * * * *', handler, ...(extra as object) })).toThrow(InvalidArgumentError);

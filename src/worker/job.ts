@@ -106,7 +106,13 @@ export function defineJob(options: JobOptions): JobDefinition {
   checkOptionKeys(options, JOB_OPTION_KEYS, typeof options.name === 'string' ? `job "${options.name}"` : 'job');
   const name = checkLeaseName(options.name);
   const where = `job "${name}"`;
-  if (options.retry !== undefined) checkOptionKeys(options.retry, ['attempts', 'delay'], `${where}: retry`);
+  if (options.retry !== undefined) {
+    if (options.retry === null || typeof options.retry !== 'object') {
+      throw new InvalidArgumentError('retry', `${where}: retry must be an object such as { attempts: 3, delay: '5s' } (got ${JSON.stringify(options.retry)}).`);
+    }
+    checkOptionKeys(options.retry, ['attempts', 'delay'], `${where}: retry`);
+  }
+  if (typeof options.catchUp === 'object' && options.catchUp !== null) checkOptionKeys(options.catchUp, ['all'], `${where}: catchUp`);
   if (typeof options.handler !== 'function') throw new InvalidArgumentError('handler', `${where}: handler must be an async function (context) => …`);
   const schedule = parseSchedule(
     options.cron !== undefined
