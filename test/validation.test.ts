@@ -14,7 +14,7 @@ import { freePort } from '../src/db/embedded.js';
 import { silentLogger, stderrLogger, type Logger } from '../src/observe/logger.js';
 import { childLogger } from '../src/observe/child-logger.js';
 import { defineJob, startWorker } from '../src/index.js';
-import { client, freshDatabase } from './support/db.js';
+import { client, freshDatabase, waitFor } from './support/db.js';
 
 describe('durations', () => {
   it.each([
@@ -202,6 +202,25 @@ describe('a job logger', () => {
     expect(lines[1]).toEqual({ fields: { job: 'j', fence: 3, rows: 2 }, message: 'with fields' });
     expect(lines[2]!.message).toBe('failed');
     expect(lines[2]!.fields).toMatchObject({ job: 'j', err: { type: 'Error', message: 'boom' } });
+  });
+
+  it("reaches the worker's logger as (fields, message) from a real run", async () => {
+    const lines: Array<{ fields: Record<string, unknown>; message: string | undefined }> = [];
+    const keep = (fields: object, message?: string) => void lines.push({ fields: fields as Record<string, unknown>, message });
+    const worker = await startWorker({
+      connectionString: await freshDatabase(),
+      jobs: [{ name: 'logs', every: '1s', handler: async (ctx) => ctx.log.info('hello from the handler') }],
+      logger: { debug: keep, info: keep, warn: keep, error: keep },
+      handleSignals: false,
+    });
+    try {
+      await waitFor(() => lines.find((l) => l.message === 'hello from the handler'), 20_000, 50);
+    } finally {
+      await worker.stop();
+    }
+    const line = lines.find((l) => l.message === 'hello from the handler')!;
+    expect(line.fields).toMatchObject({ job: 'logs', fence: expect.any(Number) });
+    expect(line.fields).not.toHaveProperty('0');
   });
 
   it('the default logger writes a message alone as msg', () => {
