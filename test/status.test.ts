@@ -70,7 +70,16 @@ describe('every lease is visible', () => {
 
   it('run() records its runs like exec does: succeeded, failed with the error, and nothing with history: false', async () => {
     const lh = await client(url, { liveness: false, holder: 'app@web-2' });
-    await lh.run('nightly-report', { ttl: '30s' }, async () => 'ok');
+    const released: boolean[] = [];
+    lh.on('lease:released', (_lease, done) => released.push(done));
+    let signal: AbortSignal | undefined;
+    await lh.run('nightly-report', { ttl: '30s' }, async (ctx) => {
+      signal = ctx.signal;
+      return 'ok';
+    });
+    // the statement that records the outcome released the lease: reported once, signal fired
+    expect(released).toEqual([true]);
+    expect(signal?.aborted).toBe(true);
     await expect(lh.run('nightly-report', { ttl: '30s' }, async () => Promise.reject(new Error('upstream 503')))).rejects.toThrow('upstream 503');
     await lh.run('quiet', { ttl: '30s', history: false }, async () => 'ok');
     const entries = await jobHistory(rawPool(url, 1), { job: 'nightly-report' });

@@ -240,10 +240,15 @@ export class Leasehold {
       failure = { error };
       throw error;
     } finally {
-      await recorder?.finish(failure);
-      await lease.release().catch((error: unknown) => {
-        this.settings.logger.warn({ event: 'lease:release-failed', lease: name, err: String(error) }, 'release failed; the lease ends by its TTL');
-      });
+      if (await recorder?.finish(failure)) {
+        // the history's finishing statement released it
+        lease.releasedRemotely();
+        this.events.emit('lease:released', lease.info(), true);
+      } else {
+        await lease.release().catch((error: unknown) => {
+          this.settings.logger.warn({ event: 'lease:release-failed', lease: name, err: String(error) }, 'release failed; the lease ends by its TTL');
+        });
+      }
     }
   }
 

@@ -55,15 +55,16 @@ export async function finishHeldRun(
 
 /**
  * For Leasehold.run(): records the start now and returns `finish`, which records the outcome
- * (the caller releases the lease afterwards, as without history). Null when the start could
- * not be recorded: then nothing more is written.
+ * and releases the lease in the same statement; it resolves true when it released the lease
+ * (otherwise the caller still releases it). Null when the start could not be recorded: then
+ * nothing more is written.
  */
 export async function runRecorder(
   pool: pg.Pool,
   lease: Lease,
   logger: Logger,
   timeoutMs = TIMEOUT_MS,
-): Promise<{ finish(failure: { error: unknown } | null): Promise<void> } | null> {
+): Promise<{ finish(failure: { error: unknown } | null): Promise<boolean> } | null> {
   const ttlMs = lease.expiresAt.getTime() - lease.acquiredAt.getTime();
   if (!(await startHeldRun(pool, lease, ttlMs, null, timeoutMs))) {
     logger.debug({ event: 'run:history-failed', lease: lease.name, fence: lease.fence }, 'could not record the run in the history');
@@ -74,13 +75,14 @@ export async function runRecorder(
       const lost = lease.lostReason;
       const outcome: HeldRunOutcome = lost ? 'lost' : failure === null ? 'succeeded' : 'failed';
       const error = lost ? lost.message : failure === null ? null : failure.error instanceof Error ? failure.error.message : String(failure.error);
-      const recorded = await finishHeldRun(pool, lease, outcome, error, { release: false, timeoutMs });
+      const recorded = await finishHeldRun(pool, lease, outcome, error, { timeoutMs });
       if (recorded?.outcome === 'lost' && !lost) {
         logger.warn(
           { event: 'run:lost', lease: lease.name, fence: lease.fence },
           `lease "${lease.name}" (fence ${lease.fence}) was no longer held when the run finished; recorded as lost`,
         );
       }
+      return recorded?.released === true;
     },
   };
 }
