@@ -14,6 +14,27 @@
 -- Errors: custom SQLSTATEs LH001 (bad name), LH002 (bad ttl), LH003 (lease lost),
 -- LH004 (bad holder). See docs/sql-api.md for the contract.
 
+-- check_characters: describes the first character a name or holder must not contain, or null.
+-- Refused: C0/C1 controls and line separators, bidirectional controls (they reorder what a
+-- terminal or page shows: 'invoice\u202Egnp.exe' renders as 'invoiceexe.png') and invisible
+-- format characters (zero-width space, joiners, BOM, fillers, tags: 'pay\u200Bments' would look
+-- like 'payments'). Positions count code points from 0, as the TypeScript client does.
+create function leasehold.check_characters(p_text text) returns text
+language sql immutable strict as $$
+  select format('U+%s, %s, at position %s',
+                upper(lpad(to_hex(ascii(m.c)), greatest(4, length(to_hex(ascii(m.c)))), '0')),
+                case
+                  when m.c ~ '[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]' then 'a bidirectional control'
+                  when m.c ~ '[\u0001-\u001f\u007f-\u009f\u2028\u2029]' then 'a control character'
+                  else 'an invisible character'
+                end,
+                strpos(p_text, m.c) - 1)
+    from (select substring(p_text from
+            '[\u0001-\u001f\u007f-\u009f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f]'
+          ) as c) m
+   where m.c is not null;
+$$;
+
 create table leasehold.leases (
   name        text primary key,
   token       uuid,
@@ -26,7 +47,7 @@ create table leasehold.leases (
   released_at timestamptz,
   created_at  timestamptz not null default now(),
   constraint leases_name_valid
-    check (char_length(name) between 1 and 200 and name !~ '[\u0001-\u001f\u007f-\u009f]'),
+    check (char_length(name) between 1 and 200 and leasehold.check_characters(name) is null),
   -- A lease is held exactly when it has a token, and then it always has an expiry.
   constraint leases_token_has_expiry check ((token is null) = (expires_at is null))
 );
@@ -38,6 +59,8 @@ comment on table leasehold.leases is
 -- the same answer with the same SQLSTATE.
 create function leasehold.check_name(p_name text) returns void
 language plpgsql immutable as $$
+declare
+  v_bad text := leasehold.check_characters(p_name);
 begin
   if p_name is null or char_length(p_name) = 0 then
     raise exception 'lease name must not be empty'
@@ -47,9 +70,9 @@ begin
     raise exception 'lease name must be 1-200 characters (got %)', char_length(p_name)
       using errcode = 'LH001', hint = 'Use a shorter name.';
   end if;
-  if p_name ~ '[\u0001-\u001f\u007f-\u009f]' then
-    raise exception 'lease name must not contain control characters'
-      using errcode = 'LH001', hint = 'Remove newlines, tabs and other control characters.';
+  if v_bad is not null then
+    raise exception 'lease name must not contain control, bidirectional or invisible characters (found %)', v_bad
+      using errcode = 'LH001', hint = 'Remove the character: names are shown to operators and must read as they are.';
   end if;
 end $$;
 
@@ -69,10 +92,15 @@ end $$;
 
 create function leasehold.check_holder(p_holder text) returns void
 language plpgsql immutable as $$
+declare
+  v_bad text := leasehold.check_characters(p_holder);
 begin
-  if p_holder is null or char_length(p_holder) = 0 or char_length(p_holder) > 200
-     or p_holder ~ '[\u0001-\u001f\u007f-\u009f]' then
-    raise exception 'holder must be 1-200 characters without control characters'
+  if p_holder is null or char_length(p_holder) = 0 or char_length(p_holder) > 200 then
+    raise exception 'holder must be 1-200 characters (got %)', coalesce(char_length(p_holder), 0)
+      using errcode = 'LH004', hint = 'Use something like host:pid.';
+  end if;
+  if v_bad is not null then
+    raise exception 'holder must not contain control, bidirectional or invisible characters (found %)', v_bad
       using errcode = 'LH004', hint = 'Use something like host:pid.';
   end if;
 end $$;

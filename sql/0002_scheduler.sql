@@ -65,7 +65,9 @@ create table leasehold.buffered (
 );
 
 -- register_jobs: upserts job definitions and makes sure each has a lease row. Returns each
--- job's last claimed slot, so a starting worker can apply its catch-up policy.
+-- job's last claimed slot, so a starting worker can apply its catch-up policy. When a job's
+-- schedule or timezone changes, its last slot moves up to now(): the slots between the old
+-- schedule's last run and now never existed, so they are neither caught up nor recorded missed.
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
   p_overlaps text[], p_catch_ups text[], p_holder text
@@ -75,6 +77,12 @@ language plpgsql volatile as $$
 begin
   perform leasehold.check_name(n) from unnest(p_names) as n;
   insert into leasehold.leases (name) select n from unnest(p_names) as n on conflict do nothing;
+  update leasehold.leases l
+     set last_slot = greatest(l.last_slot, now())
+    from unnest(p_names, p_schedules, p_timezones) as i(name, schedule, timezone)
+    join leasehold.jobs j on j.name = i.name
+   where l.name = i.name and l.last_slot is not null
+     and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
   insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
   select * , p_holder from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups)
   on conflict (name) do update
@@ -393,8 +401,9 @@ select job, slot, 'run' as kind, outcome, fence, holder, started_at as at, finis
 union all
 select k.job, k.slot, 'skip', case when ran.fence is null then 'skipped' else 'buffered' end,
        k.holder_fence, k.holder, k.recorded_at, null, null,
-       format('held by %s (fence %s, slot %s) for %ss%s', k.holder, k.holder_fence,
-              to_char(k.holder_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+       -- a lease taken without a slot (leasehold exec, run(), psql) has none to name
+       format('held by %s (fence %s%s) for %ss%s', k.holder, k.holder_fence,
+              coalesce(', slot ' || to_char(k.holder_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
               round(extract(epoch from k.held_for)::numeric, 1),
               case when ran.fence is null then '' else format('; buffered, ran later (fence %s)', ran.fence) end)
   from leasehold.skips k

@@ -47,3 +47,32 @@ language sql volatile as $$
   )
   select exists (select 1 from inserted);
 $$;
+
+-- finish_held_run: finish_run for a run started with start_run, checking the lease first. A run
+-- whose lease was force-released, expired or taken over before it finished is recorded 'lost'
+-- (whatever the caller saw: a command can finish between two heartbeats without noticing),
+-- so the history never shows a success that was not exclusive. With p_release (the default) it
+-- also releases the lease, as finish_run does. Returns the recorded outcome.
+create function leasehold.finish_held_run(
+  p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
+)
+returns table (outcome text, recorded boolean, released boolean)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+declare
+  v_held boolean;
+  v_outcome text := p_outcome;
+  v_error text := p_error;
+  f record;
+begin
+  -- the row lock keeps the lease as it is seen here until finish_run releases it
+  select l.token = p_token and l.fence = p_fence and l.expires_at > now() into v_held
+    from leasehold.leases l where l.name = p_name for update;
+  if not coalesce(v_held, false) and p_outcome in ('succeeded', 'failed') then
+    v_outcome := 'lost';
+    v_error := concat_ws('; ', 'the lease was no longer held when the run finished (released by force, expired or taken over)', p_error);
+  end if;
+  select * into f from leasehold.finish_run(p_name, p_fence, case when p_release then p_token end, v_outcome, v_error);
+  return query select v_outcome, f.recorded, f.released;
+end $$;

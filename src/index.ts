@@ -1,7 +1,7 @@
 // leasehold: durable, fenced job leases on PostgreSQL.
 export { createLeasehold, describeSkip, Leasehold, type LeaseholdOptions } from './lease/leasehold.js';
 export { Lease, type TransactionOptions } from './lease/lease.js';
-export type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunResult, SkipReason } from './lease/types.js';
+export type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './lease/types.js';
 export { MAX_TTL_MS, MIN_TTL_MS } from './lease/limits.js';
 export {
   ClosedError,
@@ -20,6 +20,7 @@ export { migrate, migrations, latestVersion, schemaVersion, checkSchema, install
 export type { ConnectionOptions } from './db/connection.js';
 export type { LeaseholdEvents, LeaseInfo, SkipInfo } from './observe/events.js';
 export { silentLogger, stderrLogger, type Logger, type LogLevel } from './observe/logger.js';
+export type { JobLogFn, JobLogger } from './observe/child-logger.js';
 export { formatDuration, parseDuration, type Duration } from './validate/duration.js';
 export { MAX_HOLDER_LENGTH, MAX_NAME_LENGTH } from './validate/names.js';
 export { startWorker, Worker, type WorkerOptions } from './worker/worker.js';
@@ -39,12 +40,14 @@ export {
   jobHistory,
   jobStatus,
   jobTimeline,
+  unscheduledLeases,
   type HistoryEntry,
   type JobStatus,
   type JobTimeline,
   type TimelineMissed,
   type TimelineRun,
   type TimelineSkip,
+  type UnscheduledLease,
 } from './observe/status.js';
 export { createMetrics, type EventSource, type LeaseholdMetrics, type MetricsOptions } from './observe/metrics.js';
 export { startDashboard, type Dashboard, type DashboardOptions, type MetricsSource } from './dashboard/server.js';

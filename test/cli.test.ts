@@ -99,11 +99,11 @@ describe('status, runs, schedule preview, migrate', () => {
     expect(human.code).toBe(0);
     const lines = human.stdout.trim().split('\n');
     expect(lines[0]).toMatch(/^JOB\s+SCHEDULE\s+STATE\s+HOLDER\s+LEASE AGE\s+LAST RUN\s+OUTCOME\s+P50\s+P95\s+P95\/INTERVAL\s+SKIPS 24H\s+MISSED 24H$/);
-    expect(lines.find((l) => l.startsWith('report'))).toMatch(/report\s+1m\s+running\s+worker-a\s+4\ds\s+\S+\s+running\s+\S+\s+\S+\s+\d+%\s+3\s+0/);
+    expect(lines.find((l) => l.startsWith('report'))).toMatch(/report\s+1m\s+running\s+worker-a\s+4\d\.\ds\s+\S+\s+running\s+\S+\s+\S+\s+\d+%\s+3\s+0/);
     expect(lines.find((l) => l.startsWith('cleanup'))).toMatch(/cleanup\s+\*\/5 \* \* \* \* \(Europe\/Berlin\)\s+idle/);
     expect(human.stdout).toMatch(/^warning: p95 duration is \d+% of the interval: "report" is creeping toward overlap$/m);
-    const json = JSON.parse((await cli(['status', '--json'], { DATABASE_URL: seededUrl })).stdout) as Array<{ job: string; skips24h: number; warning: string | null }>;
-    expect(json.map((j) => [j.job, j.skips24h, j.warning !== null])).toEqual([
+    const json = JSON.parse((await cli(['status', '--json'], { DATABASE_URL: seededUrl })).stdout) as { jobs: Array<{ job: string; skips24h: number; warning: string | null }> };
+    expect(json.jobs.map((j) => [j.job, j.skips24h, j.warning !== null])).toEqual([
       ['cleanup', 0, false],
       ['report', 3, true],
     ]);
@@ -113,10 +113,11 @@ describe('status, runs, schedule preview, migrate', () => {
     const human = await cli(['runs', 'cleanup', '--limit', '5'], { DATABASE_URL: seededUrl });
     expect(human.code).toBe(0);
     const lines = human.stdout.trim().split('\n');
-    expect(lines).toHaveLength(6);
-    expect(lines[0]).toMatch(/^SLOT\s+KIND\s+OUTCOME\s+FENCE\s+HOLDER\s+STARTED\s+DURATION\s+DETAIL$/);
+    expect(lines).toHaveLength(7);
+    expect(lines[0]).toMatch(/^lease: free \(fence 11\); last held by worker-b, released -$/);
+    expect(lines[1]).toMatch(/^SLOT\s+KIND\s+OUTCOME\s+FENCE\s+HOLDER\s+STARTED\s+DURATION\s+DETAIL$/);
     expect(lines.filter((l) => /\smissed\s/.test(l))).toHaveLength(2);
-    expect(lines.find((l) => /\srun\s/.test(l))).toMatch(/run\s+succeeded\s+1\s+worker-b\s+\S+\s+2s/);
+    expect(lines.find((l) => /\srun\s/.test(l))).toMatch(/run\s+succeeded\s+1\s+worker-b\s+\S+\s+2\.0s/);
     const json = JSON.parse((await cli(['runs', 'cleanup', '--limit', '100', '--json'], { DATABASE_URL: seededUrl })).stdout) as Array<{ kind: string; outcome: string }>;
     expect(json.filter((e) => e.kind === 'missed')).toHaveLength(2);
     expect(json.filter((e) => e.outcome === 'lost')).toHaveLength(1);
@@ -146,7 +147,7 @@ describe('status, runs, schedule preview, migrate', () => {
     const applied = await cli(['migrate'], { DATABASE_URL: empty });
     expect(applied.stdout).toMatch(/migrated leasehold schema from version 0 to \d+/);
     expect((await cli(['migrate'], { DATABASE_URL: empty })).stdout).toMatch(/up to date/);
-    expect((await cli(['status'], { DATABASE_URL: empty })).stdout).toMatch(/No jobs registered yet/);
+    expect((await cli(['status'], { DATABASE_URL: empty })).stdout).toMatch(/No jobs or leases yet/);
   });
 
   it('release refuses without --force, and without --yes when not on a terminal', async () => {
@@ -154,5 +155,164 @@ describe('status, runs, schedule preview, migrate', () => {
     const noTty = await cli(['release', 'report', '--force'], { DATABASE_URL: seededUrl });
     expect(noTty.code).toBe(2);
     expect(noTty.stderr).toMatch(/pass --yes/);
+  });
+});
+
+describe('hostile text, every lease, manners', () => {
+  let db: string;
+  beforeAll(async () => {
+    db = await freshDatabase();
+    await (await client(db, { liveness: false })).close();
+  });
+
+  it('prints stored control sequences inert in human output and exact in JSON', async () => {
+    const hostile = '\u001b]8;;http://x\u0007click\u001b]8;;\u0007\u001b[2J';
+    await rawPool(db, 1).query(
+      `insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome, error)
+       values ('hostile', now(), 1, 'evil\u202Eholder', now(), now(), 'failed', $1)`,
+      [hostile],
+    );
+    const human = await cli(['runs', 'hostile'], { DATABASE_URL: db });
+    expect(human.code).toBe(0);
+    expect(human.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202e]/);
+    expect(human.stdout).toContain('\\x1b]8;;http://x\\x07click\\x1b]8;;\\x07\\x1b[2J');
+    expect(human.stdout).toContain('evil\\u202eholder');
+    const json = JSON.parse((await cli(['runs', 'hostile', '--json'], { DATABASE_URL: db })).stdout) as Array<{ detail: string; holder: string }>;
+    expect(json[0]).toMatchObject({ detail: hostile, holder: 'evil\u202Eholder' });
+  });
+
+  it('refuses disguised names and accepts a 200-emoji name (force-release included)', async () => {
+    const bidi = await cli(['exec', '-n', 'invoice\u202Egnp.exe', '--', 'true'], { DATABASE_URL: db });
+    expect(bidi.code).toBe(2);
+    expect(bidi.stderr).toMatch(/found U\+202E, a bidirectional control, at position 7/);
+    expect(bidi.stderr).not.toContain('\u202E');
+    expect((await cli(['release', 'pay\u200Bments', '--force', '--yes'], { DATABASE_URL: db })).stderr).toMatch(/found U\+200B, an invisible character/);
+    const emoji = '\u{1F680}'.repeat(200);
+    await rawPool(db, 1).query(`select leasehold.acquire($1, '1 minute', 'psql')`, [emoji]);
+    const released = await cli(['release', emoji, '--force', '--yes'], { DATABASE_URL: db });
+    expect(released.stderr).toBe('');
+    expect(released.code).toBe(0);
+    expect(released.stdout).toMatch(/was held by psql \(fence 1\); fence is now 2/);
+  });
+
+  it('shows leases taken outside the scheduler in status and runs, and run() history after the quick start', async () => {
+    await rawPool(db, 1).query(`select leasehold.acquire('psql-job', '1 minute', 'psql@admin')`);
+    const lh = await client(db, { liveness: false, holder: 'app@web' });
+    await lh.run('nightly-report', { ttl: '2m' }, async () => 'sent');
+    const status = await cli(['status'], { DATABASE_URL: db });
+    expect(status.stdout).toMatch(/^nightly-report\s+external\s+idle\s+-\s+-\s+\S+\s+succeeded/m);
+    expect(status.stdout).toMatch(/Leases without a job definition/);
+    expect(status.stdout).toMatch(/^psql-job\s+held\s+psql@admin\s+1\s+\S+\s+\S+$/m);
+    const json = JSON.parse((await cli(['status', '--json'], { DATABASE_URL: db })).stdout) as { jobs: Array<{ job: string }>; leases: Array<{ name: string; holder: string }> };
+    expect(json.jobs.map((j) => j.job)).toContain('nightly-report');
+    expect(json.leases.find((l) => l.name === 'psql-job')).toMatchObject({ holder: 'psql@admin' });
+    const runs = await cli(['runs', 'nightly-report'], { DATABASE_URL: db });
+    expect(runs.stdout).toMatch(/run\s+succeeded\s+1\s+app@web/);
+    const psqlRuns = await cli(['runs', 'psql-job'], { DATABASE_URL: db });
+    expect(psqlRuns.code).toBe(0);
+    expect(psqlRuns.stdout).toMatch(/^lease: held by psql@admin \(fence 1\) since \S+, expires \S+$/m);
+    const unknown = await cli(['status', '--job', 'no-such-job'], { DATABASE_URL: db });
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/no job or lease named "no-such-job"/);
+    expect((await cli(['runs', 'no-such-job'], { DATABASE_URL: db })).stderr).toMatch(/no job or lease named "no-such-job"/);
+  });
+
+  it('exec: a skip names the holder without an empty slot; a lease force-released before the next heartbeat is recorded lost', async () => {
+    const flag = join(await mkdtemp(join(tmpdir(), 'leasehold-cli-')), 'done');
+    const run = startCli(['exec', '-n', 'forced-exec', '--holder', 'cron@a', '--ttl', '30s', '--', 'sh', '-c', 'echo started; while [ ! -e "$0" ]; do sleep 0.05; done', flag], { DATABASE_URL: db });
+    await waitFor(() => run.output().stdout.includes('started'), 20_000, 20);
+    expect((await cli(['exec', '-n', 'forced-exec', '--holder', 'cron@b', '--', 'true'], { DATABASE_URL: db })).code).toBe(75);
+    await rawPool(db, 1).query(`select leasehold.force_release('forced-exec')`);
+    await writeFile(flag, ''); // the command finishes well before the heartbeat at 10 s
+    const result = await run.done;
+    expect(result.code).toBe(76);
+    expect(result.stderr).toMatch(/lease "forced-exec" was no longer held when the command finished/);
+    const { rows } = await rawPool(db, 1).query(`select kind, outcome, detail from leasehold.run_history where job = 'forced-exec' order by at`);
+    expect(rows[0]).toMatchObject({ kind: 'run', outcome: 'lost' });
+    expect(rows[1]).toMatchObject({ kind: 'skip', outcome: 'skipped' });
+    expect(rows[1].detail).toMatch(/^held by cron@a \(fence 1\) for \d+\.\ds$/);
+
+    // without history the release finds another token: the same exit code
+    const quiet = startCli(['exec', '-n', 'forced-quiet', '--no-history', '--ttl', '30s', '--', 'sh', '-c', 'echo started; while [ ! -e "$0" ]; do sleep 0.05; done', `${flag}-2`], { DATABASE_URL: db });
+    await waitFor(() => quiet.output().stdout.includes('started'), 20_000, 20);
+    await rawPool(db, 1).query(`select leasehold.force_release('forced-quiet')`);
+    await writeFile(`${flag}-2`, '');
+    expect((await quiet.done).code).toBe(76);
+  });
+
+  it('usage errors take two lines, not the whole help', async () => {
+    for (const args of [['runs'], ['stauts'], ['schedule', 'preview', '--bogus'], ['status', '--nope']]) {
+      const result = await cli(args, { DATABASE_URL: db });
+      expect(result.code, args.join(' ')).toBe(2);
+      const lines = result.stderr.trim().split('\n');
+      expect(lines.length, result.stderr).toBeLessThanOrEqual(3); // error, an optional "Did you mean", see --help
+      expect(lines.at(-1)).toMatch(/^see 'leasehold( \w+)* --help'$/);
+    }
+    expect((await cli(['runs'])).stderr).toMatch(/see 'leasehold runs --help'/);
+  });
+
+  it('tells a bad URL, a refused login, a missing database and an unmigrated one apart', async () => {
+    const base = new URL(db);
+    const badUrl = await cli(['status'], { DATABASE_URL: 'not a url' });
+    expect([badUrl.code, badUrl.stderr.trim()]).toEqual([64, 'leasehold: DATABASE_URL is not a PostgreSQL URL: use postgres://user:password@host:5432/database']);
+    const login = await cli(['status'], { DATABASE_URL: `postgres://no_such_role_x:pw@${base.host}${base.pathname}` });
+    expect(login.code).toBe(67);
+    expect(login.stderr).toMatch(/PostgreSQL refused the login: .*no_such_role_x.*Check the user and password/);
+    expect(login.stderr).not.toContain(':pw@');
+    const other = new URL(db);
+    other.pathname = '/no_such_database_x';
+    const missing = await cli(['status'], { DATABASE_URL: other.href });
+    expect(missing.code).toBe(68);
+    expect(missing.stderr).toMatch(/database "no_such_database_x" does not exist\. Create it/);
+    const unknownHost = await cli(['status'], { DATABASE_URL: 'postgres://u:secret@no-such-host.invalid:5432/x' });
+    expect([unknownHost.code, unknownHost.stderr.trim()]).toEqual([69, 'leasehold: the database host "no-such-host.invalid" is unknown (DNS lookup failed): check the host in the database URL.']);
+    const empty = await freshDatabase();
+    const unmigrated = await cli(['runs', 'x'], { DATABASE_URL: empty });
+    expect(unmigrated.code).toBe(78);
+    expect(unmigrated.stderr).toMatch(/schema is at version 0 \(not installed\); this leasehold needs version \d+\. Run `leasehold migrate`/);
+  });
+
+  it('schedule preview errors speak of the pattern and options given', async () => {
+    const none = await cli(['schedule', 'preview']);
+    expect([none.code, none.stderr.trim()]).toEqual([2, "leasehold: give a cron pattern such as '30 2 * * *', or --every 90s"]);
+    expect((await cli(['schedule', 'preview', '* * * * * * *'])).stderr).toMatch(/invalid cron '\* \* \* \* \* \* \*': it has 7 field\(s\); a pattern has 5/);
+    expect((await cli(['schedule', 'preview', '--every', '500ms'])).stderr).toMatch(/--every must be between 1s and 366d/);
+    expect((await cli(['schedule', 'preview', '--every', '5m', '--tz', 'Mars/Base'])).stderr).toMatch(/--tz 'Mars\/Base' is not a timezone/);
+    const bad = await cli(['schedule', 'preview', '61 * * * *']);
+    expect(bad.stderr).not.toMatch(/preview"/);
+    expect(bad.stderr).toMatch(/field 1 \(minute\) has an invalid value '61'/);
+  });
+});
+
+describe('leasehold worker', () => {
+  it('refuses a missing module and unknown job options with one clear line each', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'leasehold-worker-'));
+    const missing = await cli(['worker', join(dir, 'nope.mjs')], { DATABASE_URL: url });
+    expect([missing.code, missing.stderr.trim()]).toEqual([2, `leasehold: ${join(dir, 'nope.mjs')}: no such file (looked for ${join(dir, 'nope.mjs')})`]);
+    await writeFile(join(dir, 'jobs.mjs'), `export const jobs = [{ name: 'berlin', cron: '0 2 * * *', tz: 'Europe/Berlin', handler: async () => {} }];\n`);
+    const tz = await cli(['worker', join(dir, 'jobs.mjs')], { DATABASE_URL: url });
+    expect(tz.code).toBe(2);
+    expect(tz.stderr).toMatch(/^leasehold: job "berlin": unknown option 'tz' \(did you mean 'timezone'\?\); valid options are name, cron, timezone/);
+  });
+
+  it('says on SIGTERM that it is stopping, how many runs it waits for and for how long, then that it stopped', async () => {
+    const db = await freshDatabase();
+    const dir = await mkdtemp(join(tmpdir(), 'leasehold-worker-'));
+    const module = join(dir, 'jobs.mjs');
+    await writeFile(
+      module,
+      `export const jobs = [{ name: 'slow', every: '1s', ttl: '10s', handler: ({ signal }) => {
+         process.stdout.write('run started\\n');
+         return new Promise((resolve) => signal.addEventListener('abort', () => setTimeout(resolve, 200)));
+       } }];\n`,
+    );
+    const worker = startCli(['worker', module, '--grace', '5s'], { DATABASE_URL: db });
+    await waitFor(() => worker.output().stdout.includes('run started'), 30_000, 50);
+    worker.child.kill('SIGTERM');
+    const result = await worker.done;
+    expect(result.code).toBe(0);
+    expect(result.stderr).toMatch(/leasehold: SIGTERM: stopping; signalled 1 running run\(s\) and waiting up to 5s for them/);
+    expect(result.stderr).toMatch(/leasehold: worker stopped/);
+    expect((await rawPool(db, 1).query(`select outcome from leasehold.runs where job = 'slow'`)).rows).toEqual([{ outcome: 'succeeded' }]);
   });
 });

@@ -176,7 +176,7 @@ describe('argument checks in SQL', () => {
   it.each([
     ['', '1 minute', 'h', 'LH001', /must not be empty/],
     ['x'.repeat(201), '1 minute', 'h', 'LH001', /1-200 characters/],
-    ['bad\nname', '1 minute', 'h', 'LH001', /control characters/],
+    ['bad\nname', '1 minute', 'h', 'LH001', /control, bidirectional or invisible characters/],
     ['ok', '0 seconds', 'h', 'LH002', /must be positive/],
     ['ok', '-5 seconds', 'h', 'LH002', /must be positive/],
     ['ok', '30 days', 'h', 'LH002', /between 100 milliseconds and 7 days/],

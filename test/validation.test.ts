@@ -11,8 +11,10 @@ import {
   type Leasehold,
 } from '../src/index.js';
 import { freePort } from '../src/db/embedded.js';
-import { silentLogger } from '../src/observe/logger.js';
-import { client, freshDatabase } from './support/db.js';
+import { silentLogger, stderrLogger, type Logger } from '../src/observe/logger.js';
+import { childLogger } from '../src/observe/child-logger.js';
+import { defineJob, startWorker } from '../src/index.js';
+import { client, freshDatabase, waitFor } from './support/db.js';
 
 describe('durations', () => {
   it.each([
@@ -46,7 +48,7 @@ describe('acquire arguments', () => {
   it.each([
     ['', { ttl: '30s' }, /lease name must not be empty/],
     ['x'.repeat(201), { ttl: '30s' }, /lease name must be 1–200 characters \(got 201\)/],
-    ['tab\there', { ttl: '30s' }, /must not contain control characters \(found U\+0009 at position 3\)/],
+    ['tab\there', { ttl: '30s' }, /must not contain control, bidirectional or invisible characters \(found U\+0009, a control character, at position 3\)/],
     ['job', { ttl: 0 }, /ttl must be positive \(got 0ms\)/],
     ['job', { ttl: -1000 }, /ttl must be positive/],
     ['job', { ttl: '0s' }, /ttl must be positive/],
@@ -62,6 +64,34 @@ describe('acquire arguments', () => {
     expect(error).toBeInstanceOf(LeaseholdError);
     expect(error).not.toBeInstanceOf(LeaseLostError);
     expect(error).toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(message) });
+  });
+
+  it.each([
+    ['invoice\u202Egnp.exe', /found U\+202E, a bidirectional control, at position 7/],
+    ['pay\u200Bments', /found U\+200B, an invisible character, at position 3/],
+    ['\u{1F600}\u2066x', /found U\+2066, a bidirectional control, at position 1/],
+    ['bom\uFEFF', /found U\+FEFF, an invisible character, at position 3/],
+    ['tag\u{E0041}', /found U\+E0041, an invisible character, at position 3/],
+  ])('refuses the disguised name %j in TypeScript and in SQL (LH001)', async (name, message) => {
+    await expect(lh.acquire(name, { ttl: '30s' })).rejects.toMatchObject({ code: 'INVALID_ARGUMENT', message: expect.stringMatching(message) });
+    // the database refuses it too, for callers in other languages, with the same description
+    const sql = await lh.pool.query(`select leasehold.check_name($1)`, [name]).catch((e: unknown) => e);
+    expect(sql).toMatchObject({ code: 'LH001', message: expect.stringMatching(message) });
+    const direct = await lh.pool.query(`insert into leasehold.leases (name) values ($1)`, [name]).catch((e: unknown) => e);
+    expect(direct).toMatchObject({ code: '23514' });
+    const holder = await lh.pool.query(`select leasehold.check_holder($1)`, [name]).catch((e: unknown) => e);
+    expect(holder).toMatchObject({ code: 'LH004', message: expect.stringMatching(message) });
+  });
+
+  it('measures names in code points: 200 emoji are valid everywhere, 201 are not', async () => {
+    const name = '\u{1F600}'.repeat(200);
+    expect(name.length).toBe(400); // UTF-16 units
+    const result = await lh.acquire(name, { ttl: '30s' });
+    expect(result.acquired).toBe(true);
+    if (result.acquired) await result.lease.release();
+    await expect(lh.acquire(`${name}x`, { ttl: '30s' })).rejects.toThrow(/lease name must be 1–200 characters \(got 201\)/);
+    await expect(lh.pool.query(`select leasehold.check_name($1), leasehold.check_holder($1)`, [name])).resolves.toBeTruthy();
+    await expect(lh.pool.query(`select leasehold.check_name($1)`, [`${name}x`])).rejects.toMatchObject({ code: 'LH001' });
   });
 
   it('needs a ttl', async () => {
@@ -120,5 +150,89 @@ describe('connecting', () => {
     [{ poolSize: 0 }, /poolSize must be an integer from 1 to 1000/],
   ])('rejects options %j', async (options, message) => {
     await expect(createLeasehold({ connectionString: 'postgres://127.0.0.1:1/x', ...options })).rejects.toThrow(message);
+  });
+});
+
+describe('unknown option keys are refused with the valid ones', () => {
+  const handler = async () => undefined;
+
+  it.each([
+    [{ tz: 'Europe/Berlin' }, /job "j": unknown option 'tz' \(did you mean 'timezone'\?\); valid options are name, cron, timezone, every, ttl/],
+    [{ overlapp: 'allow' }, /unknown option 'overlapp' \(did you mean 'overlap'\?\)/],
+    [{ catchup: 'none' }, /unknown option 'catchup' \(did you mean 'catchUp'\?\)/],
+    [{ retry: { attempts: 2, backoff: '1s' } }, /job "j": retry: unknown option 'backoff'; valid options are attempts, delay\./],
+    [{ retry: 3 }, /job "j": retry must be an object such as \{ attempts: 3, delay: '5s' \} \(got 3\)/],
+    [{ catchUp: { all: 3, max: 5 } }, /job "j": catchUp: unknown option 'max'; valid options are all\./],
+  ])('defineJob refuses %j', (extra, message) => {
+    expect(() => defineJob({ name: 'j', cron: '* * * * *', handler, ...(extra as object) })).toThrow(message);
+    expect(() => defineJob({ name: 'j', cron: '* * * * *', handler, ...(extra as object) })).toThrow(InvalidArgumentError);
+  });
+
+  it('createLeasehold, acquire, run and startWorker refuse unknown keys before connecting', async () => {
+    const nowhere = 'postgres://127.0.0.1:1/x';
+    await expect(createLeasehold({ connectionString: nowhere, queryTimout: '1s' } as object)).rejects.toThrow(
+      /createLeasehold\(\): unknown option 'queryTimout' \(did you mean 'queryTimeout'\?\); valid options are connectionString, pool/,
+    );
+    await expect(startWorker({ connectionString: nowhere, jobs: [{ name: 'j', every: '1m', handler }], shutdownGrace: '1s', grace: '1s' } as never)).rejects.toThrow(
+      /startWorker\(\): unknown option 'grace' \(did you mean 'shutdownGrace'\?\)/,
+    );
+    await expect(startWorker({ connectionString: nowhere, jobs: [{ name: 'j', every: '1m', handler, tz: 'UTC' } as never] })).rejects.toThrow(/unknown option 'tz'/);
+    const lh = await client(await freshDatabase(), { liveness: false });
+    await expect(lh.acquire('job', { ttl: '1s', heartbeats: true } as never)).rejects.toThrow(/acquire\(\): unknown option 'heartbeats' \(did you mean 'heartbeat'\?\)/);
+    await expect(lh.run('job', { ttl: '1s', histroy: false } as never, handler)).rejects.toThrow(/run\(\): unknown option 'histroy' \(did you mean 'history'\?\)/);
+    // run() takes no 'heartbeat': it always heartbeats
+    await expect(lh.run('job', { ttl: '1s', heartbeat: false } as never, handler)).rejects.toThrow(/run\(\): unknown option 'heartbeat'/);
+  });
+});
+
+describe('a job logger', () => {
+  it("logs log.info('message') as a message, and keeps pino's (fields, message) and (error, message)", () => {
+    const lines: Array<{ fields: object; message: string | undefined }> = [];
+    const sink: Logger = {
+      debug: (fields, message) => lines.push({ fields, message }),
+      info: (fields, message) => lines.push({ fields, message }),
+      warn: (fields, message) => lines.push({ fields, message }),
+      error: (fields, message) => lines.push({ fields, message }),
+    };
+    const log = childLogger(sink, { job: 'j', fence: 3 });
+    log.info('plain message');
+    log.warn({ rows: 2 }, 'with fields');
+    log.error(new Error('boom'), 'failed');
+    expect(lines[0]).toEqual({ fields: { job: 'j', fence: 3 }, message: 'plain message' });
+    expect(lines[1]).toEqual({ fields: { job: 'j', fence: 3, rows: 2 }, message: 'with fields' });
+    expect(lines[2]!.message).toBe('failed');
+    expect(lines[2]!.fields).toMatchObject({ job: 'j', err: { type: 'Error', message: 'boom' } });
+  });
+
+  it("reaches the worker's logger as (fields, message) from a real run", async () => {
+    const lines: Array<{ fields: Record<string, unknown>; message: string | undefined }> = [];
+    const keep = (fields: object, message?: string) => void lines.push({ fields: fields as Record<string, unknown>, message });
+    const worker = await startWorker({
+      connectionString: await freshDatabase(),
+      jobs: [{ name: 'logs', every: '1s', handler: async (ctx) => ctx.log.info('hello from the handler') }],
+      logger: { debug: keep, info: keep, warn: keep, error: keep },
+      handleSignals: false,
+    });
+    try {
+      await waitFor(() => lines.find((l) => l.message === 'hello from the handler'), 20_000, 50);
+    } finally {
+      await worker.stop();
+    }
+    const line = lines.find((l) => l.message === 'hello from the handler')!;
+    expect(line.fields).toMatchObject({ job: 'logs', fence: expect.any(Number) });
+    expect(line.fields).not.toHaveProperty('0');
+  });
+
+  it('the default logger writes a message alone as msg', () => {
+    const written: string[] = [];
+    const original = process.stderr.write.bind(process.stderr);
+    process.stderr.write = ((chunk: string) => written.push(chunk) > 0) as typeof process.stderr.write;
+    try {
+      (stderrLogger('info').info as (message: unknown) => void)('hello');
+    } finally {
+      process.stderr.write = original;
+    }
+    expect(JSON.parse(written[0]!)).toMatchObject({ level: 'info', msg: 'hello' });
+    expect(JSON.parse(written[0]!)).not.toHaveProperty('0');
   });
 });

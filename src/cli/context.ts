@@ -6,6 +6,7 @@ import { checkSchema } from '../db/migrations.js';
 import { permissionDenied } from '../db/permissions.js';
 import { DatabaseUnavailableError, InvalidArgumentError, LeaseholdError, PermissionDeniedError, SchemaVersionError } from '../errors.js';
 import { EXIT } from './exit-codes.js';
+import { inert } from './format.js';
 
 export interface Io {
   out(text: string): void;
@@ -34,11 +35,26 @@ export class CliError extends Error {
 export function databaseUrl(option: string | undefined): string {
   const url = option ?? process.env.DATABASE_URL;
   if (!url) throw new CliError('No database: set DATABASE_URL or pass --database-url postgres://…', EXIT.usage);
+  checkUrl(url, option === undefined ? 'DATABASE_URL' : '--database-url');
   return url;
 }
 
 // The database role of the command's connection, for messages that name a grant to add.
 let connectedRole = 'ROLE';
+
+/** A postgres:// or postgresql:// URL; anything else would be read as a host or socket name and fail obscurely. */
+function checkUrl(url: string, where: string): void {
+  let parsed: URL | undefined;
+  try {
+    parsed = new URL(url);
+  } catch {
+    parsed = undefined;
+  }
+  if (!parsed || (parsed.protocol !== 'postgres:' && parsed.protocol !== 'postgresql:')) {
+    // never echo the value: it may hold a password
+    throw new CliError(`${where} is not a PostgreSQL URL: use postgres://user:password@host:5432/database`, EXIT.badUrl);
+  }
+}
 
 /** A small pool on the database, checked to be reachable and at this library's schema version. */
 export async function openPool(url: string, options: { checkSchema?: boolean } = {}): Promise<pg.Pool> {
@@ -66,8 +82,10 @@ export async function openPool(url: string, options: { checkSchema?: boolean } =
 /** Turns any error into one line on stderr and an exit code. */
 export function report(io: Io, raw: unknown, json: boolean): void {
   const error = permissionDenied(raw, connectedRole) ?? raw;
-  const code =
-    error instanceof CliError
+  const refused = error instanceof DatabaseUnavailableError ? connectionRefusal(error.cause) : null;
+  const code = refused
+    ? refused.exitCode
+    : error instanceof CliError
       ? error.exitCode
       : error instanceof DatabaseUnavailableError
         ? EXIT.unavailable
@@ -78,8 +96,35 @@ export function report(io: Io, raw: unknown, json: boolean): void {
             : error instanceof PermissionDeniedError
               ? EXIT.noperm
               : EXIT.error;
-  const message = error instanceof Error ? error.message : String(error);
+  const message = refused
+    ? refused.message
+    : error instanceof SchemaVersionError && error.databaseVersion < error.libraryVersion
+      ? `the database's leasehold schema is at version ${error.databaseVersion}${error.databaseVersion === 0 ? ' (not installed)' : ''}; ` +
+        `this leasehold needs version ${error.libraryVersion}. Run \`leasehold migrate\` with the same database URL.`
+      : error instanceof Error
+        ? error.message
+        : String(error);
   if (json) io.err(JSON.stringify({ error: message, code: error instanceof LeaseholdError ? error.code : undefined, exitCode: code }));
-  else io.err(`leasehold: ${message}`);
+  else io.err(`leasehold: ${inert(message)}`);
   io.exit(code);
+}
+
+/**
+ * The server answered but refused the connection: a wrong password or unknown role, or a
+ * database that does not exist. These are not "unreachable", and retrying will not help.
+ */
+function connectionRefusal(cause: unknown): { message: string; exitCode: number } | null {
+  const code = (cause as { code?: unknown } | null)?.code;
+  const text = cause instanceof Error ? cause.message : '';
+  if (code === '28P01' || code === '28000') {
+    return { message: `PostgreSQL refused the login: ${text}. Check the user and password in the database URL.`, exitCode: EXIT.auth };
+  }
+  if (code === '3D000') {
+    return { message: `${text}. Create it (createdb) or fix the database name in the URL.`, exitCode: EXIT.noDatabase };
+  }
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') {
+    const host = (cause as { hostname?: unknown }).hostname;
+    return { message: `the database host ${typeof host === 'string' ? `"${host}" ` : ''}is unknown (DNS lookup failed): check the host in the database URL.`, exitCode: EXIT.unavailable };
+  }
+  return null;
 }

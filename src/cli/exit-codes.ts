@@ -9,7 +9,13 @@ export const EXIT = {
   skipped: 75,
   /** `exec`: the lease was lost while the command ran, and the command was stopped. */
   lost: 76,
-  /** The database could not be reached (EX_UNAVAILABLE). */
+  /** The database URL is not a postgres:// URL (EX_USAGE). */
+  badUrl: 64,
+  /** The server has no database of that name. */
+  noDatabase: 68,
+  /** The server refused the login: wrong password, unknown role, or no pg_hba.conf entry (EX_NOUSER). */
+  auth: 67,
+  /** The database could not be reached: nothing listens, the host is unknown, or it did not answer in time (EX_UNAVAILABLE). */
   unavailable: 69,
   /** The database role lacks a leasehold grant; the message names it (EX_NOPERM). */
   noperm: 77,

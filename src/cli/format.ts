@@ -1,16 +1,55 @@
-// Human output: aligned tables and short durations.
+// Human output: aligned tables, short durations, and stored text made inert for a terminal.
 import { formatDuration } from '../validate/duration.js';
 
-export function table(headers: string[], rows: Array<Array<string | number | null | undefined>>): string {
-  const cells = [headers, ...rows.map((row) => row.map((cell) => (cell === null || cell === undefined ? '-' : String(cell))))];
-  const widths = headers.map((_, i) => Math.max(...cells.map((row) => (row[i] ?? '').length)));
-  return cells.map((row) => row.map((cell, i) => (cell ?? '').padEnd(widths[i] ?? 0)).join('  ').trimEnd()).join('\n');
+// Characters a terminal acts on or hides: C0/C1 controls (ESC starts CSI/OSC sequences that
+// can retitle the window, plant hyperlinks or clear the screen), DEL, line separators,
+// bidirectional controls and invisible format characters.
+const UNSAFE =
+  /[\u0000-\u001f\u007f-\u009f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\u{e0000}-\u{e007f}]/gu;
+
+/**
+ * Makes text from the database (names, holders, run errors) safe to print: every control,
+ * bidirectional or invisible character is shown as an escape (`\x1b`, `\n`, `\u202e`), so it
+ * is seen rather than obeyed. Every human output line with stored text goes through here;
+ * JSON output does not (JSON.stringify escapes controls itself and must stay exact).
+ */
+export function inert(text: string): string {
+  return text.replace(UNSAFE, (char) => {
+    const code = char.codePointAt(0) ?? 0;
+    if (char === '\n') return '\\n';
+    if (char === '\r') return '\\r';
+    if (char === '\t') return '\\t';
+    if (code <= 0xff) return `\\x${code.toString(16).padStart(2, '0')}`;
+    return code <= 0xffff ? `\\u${code.toString(16).padStart(4, '0')}` : `\\u{${code.toString(16)}}`;
+  });
 }
 
+export function table(headers: string[], rows: Array<Array<string | number | null | undefined>>): string {
+  const cells = [headers, ...rows.map((row) => row.map((cell) => (cell === null || cell === undefined ? '-' : inert(String(cell)))))];
+  const widths = headers.map((_, i) => Math.max(...cells.map((row) => width(row[i] ?? ''))));
+  return cells.map((row) => row.map((cell, i) => cell + ' '.repeat(Math.max(0, (widths[i] ?? 0) - width(cell)))).join('  ').trimEnd()).join('\n');
+}
+
+/** Columns a cell takes, counting code points (an emoji is one character, not two UTF-16 units). */
+function width(text: string): number {
+  let n = 0;
+  for (const _ of text) n++;
+  return n;
+}
+
+/**
+ * A duration in seconds with the precision that matters at its size: '0.4ms', '340ms',
+ * '12.3s', '4m5s', '2h10m'.
+ */
 export function seconds(value: number | null | undefined): string {
-  if (value === null || value === undefined) return '-';
-  // whole seconds from 10 s on, tenths below: enough for a table
-  return formatDuration(value >= 10 ? Math.round(value) * 1000 : Math.round(value * 10) * 100);
+  if (value === null || value === undefined || !Number.isFinite(value)) return '-';
+  const ms = value * 1000;
+  if (ms < 0) return `-${seconds(-value)}`;
+  if (ms < 1) return `${Math.round(ms * 10) / 10}ms`;
+  if (ms < 999.5) return `${Math.round(ms)}ms`;
+  if (ms < 59_950) return `${(Math.round(ms / 100) / 10).toFixed(1)}s`;
+  if (ms < 3_600_000) return formatDuration(Math.round(ms / 1000) * 1000);
+  return formatDuration(Math.round(ms / 60_000) * 60_000);
 }
 
 export function percent(ratio: number | null | undefined): string {

@@ -20,12 +20,12 @@ export function buildProgram(io: Io = processIo): Command {
   const program = new Command('leasehold')
     .description('Durable, fenced job leases on PostgreSQL: periodic jobs that never run twice at once.')
     .version(version)
-    .showHelpAfterError()
     .exitOverride()
     .configureOutput({ writeOut: (text) => io.out(text), writeErr: (text) => io.err(text) })
     .addHelpText('after', `
 Environment: DATABASE_URL (the database, unless --database-url), LEASEHOLD_LOG_LEVEL.
-Exit codes: 0 ok, 1 error, 2 usage, ${EXIT.skipped} skipped (exec), ${EXIT.lost} lease lost (exec), ${EXIT.unavailable} database unreachable, ${EXIT.noperm} missing grant, ${EXIT.schema} schema version.
+Exit codes: 0 ok, 1 error, 2 usage, ${EXIT.badUrl} bad database URL, ${EXIT.auth} login refused, ${EXIT.noDatabase} no such database, ${EXIT.unavailable} database unreachable,
+${EXIT.skipped} skipped (exec), ${EXIT.lost} lease lost (exec), ${EXIT.noperm} missing grant, ${EXIT.schema} schema not migrated or too new.
 Docs: docs/cli.md`);
   registerExec(program, io);
   registerWorker(program, io);
@@ -37,7 +37,18 @@ Docs: docs/cli.md`);
   registerGrant(program, io);
   registerDashboard(program, io);
   registerDemo(program, io);
+  shortUsageErrors(program, io);
   return program;
+}
+
+/** A usage error prints the error and where to read more, not the whole help. */
+function shortUsageErrors(command: Command, io: Io, path = 'leasehold'): void {
+  command.configureOutput({
+    writeOut: (text) => io.out(text),
+    writeErr: (text) => io.err(text),
+    outputError: (text, write) => write(`${text.trimEnd()}\nsee '${path} --help'\n`),
+  });
+  for (const sub of command.commands) shortUsageErrors(sub, io, `${path} ${sub.name()}`);
 }
 
 /** Parses argv and runs the command; usage errors exit 2. */

@@ -22,7 +22,10 @@ import { Lease, type LeaseGrant } from './lease.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 import { LivenessSession } from './liveness.js';
 import type { LeaseRuntime } from './runtime.js';
-import type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunResult, SkipReason } from './types.js';
+import { runRecorder } from './run-history.js';
+import { ACQUIRE_OPTION_KEYS, LEASEHOLD_OPTION_KEYS, RUN_OPTION_KEYS } from './option-keys.js';
+import { checkOptionKeys } from '../validate/options.js';
+import type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './types.js';
 
 export interface LeaseholdOptions extends ConnectionOptions {
   /** How this process names itself in leases and skips. @default `${hostname}:${pid}:${random}` */
@@ -116,6 +119,7 @@ export class Leasehold {
     this.throwIfClosed();
     checkLeaseName(name);
     if (!options || typeof options !== 'object') throw new InvalidArgumentError('options', 'acquire(name, { ttl }) needs a ttl, e.g. { ttl: "30s" }.');
+    checkOptionKeys(options, ACQUIRE_OPTION_KEYS, 'acquire()');
     const ttlMs = parseBoundedDuration(options.ttl, 'ttl', MIN_TTL_MS, MAX_TTL_MS);
     const slot = options.slot ?? null;
     if (slot !== null && (!(slot instanceof Date) || Number.isNaN(slot.getTime()))) {
@@ -197,11 +201,13 @@ export class Leasehold {
    */
   async run<T>(
     name: string,
-    options: Omit<AcquireOptions, 'heartbeat'>,
+    options: RunOptions,
     handler: (context: RunContext) => Promise<T>,
   ): Promise<RunResult<T>> {
     if (typeof handler !== 'function') throw new InvalidArgumentError('handler', 'run(name, options, handler) needs a handler function.');
-    const result = await this.acquire(name, { ...options, heartbeat: true });
+    checkOptionKeys(options, RUN_OPTION_KEYS, 'run()');
+    const { history = true, ...acquireOptions } = options ?? ({} as RunOptions);
+    const result = await this.acquire(name, { ...acquireOptions, heartbeat: true });
     if (!result.acquired) {
       this.settings.logger.warn(
         {
@@ -218,6 +224,8 @@ export class Leasehold {
       return { ran: false, skipped: result };
     }
     const { lease } = result;
+    const recorder = history ? await runRecorder(this.runtime.controlPool, lease, this.settings.logger, this.runtime.queryTimeoutMs) : null;
+    let failure: { error: unknown } | null = null; // what the handler threw, if it did
     try {
       const value = await handler({
         signal: lease.signal,
@@ -228,10 +236,19 @@ export class Leasehold {
         transaction: (fn) => lease.transaction(fn),
       });
       return lease.lostReason ? { ran: true, value, fence: lease.fence, lost: lease.lostReason } : { ran: true, value, fence: lease.fence };
+    } catch (error) {
+      failure = { error };
+      throw error;
     } finally {
-      await lease.release().catch((error: unknown) => {
-        this.settings.logger.warn({ event: 'lease:release-failed', lease: name, err: String(error) }, 'release failed; the lease ends by its TTL');
-      });
+      if (await recorder?.finish(failure)) {
+        // the history's finishing statement released it
+        lease.releasedRemotely();
+        this.events.emit('lease:released', lease.info(), true);
+      } else {
+        await lease.release().catch((error: unknown) => {
+          this.settings.logger.warn({ event: 'lease:release-failed', lease: name, err: String(error) }, 'release failed; the lease ends by its TTL');
+        });
+      }
     }
   }
 
@@ -367,6 +384,7 @@ function defaultHolder(): string {
  * DatabaseUnavailableError when the server cannot be reached.
  */
 export async function createLeasehold(options: LeaseholdOptions = {}): Promise<Leasehold> {
+  checkOptionKeys(options, LEASEHOLD_OPTION_KEYS, 'createLeasehold()');
   const connectionString = resolveConnectionString(options);
   if (!connectionString && !options.pool) {
     throw new InvalidArgumentError(

@@ -25,6 +25,16 @@ export interface AcquireOptions {
   heartbeatInterval?: Duration;
 }
 
+export interface RunOptions extends Omit<AcquireOptions, 'heartbeat'> {
+  /**
+   * Record the run in the history (leasehold.runs), as the scheduler and `leasehold exec` do,
+   * so `leasehold status`, `leasehold runs NAME` and the dashboard show it; a run whose lease
+   * was lost before it finished is recorded 'lost'. Costs one statement before the handler
+   * (the release becomes the finishing statement). @default true
+   */
+  history?: boolean;
+}
+
 export interface NotAcquired {
   acquired: false;
   name: string;

@@ -22,7 +22,9 @@ export function stderrLogger(level: LogLevel = envLevel()): Logger {
   const threshold = LEVELS.indexOf(level);
   const write = (at: Exclude<LogLevel, 'silent'>) => (fields: object, message?: string) => {
     if (LEVELS.indexOf(at) < threshold) return;
-    process.stderr.write(`${JSON.stringify({ level: at, time: new Date().toISOString(), msg: message, ...fields })}\n`);
+    // a message alone (pino's log.info('text')) is a message, not an object of characters
+    const line = typeof fields === 'string' ? { msg: fields } : { msg: message, ...fields };
+    process.stderr.write(`${JSON.stringify({ level: at, time: new Date().toISOString(), ...line })}\n`);
   };
   return { debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') };
 }

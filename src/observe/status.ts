@@ -97,12 +97,60 @@ export async function jobStatus(db: pg.Pool | pg.ClientBase, job?: string): Prom
       p95IntervalRatio: ratio,
       skips24h: row.skips_24h,
       missed24h: row.missed_24h,
-      warning:
-        ratio !== null && ratio > CREEP_WARNING_RATIO
-          ? `p95 duration is ${Math.round(ratio * 100)}% of the interval: "${row.job}" is creeping toward overlap`
-          : null,
+      warning: creepWarning(row.job, ratio),
     };
   });
+}
+
+/** The warning for a p95/interval ratio: overlapping at 100 % and more, creeping from CREEP_WARNING_RATIO. */
+export function creepWarning(job: string, ratio: number | null): string | null {
+  if (ratio === null || ratio <= CREEP_WARNING_RATIO) return null;
+  const share = `p95 duration is ${Math.round(ratio * 100)}% of the interval`;
+  return ratio >= 1
+    ? `${share}: "${job}" runs are overlapping their next slots (they are skipped or buffered)`
+    : `${share}: "${job}" is creeping toward overlap`;
+}
+
+/** A lease that no job definition describes: taken with acquire()/run() without history, psql, Python, shell. */
+export interface UnscheduledLease {
+  name: string;
+  state: 'free' | 'held' | 'expired';
+  /** The current holder, or the last one when free. */
+  holder: string | null;
+  fence: number;
+  /** When the current (or last) holder acquired it. */
+  since: Date | null;
+  expiresAt: Date | null;
+  releasedAt: Date | null;
+}
+
+/** Every lease without a row in leasehold.jobs, held ones first. */
+export async function unscheduledLeases(db: pg.Pool | pg.ClientBase, name?: string): Promise<UnscheduledLease[]> {
+  const { rows } = await db.query<{
+    name: string;
+    state: UnscheduledLease['state'];
+    holder: string | null;
+    fence: string;
+    acquired_at: Date | null;
+    expires_at: Date | null;
+    released_at: Date | null;
+  }>(
+    `select s.name, s.state, s.holder, s.fence, s.acquired_at, s.expires_at, s.released_at
+       from leasehold.lease_status s
+      where ($1::text is null or s.name = $1)
+        and not exists (select 1 from leasehold.jobs j where j.name = s.name)
+      order by s.state = 'free', s.name`,
+    [name ?? null],
+  );
+  return rows.map((row) => ({
+    name: row.name,
+    state: row.state,
+    holder: row.holder,
+    fence: Number(row.fence),
+    since: row.acquired_at,
+    expiresAt: row.expires_at,
+    releasedAt: row.released_at,
+  }));
 }
 
 export interface HistoryEntry {

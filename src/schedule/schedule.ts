@@ -29,21 +29,23 @@ export interface Schedule {
 const MIN_INTERVAL_MS = 1_000;
 const MAX_INTERVAL_MS = 366 * 24 * 3_600_000;
 
-export function parseSchedule(spec: ScheduleSpec, job = 'job'): Schedule {
+/** `job` names the job in error messages; without it they speak of the schedule alone. */
+export function parseSchedule(spec: ScheduleSpec, job?: string): Schedule {
+  const where = job === undefined ? '' : `job "${job}": `;
   if (!spec || typeof spec !== 'object') {
-    throw new InvalidArgumentError('schedule', `job "${job}": give a schedule as { cron: '*/5 * * * *' } or { every: '90s' }.`);
+    throw new InvalidArgumentError('schedule', `${where}give a schedule as { cron: '*/5 * * * *' } or { every: '90s' }.`);
   }
   const hasCron = 'cron' in spec && spec.cron !== undefined;
   const hasEvery = 'every' in spec && spec.every !== undefined;
   if (hasCron === hasEvery) {
-    throw new InvalidArgumentError('schedule', `job "${job}": give exactly one of cron or every.`);
+    throw new InvalidArgumentError('schedule', `${where}give exactly one of cron or every.`);
   }
-  return hasCron ? cronSchedule(spec as { cron: string; timezone?: string }, job) : intervalSchedule((spec as { every: Duration }).every, job);
+  return hasCron ? cronSchedule(spec as { cron: string; timezone?: string }, where) : intervalSchedule((spec as { every: Duration }).every, where);
 }
 
-function intervalSchedule(every: Duration, job: string): Schedule {
-  const ms = parseBoundedDuration(every, `job "${job}": every`, MIN_INTERVAL_MS, MAX_INTERVAL_MS);
-  if (!Number.isInteger(ms)) throw new InvalidArgumentError('every', `job "${job}": every must be a whole number of milliseconds.`);
+function intervalSchedule(every: Duration, where: string): Schedule {
+  const ms = parseBoundedDuration(every, `${where}every`, MIN_INTERVAL_MS, MAX_INTERVAL_MS);
+  if (!Number.isInteger(ms)) throw new InvalidArgumentError('every', `${where}every must be a whole number of milliseconds.`);
   return {
     description: `every ${formatDuration(ms)}`,
     expression: formatDuration(ms),
@@ -53,12 +55,19 @@ function intervalSchedule(every: Duration, job: string): Schedule {
   };
 }
 
-function cronSchedule(spec: { cron: string; timezone?: string }, job: string): Schedule {
+function cronSchedule(spec: { cron: string; timezone?: string }, where: string): Schedule {
   const { cron: pattern, timezone } = spec;
   if (typeof pattern !== 'string' || pattern.trim() === '') {
-    throw new InvalidArgumentError('cron', `job "${job}": cron must be a pattern such as '*/5 * * * *'.`);
+    throw new InvalidArgumentError('cron', `${where}cron must be a pattern such as '*/5 * * * *'.`);
   }
-  if (timezone !== undefined) checkTimezone(timezone, job);
+  const fields = pattern.trim().split(/\s+/).length;
+  if (fields !== 5 && fields !== 6) {
+    throw new InvalidArgumentError(
+      'cron',
+      `${where}invalid cron '${pattern}': it has ${fields} field(s); a pattern has 5 ('minute hour day month weekday'), or 6 with seconds first.`,
+    );
+  }
+  if (timezone !== undefined) checkTimezone(timezone, where);
   const key = `${pattern.trim()}\u0000${timezone ?? ''}`;
   const cached = CRON_CACHE.get(key);
   if (cached) return { ...cached };
@@ -66,13 +75,13 @@ function cronSchedule(spec: { cron: string; timezone?: string }, job: string): S
   try {
     cron = new Cron(pattern.trim(), { paused: true, ...(timezone ? { timezone } : {}) });
   } catch (error) {
-    throw new InvalidArgumentError('cron', `job "${job}": invalid cron '${pattern}': ${describeCronError(pattern, error)}`);
+    throw new InvalidArgumentError('cron', `${where}invalid cron '${pattern}': ${describeCronError(pattern, error)}`);
   }
   const probe = new Date(Date.UTC(2000, 0, 1));
   const first = cron.nextRun(probe);
   const second = first ? cron.nextRun(first) : null;
   if (!first || !second) {
-    throw new InvalidArgumentError('cron', `job "${job}": cron '${pattern}' never fires (or fires only once); check the day and month fields.`);
+    throw new InvalidArgumentError('cron', `${where}cron '${pattern}' never fires (or fires only once); check the day and month fields.`);
   }
   // The smallest gap over a sample of slots: a "*/5 9-17 * * *" job is judged by its 5 minutes.
   let nominal = second.getTime() - first.getTime();
@@ -119,16 +128,16 @@ function describeCronError(pattern: string, error: unknown): string {
     const index = names.findIndex((n) => n.replace(/ /g, '') === name.replace(/ /g, '') || n.startsWith(name));
     return `field ${index + 1} (${names[index] ?? name}) has an invalid value '${value[2]}'`;
   }
-  return `${message} (a pattern has 5 fields, or 6 with seconds first: 'sec min hour day month weekday')`;
+  return message;
 }
 
-function checkTimezone(timezone: string, job: string): void {
+function checkTimezone(timezone: string, where: string): void {
   try {
     new Intl.DateTimeFormat('en-US', { timeZone: timezone });
   } catch {
     throw new InvalidArgumentError(
       'timezone',
-      `job "${job}": unknown timezone '${timezone}': use an IANA name such as 'Europe/Berlin' or 'America/New_York'.`,
+      `${where}unknown timezone '${timezone}': use an IANA name such as 'Europe/Berlin' or 'America/New_York'.`,
     );
   }
 }

@@ -1,13 +1,36 @@
-// Lease names and holder identities. The same rules are enforced in SQL (leasehold.check_name),
-// so a client in another language gets the same answer; checking here first gives a clearer
-// message and saves a round trip.
+// Lease names and holder identities. The same rules are enforced in SQL (leasehold.check_name,
+// leasehold.check_characters), so a client in another language gets the same answer; checking
+// here first gives a clearer message and saves a round trip. Lengths and positions count code
+// points, as PostgreSQL's char_length does: a name of 200 emoji is 200 characters everywhere.
 import { InvalidArgumentError } from '../errors.js';
 
 export const MAX_NAME_LENGTH = 200;
 export const MAX_HOLDER_LENGTH = 200;
 
-// C0 and C1 control characters, and DEL: invisible in logs and terminals.
-const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
+// Characters that hide or disguise text in logs, terminals and pages: C0/C1 controls and line
+// separators, bidirectional controls, and invisible format characters (zero-width space and
+// joiners, BOM, fillers, tags). Keep in step with leasehold.check_characters in sql/0001.
+const UNSAFE =
+  /[\u0000-\u001f\u007f-\u009f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\u{e0000}-\u{e007f}]/u;
+const BIDI = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/u;
+const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/u;
+
+/** Describes the first unsafe character of `value` ("U+202E, a bidirectional control, at position 7"), or null. */
+export function unsafeCharacter(value: string): string | null {
+  const match = UNSAFE.exec(value);
+  if (!match) return null;
+  const char = match[0];
+  const code = (char.codePointAt(0) ?? 0).toString(16).toUpperCase().padStart(4, '0');
+  const kind = BIDI.test(char) ? 'a bidirectional control' : CONTROL.test(char) ? 'a control character' : 'an invisible character';
+  return `U+${code}, ${kind}, at position ${codePoints(value.slice(0, match.index))}`;
+}
+
+/** Length in code points (not UTF-16 units). */
+export function codePoints(value: string): number {
+  let n = 0;
+  for (const _ of value) n++;
+  return n;
+}
 
 function checkText(value: unknown, what: string, maxLength: number): string {
   if (typeof value !== 'string') {
@@ -16,19 +39,16 @@ function checkText(value: unknown, what: string, maxLength: number): string {
   if (value.length === 0) {
     throw new InvalidArgumentError(what, `${what} must not be empty: give the job a name such as 'nightly-report'.`);
   }
-  if (value.length > maxLength) {
+  const length = codePoints(value);
+  if (length > maxLength) {
     throw new InvalidArgumentError(
       what,
-      `${what} must be 1–${maxLength} characters (got ${value.length}): shorten it, e.g. '${value.slice(0, 24)}…'.`,
+      `${what} must be 1–${maxLength} characters (got ${length}): shorten it, e.g. '${[...value].slice(0, 24).join('')}…'.`,
     );
   }
-  const control = CONTROL.exec(value);
-  if (control) {
-    const code = control[0].charCodeAt(0).toString(16).padStart(4, '0');
-    throw new InvalidArgumentError(
-      what,
-      `${what} must not contain control characters (found U+${code} at position ${control.index}).`,
-    );
+  const bad = unsafeCharacter(value);
+  if (bad) {
+    throw new InvalidArgumentError(what, `${what} must not contain control, bidirectional or invisible characters (found ${bad}).`);
   }
   return value;
 }

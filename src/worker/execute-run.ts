@@ -7,7 +7,7 @@ import { inTransaction } from '../db/transaction.js';
 import { LeaseLostError, ShutdownError } from '../errors.js';
 import type { Lease } from '../lease/lease.js';
 import type { Leasehold } from '../lease/leasehold.js';
-import { childLogger } from '../observe/child-logger.js';
+import { childLogger, type JobLogger } from '../observe/child-logger.js';
 import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
 import type { ClaimRow } from './claims.js';
@@ -131,7 +131,7 @@ function context(
   fence: number,
   signal: AbortSignal,
   attempt: number,
-  log: Logger,
+  log: JobLogger,
 ): JobContext {
   return {
     job: job.name,

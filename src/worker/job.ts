@@ -3,10 +3,11 @@ import type pg from 'pg';
 import { InvalidArgumentError } from '../errors.js';
 import type { Lease } from '../lease/lease.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from '../lease/limits.js';
-import type { Logger } from '../observe/logger.js';
+import type { JobLogger } from '../observe/child-logger.js';
 import { parseSchedule, type Schedule } from '../schedule/schedule.js';
 import { formatDuration, parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { checkLeaseName } from '../validate/names.js';
+import { checkOptionKeys, optionKeys } from '../validate/options.js';
 
 export const OVERLAP_POLICIES = ['skip', 'buffer-one', 'buffer-all', 'replace', 'allow'] as const;
 /**
@@ -41,8 +42,8 @@ export interface JobContext {
   signal: AbortSignal;
   /** 1 for the first attempt, 2 for the first retry, ... */
   attempt: number;
-  /** A logger with job, slot and fence bound. */
-  log: Logger;
+  /** A logger with job, slot and fence bound: `log.info('message')` or `log.info({ fields }, 'message')`. */
+  log: JobLogger;
   /** The run's lease (null under `overlap: 'allow'`). */
   lease: Lease | null;
   /** A fenced transaction (a plain one under `overlap: 'allow'`, which has no lease). */
@@ -85,11 +86,33 @@ export interface JobDefinition {
   readonly handler: (context: JobContext) => Promise<unknown>;
 }
 
+const JOB_OPTION_KEYS = optionKeys<JobOptions>({
+  name: true,
+  cron: true,
+  timezone: true,
+  every: true,
+  ttl: true,
+  overlap: true,
+  bufferLimit: true,
+  catchUp: true,
+  startingDeadline: true,
+  retry: true,
+  handler: true,
+});
+
 /** Validates a job; throws InvalidArgumentError naming the job and the problem. */
 export function defineJob(options: JobOptions): JobDefinition {
   if (!options || typeof options !== 'object') throw new InvalidArgumentError('job', 'defineJob() needs an options object.');
+  checkOptionKeys(options, JOB_OPTION_KEYS, typeof options.name === 'string' ? `job "${options.name}"` : 'job');
   const name = checkLeaseName(options.name);
   const where = `job "${name}"`;
+  if (options.retry !== undefined) {
+    if (options.retry === null || typeof options.retry !== 'object') {
+      throw new InvalidArgumentError('retry', `${where}: retry must be an object such as { attempts: 3, delay: '5s' } (got ${JSON.stringify(options.retry)}).`);
+    }
+    checkOptionKeys(options.retry, ['attempts', 'delay'], `${where}: retry`);
+  }
+  if (typeof options.catchUp === 'object' && options.catchUp !== null) checkOptionKeys(options.catchUp, ['all'], `${where}: catchUp`);
   if (typeof options.handler !== 'function') throw new InvalidArgumentError('handler', `${where}: handler must be an async function (context) => …`);
   const schedule = parseSchedule(
     options.cron !== undefined

@@ -17,6 +17,8 @@ import { SchedulerStore, type ClaimRequest, type ClaimRow } from './claims.js';
 import { executeRun, type RunReport } from './execute-run.js';
 import { FinishQueue } from './finish-queue.js';
 import { defineJob, type JobDefinition, type JobOptions } from './job.js';
+import { LEASEHOLD_OPTION_KEYS } from '../lease/option-keys.js';
+import { checkOptionKeys, optionKeys } from '../validate/options.js';
 
 export interface WorkerOptions extends Omit<LeaseholdOptions, 'logger'> {
   /** Job definitions (from defineJob) or their options. */
@@ -147,7 +149,10 @@ export class Worker {
 
   private async shutdown(): Promise<void> {
     for (const timer of this.timers) clearInterval(timer);
-    this.logger.info({ event: 'worker:stopping', running: this.runs.size }, 'worker stopping');
+    this.logger.info(
+      { event: 'worker:stopping', running: this.runs.size, graceMs: this.settings.graceMs },
+      `worker stopping: ${this.runs.size} run(s) in progress, waiting up to ${this.settings.graceMs} ms for them`,
+    );
     this.shutdownController.abort(new ShutdownError());
     await Promise.allSettled([...this.claiming]);
     const all = Promise.allSettled([...this.runs]);
@@ -409,6 +414,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   if (!options || !Array.isArray(options.jobs) || options.jobs.length === 0) {
     throw new InvalidArgumentError('jobs', 'startWorker({ jobs }) needs at least one job.');
   }
+  checkOptionKeys(options, WORKER_OPTION_KEYS, 'startWorker()');
   const jobs = options.jobs.map((job) => (isDefinition(job) ? job : defineJob(job)));
   const seen = new Set<string>();
   for (const job of jobs) {
@@ -419,7 +425,9 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const retentionMs = parseBoundedDuration(options.historyRetention ?? '30d', 'historyRetention', 60_000, 3_650 * 86_400_000);
   const clockSyncMs = parseBoundedDuration(options.clockSyncInterval ?? '5m', 'clockSyncInterval', 1_000, 86_400_000);
   const logger = options.logger ?? stderrLogger();
-  const leasehold = await createLeasehold({ ...options, logger });
+  // the client gets the connection options only; the worker's own are not its business
+  const clientOptions = Object.fromEntries(Object.entries(options).filter(([key]) => LEASEHOLD_OPTION_KEYS.includes(key))) as LeaseholdOptions;
+  const leasehold = await createLeasehold({ ...clientOptions, logger });
   try {
     const internals = leasehold.internals();
     const store = new SchedulerStore(internals.runtime);
@@ -438,6 +446,11 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     throw error;
   }
 }
+
+const WORKER_OPTION_KEYS = [
+  ...LEASEHOLD_OPTION_KEYS,
+  ...optionKeys<Omit<WorkerOptions, keyof LeaseholdOptions>>({ jobs: true, shutdownGrace: true, handleSignals: true, historyRetention: true, clockSyncInterval: true }),
+];
 
 function isDefinition(job: JobDefinition | JobOptions): job is JobDefinition {
   return typeof (job as JobDefinition).schedule === 'object' && typeof (job as JobDefinition).ttlMs === 'number';

@@ -9,9 +9,11 @@ import { createLeasehold, describeSkip, type Leasehold } from '../../lease/lease
 import type { Lease } from '../../lease/lease.js';
 import type { NotAcquired } from '../../lease/types.js';
 import { stderrLogger } from '../../observe/logger.js';
+import { finishHeldRun, startHeldRun, type HeldRunOutcome } from '../../lease/run-history.js';
 import { parseBoundedDuration, parseDuration } from '../../validate/duration.js';
 import { CliError, databaseUrl, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
+import { inert } from '../format.js';
 
 interface ExecOptions {
   name: string;
@@ -81,7 +83,7 @@ async function exec(command: string[], options: ExecOptions, io: Io): Promise<vo
   const event = (fields: Record<string, unknown>, human: string) => {
     const routine = fields.event === 'started' || (fields.event === 'finished' && fields.outcome === 'succeeded');
     if (routine && !options.json && !options.verbose) return;
-    io.err(options.json ? JSON.stringify(fields) : `leasehold: ${human}`);
+    io.err(options.json ? JSON.stringify(fields) : `leasehold: ${inert(human)}`);
   };
 
   const leasehold = await createLeasehold({
@@ -144,8 +146,7 @@ async function runGuarded(
   event: (fields: Record<string, unknown>, human: string) => void,
 ): Promise<number> {
   if (settings.history) {
-    await history(leasehold, 'select leasehold.register_external_job($1, $2, $3, $4)', [lease.name, settings.intervalMs, settings.ttlMs, lease.holder]);
-    await history(leasehold, 'select leasehold.start_run($1, $2, $3)', [lease.name, lease.token, lease.fence]);
+    await startHeldRun(leasehold.pool, lease, settings.ttlMs, settings.intervalMs);
   }
   const [file, ...args] = command as [string, ...string[]];
   // Without a terminal (cron, Kubernetes, CI) the command gets its own process group, so that
@@ -190,17 +191,19 @@ async function runGuarded(
   lease.signal.removeEventListener('abort', onLost);
 
   const code = exit.error ? 127 : exit.code ?? 128 + (constants.signals[exit.signal as NodeJS.Signals] ?? 0);
-  const outcome = lost ? 'lost' : code === 0 ? 'succeeded' : 'failed';
+  let outcome: HeldRunOutcome = lost ? 'lost' : code === 0 ? 'succeeded' : 'failed';
   const detail = exit.error ? `could not start ${file}: ${exit.error.message}` : exit.signal ? `killed by ${exit.signal}` : `exit code ${code}`;
   if (exit.error) event({ event: 'error', message: exit.error.message }, `could not start ${file}: ${exit.error.message}`);
-  // finish_run records the outcome and releases the lease in one statement
-  const finished =
-    settings.history &&
-    (await leasehold.pool
-      .query('select * from leasehold.finish_run($1, $2, $3, $4, $5)', [lease.name, lease.fence, lease.token, outcome, outcome === 'succeeded' ? null : detail])
-      .then(() => true, () => false));
-  if (finished) lease.releasedRemotely();
-  else await lease.release().catch(() => false);
+  // finish_held_run checks the lease, records the outcome and releases the lease in one
+  // statement: a lease force-released between two heartbeats is recorded (and reported) lost
+  const finished = settings.history ? await finishHeldRun(leasehold.pool, lease, outcome, outcome === 'succeeded' ? null : detail) : null;
+  // without history, a release that finds another token tells the same (an error tells nothing)
+  const released = finished ? (lease.releasedRemotely(), true) : await lease.release().catch(() => null);
+  if ((finished?.outcome === 'lost' || released === false) && !lost) {
+    lost = true;
+    outcome = 'lost';
+    event({ event: 'lost', name: lease.name, fence: lease.fence, reason: 'released' }, `lease "${lease.name}" was no longer held when the command finished`);
+  }
   event({ event: 'finished', name: lease.name, fence: lease.fence, outcome, exitCode: code }, `"${lease.name}" ${outcome} (${detail})`);
   return lost ? EXIT.lost : code;
 }

@@ -6,6 +6,7 @@ import { timedQuery } from '../../db/connection.js';
 import { checkLeaseName } from '../../validate/names.js';
 import { CliError, databaseUrl, openPool, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
+import { inert } from '../format.js';
 
 export function registerRelease(program: Command, io: Io): void {
   program
@@ -27,11 +28,11 @@ export function registerRelease(program: Command, io: Io): void {
             [name],
           );
           const current = rows[0];
-          if (!current) throw new CliError(`no lease named "${name}"`, EXIT.error);
+          if (!current) throw new CliError(`no lease named "${inert(name)}"`, EXIT.error);
           if (!options.yes) {
             if (!process.stdin.isTTY) throw new CliError('not a terminal: pass --yes to confirm the forced release.', EXIT.usage);
             const prompt = createInterface({ input: process.stdin, output: process.stderr });
-            const answer = await prompt.question(`Force-release "${name}" (${current.state}, held by ${current.holder ?? 'nobody'}, fence ${current.fence})? [y/N] `);
+            const answer = await prompt.question(inert(`Force-release "${name}" (${current.state}, held by ${current.holder ?? 'nobody'}, fence ${current.fence})? [y/N] `));
             prompt.close();
             if (!/^y(es)?$/i.test(answer.trim())) {
               io.err('leasehold: not released');
@@ -50,9 +51,11 @@ export function registerRelease(program: Command, io: Io): void {
           if (options.json) io.out(JSON.stringify({ name, released: row?.released, previousHolder: row?.previous_holder, previousFence: Number(row?.previous_fence), fence: Number(row?.fence) }));
           else
             io.out(
-              row?.released
-                ? `released "${name}": was held by ${row.previous_holder} (fence ${row.previous_fence}); fence is now ${row.fence}, so its fenced writes will fail`
-                : `"${name}" was not held; fence bumped to ${row?.fence}`,
+              inert(
+                row?.released
+                  ? `released "${name}": was held by ${row.previous_holder} (fence ${row.previous_fence}); fence is now ${row.fence}, so its fenced writes will fail`
+                  : `"${name}" was not held; fence bumped to ${row?.fence}`,
+              ),
             );
           io.exit(EXIT.ok);
         } finally {

@@ -1,8 +1,9 @@
 // leasehold runs NAME: a job's runs, skips and missed slots, newest first.
 import type { Command } from 'commander';
+import type pg from 'pg';
 import { jobHistory } from '../../observe/status.js';
 import { CliError, databaseUrl, openPool, report, type Io } from '../context.js';
-import { seconds, table, time } from '../format.js';
+import { inert, seconds, table, time } from '../format.js';
 import { EXIT } from '../exit-codes.js';
 
 export function registerRuns(program: Command, io: Io): void {
@@ -19,10 +20,15 @@ export function registerRuns(program: Command, io: Io): void {
         if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new CliError(`--limit must be an integer from 1 to 10000 (got ${options.limit})`, EXIT.usage);
         const pool = await openPool(databaseUrl(options.databaseUrl));
         try {
-          const entries = await jobHistory(pool, { job: name, limit });
+          const [entries, [lease]] = await Promise.all([jobHistory(pool, { job: name, limit }), leaseOf(pool, name)]);
+          if (!lease && entries.length === 0) throw new CliError(`no job or lease named "${inert(name)}": \`leasehold status\` lists them all`, EXIT.error);
           if (options.json) io.out(JSON.stringify(entries, null, 2));
-          else if (entries.length === 0) io.out(`No runs, skips or missed slots recorded for "${name}".`);
           else {
+            // the lease itself, so a lease taken without history (psql, Python, acquire()) shows too
+            if (lease) io.out(describeLease(lease));
+            if (entries.length === 0) io.out(`No runs, skips or missed slots recorded for "${inert(name)}": its holders take the lease without recording history.`);
+          }
+          if (!options.json && entries.length > 0) {
             io.out(
               table(
                 ['SLOT', 'KIND', 'OUTCOME', 'FENCE', 'HOLDER', 'STARTED', 'DURATION', 'DETAIL'],
@@ -38,4 +44,30 @@ export function registerRuns(program: Command, io: Io): void {
         report(io, error, options.json === true);
       }
     });
+}
+
+interface LeaseRow {
+  state: 'free' | 'held' | 'expired';
+  holder: string | null;
+  fence: string;
+  acquired_at: Date | null;
+  expires_at: Date | null;
+  released_at: Date | null;
+}
+
+async function leaseOf(pool: pg.Pool, name: string): Promise<LeaseRow[]> {
+  const { rows } = await pool.query<LeaseRow>(
+    'select state, holder, fence, acquired_at, expires_at, released_at from leasehold.lease_status where name = $1',
+    [name],
+  );
+  return rows;
+}
+
+function describeLease(lease: LeaseRow): string {
+  const holder = inert(lease.holder ?? 'nobody');
+  if (lease.state === 'held') return `lease: held by ${holder} (fence ${lease.fence}) since ${time(lease.acquired_at)}, expires ${time(lease.expires_at)}`;
+  if (lease.state === 'expired') return `lease: expired (fence ${lease.fence}); last held by ${holder} since ${time(lease.acquired_at)}`;
+  return lease.holder
+    ? `lease: free (fence ${lease.fence}); last held by ${holder}, released ${time(lease.released_at)}`
+    : `lease: free (fence ${lease.fence})`;
 }

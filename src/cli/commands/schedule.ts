@@ -4,6 +4,7 @@
 import type { Command } from 'commander';
 import { dstMark, localTime } from '../../schedule/dst.js';
 import { parseSchedule } from '../../schedule/schedule.js';
+import { parseBoundedDuration } from '../../validate/duration.js';
 import { CliError, report, type Io } from '../context.js';
 import { table } from '../format.js';
 import { EXIT } from '../exit-codes.js';
@@ -23,9 +24,16 @@ export function registerSchedule(program: Command, io: Io): void {
       try {
         const count = Number(options.count);
         if (!Number.isInteger(count) || count < 1 || count > 10_000) throw new CliError(`--count must be an integer from 1 to 10000 (got ${options.count})`, EXIT.usage);
-        if ((cron === undefined) === (options.every === undefined)) throw new CliError('give a cron pattern or --every, not both', EXIT.usage);
-        const spec = cron !== undefined ? { cron, timezone: options.tz } : { every: options.every as string };
-        const parsed = parseSchedule(spec, 'preview');
+        if (cron === undefined && options.every === undefined) throw new CliError("give a cron pattern such as '30 2 * * *', or --every 90s", EXIT.usage);
+        if (cron !== undefined && options.every !== undefined) throw new CliError('give a cron pattern or --every, not both', EXIT.usage);
+        try {
+          new Intl.DateTimeFormat('en-US', { timeZone: options.tz });
+        } catch {
+          throw new CliError(`--tz '${options.tz}' is not a timezone: use an IANA name such as Europe/Berlin or America/New_York`, EXIT.usage);
+        }
+        const spec = cron !== undefined ? { cron, timezone: options.tz } : { every: parseBoundedDuration(options.every as string, '--every', 1_000, 366 * 86_400_000) };
+        // no job name: the messages speak of the pattern, --every or --tz the user typed
+        const parsed = parseSchedule(spec);
         let at = options.from ? new Date(options.from) : new Date();
         if (Number.isNaN(at.getTime())) throw new CliError(`--from must be an ISO time such as 2026-03-28T00:00:00Z (got ${options.from})`, EXIT.usage);
         const slots: Array<{ slot: string; local: string; dst: string | null }> = [];

@@ -1,5 +1,6 @@
 // leasehold worker ./jobs.js: start the runtime for the jobs a module exports, either as
 // `export const jobs = [...]` or `export default [...]` (job options or defineJob() results).
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Command } from 'commander';
@@ -8,6 +9,8 @@ import type { JobDefinition, JobOptions } from '../../worker/job.js';
 import { startWorker } from '../../worker/worker.js';
 import { CliError, databaseUrl, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
+import { formatDuration, parseDuration } from '../../validate/duration.js';
+import { inert } from '../format.js';
 
 export function registerWorker(program: Command, io: Io): void {
   program
@@ -38,9 +41,26 @@ export function registerWorker(program: Command, io: Io): void {
           ...(options.holder ? { holder: options.holder } : {}),
         });
         metrics?.observe(worker);
-        io.err(`leasehold: worker ${worker.holder} running ${jobs.length} job(s)${server ? `; metrics at ${server.url}` : ''}; SIGTERM or Ctrl-C stops it`);
-        await worker.stopped; // it stops itself on SIGTERM/SIGINT
+        io.err(inert(`leasehold: worker ${worker.holder} running ${jobs.length} job(s)${server ? `; metrics at ${server.url}` : ''}; SIGTERM or Ctrl-C stops it`));
+        // The worker stops itself on SIGTERM/SIGINT; say what it is doing, so a stop that takes
+        // the grace period does not look like a hang.
+        const graceMs = parseDuration(options.grace, '--grace');
+        const onSignal = (signal: NodeJS.Signals) => {
+          const running = worker.activeRuns;
+          io.err(
+            running === 0
+              ? `leasehold: ${signal}: stopping (no runs in progress)`
+              : `leasehold: ${signal}: stopping; signalled ${running} running run(s) and waiting up to ${formatDuration(graceMs)} for them ` +
+                  '(then they are recorded aborted); send it again to exit at once',
+          );
+        };
+        process.once('SIGTERM', onSignal);
+        process.once('SIGINT', onSignal);
+        await worker.stopped;
+        process.off('SIGTERM', onSignal);
+        process.off('SIGINT', onSignal);
         await server?.close();
+        io.err('leasehold: worker stopped; its leases are released');
         io.exit(EXIT.ok);
       } catch (error) {
         await server?.close();
@@ -51,6 +71,7 @@ export function registerWorker(program: Command, io: Io): void {
 
 async function loadJobs(modulePath: string): Promise<Array<JobOptions | JobDefinition>> {
   const absolute = resolve(modulePath);
+  if (!existsSync(absolute)) throw new CliError(`${modulePath}: no such file (looked for ${absolute})`, EXIT.usage);
   if (/\.[cm]?ts$/.test(absolute)) {
     try {
       const api = (await import('tsx/esm/api' as string)) as { register(): void };

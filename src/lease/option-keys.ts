@@ -1,0 +1,20 @@
+// The valid keys of the lease client's options objects, for checkOptionKeys().
+import { optionKeys } from '../validate/options.js';
+import type { LeaseholdOptions } from './leasehold.js';
+import type { AcquireOptions, RunOptions } from './types.js';
+
+export const LEASEHOLD_OPTION_KEYS = optionKeys<LeaseholdOptions>({
+  connectionString: true,
+  pool: true,
+  holder: true,
+  liveness: true,
+  migrate: true,
+  queryTimeout: true,
+  connectTimeout: true,
+  poolSize: true,
+  logger: true,
+});
+
+export const ACQUIRE_OPTION_KEYS = optionKeys<AcquireOptions>({ ttl: true, slot: true, heartbeat: true, heartbeatInterval: true });
+
+export const RUN_OPTION_KEYS = optionKeys<RunOptions>({ ttl: true, slot: true, heartbeatInterval: true, history: true });
