@@ -1,6 +1,7 @@
 // The `leasehold` command: one file per subcommand under ./commands.
 import { Command, CommanderError } from 'commander';
 import { readFileSync } from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { processIo, type Io } from './context.js';
 import { EXIT } from './exit-codes.js';
 import { registerDashboard } from './commands/dashboard.js';
@@ -15,6 +16,8 @@ import { registerStatus } from './commands/status.js';
 import { registerWorker } from './commands/worker.js';
 
 const { version } = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string };
+// The CLI page as installed with the package (docs/ ships in it), wherever that is.
+const CLI_DOCS = fileURLToPath(new URL('../../docs/cli.md', import.meta.url));
 
 export function buildProgram(io: Io = processIo): Command {
   const program = new Command('leasehold')
@@ -26,7 +29,7 @@ export function buildProgram(io: Io = processIo): Command {
 Environment: DATABASE_URL (the database, unless --database-url), LEASEHOLD_LOG_LEVEL.
 Exit codes: 0 ok, 1 error, 2 usage, ${EXIT.badUrl} bad database URL, ${EXIT.auth} login refused, ${EXIT.noDatabase} no such database, ${EXIT.unavailable} database unreachable,
 ${EXIT.skipped} skipped (exec), ${EXIT.lost} lease lost (exec), ${EXIT.noperm} missing grant, ${EXIT.schema} schema not migrated or too new.
-Docs: docs/cli.md`);
+Docs: ${CLI_DOCS}`);
   registerExec(program, io);
   registerWorker(program, io);
   registerStatus(program, io);

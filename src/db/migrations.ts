@@ -3,7 +3,8 @@
 // transaction-level advisory lock so that any number of workers may start at once. The same
 // steps, as text, are the install script (installScript(), `leasehold migrate --dry-run`,
 // sql/install/) that a DBA or another migration tool applies without Node.
-import { readdirSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { SchemaVersionError } from '../errors.js';
@@ -30,7 +31,10 @@ export interface MigrationResult {
 // Fixed key of the advisory lock that serialises migrations ('leasehold' as ASCII, truncated).
 export const MIGRATION_LOCK_KEY = 0x6c65617365686f6cn;
 
-const SQL_DIR = fileURLToPath(new URL('../../sql/', import.meta.url));
+// The package's sql/ folder: two levels up from src/db and dist/db, three from dist/cjs/db.
+const SQL_DIR =
+  ['../../sql/', '../../../sql/'].map((up) => fileURLToPath(new URL(up, import.meta.url))).find((dir) => existsSync(dir)) ??
+  fileURLToPath(new URL('../../sql/', import.meta.url));
 
 let cached: Migration[] | undefined;
 
@@ -41,7 +45,7 @@ export function migrations(): Migration[] {
     .filter((file) => /^\d{4}_[a-z0-9_]+\.sql$/.test(file))
     .sort()
     .map((file) => {
-      const sql = readFileSync(new URL(file, new URL('../../sql/', import.meta.url)), 'utf8');
+      const sql = readFileSync(join(SQL_DIR, file), 'utf8');
       return {
         version: Number(file.slice(0, 4)),
         name: file.replace(/\.sql$/, ''),

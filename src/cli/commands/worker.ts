@@ -1,22 +1,19 @@
-// leasehold worker ./jobs.js: start the runtime for the jobs a module exports, either as
-// `export const jobs = [...]` or `export default [...]` (job options or defineJob() results).
-import { existsSync } from 'node:fs';
-import { resolve } from 'node:path';
-import { pathToFileURL } from 'node:url';
+// leasehold worker ./jobs.js: start the runtime for the jobs a module exports (see
+// ../load-jobs.ts for the accepted shapes: job options or defineJob() results).
 import type { Command } from 'commander';
 import { createMetrics, serveMetrics, type MetricsServer } from '../../observe/metrics.js';
-import type { JobDefinition, JobOptions } from '../../worker/job.js';
 import { startWorker } from '../../worker/worker.js';
 import { CliError, databaseUrl, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
 import { formatDuration, parseDuration } from '../../validate/duration.js';
 import { inert } from '../format.js';
+import { loadJobs } from '../load-jobs.js';
 
 export function registerWorker(program: Command, io: Io): void {
   program
     .command('worker')
-    .description('run the jobs a module exports (export const jobs = [...]); start it on as many hosts as you like')
-    .argument('<module>', 'path to a .js/.mjs module (or .ts, when tsx is installed)')
+    .description('run the jobs a module exports (export const jobs = [...] or module.exports = { jobs }); start it on as many hosts as you like')
+    .argument('<module>', 'path to a .js/.mjs/.cjs module (or .ts, when tsx is installed)')
     .option('--holder <name>', 'how this worker names itself (default host:pid:random)')
     .option('--grace <duration>', 'shutdown grace period for running handlers', '30s')
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
@@ -67,28 +64,4 @@ export function registerWorker(program: Command, io: Io): void {
         report(io, error, false);
       }
     });
-}
-
-async function loadJobs(modulePath: string): Promise<Array<JobOptions | JobDefinition>> {
-  const absolute = resolve(modulePath);
-  if (!existsSync(absolute)) throw new CliError(`${modulePath}: no such file (looked for ${absolute})`, EXIT.usage);
-  if (/\.[cm]?ts$/.test(absolute)) {
-    try {
-      const api = (await import('tsx/esm/api' as string)) as { register(): void };
-      api.register();
-    } catch {
-      throw new CliError(`loading ${modulePath} needs tsx: npm install -D tsx (or compile it to .js)`, EXIT.usage);
-    }
-  }
-  let module: { jobs?: unknown; default?: unknown };
-  try {
-    module = (await import(pathToFileURL(absolute).href)) as { jobs?: unknown; default?: unknown };
-  } catch (error) {
-    throw new CliError(`could not load ${modulePath}: ${error instanceof Error ? error.message : String(error)}`, EXIT.usage);
-  }
-  const jobs = module.jobs ?? module.default;
-  if (!Array.isArray(jobs) || jobs.length === 0) {
-    throw new CliError(`${modulePath} must export its jobs: export const jobs = [{ name, cron | every, handler }, ...]`, EXIT.usage);
-  }
-  return jobs as Array<JobOptions | JobDefinition>;
 }

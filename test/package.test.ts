@@ -1,0 +1,261 @@
+// The package as a new user gets it: `npm pack`, installed from the tarball into a fresh ES
+// module project and a fresh CommonJS project (dependencies from the registry), a strict
+// TypeScript file against the public API type-checked in both, the README's quick starts run
+// as written, and the CLI run from the installed package.
+import { execFile, spawn } from 'node:child_process';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { mkdir, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { freshDatabase } from './support/db.js';
+
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+const TSC = join(ROOT, 'node_modules/typescript/bin/tsc');
+const execFileAsync = promisify(execFile);
+/** execFile that fails with the command's output in the message (tsc reports on stdout). */
+async function run(file: string, args: string[], options: { cwd: string; env?: NodeJS.ProcessEnv; maxBuffer?: number }) {
+  try {
+    return await execFileAsync(file, args, options);
+  } catch (error) {
+    const failed = error as Error & { stdout?: string; stderr?: string };
+    failed.message += `\n${failed.stdout ?? ''}\n${failed.stderr ?? ''}`;
+    throw failed;
+  }
+}
+const NPM_QUIET = ['--prefer-offline', '--no-audit', '--no-fund', '--loglevel=error'];
+
+/** The README's fenced code blocks of one language, in order. */
+function readmeBlocks(language: string): string[] {
+  const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
+  return [...readme.matchAll(new RegExp('^```' + language + '\\n([\\s\\S]*?)^```$', 'gm'))].map((match) => match[1] ?? '');
+}
+
+// Uses the public API with the types a user would write down; strict, no `any`.
+const TYPED_APP = `
+import { createLeasehold, startWorker, InvalidArgumentError, type AcquireResult, type JobOptions, type RunResult, type Worker } from 'leasehold';
+import type { Pool } from 'pg';
+
+export async function main(url: string): Promise<string> {
+  const leasehold = await createLeasehold({ connectionString: url, holder: 'typed-app' });
+  const pool: Pool = leasehold.pool;
+  const ran: RunResult<number> = await leasehold.run('typed', { ttl: '10s' }, async (ctx) => ctx.fence);
+  const attempt: AcquireResult = await leasehold.acquire('typed', { ttl: '10s' });
+  if (attempt.acquired) await attempt.lease.release();
+  const job: JobOptions = { name: 'typed-job', every: '1h', handler: async (ctx) => void ctx.signal };
+  const worker: Worker = await startWorker({ connectionString: url, jobs: [job] });
+  await worker.stop();
+  let refused = '';
+  try {
+    await leasehold.acquire('', { ttl: '10s' });
+  } catch (error) {
+    if (error instanceof InvalidArgumentError) refused = error.code;
+  }
+  const { rows } = await pool.query<{ one: number }>('select 1 as one');
+  await leasehold.close();
+  return [ran.ran ? ran.value : 'skipped', attempt.acquired, refused, rows[0]?.one].join(' ');
+}
+`;
+
+const TSCONFIG = {
+  compilerOptions: {
+    target: 'ES2022',
+    module: 'NodeNext',
+    moduleResolution: 'NodeNext',
+    strict: true,
+    noUncheckedIndexedAccess: true,
+    outDir: 'out',
+    types: ['node'],
+  },
+};
+
+let work: string;
+let tarball: string;
+let esmDir: string;
+let cjsDir: string;
+let url: string;
+const env = (): NodeJS.ProcessEnv => ({ ...process.env, DATABASE_URL: url, NO_COLOR: '1', LEASEHOLD_LOG_LEVEL: 'warn' });
+
+async function leasehold(cwd: string, args: string[], options: { allowFailure?: boolean } = {}) {
+  const bin = join(cwd, 'node_modules/.bin/leasehold');
+  try {
+    const { stdout, stderr } = await run(bin, args, { cwd, env: env() });
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const failed = error as { code?: number; stdout?: string; stderr?: string };
+    if (!options.allowFailure) throw error;
+    return { code: failed.code ?? -1, stdout: failed.stdout ?? '', stderr: failed.stderr ?? '' };
+  }
+}
+
+beforeAll(async () => {
+  url = await freshDatabase();
+  work = await mkdtemp(join(tmpdir(), 'leasehold-package-'));
+  // `npm pack` runs the `prepare` script, which builds dist/ (ES modules and CommonJS).
+  const { stdout } = await run('npm', ['pack', '--pack-destination', work, '--json', '--loglevel=error'], { cwd: ROOT, maxBuffer: 16 << 20 });
+  const [packed] = JSON.parse(stdout) as Array<{ filename: string }>;
+  tarball = join(work, packed!.filename);
+  esmDir = join(work, 'esm-app');
+  cjsDir = join(work, 'cjs-app');
+  await mkdir(esmDir);
+  await mkdir(cjsDir);
+  // What `npm init -y` writes: no "type", so CommonJS; the other project says "type": "module".
+  await writeFile(join(cjsDir, 'package.json'), JSON.stringify({ name: 'cjs-app', version: '1.0.0', private: true }));
+  await writeFile(join(esmDir, 'package.json'), JSON.stringify({ name: 'esm-app', version: '1.0.0', private: true, type: 'module' }));
+  // @types/node for `process`, as any TypeScript project on Node has.
+  await Promise.all([esmDir, cjsDir].map((dir) => run('npm', ['install', tarball, '@types/node@20', ...NPM_QUIET], { cwd: dir })));
+}, 240_000);
+
+afterAll(async () => {
+  if (work) await rm(work, { recursive: true, force: true });
+});
+
+describe('the tarball', () => {
+  it('holds both builds with their declarations and no source maps without sources', async () => {
+    const installed = join(esmDir, 'node_modules/leasehold');
+    for (const file of ['dist/index.js', 'dist/index.d.ts', 'dist/cjs/index.js', 'dist/cjs/index.d.ts', 'dist/cjs/testing.js', 'dist/cli/main.js', 'sql']) {
+      expect(existsSync(join(installed, file)), file).toBe(true);
+    }
+    expect(JSON.parse(readFileSync(join(installed, 'dist/cjs/package.json'), 'utf8'))).toEqual({ type: 'commonjs' });
+    expect(existsSync(join(installed, 'src'))).toBe(false);
+    const maps = (await readdir(join(installed, 'dist'), { recursive: true })).filter((file) => file.endsWith('.map'));
+    expect(maps.length).toBeGreaterThan(10);
+    for (const map of maps) {
+      const parsed = JSON.parse(readFileSync(join(installed, 'dist', map), 'utf8')) as { sources: string[]; sourcesContent?: unknown[] };
+      expect(parsed.sourcesContent?.length, map).toBe(parsed.sources.length);
+    }
+  });
+
+  it('holds every file that the README and docs link to', () => {
+    const installed = join(esmDir, 'node_modules/leasehold');
+    const pages = ['README.md', ...readdirSync(join(installed, 'docs')).filter((page) => page.endsWith('.md')).map((page) => `docs/${page}`)];
+    const missing: string[] = [];
+    for (const page of pages) {
+      const text = readFileSync(join(installed, page), 'utf8');
+      for (const [, target] of text.matchAll(/\]\(([^)#\s]+)(?:#[^)]*)?\)/g)) {
+        if (!target || /^[a-z]+:/.test(target)) continue;
+        if (!existsSync(join(installed, page, '..', target))) missing.push(`${page} -> ${target}`);
+      }
+    }
+    expect(missing).toEqual([]);
+  });
+
+  it('public declarations reach no `any` and nothing of the CLI or demo', () => {
+    const dist = join(esmDir, 'node_modules/leasehold/dist');
+    // Every declaration file reachable from the two entry points.
+    const reached = new Set<string>();
+    const queue = ['index.d.ts', 'testing.d.ts'];
+    while (queue.length > 0) {
+      const file = queue.pop()!;
+      if (reached.has(file)) continue;
+      reached.add(file);
+      const text = readFileSync(join(dist, file), 'utf8');
+      for (const [, target] of text.matchAll(/from '(\.[^']+)\.js'/g)) queue.push(join(file, '..', `${target}.d.ts`));
+    }
+    expect(reached.size).toBeGreaterThan(10);
+    for (const file of reached) {
+      expect(file, file).not.toMatch(/^(cli|demo)\//);
+      const text = readFileSync(join(dist, file), 'utf8');
+      expect(text, file).not.toMatch(/[:<,(|]\s*any\b/);
+    }
+  });
+});
+
+describe('an ES module project', () => {
+  it('type-checks a strict TypeScript file against the public API and runs it', async () => {
+    await writeFile(join(esmDir, 'app.ts'), TYPED_APP);
+    await writeFile(join(esmDir, 'main.ts'), "import { main } from './app.js';\nconsole.log(await main(process.env.DATABASE_URL!));\n");
+    // The README's quick start, type-checked in the same strict run.
+    const [quickStart] = readmeBlocks('ts');
+    expect(quickStart).toContain("from 'leasehold'");
+    await writeFile(join(esmDir, 'quick-start.ts'), quickStart!);
+    await writeFile(join(esmDir, 'tsconfig.json'), JSON.stringify({ ...TSCONFIG, files: ['app.ts', 'main.ts', 'quick-start.ts'] }));
+    await run(process.execPath, [TSC, '-p', '.'], { cwd: esmDir });
+    const { stdout } = await run(process.execPath, ['out/main.js'], { cwd: esmDir, env: env() });
+    expect(stdout.trim()).toMatch(/^\d+ true INVALID_ARGUMENT 1$/);
+  });
+
+  it("runs the README's ES module quick start as written (type-checked above)", async () => {
+    const first = await run(process.execPath, ['out/quick-start.js'], { cwd: esmDir, env: env() });
+    expect(first.stdout).toMatch(/^report written under fence \d+$/m);
+  });
+
+  it('imports leasehold/testing', async () => {
+    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', "import * as t from 'leasehold/testing'; console.log(Object.keys(t).sort().join(','))"], { cwd: esmDir });
+    expect(stdout.trim()).toBe('createTestDatabase,freePort,startEmbeddedPostgres');
+  });
+});
+
+describe('a CommonJS project (npm init)', () => {
+  it("runs the README's CommonJS example as written", async () => {
+    const example = readmeBlocks('js').find((block) => block.includes("require('leasehold')"));
+    expect(example).toBeDefined();
+    await writeFile(join(cjsDir, 'example.js'), example!);
+    const { stdout, stderr } = await run(process.execPath, ['example.js'], { cwd: cjsDir, env: env() });
+    expect(stdout, stderr).toMatch(/^imported under fence \d+$/m);
+  });
+
+  it('require() gives the same classes as the typed errors it throws, and leasehold/testing', async () => {
+    const script = `
+      const leasehold = require('leasehold');
+      const testing = require('leasehold/testing');
+      let code = '';
+      try { leasehold.parseDuration('soon'); } catch (e) { code = (e instanceof leasehold.InvalidArgumentError) + ':' + e.code; }
+      console.log(typeof leasehold.createLeasehold, typeof testing.startEmbeddedPostgres, code, leasehold.migrations().length > 0);
+    `;
+    const { stdout } = await run(process.execPath, ['-e', script], { cwd: cjsDir });
+    expect(stdout.trim()).toBe('function function true:INVALID_ARGUMENT true');
+  });
+
+  it('type-checks the strict TypeScript file as CommonJS (module nodenext) and runs it', async () => {
+    await writeFile(join(cjsDir, 'app.ts'), TYPED_APP);
+    await writeFile(join(cjsDir, 'main.ts'), "import { main } from './app';\nmain(process.env.DATABASE_URL!).then((line) => console.log(line));\n");
+    await writeFile(join(cjsDir, 'tsconfig.json'), JSON.stringify({ ...TSCONFIG, files: ['app.ts', 'main.ts'] }));
+    await run(process.execPath, [TSC, '-p', '.'], { cwd: cjsDir });
+    expect(readFileSync(join(cjsDir, 'out/app.js'), 'utf8')).toContain('require("leasehold")');
+    const { stdout } = await run(process.execPath, ['out/main.js'], { cwd: cjsDir, env: env() });
+    expect(stdout.trim()).toMatch(/^\d+ true INVALID_ARGUMENT 1$/);
+  });
+});
+
+describe('the installed command', () => {
+  it('--help ends with the installed docs page', async () => {
+    const { stdout } = await leasehold(cjsDir, ['--help']);
+    const docs = /^Docs: (.+)$/m.exec(stdout)?.[1];
+    expect(docs).toBe(join(cjsDir, 'node_modules/leasehold/docs/cli.md'));
+    expect(existsSync(docs!)).toBe(true);
+  });
+
+  it('exec runs a command under a lease, and status shows the jobs', async () => {
+    const exec = await leasehold(cjsDir, ['exec', '--name', 'package-exec', '--ttl', '30s', '--', process.execPath, '-e', "console.log('inside')"]);
+    expect(exec.stdout).toContain('inside');
+    const status = await leasehold(cjsDir, ['status']);
+    expect(status.stdout).toContain('package-exec');
+  });
+
+  it('worker runs the jobs of a CommonJS module (module.exports = { jobs }) until SIGTERM', { timeout: 60_000 }, async () => {
+    await writeFile(
+      join(cjsDir, 'jobs.js'),
+      "module.exports = { jobs: [{ name: 'package-worker', every: '1s', ttl: '10s', handler: async (ctx) => console.log('ran fence ' + ctx.fence) }] };\n",
+    );
+    const worker = spawn(join(cjsDir, 'node_modules/.bin/leasehold'), ['worker', './jobs.js'], { cwd: cjsDir, env: env(), stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    worker.stdout.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    worker.stderr.on('data', (chunk: Buffer) => (output += chunk.toString()));
+    const exited = new Promise<number | null>((resolve) => worker.on('exit', (code) => resolve(code)));
+    const deadline = Date.now() + 30_000;
+    while (!/ran fence \d+/.test(output) && Date.now() < deadline && worker.exitCode === null) await new Promise((r) => setTimeout(r, 200));
+    expect(output).toMatch(/ran fence \d+/);
+    worker.kill('SIGTERM');
+    expect(await exited, output).toBe(0);
+  });
+
+  it('worker names what a module without jobs exports, and exits 2', async () => {
+    await writeFile(join(cjsDir, 'no-jobs.js'), 'exports.tasks = [];\n');
+    const noJobs = await leasehold(cjsDir, ['worker', './no-jobs.js'], { allowFailure: true });
+    expect(noJobs.code).toBe(2);
+    expect(noJobs.stderr).toMatch(/exports no list of jobs \(it exports: default, tasks\)/);
+  });
+});
