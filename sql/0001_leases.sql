@@ -371,5 +371,8 @@ select l.name,
                  and ((k.classid::bigint << 32) | k.objid::bigint) = l.holder_key)
        end as holder_alive,
        l.last_slot,
-       l.released_at
+       l.released_at,
+       -- the liveness session's advisory lock key (visible in pg_locks anyway), so a dashboard
+       -- can group leases by worker without reading the table
+       l.holder_key
   from leasehold.leases l;

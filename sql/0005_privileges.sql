@@ -27,11 +27,13 @@ insert into leasehold.access (object, level) values
   ('lease_status', 'reader'), ('job_status', 'reader'), ('run_history', 'reader'),
   -- history tables (no tokens) that the timeline of `leasehold runs` and the dashboard read
   ('runs', 'reader'), ('skips', 'reader'), ('missed', 'reader'),
+  -- job definitions (schedules, no secrets), for the dashboard's paging and next-run times
+  ('jobs', 'reader'), ('check_characters', 'reader'),
   ('acquire', 'client'), ('renew', 'client'), ('release', 'client'), ('assert_lease', 'client'),
   ('holds_lease', 'client'), ('register_liveness', 'client'), ('register_jobs', 'client'),
   ('claim_slots', 'client'), ('finish_run', 'client'), ('finish_runs', 'client'),
   ('enqueue_slots', 'client'), ('record_missed', 'client'), ('register_external_job', 'client'),
-  ('start_run', 'client'), ('record_skip', 'client'),
+  ('start_run', 'client'), ('record_skip', 'client'), ('finish_held_run', 'client'),
   ('force_release', 'operator'), ('prune_history', 'operator'),
   ('secure_schema', 'owner'), ('grant_statements', 'owner'), ('grant_access', 'owner'),
   ('revoke_access', 'owner');

@@ -41,10 +41,10 @@ ratios as (
     from recent r join leasehold.jobs j on j.name = r.job
 )
 select (select count(*) from leasehold.jobs)::int as jobs,
-       (select count(*) from leasehold.jobs j join leasehold.leases l on l.name = j.name
-         where l.token is not null and l.expires_at > now())::int as running,
-       (select count(*) from leasehold.jobs j join leasehold.leases l on l.name = j.name
-         where l.token is not null and l.expires_at <= now())::int as expired,
+       (select count(*) from leasehold.jobs j join leasehold.lease_status l on l.name = j.name
+         where l.state = 'held')::int as running,
+       (select count(*) from leasehold.jobs j join leasehold.lease_status l on l.name = j.name
+         where l.state = 'expired')::int as expired,
        (select count(*) from ratios where failed + lost > 0)::int as failing,
        (select count(*) from ratios where ratio >= $1 and ratio < 1)::int as creeping,
        (select count(*) from ratios where ratio >= 1)::int as over,
@@ -75,8 +75,8 @@ export async function fleetSummary(db: pg.Pool | pg.ClientBase): Promise<FleetSu
 // Which jobs a filter keeps; every condition is answerable per job through an index.
 const FILTER_SQL: Record<JobFilter, string> = {
   all: 'true',
-  running: `exists (select 1 from leasehold.leases l where l.name = j.name and l.token is not null and l.expires_at > now())`,
-  expired: `exists (select 1 from leasehold.leases l where l.name = j.name and l.token is not null and l.expires_at <= now())`,
+  running: `exists (select 1 from leasehold.lease_status l where l.name = j.name and l.state = 'held')`,
+  expired: `exists (select 1 from leasehold.lease_status l where l.name = j.name and l.state = 'expired')`,
   failing: `exists (select 1 from leasehold.runs r where r.job = j.name and r.started_at > now() - interval '24 hours' and r.outcome in ('failed', 'lost'))`,
   // one pass over 24 h of runs for the whole fleet, rather than a percentile per job
   creeping: `j.name in (select r.job from leasehold.runs r join leasehold.jobs k on k.name = r.job
@@ -103,9 +103,9 @@ with matching as (
 ),
 page as (select * from matching order by name limit $2 offset $3)
 select p.name as job, p.schedule, p.timezone, p.interval_ms, p.ttl_ms, p.overlap, p.catch_up,
-       case when l.token is null then 'idle' when l.expires_at <= now() then 'expired' else 'running' end as state,
-       case when l.token is null then null else l.holder end as holder,
-       case when l.token is null then null else extract(epoch from now() - l.acquired_at)::double precision end as lease_age_seconds,
+       case l.state when 'held' then 'running' when 'expired' then 'expired' else 'idle' end as state,
+       case when l.state = 'free' then null else l.holder end as holder,
+       case when l.state = 'free' then null else extract(epoch from now() - l.acquired_at)::double precision end as lease_age_seconds,
        l.fence, l.last_slot,
        lr.slot as last_run_slot, lr.outcome as last_outcome, lr.started_at as last_started_at,
        lr.finished_at as last_finished_at, lr.error as last_error,
@@ -118,7 +118,7 @@ select p.name as job, p.schedule, p.timezone, p.interval_ms, p.ttl_ms, p.overlap
        (select count(*) from matching)::integer as total,
        now() as db_now
   from page p
-  left join leasehold.leases l on l.name = p.name
+  left join leasehold.lease_status l on l.name = p.name
   left join lateral (select r.slot, r.outcome, r.started_at, r.finished_at, r.error from leasehold.runs r
                       where r.job = p.name order by r.started_at desc limit 1) lr on true
 ${light ? LIGHT_FIGURES : FIGURES}
@@ -253,8 +253,8 @@ export async function liveWorkers(db: pg.Pool | pg.ClientBase, limit = 200): Pro
           and a.application_name like '%liveness'
      )
      select s.pid, s.application, s.client, s.since,
-            array(select distinct l.holder from leasehold.leases l where l.holder_key = s.key and l.token is not null and l.holder is not null order by 1 limit 5) as holders,
-            (select count(*) from leasehold.leases l where l.holder_key = s.key and l.token is not null)::int as leases,
+            array(select distinct l.holder from leasehold.lease_status l where l.holder_key = s.key and l.state <> 'free' and l.holder is not null order by 1 limit 5) as holders,
+            (select count(*) from leasehold.lease_status l where l.holder_key = s.key and l.state <> 'free')::int as leases,
             (select count(*) from sessions)::int as total
        from sessions s
       order by s.since nulls last, s.pid
