@@ -39,6 +39,27 @@ end $$;
 -- Errors: custom SQLSTATEs LH001 (bad name), LH002 (bad ttl), LH003 (lease lost),
 -- LH004 (bad holder). See docs/sql-api.md for the contract.
 
+-- check_characters: describes the first character a name or holder must not contain, or null.
+-- Refused: C0/C1 controls and line separators, bidirectional controls (they reorder what a
+-- terminal or page shows: 'invoice\u202Egnp.exe' renders as 'invoiceexe.png') and invisible
+-- format characters (zero-width space, joiners, BOM, fillers, tags: 'pay\u200Bments' would look
+-- like 'payments'). Positions count code points from 0, as the TypeScript client does.
+create function leasehold.check_characters(p_text text) returns text
+language sql immutable strict as $$
+  select format('U+%s, %s, at position %s',
+                upper(lpad(to_hex(ascii(m.c)), greatest(4, length(to_hex(ascii(m.c)))), '0')),
+                case
+                  when m.c ~ '[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]' then 'a bidirectional control'
+                  when m.c ~ '[\u0001-\u001f\u007f-\u009f\u2028\u2029]' then 'a control character'
+                  else 'an invisible character'
+                end,
+                strpos(p_text, m.c) - 1)
+    from (select substring(p_text from
+            '[\u0001-\u001f\u007f-\u009f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f]'
+          ) as c) m
+   where m.c is not null;
+$$;
+
 create table leasehold.leases (
   name        text primary key,
   token       uuid,
@@ -51,7 +72,7 @@ create table leasehold.leases (
   released_at timestamptz,
   created_at  timestamptz not null default now(),
   constraint leases_name_valid
-    check (char_length(name) between 1 and 200 and name !~ '[\u0001-\u001f\u007f-\u009f]'),
+    check (char_length(name) between 1 and 200 and leasehold.check_characters(name) is null),
   -- A lease is held exactly when it has a token, and then it always has an expiry.
   constraint leases_token_has_expiry check ((token is null) = (expires_at is null))
 );
@@ -63,6 +84,8 @@ comment on table leasehold.leases is
 -- the same answer with the same SQLSTATE.
 create function leasehold.check_name(p_name text) returns void
 language plpgsql immutable as $$
+declare
+  v_bad text := leasehold.check_characters(p_name);
 begin
   if p_name is null or char_length(p_name) = 0 then
     raise exception 'lease name must not be empty'
@@ -72,9 +95,9 @@ begin
     raise exception 'lease name must be 1-200 characters (got %)', char_length(p_name)
       using errcode = 'LH001', hint = 'Use a shorter name.';
   end if;
-  if p_name ~ '[\u0001-\u001f\u007f-\u009f]' then
-    raise exception 'lease name must not contain control characters'
-      using errcode = 'LH001', hint = 'Remove newlines, tabs and other control characters.';
+  if v_bad is not null then
+    raise exception 'lease name must not contain control, bidirectional or invisible characters (found %)', v_bad
+      using errcode = 'LH001', hint = 'Remove the character: names are shown to operators and must read as they are.';
   end if;
 end $$;
 
@@ -94,10 +117,15 @@ end $$;
 
 create function leasehold.check_holder(p_holder text) returns void
 language plpgsql immutable as $$
+declare
+  v_bad text := leasehold.check_characters(p_holder);
 begin
-  if p_holder is null or char_length(p_holder) = 0 or char_length(p_holder) > 200
-     or p_holder ~ '[\u0001-\u001f\u007f-\u009f]' then
-    raise exception 'holder must be 1-200 characters without control characters'
+  if p_holder is null or char_length(p_holder) = 0 or char_length(p_holder) > 200 then
+    raise exception 'holder must be 1-200 characters (got %)', coalesce(char_length(p_holder), 0)
+      using errcode = 'LH004', hint = 'Use something like host:pid.';
+  end if;
+  if v_bad is not null then
+    raise exception 'holder must not contain control, bidirectional or invisible characters (found %)', v_bad
       using errcode = 'LH004', hint = 'Use something like host:pid.';
   end if;
 end $$;
@@ -368,7 +396,10 @@ select l.name,
                  and ((k.classid::bigint << 32) | k.objid::bigint) = l.holder_key)
        end as holder_alive,
        l.last_slot,
-       l.released_at
+       l.released_at,
+       -- the liveness session's advisory lock key (visible in pg_locks anyway), so a dashboard
+       -- can group leases by worker without reading the table
+       l.holder_key
   from leasehold.leases l;
 
 insert into leasehold.migrations (version, name, breaking) values (1, '0001_leases', false);
@@ -441,7 +472,9 @@ create table leasehold.buffered (
 );
 
 -- register_jobs: upserts job definitions and makes sure each has a lease row. Returns each
--- job's last claimed slot, so a starting worker can apply its catch-up policy.
+-- job's last claimed slot, so a starting worker can apply its catch-up policy. When a job's
+-- schedule or timezone changes, its last slot moves up to now(): the slots between the old
+-- schedule's last run and now never existed, so they are neither caught up nor recorded missed.
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
   p_overlaps text[], p_catch_ups text[], p_holder text
@@ -451,6 +484,12 @@ language plpgsql volatile as $$
 begin
   perform leasehold.check_name(n) from unnest(p_names) as n;
   insert into leasehold.leases (name) select n from unnest(p_names) as n on conflict do nothing;
+  update leasehold.leases l
+     set last_slot = greatest(l.last_slot, now())
+    from unnest(p_names, p_schedules, p_timezones) as i(name, schedule, timezone)
+    join leasehold.jobs j on j.name = i.name
+   where l.name = i.name and l.last_slot is not null
+     and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
   insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
   select * , p_holder from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups)
   on conflict (name) do update
@@ -769,8 +808,9 @@ select job, slot, 'run' as kind, outcome, fence, holder, started_at as at, finis
 union all
 select k.job, k.slot, 'skip', case when ran.fence is null then 'skipped' else 'buffered' end,
        k.holder_fence, k.holder, k.recorded_at, null, null,
-       format('held by %s (fence %s, slot %s) for %ss%s', k.holder, k.holder_fence,
-              to_char(k.holder_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'),
+       -- a lease taken without a slot (leasehold exec, run(), psql) has none to name
+       format('held by %s (fence %s%s) for %ss%s', k.holder, k.holder_fence,
+              coalesce(', slot ' || to_char(k.holder_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
               round(extract(epoch from k.held_for)::numeric, 1),
               case when ran.fence is null then '' else format('; buffered, ran later (fence %s)', ran.fence) end)
   from leasehold.skips k
@@ -899,6 +939,35 @@ language sql volatile as $$
   select exists (select 1 from inserted);
 $$;
 
+-- finish_held_run: finish_run for a run started with start_run, checking the lease first. A run
+-- whose lease was force-released, expired or taken over before it finished is recorded 'lost'
+-- (whatever the caller saw: a command can finish between two heartbeats without noticing),
+-- so the history never shows a success that was not exclusive. With p_release (the default) it
+-- also releases the lease, as finish_run does. Returns the recorded outcome.
+create function leasehold.finish_held_run(
+  p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
+)
+returns table (outcome text, recorded boolean, released boolean)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+declare
+  v_held boolean;
+  v_outcome text := p_outcome;
+  v_error text := p_error;
+  f record;
+begin
+  -- the row lock keeps the lease as it is seen here until finish_run releases it
+  select l.token = p_token and l.fence = p_fence and l.expires_at > now() into v_held
+    from leasehold.leases l where l.name = p_name for update;
+  if not coalesce(v_held, false) and p_outcome in ('succeeded', 'failed') then
+    v_outcome := 'lost';
+    v_error := concat_ws('; ', 'the lease was no longer held when the run finished (released by force, expired or taken over)', p_error);
+  end if;
+  select * into f from leasehold.finish_run(p_name, p_fence, case when p_release then p_token end, v_outcome, v_error);
+  return query select v_outcome, f.recorded, f.released;
+end $$;
+
 insert into leasehold.migrations (version, name, breaking) values (4, '0004_exec', false);
 
 -- 0005_privileges
@@ -931,11 +1000,13 @@ insert into leasehold.access (object, level) values
   ('lease_status', 'reader'), ('job_status', 'reader'), ('run_history', 'reader'),
   -- history tables (no tokens) that the timeline of `leasehold runs` and the dashboard read
   ('runs', 'reader'), ('skips', 'reader'), ('missed', 'reader'),
+  -- job definitions (schedules, no secrets), for the dashboard's paging and next-run times
+  ('jobs', 'reader'), ('check_characters', 'reader'),
   ('acquire', 'client'), ('renew', 'client'), ('release', 'client'), ('assert_lease', 'client'),
   ('holds_lease', 'client'), ('register_liveness', 'client'), ('register_jobs', 'client'),
   ('claim_slots', 'client'), ('finish_run', 'client'), ('finish_runs', 'client'),
   ('enqueue_slots', 'client'), ('record_missed', 'client'), ('register_external_job', 'client'),
-  ('start_run', 'client'), ('record_skip', 'client'),
+  ('start_run', 'client'), ('record_skip', 'client'), ('finish_held_run', 'client'),
   ('force_release', 'operator'), ('prune_history', 'operator'),
   ('secure_schema', 'owner'), ('grant_statements', 'owner'), ('grant_access', 'owner'),
   ('revoke_access', 'owner');

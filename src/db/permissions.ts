@@ -23,6 +23,8 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   check_ttl: 'reader',
   check_holder: 'reader',
   migrations: 'reader',
+  jobs: 'reader',
+  check_characters: 'reader',
 };
 
 /** The PermissionDeniedError for a 42501 error, or undefined for any other error. */
