@@ -207,6 +207,7 @@ declare
   candidate text;
   previous_token uuid;
   key_share_free boolean;
+  why text;
 begin
   perform leasehold.check_name(p_name);
   perform leasehold.check_ttl(p_ttl);
@@ -282,12 +283,7 @@ begin
     select * into r from leasehold.leases l where l.name = p_name;
   end if;
 
-  return query select false, null::uuid, r.fence,
-    case when key_share_free is false then null else r.expires_at end,
-    case when key_share_free is false then null else r.holder end,
-    case when key_share_free is false then null else r.acquired_at end,
-    r.last_slot,
-    case
+  why := case
       when p_slot is not null and p_slot > now() then 'slot-not-due'
       when p_slot is not null and r.last_slot is not null and p_slot <= r.last_slot then 'slot-taken'
       when not leasehold.is_free(r) then 'held'
@@ -296,7 +292,14 @@ begin
       when key_share_free is false then 'being-acquired'
       -- locked by its holder's fenced transaction, which is committing
       else 'holder-committing'
-    end, now(), false;
+    end;
+  if why = 'being-acquired' then
+    return query select false, null::uuid, r.fence, null::timestamptz, null::text, null::timestamptz,
+                        r.last_slot, why, now(), false;
+  else
+    return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at,
+                        r.last_slot, why, now(), false;
+  end if;
 end $$;
 
 -- renew: extends the lease while the token matches and it has not expired, and confirms it
