@@ -9,6 +9,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/db/embedded.js';
 import { migrate } from '../src/db/migrations.js';
+import { FAILOVER_MUTANTS, installMutant } from '../faults/mutants.js';
 import { waitFor } from './support/db.js';
 
 let server: EmbeddedPostgres;
@@ -85,59 +86,89 @@ async function promote(standby: string): Promise<void> {
   await start();
 }
 
+interface Observed {
+  epochBefore: number;
+  epochAfter: number;
+  lostFence: string;
+  fenceAfter: string;
+  releasedTokenHolds: boolean | undefined;
+  releasedTokenError: { code?: string; detail?: string } | undefined;
+  keptBy: Grant;
+  keptHoldsBeforeRenew: boolean | undefined;
+  keptRenewed: boolean | undefined;
+  keptHoldsAfterRenew: boolean | undefined;
+  keptStatus: { holder_alive: boolean | null; epoch: number } | undefined;
+}
+
+/** Grants on the old primary, some of them lost in the failover; what the new primary says. */
+async function failoverScenario(): Promise<Observed> {
+  const epochBefore = await scalar<number>('select leasehold.epoch()');
+  // Liveness: a session holds its advisory lock (until the server stops under it).
+  const live = new pg.Client({ connectionString: server.connectionString });
+  live.on('error', () => undefined);
+  await live.connect();
+  const key = ((await live.query<{ k: string }>('select leasehold.register_liveness() as k')).rows[0] as { k: string }).k;
+
+  // Replicated state: three leases held.
+  const kept = await acquire('kept', 'holder-a', '60 seconds', key); // its holder lives on
+  const released = await acquire('released', 'holder-b'); // released; the release is lost
+  const superseded = await acquire('superseded', 'holder-c', '1 second'); // taken over; lost
+  expect([kept.fence, released.fence, superseded.fence]).toEqual(['1', '1', '1']);
+  const standby = await snapshotStandby();
+
+  // Acknowledged on the old primary, then lost with it.
+  expect((await pool.query('select leasehold.release($1, $2) as r', ['released', released.token])).rows[0].r).toBe(true);
+  await new Promise((resolve) => setTimeout(resolve, 1_100));
+  const taker = await acquire('superseded', 'holder-d');
+  expect(taker.acquired).toBe(true);
+
+  await promote(standby);
+  await live.end().catch(() => undefined);
+
+  const epochAfter = await scalar<number>('select leasehold.epoch()');
+  const again = await acquire('superseded', 'holder-e');
+  expect(again.acquired).toBe(true);
+  const releasedTokenHolds = await holds('released', released.token, released.fence);
+  const releasedTokenError = await assertError('released', released.token, released.fence);
+  const keptBy = await acquire('kept', 'holder-f');
+  const keptHoldsBeforeRenew = await holds('kept', kept.token, kept.fence);
+  const renewed = (await pool.query<{ renewed: boolean }>('select * from leasehold.renew($1, $2, $3::interval)', ['kept', kept.token, '60 seconds'])).rows[0];
+  const keptHoldsAfterRenew = await holds('kept', kept.token, kept.fence);
+  const keptStatus = (await pool.query<{ holder_alive: boolean | null; epoch: number }>("select holder_alive, epoch from leasehold.lease_status where name = 'kept'")).rows[0];
+  return {
+    epochBefore,
+    epochAfter,
+    lostFence: taker.fence,
+    fenceAfter: again.fence,
+    releasedTokenHolds,
+    releasedTokenError,
+    keptBy,
+    keptHoldsBeforeRenew,
+    keptRenewed: renewed?.renewed,
+    keptHoldsAfterRenew,
+    keptStatus,
+  };
+}
+
 describe('a failover that loses the newest commits', () => {
   it('never grants a fence twice, refuses resurrected tokens, keeps live holders, ignores old liveness locks', async () => {
-    expect(await scalar<number>('select leasehold.epoch()')).toBe(1);
-    // Liveness: a session holds its advisory lock for the whole test (until the crash).
-    const live = new pg.Client({ connectionString: server.connectionString });
-    live.on('error', () => undefined);
-    await live.connect();
-    const key = ((await live.query<{ k: string }>('select leasehold.register_liveness() as k')).rows[0] as { k: string }).k;
-
-    // Replicated state: three leases held.
-    const kept = await acquire('kept', 'holder-a', '60 seconds', key); // its holder lives on
-    const released = await acquire('released', 'holder-b'); // released, the release is lost
-    const superseded = await acquire('superseded', 'holder-c', '1 second'); // taken over, lost
-    expect([kept.fence, released.fence, superseded.fence]).toEqual(['1', '1', '1']);
-    const standby = await snapshotStandby();
-
-    // Acknowledged on the old primary, then lost with it.
-    expect((await pool.query('select leasehold.release($1, $2) as r', ['released', released.token])).rows[0].r).toBe(true);
-    await new Promise((resolve) => setTimeout(resolve, 1_100));
-    const taker = await acquire('superseded', 'holder-d');
-    expect(taker.acquired).toBe(true);
-    expect(taker.fence).toBe('2');
-    const lostFence = taker.fence;
-
-    await promote(standby);
-    await live.end().catch(() => undefined);
-
-    expect(await scalar<number>('select leasehold.epoch()')).toBe(2);
-    // The lost grant's fence is never granted again: the next one is above anything the old
-    // primary can have issued.
-    const again = await acquire('superseded', 'holder-e');
-    expect(again.acquired).toBe(true);
-    expect(BigInt(again.fence)).toBe(1n << 40n);
-    expect(BigInt(again.fence)).toBeGreaterThan(BigInt(lostFence));
-
+    const seen = await failoverScenario();
+    expect([seen.epochBefore, seen.epochAfter]).toEqual([1, 2]);
+    // The lost grant's fence (2) is never granted again: the next one is above anything the
+    // old primary can have issued.
+    expect(seen.lostFence).toBe('2');
+    expect(BigInt(seen.fenceAfter)).toBe(1n << 40n);
     // The released token is back in the row, but it was confirmed in epoch 1: no fenced write.
-    expect(await holds('released', released.token, released.fence)).toBe(false);
-    const refused = await assertError('released', released.token, released.fence);
-    expect(refused?.code).toBe('LH003');
-    expect(refused?.detail).toMatch(/failover/);
-
+    expect(seen.releasedTokenHolds).toBe(false);
+    expect(seen.releasedTokenError?.code).toBe('LH003');
+    expect(seen.releasedTokenError?.detail).toMatch(/failover/);
     // 'kept': its liveness lock died with the old server, which proves nothing: still held.
-    const other = await acquire('kept', 'holder-f');
-    expect(other.acquired).toBe(false);
-    expect(other.reason).toBe('held');
-    expect(other.holder).toBe('holder-a');
-    // Its live holder renews on the new primary and writes again under its fence.
-    expect(await holds('kept', kept.token, kept.fence)).toBe(false);
-    const renewed = (await pool.query<{ renewed: boolean }>('select * from leasehold.renew($1, $2, $3::interval)', ['kept', kept.token, '60 seconds'])).rows[0];
-    expect(renewed?.renewed).toBe(true);
-    expect(await holds('kept', kept.token, kept.fence)).toBe(true);
-    const status = (await pool.query<{ holder_alive: boolean | null; epoch: number }>("select * from leasehold.lease_status where name = 'kept'")).rows[0];
-    expect(status).toMatchObject({ holder_alive: null, epoch: 2 });
+    expect(seen.keptBy).toMatchObject({ acquired: false, reason: 'held', holder: 'holder-a' });
+    // Its live holder renews on the new primary and may write again under its fence.
+    expect(seen.keptHoldsBeforeRenew).toBe(false);
+    expect(seen.keptRenewed).toBe(true);
+    expect(seen.keptHoldsAfterRenew).toBe(true);
+    expect(seen.keptStatus).toEqual({ holder_alive: null, epoch: 2 });
   }, 90_000);
 
   it('keeps a lease confirmed before the failover for one more ttl after its expiry', async () => {
@@ -158,4 +189,18 @@ describe('a failover that loses the newest commits', () => {
     expect(after.acquired_at.getTime()).toBeGreaterThanOrEqual(grant.expires_at.getTime() + 2_000);
     expect(Number(after.fence)).toBeGreaterThan(Number(grant.fence));
   }, 30_000);
+
+  it('fails with the failover rules cut out (the mutants of faults/mutants.ts)', async () => {
+    await pool.end();
+    await server.stop();
+    server = await startEmbeddedPostgres({ settings: { wal_level: 'replica' }, onLog: (line) => serverLog.push(line) });
+    pool = new pg.Pool({ connectionString: server.connectionString, max: 4 });
+    pool.on('error', () => undefined);
+    await migrate(pool);
+    for (const mutant of FAILOVER_MUTANTS) await installMutant(pool, mutant);
+    const seen = await failoverScenario();
+    expect(seen.fenceAfter).toBe(seen.lostFence); // fence-without-epoch: a fence granted twice
+    expect(seen.releasedTokenHolds).toBe(true); // epoch-not-checked: a released token writes again
+    expect(seen.keptBy.acquired).toBe(true); // liveness-any-incarnation: a live holder replaced at once
+  }, 90_000);
 });
