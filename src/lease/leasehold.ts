@@ -22,6 +22,7 @@ import { parseFence } from './fence.js';
 import { Lease, type LeaseGrant } from './lease.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 import { LivenessSession } from './liveness.js';
+import { checkReplication, type ReplicationReport } from './replication.js';
 import type { LeaseRuntime } from './runtime.js';
 import type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunResult, SkipReason } from './types.js';
 
@@ -65,6 +66,8 @@ const SQL_ERRORS: Record<string, string> = { LH001: 'name', LH002: 'ttl', LH004:
 
 export class Leasehold {
   readonly holder: string;
+  /** What the server said at start about replication (null if it could not be read): docs/high-availability.md. */
+  readonly replication: ReplicationReport | null;
   private readonly events: LeaseholdEmitter;
   private readonly runtime: LeaseRuntime;
   private readonly active = new Set<Lease>();
@@ -82,10 +85,18 @@ export class Leasehold {
       where: string;
       logger: Logger;
       events: LeaseholdEmitter;
+      replication: ReplicationReport | null;
     },
     private readonly liveness: LivenessSession | undefined,
   ) {
     this.holder = settings.holder;
+    this.replication = settings.replication;
+    const report = settings.replication;
+    if (report?.warning) {
+      settings.logger.warn({ event: 'replication:warning', ...report }, report.warning);
+      // after createLeasehold() has resolved, so that listeners added right after it hear it
+      setImmediate(() => settings.events.emit('replication:warning', report));
+    }
     this.events = settings.events;
     this.ownedPools = settings.ownedPools;
     this.runtime = {
@@ -435,6 +446,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
   const workPool = options.pool ?? own(poolSize);
 
   let client: pg.PoolClient | undefined;
+  let replication: ReplicationReport | null = null;
   try {
     try {
       client = await controlPool.connect();
@@ -443,6 +455,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
     }
     if (options.migrate === false) await checkSchema(client);
     else await migrate(controlPool);
+    replication = await checkReplication(client).catch(() => null);
   } catch (error) {
     client?.release();
     client = undefined;
@@ -477,7 +490,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
     }
   }
   leasehold = new Leasehold(
-    { holder, controlPool, workPool, ownedPools, queryTimeoutMs, where, logger, events },
+    { holder, controlPool, workPool, ownedPools, queryTimeoutMs, where, logger, events, replication },
     liveness,
   );
   return leasehold;
