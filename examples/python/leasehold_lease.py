@@ -33,7 +33,7 @@ class Skip:
     """Someone else holds the lease. Not an error: log it and let the next run try."""
 
     name: str
-    reason: str  # 'held', or 'holder-committing' (its holder is inside a fenced transaction)
+    reason: str  # 'held'; 'holder-committing' (its holder is inside a fenced transaction); 'being-acquired' (another caller is taking it now)
     holder: str | None
     since: datetime | None
     until: datetime | None
