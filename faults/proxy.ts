@@ -29,9 +29,21 @@ export class FaultProxy {
   accepted = 0;
 
   constructor(
-    private readonly upstreamPort: number,
-    private readonly upstreamHost = '127.0.0.1',
+    private upstreamPort: number,
+    private upstreamHost = '127.0.0.1',
   ) {}
+
+  /**
+   * Sends new connections to another server, as a moved DNS name would (failover tests).
+   * Open connections stay with the old server: dead ones are reset by its kernel, a hung
+   * server keeps them silent. With `dropExisting` they are reset now, as a moved virtual IP
+   * does to every connection at its next packet.
+   */
+  retarget(port: number, options: { host?: string; dropExisting?: boolean } = {}): void {
+    this.upstreamPort = port;
+    this.upstreamHost = options.host ?? this.upstreamHost;
+    if (options.dropExisting) for (const pair of [...this.pairs]) this.reset(pair);
+  }
 
   get mode(): ProxyMode {
     return this.current;
