@@ -5,6 +5,7 @@
 // lease, and the checks count what went wrong.
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { FaultProxy } from '../../faults/proxy.js';
 import { JsonLinesProcess, type Line } from './json-lines.js';
 import type { ClusterTemplate, ReplicatedPair, ReplicationMode } from './replication.js';
 import {
@@ -49,8 +50,6 @@ export interface ScenarioResult {
   takeoverAfterSwitchMs: number | null;
   /** The old holder learned of its loss this long after the fault (null: never, within the run). */
   holderLearnedAfterFaultMs: number | null;
-  /** Clients whose loop was still stuck in an operation when told to stop (3 s later). */
-  stuckClients: number;
   acquisitions: number;
   acknowledgedWrites: number;
   probedTokens: number;
@@ -64,16 +63,24 @@ export async function runScenario(template: ClusterTemplate, options: ScenarioOp
   const holdTtlMs = options.holdTtlMs ?? 3_000;
   const started = Date.now();
   const timings: Record<string, number> = {};
-  const pair = await template.pair(options.mode);
-  timings.pair = Date.now() - started;
+  const proxy = new FaultProxy(0);
+  await proxy.listen();
+  const address = { url: `postgres://postgres@127.0.0.1:${proxy.port}/postgres` };
+  // the client processes start (module loading takes a while) while the servers are set up
+  const starting = Promise.allSettled(
+    [0, 1, 2].map(() => JsonLinesProcess.start(process.execPath, ['--import', TSX, CLIENT], { DATABASE_URL: address.url })),
+  );
   const clients: JsonLinesProcess[] = [];
+  let pair: ReplicatedPair | undefined;
   try {
+    pair = await template.pair(options.mode, proxy);
+    timings.pair = Date.now() - started;
+    for (const s of await starting) {
+      if (s.status === 'fulfilled') clients.push(s.value);
+      else throw s.reason;
+    }
     if (options.mutate) await sql(pair.primary.url(), options.mutate);
-    clients.push(
-      ...(await Promise.all(
-        [0, 1, 2].map(() => JsonLinesProcess.start(process.execPath, ['--import', TSX, CLIENT], { DATABASE_URL: pair.url })),
-      )),
-    );
+    await Promise.all(clients.map((c) => c.send({ cmd: 'connect' })));
     timings.clients = Date.now() - started - timings.pair;
     const [a, b] = clients as [JsonLinesProcess, JsonLinesProcess, JsonLinesProcess];
     const held = await a.send({ cmd: 'hold', name: 'held', ttl: `${holdTtlMs}ms` });
@@ -91,12 +98,13 @@ export async function runScenario(template: ClusterTemplate, options: ScenarioOp
     if (options.fault === 'kill') await pair.primary.kill();
     else pair.primary.freeze();
     await pair.standby.promote();
-    pair.clientProxy.retarget(pair.standby.port);
+    // as a moved virtual IP: the old server's answers stop, a client's next packet is reset
+    pair.clientProxy.retarget(pair.standby.port, 'reset-on-send');
     const switchedAt = Date.now();
 
     // The second client tries the held lease until it gets it or the TTL has long passed.
     let takeoverAt: number | null = null;
-    while (Date.now() < switchedAt + holdTtlMs * 2 + 2_000) {
+    while (Date.now() < switchedAt + holdTtlMs + 3_000) {
       const reply = await b.send({ cmd: 'hold', name: 'held', ttl: `${holdTtlMs}ms` });
       if (reply.acquired === true) {
         takeoverAt = Date.now();
@@ -106,7 +114,7 @@ export async function runScenario(template: ClusterTemplate, options: ScenarioOp
     }
     const minimumEnd = switchedAt + 1_500;
     if (Date.now() < minimumEnd) await sleep(minimumEnd - Date.now());
-    const stops = await Promise.all(clients.map((c) => c.send({ cmd: 'stop' }, 30_000)));
+    await Promise.all(clients.map((c) => c.send({ cmd: 'stop' }, 30_000)));
     const endAt = Date.now();
     timings.failoverToEnd = endAt - faultAt;
 
@@ -134,12 +142,13 @@ export async function runScenario(template: ClusterTemplate, options: ScenarioOp
       acquisitions: h.acquired.length,
       acknowledgedWrites: h.writes.length,
       probedTokens: dead.length,
-      stuckClients: stops.filter((s) => s.stopped !== true).length,
       timings: { ...timings, total: Date.now() - started },
     };
   } finally {
     await Promise.allSettled(clients.map((c) => c.kill()));
-    await pair.close();
+    await Promise.allSettled((await starting).map((r) => (r.status === 'fulfilled' ? r.value.kill() : undefined)));
+    if (pair) await pair.close();
+    else await proxy.close();
   }
 }
 

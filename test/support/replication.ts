@@ -280,8 +280,11 @@ export class ClusterTemplate {
     return parent;
   }
 
-  /** A primary and a streaming standby (async, or sync: every commit waits for the standby's flush). */
-  async pair(mode: ReplicationMode): Promise<ReplicatedPair> {
+  /**
+   * A primary and a streaming standby (async, or sync: every commit waits for the standby's flush).
+   * `clientProxy` (listening) becomes the clients' address: pointed at the primary here, closed by close().
+   */
+  async pair(mode: ReplicationMode, clientProxy: FaultProxy): Promise<ReplicatedPair> {
     if (!this.dir) throw new Error('template not built');
     const parent = this.tempDir();
     const primaryDir = join(parent, 'primary');
@@ -296,8 +299,7 @@ export class ClusterTemplate {
     const standby = new PgServer('standby', standbyDir, await freePort(), this.binaries, this.user);
     const replicationProxy = new FaultProxy(primary.port);
     await replicationProxy.listen();
-    const clientProxy = new FaultProxy(primary.port);
-    await clientProxy.listen();
+    clientProxy.retarget(primary.port, 'reset');
     const syncSettings =
       mode === 'sync' ? `synchronous_standby_names = 'standby'\nsynchronous_commit = on\n` : `synchronous_standby_names = ''\n`;
     writeFileSync(join(primaryDir, 'postgresql.auto.conf'), syncSettings);
