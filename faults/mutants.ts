@@ -9,6 +9,13 @@
 import type pg from 'pg';
 import type { MutantName } from './common.js';
 
+/**
+ * Mutants of the failover rules. They change nothing without a promotion, so the fault suite's
+ * runs on one server cannot catch them; the promotion tests (test/epoch.test.ts) must.
+ */
+export const FAILOVER_MUTANTS = ['fence-without-epoch', 'epoch-not-checked', 'liveness-any-incarnation'] as const;
+export type FailoverMutantName = (typeof FAILOVER_MUTANTS)[number];
+
 interface Edit {
   fn: string;
   /** What is removed or replaced; each must match at least once. */
@@ -19,11 +26,17 @@ interface Edit {
 export const MUTANT_DESCRIPTIONS: Record<MutantName, string> = {
   'unfenced-write': "the worker's final write runs in a plain transaction, outside ctx.transaction (no assert_lease)",
   'release-no-token-check': 'leasehold.release and the release in leasehold.finish_runs free the lease whatever token they are given',
-  'acquire-ignores-expiry': 'leasehold.acquire and leasehold.claim_slots never treat an expired lease as free',
+  'acquire-ignores-expiry': 'leasehold.is_free (acquire, claim_slots) never treats an expired lease as free',
   'slot-guard-off': 'leasehold.claim_slots claims a slot even when it is not after the last claimed one',
 };
 
-const EDITS: Record<MutantName, Edit[]> = {
+export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = {
+  'fence-without-epoch': 'leasehold.next_fence is the old fence + 1, without the epoch',
+  'epoch-not-checked': 'leasehold.assert_lease and holds_lease accept a lease confirmed before a failover',
+  'liveness-any-incarnation': 'leasehold.is_free asks for the liveness lock on any server incarnation',
+};
+
+const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'unfenced-write': [],
   'release-no-token-check': [
     { fn: 'release', pattern: /where l\.name = p_name and l\.token = p_token/, replacement: 'where l.name = p_name' },
@@ -31,14 +44,24 @@ const EDITS: Record<MutantName, Edit[]> = {
     { fn: 'finish_runs', pattern: /where i\.token is not null and l\.name = i\.job and l\.token = i\.token/, replacement: 'where i.token is not null and l.name = i.job' },
   ],
   'acquire-ignores-expiry': [
-    { fn: 'acquire', pattern: /\s+or l\.expires_at <= now\(\)/, replacement: '' },
-    { fn: 'claim_slots', pattern: /\s+or l\.expires_at <= now\(\)/, replacement: '' },
+    { fn: 'is_free', pattern: /\s+when l\.epoch is not distinct from leasehold\.epoch\(\) and l\.expires_at <= now\(\) then true/, replacement: '' },
+    { fn: 'is_free', pattern: /\s+when l\.epoch is distinct from leasehold\.epoch\(\)\s+and l\.expires_at \+ coalesce\(l\.ttl, interval '0'\) <= now\(\) then true/, replacement: '' },
+  ],
+  'fence-without-epoch': [
+    { fn: 'next_fence', pattern: /greatest\(coalesce\(p_old, 0\) \+ 1, \(leasehold\.epoch\(\) - 1\)::bigint << 40\)/, replacement: 'coalesce(p_old, 0) + 1' },
+  ],
+  'epoch-not-checked': [
+    { fn: 'assert_lease', pattern: /\s+and l\.epoch = leasehold\.epoch\(\)/, replacement: '' },
+    { fn: 'holds_lease', pattern: /\s+and l\.epoch = leasehold\.epoch\(\)/, replacement: '' },
+  ],
+  'liveness-any-incarnation': [
+    { fn: 'is_free', pattern: /when l\.holder_incarnation is not distinct from leasehold\.incarnation\(\) then/, replacement: 'when true then' },
   ],
   'slot-guard-off': [{ fn: 'claim_slots', pattern: /\s+and \(l\.last_slot is null or w\.claim_slot > l\.last_slot\)/, replacement: '' }],
 };
 
 /** Installs `mutant` into the database `client` is connected to. Throws if a guard was not found. */
-export async function installMutant(client: pg.ClientBase | pg.Pool, mutant: MutantName): Promise<string[]> {
+export async function installMutant(client: pg.ClientBase | pg.Pool, mutant: MutantName | FailoverMutantName): Promise<string[]> {
   const changed: string[] = [];
   for (const edit of EDITS[mutant]) {
     const { rows } = await client.query<{ def: string }>(

@@ -1,6 +1,6 @@
 // The lease client: connects, checks or migrates the schema, keeps the liveness session,
 // and turns the SQL functions into typed calls. Every decision is made by the database.
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { hostname } from 'node:os';
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
@@ -13,14 +13,16 @@ import {
   type ConnectionOptions,
 } from '../db/connection.js';
 import { checkSchema, migrate } from '../db/migrations.js';
-import { ClosedError, InvalidArgumentError } from '../errors.js';
+import { ClosedError, DatabaseUnavailableError, InvalidArgumentError } from '../errors.js';
 import { LeaseholdEmitter, type LeaseholdEvents } from '../observe/events.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { checkHolder, checkLeaseName } from '../validate/names.js';
+import { parseFence } from './fence.js';
 import { Lease, type LeaseGrant } from './lease.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 import { LivenessSession } from './liveness.js';
+import { checkReplication, type ReplicationReport } from './replication.js';
 import type { LeaseRuntime } from './runtime.js';
 import type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunResult, SkipReason } from './types.js';
 
@@ -64,6 +66,8 @@ const SQL_ERRORS: Record<string, string> = { LH001: 'name', LH002: 'ttl', LH004:
 
 export class Leasehold {
   readonly holder: string;
+  /** What the server said at start about replication (null if it could not be read): docs/high-availability.md. */
+  readonly replication: ReplicationReport | null;
   private readonly events: LeaseholdEmitter;
   private readonly runtime: LeaseRuntime;
   private readonly active = new Set<Lease>();
@@ -81,10 +85,18 @@ export class Leasehold {
       where: string;
       logger: Logger;
       events: LeaseholdEmitter;
+      replication: ReplicationReport | null;
     },
     private readonly liveness: LivenessSession | undefined,
   ) {
     this.holder = settings.holder;
+    this.replication = settings.replication;
+    const report = settings.replication;
+    if (report?.warning) {
+      settings.logger.warn({ event: 'replication:warning', ...report }, report.warning);
+      // after createLeasehold() has resolved, so that listeners added right after it hear it
+      setImmediate(() => settings.events.emit('replication:warning', report));
+    }
     this.events = settings.events;
     this.ownedPools = settings.ownedPools;
     this.runtime = {
@@ -133,19 +145,36 @@ export class Leasehold {
       );
     }
     const holderKey = this.liveness?.key ?? null;
-    const sentAt = performance.now();
-    let row: AcquireRow | undefined;
-    try {
+    // Our own token for this acquisition: if the answer is lost, the retry below presents it
+    // and gets its own grant back (same fence) instead of finding the lease "held".
+    const token = randomUUID();
+    let sentAt = performance.now();
+    const attempt = async (): Promise<AcquireRow | undefined> => {
+      sentAt = performance.now();
       const result = await timedQuery<AcquireRow>(
         this.runtime.controlPool,
-        'select * from leasehold.acquire($1, $2::interval, $3, $4::bigint, $5)',
-        [name, `${ttlMs} milliseconds`, this.holder, holderKey, slot],
+        'select * from leasehold.acquire($1, $2::interval, $3, $4::bigint, $5, $6::uuid)',
+        [name, `${ttlMs} milliseconds`, this.holder, holderKey, slot, token],
         // an answer later than the ttl would hand us a lease that is already over
         Math.min(this.runtime.queryTimeoutMs, ttlMs),
         this.runtime.where,
       );
-      row = result.rows[0];
+      return result.rows[0];
+    };
+    let row: AcquireRow | undefined;
+    let retried = false;
+    try {
+      try {
+        row = await attempt();
+      } catch (error) {
+        // Timeout or dropped connection: the grant may have committed. Ask once more.
+        if (!(error instanceof DatabaseUnavailableError)) throw error;
+        this.settings.logger.warn({ event: 'lease:acquire-retry', lease: name, err: (error as Error).message }, `acquire of "${name}" got no answer; asking again with the same token`);
+        retried = true;
+        row = await attempt();
+      }
     } catch (error) {
+      this.releaseUnknownGrant(name, token);
       throw translateSqlError(error);
     }
     if (!row) throw new Error('leasehold.acquire returned no row');
@@ -154,7 +183,7 @@ export class Leasehold {
         {
           name,
           token: row.token,
-          fence: Number(row.fence),
+          fence: parseFence(row.fence),
           holder: this.holder,
           holderKey,
           acquiredAt: row.acquired_at,
@@ -174,6 +203,8 @@ export class Leasehold {
       this.settings.logger.debug({ event: 'lease:acquired', lease: name, fence: lease.fence }, `lease "${name}" acquired`);
       return { acquired: true, lease };
     }
+    // a grant of an earlier attempt that commits after this answer is ours to free
+    if (retried && !row.acquired) this.releaseUnknownGrant(name, token);
     const skipped: NotAcquired = {
       acquired: false,
       name,
@@ -181,7 +212,7 @@ export class Leasehold {
       holder: row.holder,
       since: row.acquired_at,
       until: row.expires_at,
-      fence: Number(row.fence),
+      fence: parseFence(row.fence),
       lastSlot: row.last_slot,
       databaseTime: row.database_time,
     };
@@ -254,7 +285,7 @@ export class Leasehold {
       name: row.name,
       state: row.state,
       holder: row.holder,
-      fence: Number(row.fence),
+      fence: parseFence(row.fence),
       acquiredAt: row.acquired_at,
       expiresAt: row.expires_at,
       secondsLeft: row.seconds_left,
@@ -283,9 +314,24 @@ export class Leasehold {
     return {
       released: row?.released ?? false,
       previousHolder: row?.previous_holder ?? null,
-      previousFence: row?.previous_fence == null ? null : Number(row.previous_fence),
-      fence: row?.fence == null ? null : Number(row.fence),
+      previousFence: row?.previous_fence == null ? null : parseFence(row.previous_fence),
+      fence: row?.fence == null ? null : parseFence(row.fence),
     };
+  }
+
+  /**
+   * An acquisition whose outcome stayed unknown: free its grant if it committed (a release
+   * with a token that matches nothing changes nothing). Best effort; the TTL is the backstop.
+   */
+  private releaseUnknownGrant(name: string, token: string): void {
+    const delays = [0, 2_500]; // again after the acquire's lock_timeout, for a late commit
+    for (const delay of delays) {
+      setTimeout(() => {
+        timedQuery(this.runtime.controlPool, 'select leasehold.release($1, $2::uuid)', [name, token], this.runtime.queryTimeoutMs, this.runtime.where).catch(
+          () => undefined,
+        );
+      }, delay).unref();
+    }
   }
 
   /** @internal for the scheduler: the runtime, the liveness key, and adoption of leases claimed in SQL. */
@@ -342,6 +388,8 @@ export function describeSkip(skip: NotAcquired): string {
       return `skipped "${skip.name}": held by ${skip.holder ?? 'unknown'} (fence ${skip.fence})${held}, until ${skip.until?.toISOString()}`;
     case 'holder-committing':
       return `skipped "${skip.name}": ${skip.holder ?? 'the holder'} (fence ${skip.fence}) is committing a fenced transaction`;
+    case 'being-acquired':
+      return `skipped "${skip.name}": another acquirer is taking the lease right now`;
     case 'slot-taken':
       return `skipped "${skip.name}": slot already claimed (last slot ${skip.lastSlot?.toISOString()})`;
     case 'slot-not-due':
@@ -398,6 +446,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
   const workPool = options.pool ?? own(poolSize);
 
   let client: pg.PoolClient | undefined;
+  let replication: ReplicationReport | null = null;
   try {
     try {
       client = await controlPool.connect();
@@ -406,6 +455,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
     }
     if (options.migrate === false) await checkSchema(client);
     else await migrate(controlPool);
+    replication = await checkReplication(client).catch(() => null);
   } catch (error) {
     client?.release();
     client = undefined;
@@ -440,7 +490,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
     }
   }
   leasehold = new Leasehold(
-    { holder, controlPool, workPool, ownedPools, queryTimeoutMs, where, logger, events },
+    { holder, controlPool, workPool, ownedPools, queryTimeoutMs, where, logger, events, replication },
     liveness,
   );
   return leasehold;

@@ -1,6 +1,7 @@
 // leasehold status: every job with schedule, holder, last run, durations against the interval,
 // skips; a warning line for each job creeping toward overlap.
 import type { Command } from 'commander';
+import { checkReplication } from '../../lease/replication.js';
 import { jobStatus, type JobStatus } from '../../observe/status.js';
 import { databaseUrl, openPool, report, type Io } from '../context.js';
 import { percent, seconds, table, time } from '../format.js';
@@ -18,7 +19,9 @@ export function registerStatus(program: Command, io: Io): void {
         const pool = await openPool(databaseUrl(options.databaseUrl));
         try {
           const jobs = await jobStatus(pool, options.job);
-          io.out(options.json ? JSON.stringify(jobs, null, 2) : render(jobs));
+          const replication = options.json ? null : await checkReplication(pool).catch(() => null);
+          const text = options.json ? JSON.stringify(jobs, null, 2) : render(jobs);
+          io.out(replication?.warning ? `${text}\nwarning: ${replication.warning}` : text);
           io.exit(EXIT.ok);
         } finally {
           await pool.end();
