@@ -47,7 +47,7 @@ describe.skipIf(missing !== undefined)(`failover (${kind} binaries)`, () => {
     writeFileSync(`test-artifacts/failover-${kind}.json`, `${JSON.stringify(results, null, 2)}\n`);
   });
 
-  it('synchronous replication, primary killed: nothing acknowledged is lost, no fence or slot twice, no token resurrected', async () => {
+  it('synchronous replication, primary killed: nothing acknowledged is lost, nothing granted twice, no token resurrected', async () => {
     const r = await scenario('sync-kill', { mode: 'sync', fault: 'kill' });
     expect(r.acknowledgedWrites).toBeGreaterThan(20);
     expect(r.lostWrites).toBe(0);
@@ -58,7 +58,7 @@ describe.skipIf(missing !== undefined)(`failover (${kind} binaries)`, () => {
     expect(r.twoBelieversAllMs).toBe(0);
   });
 
-  it('synchronous replication, primary frozen: the old holder learns of its loss before anyone else acquires (0 ms of two believers)', async () => {
+  it('synchronous replication, primary frozen: the live holder keeps its lease and nobody else believes they hold it (0 ms of two believers)', async () => {
     const r = await scenario('sync-freeze', { mode: 'sync', fault: 'freeze' });
     expect(r.lostWrites).toBe(0);
     expect(r.doubleFences).toBe(0);
@@ -69,23 +69,33 @@ describe.skipIf(missing !== undefined)(`failover (${kind} binaries)`, () => {
     expect(r.twoBelieversAllMs).toBe(0);
   });
 
-  it('asynchronous replication held back, primary killed: acknowledged grants are lost, yet no fence repeats or goes back and no dead token is accepted', async () => {
+  // With asynchronous replication the newest acknowledged commits are lost (docs/high-availability.md):
+  // work under a lost grant may run again, under a new fence, and a lost slot claim may be
+  // claimed again, under the same idempotency key. Fences, tokens and live holders stay safe.
+  it('asynchronous replication held back, primary killed: grants are lost, yet no fence repeats or goes back and no dead token is accepted', async () => {
     const r = await scenario('async-kill', { mode: 'async', fault: 'kill' });
-    // the replication hold-back worked: the new primary lacks acknowledged writes
-    expect(r.lostWrites).toBeGreaterThan(0);
+    expect(r.lostWrites).toBeGreaterThan(0); // the hold-back worked
     expect(r.doubleFences).toBe(0);
     expect(r.backwardFences).toBe(0);
     expect(r.resurrectedTokens).toBe(0);
-    // a lost slot claim can be claimed again, but under the same idempotency key
     expect(r.slotsTwiceDifferentKeys).toBe(0);
+    expect(r.twoBelieversHeldMs).toBe(0);
   });
 
-  it('asynchronous replication held back, primary frozen: no fence repeats or goes back, no dead token is accepted', async () => {
+  it('asynchronous replication held back, primary frozen: no fence repeats or goes back, no dead token is accepted, the live holder is not replaced', async () => {
     const r = await scenario('async-freeze', { mode: 'async', fault: 'freeze' });
     expect(r.lostWrites).toBeGreaterThan(0);
     expect(r.doubleFences).toBe(0);
     expect(r.backwardFences).toBe(0);
     expect(r.resurrectedTokens).toBe(0);
     expect(r.slotsTwiceDifferentKeys).toBe(0);
+    expect(r.twoBelieversHeldMs).toBe(0);
+  });
+
+  it('the checks can fail: with the fence stripped of its epoch, the same run finds fences acknowledged twice', async () => {
+    const r = await scenario('mutant-fence-without-epoch', { mode: 'async', fault: 'kill', mutant: 'fence-without-epoch' });
+    expect(r.lostWrites).toBeGreaterThan(0);
+    expect(r.doubleFences).toBeGreaterThan(0);
+    expect(r.backwardFences).toBeGreaterThan(0);
   });
 });

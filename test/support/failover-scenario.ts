@@ -5,6 +5,7 @@
 // lease, and the checks count what went wrong.
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
+import { installMutant, type FailoverMutantName } from '../../faults/mutants.js';
 import { FaultProxy } from '../../faults/proxy.js';
 import { JsonLinesProcess, type Line } from './json-lines.js';
 import type { ClusterTemplate, ReplicatedPair, ReplicationMode } from './replication.js';
@@ -25,8 +26,8 @@ const TSX = fileURLToPath(new URL('../../node_modules/tsx/dist/esm/index.mjs', i
 export interface ScenarioOptions {
   mode: ReplicationMode;
   fault: 'kill' | 'freeze';
-  /** SQL run on the primary before the clients start (a mutant of the protocol). */
-  mutate?: string;
+  /** A broken protocol (faults/mutants.ts) installed on the primary before the clients start. */
+  mutant?: FailoverMutantName;
   /** TTL of the lease held across the failover (heartbeats every ttl/3, the default). */
   holdTtlMs?: number;
 }
@@ -79,7 +80,11 @@ export async function runScenario(template: ClusterTemplate, options: ScenarioOp
       if (s.status === 'fulfilled') clients.push(s.value);
       else throw s.reason;
     }
-    if (options.mutate) await sql(pair.primary.url(), options.mutate);
+    if (options.mutant) {
+      const client = new pg.Client({ connectionString: pair.primary.url() });
+      await client.connect();
+      await installMutant(client, options.mutant).finally(() => client.end());
+    }
     await Promise.all(clients.map((c) => c.send({ cmd: 'connect' })));
     timings.clients = Date.now() - started - timings.pair;
     const [a, b] = clients as [JsonLinesProcess, JsonLinesProcess, JsonLinesProcess];

@@ -9,7 +9,7 @@
 //
 // As root the servers run as the `postgres` OS user (PostgreSQL refuses to run as root).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, chownSync, cpSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync, appendFileSync } from 'node:fs';
+import { appendFileSync, chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
@@ -66,6 +66,8 @@ const BASE_SETTINGS: Record<string, string> = {
   max_connections: '100',
   wal_sender_timeout: '60s',
   wal_receiver_status_interval: '1s',
+  // a standby started before its primary retries soon (default 5 s)
+  wal_retrieve_retry_interval: '100ms',
 };
 
 /** One PostgreSQL server process on a data directory. */
@@ -289,12 +291,8 @@ export class ClusterTemplate {
     const parent = this.tempDir();
     const primaryDir = join(parent, 'primary');
     const standbyDir = join(parent, 'standby');
-    cpSync(this.dir, primaryDir, { recursive: true, preserveTimestamps: true });
-    cpSync(this.dir, standbyDir, { recursive: true, preserveTimestamps: true });
-    for (const dir of [primaryDir, standbyDir]) {
-      chmodSync(dir, 0o700);
-      if (this.user) chownTree(dir, this.user);
-    }
+    // cp -a keeps owners and modes (the servers' OS user, 0700 data directories)
+    await Promise.all([copyTree(this.dir, primaryDir), copyTree(this.dir, standbyDir)]);
     const primary = new PgServer('primary', primaryDir, await freePort(), this.binaries, this.user);
     const standby = new PgServer('standby', standbyDir, await freePort(), this.binaries, this.user);
     const replicationProxy = new FaultProxy(primary.port);
@@ -323,8 +321,7 @@ export class ClusterTemplate {
       rmSync(parent, { recursive: true, force: true });
     };
     try {
-      await primary.start();
-      await standby.start();
+      await Promise.all([primary.start(), standby.start()]);
       const pair: ReplicatedPair = {
         primary,
         standby,
@@ -348,13 +345,14 @@ export class ClusterTemplate {
   }
 }
 
-function chownTree(dir: string, user: RunAs): void {
-  chownSync(dir, user.uid, user.gid);
-  for (const entry of readdirSync(dir, { withFileTypes: true })) {
-    const path = join(dir, entry.name);
-    if (entry.isDirectory()) chownTree(path, user);
-    else chownSync(path, user.uid, user.gid);
-  }
+function copyTree(from: string, to: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('cp', ['-a', from, to], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
+    child.on('error', reject);
+    child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`cp -a ${from} ${to} failed: ${err}`))));
+  });
 }
 
 async function waitForCatchUp(primary: PgServer, standby: PgServer, timeoutMs: number): Promise<void> {
