@@ -102,6 +102,8 @@ export function deadTokens(h: History, before: number): Array<{ name: string; to
     if (r.ok && r.at < before && a) dead.set(a.token, { name: a.name, token: a.token, fence: a.fence });
   }
   for (const a of h.acquired) {
+    // only tokens that existed before: a later grant below an earlier fence is a backward fence, counted there
+    if (a.at >= before) continue;
     if (h.acquired.some((b) => b.name === a.name && b.fence > a.fence && b.at < before && b.token !== a.token)) {
       dead.set(a.token, { name: a.name, token: a.token, fence: a.fence });
     }
@@ -115,33 +117,54 @@ export function writesWithDeadTokens(h: History, before: number, after: number):
   return h.writes.filter((w) => w.sentAt >= after && dead.has(w.token)).length;
 }
 
+export interface Overlap {
+  name: string;
+  ms: number;
+  /** The two beliefs: client number, fence, and how each ended. */
+  first: { client: number; fence: string; ended: string };
+  second: { client: number; fence: string; ended: string };
+}
+
 /**
- * Milliseconds during which two processes believed they held the same lease, summed over pairs
- * of acquisitions of one name. A process believes from the acknowledgement of its acquire until
+ * Periods during which two processes believed they held the same lease, over all pairs of
+ * acquisitions of one name. A process believes from the acknowledgement of its acquire until
  * its lease is reported lost, or until it sends the release, or until its history ends.
  */
-export function twoBelieversMs(h: History): number {
+export function overlaps(h: History): Overlap[] {
   const intervals = h.acquired.map((a) => {
     const ends = [
-      ...h.lost.filter((l) => l.token === a.token).map((l) => l.at),
-      ...h.releases.filter((r) => r.token === a.token).map((r) => r.sentAt),
-      h.endAt,
-    ];
-    return { name: a.name, token: a.token, client: a.client, start: a.at, end: Math.min(...ends) };
+      ...h.lost.filter((l) => l.token === a.token).map((l) => ({ at: l.at, how: 'lost' })),
+      ...h.releases.filter((r) => r.token === a.token).map((r) => ({ at: r.sentAt, how: 'released' })),
+      { at: h.endAt, how: 'end of run' },
+    ].sort((x, y) => x.at - y.at);
+    const end = ends[0] as { at: number; how: string };
+    return { name: a.name, token: a.token, client: a.client, fence: a.fence.toString(), start: a.at, end: end.at, ended: end.how };
   });
-  let total = 0;
-  const byName = groupBy(intervals, (i) => i.name);
-  for (const list of byName.values()) {
+  const found: Overlap[] = [];
+  for (const list of groupBy(intervals, (i) => i.name).values()) {
     for (let i = 0; i < list.length; i++) {
       for (let j = i + 1; j < list.length; j++) {
         const a = list[i] as (typeof list)[number];
         const b = list[j] as (typeof list)[number];
         if (a.token === b.token) continue;
-        total += Math.max(0, Math.min(a.end, b.end) - Math.max(a.start, b.start));
+        const ms = Math.min(a.end, b.end) - Math.max(a.start, b.start);
+        if (ms <= 0) continue;
+        const [x, y] = a.start <= b.start ? [a, b] : [b, a];
+        found.push({
+          name: a.name,
+          ms,
+          first: { client: x.client, fence: x.fence, ended: x.ended },
+          second: { client: y.client, fence: y.fence, ended: y.ended },
+        });
       }
     }
   }
-  return total;
+  return found;
+}
+
+/** Milliseconds of two believers, summed over all overlaps. */
+export function twoBelieversMs(h: History): number {
+  return overlaps(h).reduce((sum, o) => sum + o.ms, 0);
 }
 
 function groupBy<T>(items: T[], key: (item: T) => string): Map<string, T[]> {

@@ -15,7 +15,9 @@ import {
   doubleFences,
   doubleSlots,
   history,
+  overlaps,
   twoBelieversMs,
+  type Overlap,
   writesWithDeadTokens,
   type History,
 } from './failover-checks.js';
@@ -45,6 +47,8 @@ export interface ScenarioResult {
   /** ms during which two processes believed they held the same lease: the held lease; all leases. */
   twoBelieversHeldMs: number;
   twoBelieversAllMs: number;
+  /** The first few overlaps behind twoBelieversAllMs, to explain them. */
+  overlaps: Overlap[];
   /** Fenced writes acknowledged before the failover that the new primary does not have. */
   lostWrites: number;
   /** Whether (and how long after the switch) the second client took the held lease. */
@@ -61,7 +65,7 @@ export interface ScenarioResult {
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 export async function runScenario(template: ClusterTemplate, options: ScenarioOptions): Promise<ScenarioResult> {
-  const holdTtlMs = options.holdTtlMs ?? 3_000;
+  const holdTtlMs = options.holdTtlMs ?? 2_000;
   const started = Date.now();
   const timings: Record<string, number> = {};
   const proxy = new FaultProxy(0);
@@ -141,6 +145,7 @@ export async function runScenario(template: ClusterTemplate, options: ScenarioOp
       slotsTwiceDifferentKeys: slots.differentKeys,
       twoBelieversHeldMs: twoBelieversMs(heldHistory),
       twoBelieversAllMs: twoBelieversMs(h),
+      overlaps: overlaps(h).slice(0, 5),
       lostWrites,
       takeoverAfterSwitchMs: takeoverAt === null ? null : takeoverAt - switchedAt,
       holderLearnedAfterFaultMs: holderLost ? Number(holderLost.at) - faultAt : null,
