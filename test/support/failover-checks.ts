@@ -19,7 +19,7 @@ export interface History {
   /** Fenced writes the server acknowledged (COMMIT answered). */
   writes: Array<{ name: string; token: string; fence: bigint; value: string; sentAt: number; at: number }>;
   releases: Array<{ name: string; token: string; ok: boolean; sentAt: number; at: number }>;
-  lost: Array<{ name: string; token: string; at: number }>;
+  lost: Array<{ name: string; token: string; at: number; reason: string }>;
   /** When each client's history ends (it stopped believing anything after that). */
   endAt: number;
 }
@@ -37,7 +37,7 @@ export function history(clients: Line[][], endAt: number): History {
       } else if (l.event === 'released') {
         h.releases.push({ ...base, ok: l.ok === true, sentAt: Number(l.sentAt) });
       } else if (l.event === 'lost') {
-        h.lost.push(base);
+        h.lost.push({ ...base, reason: String(l.reason) });
       }
     }
   });
@@ -133,7 +133,7 @@ export interface Overlap {
 export function overlaps(h: History): Overlap[] {
   const intervals = h.acquired.map((a) => {
     const ends = [
-      ...h.lost.filter((l) => l.token === a.token).map((l) => ({ at: l.at, how: 'lost' })),
+      ...h.lost.filter((l) => l.token === a.token).map((l) => ({ at: l.at, how: `lost (${l.reason})` })),
       ...h.releases.filter((r) => r.token === a.token).map((r) => ({ at: r.sentAt, how: 'released' })),
       { at: h.endAt, how: 'end of run' },
     ].sort((x, y) => x.at - y.at);
