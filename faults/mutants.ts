@@ -26,7 +26,7 @@ interface Edit {
 export const MUTANT_DESCRIPTIONS: Record<MutantName, string> = {
   'unfenced-write': "the worker's final write runs in a plain transaction, outside ctx.transaction (no assert_lease)",
   'release-no-token-check': 'leasehold.release and the release in leasehold.finish_runs free the lease whatever token they are given',
-  'acquire-ignores-expiry': 'leasehold.is_free (acquire, claim_slots) never treats an expired lease as free',
+  'acquire-ignores-expiry': 'leasehold.acquire and leasehold.claim_slots never treat an expired lease as free',
   'slot-guard-off': 'leasehold.claim_slots claims a slot even when it is not after the last claimed one',
 };
 
@@ -36,6 +36,10 @@ export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = 
   'liveness-any-incarnation': 'leasehold.is_free asks for the liveness lock on any server incarnation',
 };
 
+/** leasehold.is_free without its two expiry rules. */
+const FREE_IGNORING_EXPIRY =
+  '(l.token is null or (l.holder_incarnation is not distinct from leasehold.incarnation() and leasehold.holder_gone(l.holder_key)))';
+
 const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'unfenced-write': [],
   'release-no-token-check': [
@@ -43,9 +47,11 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
     // the scheduler's batched finish releases in its own statement
     { fn: 'finish_runs', pattern: /where i\.token is not null and l\.name = i\.job and l\.token = i\.token/, replacement: 'where i.token is not null and l.name = i.job' },
   ],
+  // The claim paths only: the skip reports keep the real rule, so a slot the mutant leaves
+  // unclaimed behind an expired holder is lost rather than reported as a skip.
   'acquire-ignores-expiry': [
-    { fn: 'is_free', pattern: /\s+when l\.epoch is not distinct from leasehold\.epoch\(\) and l\.expires_at <= now\(\) then true/, replacement: '' },
-    { fn: 'is_free', pattern: /\s+when l\.epoch is distinct from leasehold\.epoch\(\)\s+and l\.expires_at \+ coalesce\(l\.ttl, interval '0'\) <= now\(\) then true/, replacement: '' },
+    { fn: 'acquire', pattern: /and leasehold\.is_free\(l\)\n/, replacement: `and ${FREE_IGNORING_EXPIRY}\n` },
+    { fn: 'claim_slots', pattern: /or leasehold\.is_free\(l\)\)/, replacement: `or ${FREE_IGNORING_EXPIRY})` },
   ],
   'fence-without-epoch': [
     { fn: 'next_fence', pattern: /greatest\(coalesce\(p_old, 0\) \+ 1, \(leasehold\.epoch\(\) - 1\)::bigint << 40\)/, replacement: 'coalesce(p_old, 0) + 1' },
