@@ -144,6 +144,15 @@ language sql volatile as $$
   end;
 $$;
 
+-- liveness_incarnation: the incarnation to record with a grant under liveness key p_key: the
+-- current one when the key's lock is held on this server right now, else null (the TTL then
+-- governs). A client does not notice at once that its liveness session went with an old
+-- primary; a grant recorded with that key as if it lived here would look "holder gone" at once.
+create function leasehold.liveness_incarnation(p_key bigint) returns text
+language sql volatile as $$
+  select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.incarnation() end;
+$$;
+
 -- is_free: the one rule for "anyone may take this lease now".
 --   * never held or released;
 --   * expired by the database clock; a lease last confirmed in an earlier epoch (before a
@@ -240,7 +249,7 @@ begin
        set token = coalesce(p_token, gen_random_uuid()), fence = leasehold.next_fence(l.fence),
            holder = p_holder, holder_key = p_holder_key, acquired_at = now(),
            expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch(),
-           holder_incarnation = leasehold.incarnation(),
+           holder_incarnation = leasehold.liveness_incarnation(p_holder_key),
            released_at = null, last_slot = coalesce(p_slot, l.last_slot)
      where l.name = p_name
     returning l.* into r;
@@ -262,7 +271,7 @@ begin
     insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at,
                                       last_slot, ttl, epoch, holder_incarnation)
     values (p_name, coalesce(p_token, gen_random_uuid()), leasehold.next_fence(0), p_holder, p_holder_key,
-            now(), now() + p_ttl, p_slot, p_ttl, leasehold.epoch(), leasehold.incarnation())
+            now(), now() + p_ttl, p_slot, p_ttl, leasehold.epoch(), leasehold.liveness_incarnation(p_holder_key))
     on conflict (name) do nothing
     returning l.* into r;
     if found then

@@ -168,7 +168,7 @@ begin
            released_at = case when c.mode = 'allow' then l.released_at else null end,
            ttl = case when c.mode = 'allow' then l.ttl else c.ttl end,
            epoch = case when c.mode = 'allow' then l.epoch else leasehold.epoch() end,
-           holder_incarnation = case when c.mode = 'allow' then l.holder_incarnation else leasehold.incarnation() end
+           holder_incarnation = case when c.mode = 'allow' then l.holder_incarnation else leasehold.liveness_incarnation(p_holder_key) end
       from candidates c
      where l.name = c.name
     returning l.name, c.claim_slot, c.mode, c.previous_slot, c.previous_token, l.token, l.fence, l.expires_at
