@@ -292,6 +292,20 @@ begin
     select * into r from leasehold.leases l where l.name = p_name;
   end if;
 
+  -- Our own first attempt may have committed since the token check at the top: adopt it.
+  if p_token is not null and r.token = p_token then
+    update leasehold.leases l
+       set expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch()
+     where l.name = p_name and l.token = p_token and l.expires_at > now()
+    returning l.* into r;
+    if found then
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                          r.last_slot, 'acquired'::text, now(), false;
+      return;
+    end if;
+    select * into r from leasehold.leases l where l.name = p_name;
+  end if;
+
   why := case
       when p_slot is not null and p_slot > now() then 'slot-not-due'
       when p_slot is not null and r.last_slot is not null and p_slot <= r.last_slot then 'slot-taken'

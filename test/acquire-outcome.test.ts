@@ -49,7 +49,7 @@ describe('acquire with the caller\'s token', () => {
     }, 15_000, 20);
     await blocker.query('commit');
     const result = await pending;
-    expect(result.acquired).toBe(true);
+    expect(result.acquired, result.acquired ? "" : JSON.stringify(result)).toBe(true);
     if (!result.acquired) return;
     const { rows } = await observer.query<{ token: string; fence: string }>("select token, fence from leasehold.leases where name = 'lost-answer'");
     expect(rows[0]).toEqual({ token: result.lease.token, fence: '1' });

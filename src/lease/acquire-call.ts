@@ -58,6 +58,13 @@ export async function callAcquire(runtime: LeaseRuntime, request: AcquireRequest
     );
     try {
       row = await attempt();
+      // 'being-acquired' may be our own first attempt, still running: once it commits, the
+      // lease is held with our token and the next ask adopts it
+      for (const pause of [25, 100, 400]) {
+        if (row.acquired || row.reason !== 'being-acquired') break;
+        await new Promise((resolve) => setTimeout(resolve, pause));
+        row = await attempt();
+      }
     } catch (retryError) {
       releaseUnknownGrant(runtime, request.name, token);
       throw retryError;
