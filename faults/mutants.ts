@@ -9,6 +9,13 @@
 import type pg from 'pg';
 import type { MutantName } from './common.js';
 
+/**
+ * Mutants of the failover rules. They change nothing without a promotion, so the fault suite's
+ * runs on one server cannot catch them; the promotion tests (test/epoch.test.ts) must.
+ */
+export const FAILOVER_MUTANTS = ['fence-without-epoch', 'epoch-not-checked', 'liveness-any-incarnation'] as const;
+export type FailoverMutantName = (typeof FAILOVER_MUTANTS)[number];
+
 interface Edit {
   fn: string;
   /** What is removed or replaced; each must match at least once. */
@@ -23,22 +30,44 @@ export const MUTANT_DESCRIPTIONS: Record<MutantName, string> = {
   'slot-guard-off': 'leasehold.claim_slots claims a slot even when it is not after the last claimed one',
 };
 
-const EDITS: Record<MutantName, Edit[]> = {
+export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = {
+  'fence-without-epoch': 'leasehold.next_fence is the old fence + 1, without the epoch',
+  'epoch-not-checked': 'leasehold.assert_lease and holds_lease accept a lease confirmed before a failover',
+  'liveness-any-incarnation': 'leasehold.is_free asks for the liveness lock on any server incarnation',
+};
+
+/** leasehold.is_free without its two expiry rules. */
+const FREE_IGNORING_EXPIRY =
+  '(l.token is null or (l.holder_incarnation is not distinct from leasehold.incarnation() and leasehold.holder_gone(l.holder_key)))';
+
+const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'unfenced-write': [],
   'release-no-token-check': [
     { fn: 'release', pattern: /where l\.name = p_name and l\.token = p_token/, replacement: 'where l.name = p_name' },
     // the scheduler's batched finish releases in its own statement
     { fn: 'finish_runs', pattern: /where i\.token is not null and l\.name = i\.job and l\.token = i\.token/, replacement: 'where i.token is not null and l.name = i.job' },
   ],
+  // The claim paths only: the skip reports keep the real rule, so a slot the mutant leaves
+  // unclaimed behind an expired holder is lost rather than reported as a skip.
   'acquire-ignores-expiry': [
-    { fn: 'acquire', pattern: /\s+or l\.expires_at <= now\(\)/, replacement: '' },
-    { fn: 'claim_slots', pattern: /\s+or l\.expires_at <= now\(\)/, replacement: '' },
+    { fn: 'acquire', pattern: /and leasehold\.is_free\(l\)\n/, replacement: `and ${FREE_IGNORING_EXPIRY}\n` },
+    { fn: 'claim_slots', pattern: /or leasehold\.is_free\(l\)\)/, replacement: `or ${FREE_IGNORING_EXPIRY})` },
+  ],
+  'fence-without-epoch': [
+    { fn: 'next_fence', pattern: /greatest\(coalesce\(p_old, 0\) \+ 1, \(leasehold\.epoch\(\) - 1\)::bigint << 40\)/, replacement: 'coalesce(p_old, 0) + 1' },
+  ],
+  'epoch-not-checked': [
+    { fn: 'assert_lease', pattern: /\s+and l\.epoch = leasehold\.epoch\(\)/, replacement: '' },
+    { fn: 'holds_lease', pattern: /\s+and l\.epoch = leasehold\.epoch\(\)/, replacement: '' },
+  ],
+  'liveness-any-incarnation': [
+    { fn: 'is_free', pattern: /when l\.holder_incarnation is not distinct from leasehold\.incarnation\(\) then/, replacement: 'when true then' },
   ],
   'slot-guard-off': [{ fn: 'claim_slots', pattern: /\s+and \(l\.last_slot is null or w\.claim_slot > l\.last_slot\)/, replacement: '' }],
 };
 
 /** Installs `mutant` into the database `client` is connected to. Throws if a guard was not found. */
-export async function installMutant(client: pg.ClientBase | pg.Pool, mutant: MutantName): Promise<string[]> {
+export async function installMutant(client: pg.ClientBase | pg.Pool, mutant: MutantName | FailoverMutantName): Promise<string[]> {
   const changed: string[] = [];
   for (const edit of EDITS[mutant]) {
     const { rows } = await client.query<{ def: string }>(

@@ -18,7 +18,18 @@ interface Pair {
   client: Socket;
   upstream: Socket;
   paused: boolean;
+  /** Its server is no longer behind this address (see retarget). */
+  orphaned: boolean;
 }
+
+/**
+ * What a retarget does to open connections:
+ * - keep: they stay with the old server, as after a DNS change (a hung server keeps them silent);
+ * - reset-on-send: as after a moved virtual IP, the old server's answers no longer arrive, and
+ *   the client's next packet is answered with a reset; an idle connection notices nothing;
+ * - reset: reset at once.
+ */
+export type RetargetExisting = 'keep' | 'reset-on-send' | 'reset';
 
 export class FaultProxy {
   private server: Server | undefined;
@@ -29,9 +40,22 @@ export class FaultProxy {
   accepted = 0;
 
   constructor(
-    private readonly upstreamPort: number,
-    private readonly upstreamHost = '127.0.0.1',
+    private upstreamPort: number,
+    private upstreamHost = '127.0.0.1',
   ) {}
+
+  /** Sends new connections to another server (failover tests); see RetargetExisting for the open ones. */
+  retarget(port: number, existing: RetargetExisting, host = this.upstreamHost): void {
+    this.upstreamPort = port;
+    this.upstreamHost = host;
+    for (const pair of [...this.pairs]) {
+      if (existing === 'reset') this.reset(pair);
+      else if (existing === 'reset-on-send') {
+        pair.orphaned = true;
+        pair.upstream.destroy();
+      }
+    }
+  }
 
   get mode(): ProxyMode {
     return this.current;
@@ -81,29 +105,34 @@ export class FaultProxy {
     const upstream = connect(this.upstreamPort, this.upstreamHost);
     upstream.setNoDelay(true);
     client.setNoDelay(true);
-    const pair: Pair = { client, upstream, paused: false };
+    const pair: Pair = { client, upstream, paused: false, orphaned: false };
     this.pairs.add(pair);
     upstream.on('error', () => {
       // the server went away (restart) or refused: let the client see a reset
-      if (!client.destroyed) client.resetAndDestroy();
+      if (!pair.orphaned && !client.destroyed) client.resetAndDestroy();
     });
     // Manual forwarding rather than pipe(): pipe() resumes a paused source when the
     // destination drains, which would quietly heal a blackhole.
     client.on('data', (chunk) => {
-      if (!upstream.destroyed) upstream.write(chunk);
+      if (pair.orphaned) this.reset(pair);
+      else if (!upstream.destroyed) upstream.write(chunk);
     });
     upstream.on('data', (chunk) => {
-      if (!client.destroyed) client.write(chunk);
+      if (!pair.orphaned && !client.destroyed) client.write(chunk);
     });
     client.on('end', () => upstream.end());
-    upstream.on('end', () => client.end());
+    upstream.on('end', () => {
+      if (!pair.orphaned) client.end();
+    });
     const done = () => {
       this.pairs.delete(pair);
       if (!client.destroyed) client.destroy();
       if (!upstream.destroyed) upstream.destroy();
     };
     client.on('close', done);
-    upstream.on('close', done);
+    upstream.on('close', () => {
+      if (!pair.orphaned) done();
+    });
     if (this.current === 'blackhole') this.pause(pair);
   }
 

@@ -134,6 +134,9 @@ as $$
 #variable_conflict use_column
 begin
   perform leasehold.check_holder(p_holder);
+  -- the same bounds as acquire: a caller must not hold a job for a century
+  perform leasehold.check_ttl(t) from unnest(p_ttls) as t;
+  perform leasehold.pin_synchronous_commit();
 
   -- 1. Claim. Rows are locked in random order with SKIP LOCKED, so workers claiming the same
   --    tick share the jobs instead of queueing behind one another.
@@ -159,23 +162,23 @@ begin
        -- claim must not run the slot after its holder releases
        and not (w.mode = 'exclusive' and w.cap = 0
                 and exists (select 1 from leasehold.skips k where k.job = w.job and k.slot = w.claim_slot))
-       and (w.mode in ('replace', 'allow')
-            or l.token is null
-            or l.expires_at <= now()
-            or leasehold.holder_gone(l.holder_key))
+       and (w.mode in ('replace', 'allow') or leasehold.is_free(l))
      order by random()
        for update of l skip locked
   ),
   claimed as (
     update leasehold.leases l
-       set fence = l.fence + 1,
+       set fence = leasehold.next_fence(l.fence),
            last_slot = c.claim_slot,
            token = case when c.mode = 'allow' then l.token else gen_random_uuid() end,
            holder = case when c.mode = 'allow' then l.holder else p_holder end,
            holder_key = case when c.mode = 'allow' then l.holder_key else p_holder_key end,
            acquired_at = case when c.mode = 'allow' then l.acquired_at else now() end,
            expires_at = case when c.mode = 'allow' then l.expires_at else now() + c.ttl end,
-           released_at = case when c.mode = 'allow' then l.released_at else null end
+           released_at = case when c.mode = 'allow' then l.released_at else null end,
+           ttl = case when c.mode = 'allow' then l.ttl else c.ttl end,
+           epoch = case when c.mode = 'allow' then l.epoch else leasehold.epoch() end,
+           holder_incarnation = case when c.mode = 'allow' then l.holder_incarnation else leasehold.liveness_incarnation(p_holder_key) end
       from candidates c
      where l.name = c.name
     returning l.name, c.claim_slot, c.mode, c.previous_slot, c.previous_token, l.token, l.fence, l.expires_at
@@ -230,8 +233,7 @@ begin
                   and exists (select 1 from leasehold.skips k where k.job = i.job and k.slot = i.slot) then 'slot-skipped'
              -- replace and allow only fail on a row lock: a transient state, not a skip
              when i.mode in ('replace', 'allow') then 'holder-committing'
-             when l.token is not null and l.expires_at > now()
-                  and not leasehold.holder_gone(l.holder_key) then 'held'
+             when not leasehold.is_free(l) then 'held'
              else 'holder-committing'
            end as why
       from input i
@@ -275,6 +277,7 @@ declare
   v_recorded boolean;
   v_released boolean := false;
 begin
+  perform leasehold.pin_synchronous_commit();
   if p_outcome not in ('succeeded', 'failed', 'lost', 'aborted') then
     raise exception 'outcome must be succeeded, failed, lost or aborted (got %)', p_outcome using errcode = '22023';
   end if;
@@ -304,6 +307,7 @@ set lock_timeout = '2s'
 as $$
 #variable_conflict use_column
 begin
+  perform leasehold.pin_synchronous_commit();
   if exists (select 1 from unnest(p_outcomes) o where o not in ('succeeded', 'failed', 'lost', 'aborted')) then
     raise exception 'outcome must be succeeded, failed, lost or aborted' using errcode = '22023';
   end if;

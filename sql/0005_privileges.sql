@@ -29,12 +29,17 @@ insert into leasehold.access (object, level) values
   ('runs', 'reader'), ('skips', 'reader'), ('missed', 'reader'),
   -- job definitions (schedules, no secrets), for the dashboard's paging and next-run times
   ('jobs', 'reader'), ('check_characters', 'reader'),
+  -- lease_status calls incarnation(); a view's function calls are checked against its reader
+  ('epoch', 'reader'), ('incarnation', 'reader'),
   ('acquire', 'client'), ('renew', 'client'), ('release', 'client'), ('assert_lease', 'client'),
   ('holds_lease', 'client'), ('register_liveness', 'client'), ('register_jobs', 'client'),
   ('claim_slots', 'client'), ('finish_run', 'client'), ('finish_runs', 'client'),
   ('enqueue_slots', 'client'), ('record_missed', 'client'), ('register_external_job', 'client'),
   ('start_run', 'client'), ('record_skip', 'client'), ('finish_held_run', 'client'),
   ('force_release', 'operator'), ('prune_history', 'operator'),
+  -- internal steps of the protocol functions, never called directly
+  ('next_fence', 'owner'), ('is_free', 'owner'), ('pin_synchronous_commit', 'owner'),
+  ('liveness_incarnation', 'owner'),
   ('secure_schema', 'owner'), ('grant_statements', 'owner'), ('grant_access', 'owner'),
   ('revoke_access', 'owner');
 

@@ -10,6 +10,7 @@ export type LeaseholdErrorCode =
   | 'SCHEMA_VERSION'
   | 'DATABASE_UNAVAILABLE'
   | 'OUTCOME_UNKNOWN'
+  | 'FENCE_RANGE'
   | 'SHUTDOWN'
   | 'CLOSED'
   | 'PERMISSION_DENIED';

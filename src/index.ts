@@ -3,6 +3,8 @@ export { createLeasehold, describeSkip, Leasehold, type LeaseholdOptions } from 
 export { Lease, type TransactionOptions } from './lease/lease.js';
 export type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './lease/types.js';
 export { MAX_TTL_MS, MIN_TTL_MS } from './lease/limits.js';
+export { FenceRangeError } from './lease/fence.js';
+export type { ReplicationReport } from './lease/replication.js';
 export {
   ClosedError,
   DatabaseUnavailableError,

@@ -316,6 +316,12 @@ describe('an attacking client role against another role\'s live lease', () => {
     expect(await outcome(attacker, 'select leasehold.secure_schema()')).toBe('42501');
     // planting a function in the schema
     expect(await outcome(attacker, 'create function leasehold.now() returns timestamptz language sql as $$ select now() $$')).toBe('42501');
+    // holding a free job for a century through the scheduler's claim instead of acquire
+    const free = `free-${randomUUID()}`;
+    await owner.query(`select leasehold.register_jobs(array[$1], array['1m'], array[null]::text[], array[60000::bigint], array[60000::bigint], array['skip'], array['latest'], 'owner')`, [free]);
+    expect(
+      await outcome(attacker, `select * from leasehold.claim_slots(array[$1], array[now() - interval '1 second'], array[interval '100 years'], array['exclusive'], array[0], 'thief')`, [free]),
+    ).toBe('LH002');
 
     // nothing changed: the owner's lease is intact and works
     const { rows } = await owner.query('select token, fence, expires_at < now() + interval \'1 minute\' as short from leasehold.leases where name = $1', [name]);

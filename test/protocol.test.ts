@@ -31,9 +31,11 @@ describe('acquire', () => {
       expect(winners, `round ${round}`).toHaveLength(1);
       const winner = winners[0]!;
       fences.push(Number(winner.r.fence));
-      // every loser names the winner
+      // every loser names the winner, or says it is being taken right now (naming nobody)
       for (const r of results.filter((r) => !r.acquired)) {
-        expect(['held', 'holder-committing']).toContain(r.reason);
+        expect(['held', 'being-acquired']).toContain(r.reason);
+        if (r.reason === 'held') expect(r.holder).toBe(winner.r.holder);
+        else expect(r.holder).toBeNull();
       }
       expect(await release(conns[winner.i]!, 'race', winner.r.token)).toBe(true);
     }

@@ -1,5 +1,7 @@
 // A real database restart on a server of this test's own: the host process survives, its
-// leases count as lost (every session advisory lock is gone), and it works again afterwards.
+// leases count as lost on its side (its liveness session is gone), nobody else takes them
+// before their TTL (advisory locks of an earlier server incarnation prove nothing), and it
+// works again afterwards.
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createLeasehold, type Leasehold } from '../src/index.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/db/embedded.js';
@@ -20,7 +22,7 @@ afterAll(async () => {
 });
 
 it('survives a database restart: leases are lost, the process lives on, new leases work', async () => {
-  const first = await leasehold.acquire('restart', { ttl: '30s', heartbeat: true, heartbeatInterval: 200 });
+  const first = await leasehold.acquire('restart', { ttl: '4s', heartbeat: true, heartbeatInterval: 200 });
   if (!first.acquired) throw new Error('expected to acquire');
   const { lease } = first;
   const lostEvents: string[] = [];
@@ -32,12 +34,18 @@ it('survives a database restart: leases are lost, the process lives on, new leas
   expect(lease.signal.aborted).toBe(true);
   expect(['liveness-lost', 'renew-failed', 'renew-timeout']).toContain(lease.lostReason?.reason);
   expect(lostEvents).toEqual(['liveness']);
-  // The lease row survived the restart, and the holder's liveness lock did not: the next
-  // acquisition gets it at once, with the next fence (fences never go back).
+  // The lease row survived the restart, and the holder's liveness lock did not. That proves
+  // nothing about the holder (it may still be running): the TTL governs, so nobody takes the
+  // lease before its expiry, and then the next acquisition gets the next fence.
+  const early = await waitFor(() => leasehold.acquire('restart', { ttl: '30s' }).catch(() => undefined), 10_000, 100);
+  if (early.acquired) throw new Error('taken over right after the restart, before the TTL');
+  expect(early.reason).toBe('held');
+  const expiresAt = early.until as Date;
   const again = await waitFor(async () => {
     const r = await leasehold.acquire('restart', { ttl: '30s' }).catch(() => undefined);
     return r?.acquired ? r : undefined;
   }, 15_000, 100);
+  expect(again.lease.acquiredAt.getTime()).toBeGreaterThanOrEqual(expiresAt.getTime());
   expect(again.lease.fence).toBe(lease.fence + 1);
   await waitFor(async () => {
     const r = await leasehold.acquire(`after-restart-${Math.random()}`, { ttl: '30s' });

@@ -28,8 +28,13 @@ end $$;
 -- Glossary
 --   lease   one row per job name: who may run the job now, and until when.
 --   token   random secret of one acquisition; renew, release and fenced writes present it.
---   fence   bigint that grows by one on every acquisition of a name and never goes back;
---           a write checked against it cannot come from an older holder.
+--   fence   bigint that grows on every acquisition of a name and never goes back, even across
+--           a failover: next_fence() folds the epoch into it. A write checked against it
+--           cannot come from an older holder.
+--   epoch   the server's WAL timeline. It grows on every promotion of a standby, so a grant
+--           made on a promoted server is told apart from anything the old primary issued.
+--   incarnation  epoch and postmaster start time: one run of one server. Advisory locks
+--           (liveness evidence) exist only in the incarnation that took them.
 --   holder  human-readable identity of the acquirer (host:pid:id), for logs and skips.
 --   holder_key  bigint of the holder's liveness session: a session-level advisory lock the
 --           holder keeps while its process lives. When the lock is gone the lease is free.
@@ -70,6 +75,11 @@ create table leasehold.leases (
   expires_at  timestamptz,
   last_slot   timestamptz,
   released_at timestamptz,
+  ttl         interval,
+  -- the epoch in which the current grant or its latest renewal was confirmed
+  epoch       integer,
+  -- the incarnation whose advisory lock table holds holder_key's lock
+  holder_incarnation text,
   created_at  timestamptz not null default now(),
   constraint leases_name_valid
     check (char_length(name) between 1 and 200 and leasehold.check_characters(name) is null),
@@ -130,6 +140,45 @@ begin
   end if;
 end $$;
 
+-- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves to
+-- the new timeline the moment a standby is promoted; pg_control_checkpoint() only after the
+-- end-of-recovery checkpoint, which can come seconds later (measured: docs/high-availability.md).
+-- During recovery (a standby, read-only) the replayed timeline is reported, for status views.
+create function leasehold.epoch() returns integer
+language sql volatile as $$
+  select case
+    when pg_is_in_recovery() then (pg_control_checkpoint()).timeline_id
+    else ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer
+  end;
+$$;
+
+-- incarnation: one run of one server. A restart changes the start time, a promotion the
+-- timeline; session advisory locks do not survive either.
+create function leasehold.incarnation() returns text
+language sql volatile as $$
+  select leasehold.epoch() || '@' || to_char(pg_postmaster_start_time() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US');
+$$;
+
+-- next_fence: the one rule for every new fence (acquire, claim_slots, force_release).
+-- Epoch e grants fences from (e - 1) << 40 up, so the first grant on a promoted server is
+-- above every fence the old primary can have issued, even ones lost with it (as long as a
+-- name is granted fewer than 2^40 times in one epoch). Timeline 1 keeps fences 1, 2, 3, ...
+-- Fences stay below 2^53 (exact in JavaScript numbers) up to timeline 8192.
+create function leasehold.next_fence(p_old bigint) returns bigint
+language sql volatile as $$
+  select greatest(coalesce(p_old, 0) + 1, (leasehold.epoch() - 1)::bigint << 40);
+$$;
+
+-- pin_synchronous_commit: lease-changing functions call it first. A role or session with
+-- synchronous_commit = off (or local) would otherwise acknowledge a grant before a
+-- synchronous standby has it. Transaction-local, so it still holds at COMMIT (a function's
+-- SET clause would be reverted on return, before the commit).
+create function leasehold.pin_synchronous_commit() returns void
+language sql volatile as $$
+  select set_config('synchronous_commit', 'on', true)
+   where current_setting('synchronous_commit') not in ('on', 'remote_write', 'remote_apply');
+$$;
+
 -- holder_gone: true when nobody holds the liveness lock `p_key` any more. One lock-table probe
 -- (pg_try_advisory_xact_lock_shared succeeds only when no session holds the exclusive lock);
 -- only when it succeeds, a second look makes sure the lock is not held by this very session: an
@@ -148,12 +197,44 @@ language sql volatile as $$
   end;
 $$;
 
+-- liveness_incarnation: the incarnation to record with a grant under liveness key p_key: the
+-- current one when the key's lock is held on this server right now, else null (the TTL then
+-- governs). A client does not notice at once that its liveness session went with an old
+-- primary; a grant recorded with that key as if it lived here would look "holder gone" at once.
+create function leasehold.liveness_incarnation(p_key bigint) returns text
+language sql volatile as $$
+  select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.incarnation() end;
+$$;
+
+-- is_free: the one rule for "anyone may take this lease now".
+--   * never held or released;
+--   * expired by the database clock; a lease last confirmed in an earlier epoch (before a
+--     failover) gets a grace of one more ttl, because with asynchronous replication the
+--     holder's latest renewals may be lost with the old primary while it still runs;
+--   * its holder's liveness lock is gone, asked only on the incarnation where the lock was
+--     taken: after a restart or promotion no advisory lock exists, which proves nothing.
+create function leasehold.is_free(l leasehold.leases) returns boolean
+language sql volatile as $$
+  select case
+    when l.token is null then true
+    when l.epoch is not distinct from leasehold.epoch() and l.expires_at <= now() then true
+    when l.epoch is distinct from leasehold.epoch()
+         and l.expires_at + coalesce(l.ttl, interval '0') <= now() then true
+    when l.holder_incarnation is not distinct from leasehold.incarnation() then leasehold.holder_gone(l.holder_key)
+    else false
+  end;
+$$;
+
 -- acquire: one call, one round trip, never waits for a row lock.
 --
--- Takes the lease where it is free: never held, released, expired by now(), or held by a
--- holder whose liveness lock is gone. Sets a fresh token, fence + 1 and now() + ttl.
+-- Takes the lease where it is free (is_free). Sets a token, the next fence (next_fence),
+-- now() + ttl and the current epoch and incarnation.
 -- With p_slot, the claim also needs p_slot newer than the last claimed slot and not in
 -- the future, so each scheduled occurrence is claimed once across a fleet.
+-- p_token: the caller's own random token for this acquisition (null: the server makes one).
+-- A retry whose first answer was lost passes the same token; while the lease is held with
+-- it, the answer is 'acquired' again with the same fence (the caller adopts its own grant)
+-- instead of 'held' by itself. Never reuse a token for a second acquisition.
 --
 -- Why this shape (measured, see docs/design.md): the losing path must write nothing. A
 -- SELECT ... FOR UPDATE whose WHERE is false locks nothing, takes no transaction id and
@@ -165,7 +246,8 @@ create function leasehold.acquire(
   p_ttl        interval,
   p_holder     text,
   p_holder_key bigint default null,
-  p_slot       timestamptz default null
+  p_slot       timestamptz default null,
+  p_token      uuid default null
 ) returns table (
   acquired       boolean,
   token          uuid,
@@ -186,25 +268,41 @@ declare
   r leasehold.leases;
   candidate text;
   previous_token uuid;
+  key_share_free boolean;
+  why text;
 begin
   perform leasehold.check_name(p_name);
   perform leasehold.check_ttl(p_ttl);
   perform leasehold.check_holder(p_holder);
+  perform leasehold.pin_synchronous_commit();
+
+  if p_token is not null then
+    -- the retry of an acquisition whose answer was lost: still ours, so hand it back
+    -- (renewed and confirmed in this epoch), with the fence it was granted
+    update leasehold.leases l
+       set expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch()
+     where l.name = p_name and l.token = p_token and l.expires_at > now()
+    returning l.* into r;
+    if found then
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                          r.last_slot, 'acquired'::text, now(), false;
+      return;
+    end if;
+  end if;
 
   select l.name, l.token into candidate, previous_token
     from leasehold.leases l
    where l.name = p_name
-     and (l.token is null
-          or l.expires_at <= now()
-          -- true only when nobody holds the holder's session lock any more
-          or leasehold.holder_gone(l.holder_key))
+     and leasehold.is_free(l)
      and (p_slot is null or ((l.last_slot is null or p_slot > l.last_slot) and p_slot <= now()))
      for update skip locked;
 
   if found then
     update leasehold.leases l
-       set token = gen_random_uuid(), fence = l.fence + 1, holder = p_holder,
-           holder_key = p_holder_key, acquired_at = now(), expires_at = now() + p_ttl,
+       set token = coalesce(p_token, gen_random_uuid()), fence = leasehold.next_fence(l.fence),
+           holder = p_holder, holder_key = p_holder_key, acquired_at = now(),
+           expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch(),
+           holder_incarnation = leasehold.liveness_incarnation(p_holder_key),
            released_at = null, last_slot = coalesce(p_slot, l.last_slot)
      where l.name = p_name
     returning l.* into r;
@@ -223,9 +321,35 @@ begin
     end if;
     -- First use of this name. Concurrent creators are resolved by the primary key: one
     -- inserts, the others do nothing and report the winner below.
-    insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at, last_slot)
-    values (p_name, gen_random_uuid(), 1, p_holder, p_holder_key, now(), now() + p_ttl, p_slot)
+    insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at,
+                                      last_slot, ttl, epoch, holder_incarnation)
+    values (p_name, coalesce(p_token, gen_random_uuid()), leasehold.next_fence(0), p_holder, p_holder_key,
+            now(), now() + p_ttl, p_slot, p_ttl, leasehold.epoch(), leasehold.liveness_incarnation(p_holder_key))
     on conflict (name) do nothing
+    returning l.* into r;
+    if found then
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                          r.last_slot, 'acquired'::text, now(), false;
+      return;
+    end if;
+  end if;
+
+  -- Lost. When the row is free by the rules but was locked, find out by whom before
+  -- reading it: a fenced transaction holds FOR KEY SHARE (which a KEY SHARE probe passes),
+  -- a concurrent acquirer holds FOR UPDATE (which it does not). Read the row after the
+  -- probe, so an acquirer that committed meanwhile is reported as the holder.
+  select * into r from leasehold.leases l where l.name = p_name;
+  if leasehold.is_free(r) and (p_slot is null or r.last_slot is null or p_slot > r.last_slot) then
+    perform 1 from leasehold.leases l where l.name = p_name for key share skip locked;
+    key_share_free := found;
+    select * into r from leasehold.leases l where l.name = p_name;
+  end if;
+
+  -- Our own first attempt may have committed since the token check at the top: adopt it.
+  if p_token is not null and r.token = p_token then
+    update leasehold.leases l
+       set expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch()
+     where l.name = p_name and l.token = p_token and l.expires_at > now()
     returning l.* into r;
     if found then
       return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
@@ -235,18 +359,28 @@ begin
     select * into r from leasehold.leases l where l.name = p_name;
   end if;
 
-  return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot,
-    case
+  why := case
       when p_slot is not null and p_slot > now() then 'slot-not-due'
       when p_slot is not null and r.last_slot is not null and p_slot <= r.last_slot then 'slot-taken'
-      when r.token is not null and r.expires_at > now() then 'held'
-      -- free by the clock but locked: its holder is committing a fenced transaction, or
-      -- another acquirer is taking it right now
+      when not leasehold.is_free(r) then 'held'
+      -- free by the rules but locked by another acquirer taking it right now: the row
+      -- still names the previous holder, which must not be reported
+      when key_share_free is false then 'being-acquired'
+      -- locked by its holder's fenced transaction, which is committing
       else 'holder-committing'
-    end, now(), false;
+    end;
+  if why = 'being-acquired' then
+    return query select false, null::uuid, r.fence, null::timestamptz, null::text, null::timestamptz,
+                        r.last_slot, why, now(), false;
+  else
+    return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at,
+                        r.last_slot, why, now(), false;
+  end if;
 end $$;
 
--- renew: extends the lease while the token matches and it has not expired.
+-- renew: extends the lease while the token matches and it has not expired, and confirms it
+-- in the current epoch: after a failover, a live holder's first renewal on the new primary
+-- makes its fenced writes valid again (assert_lease refuses leases of an earlier epoch).
 create function leasehold.renew(p_name text, p_token uuid, p_ttl interval)
 returns table (renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
 language plpgsql volatile
@@ -258,8 +392,9 @@ declare
 begin
   perform leasehold.check_name(p_name);
   perform leasehold.check_ttl(p_ttl);
+  perform leasehold.pin_synchronous_commit();
   update leasehold.leases l
-     set expires_at = now() + p_ttl
+     set expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch()
    where l.name = p_name and l.token = p_token and l.expires_at > now()
   returning l.* into r;
   if found then
@@ -282,6 +417,7 @@ create function leasehold.release(p_name text, p_token uuid) returns boolean
 language sql volatile
 set lock_timeout = '2s'
 as $$
+  select leasehold.pin_synchronous_commit();
   with released as (
     update leasehold.leases l
        set token = null, expires_at = null, holder_key = null, released_at = now()
@@ -292,7 +428,9 @@ as $$
 $$;
 
 -- assert_lease: the fence check for the caller's own transaction. Locks the lease row
--- FOR KEY SHARE where name, token and fence match and the lease is unexpired, so no
+-- FOR KEY SHARE where name, token and fence match, the lease is unexpired and it was
+-- confirmed in the current epoch (a release or takeover lost in a failover must not let the
+-- old token write again; the live holder's next renewal re-confirms it), so no
 -- takeover (which needs FOR UPDATE) can happen before this transaction ends, while the
 -- holder's own renewals (plain UPDATEs of non-key columns) still go through. Raises LH003
 -- otherwise. Returns the fence.
@@ -303,6 +441,7 @@ declare
 begin
   perform 1 from leasehold.leases l
    where l.name = p_name and l.token = p_token and l.fence = p_fence and l.expires_at > now()
+     and l.epoch = leasehold.epoch()
      for key share;
   if found then
     return p_fence;
@@ -315,7 +454,9 @@ begin
             when r.fence <> p_fence and r.token is null then format('the lease was force-released (fence is now %s, held by nobody)', r.fence)
             when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, r.holder)
             when r.token is null then 'the lease was released'
-            else 'the lease expired'
+            when r.expires_at <= now() then 'the lease expired'
+            else format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
+                        'renew it, or roll back if it is lost', r.epoch, leasehold.epoch())
           end,
           hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
 end $$;
@@ -327,6 +468,7 @@ language plpgsql volatile as $$
 begin
   perform 1 from leasehold.leases l
    where l.name = p_name and l.token = p_token and l.fence = p_fence and l.expires_at > now()
+     and l.epoch = leasehold.epoch()
      for key share;
   return found;
 end $$;
@@ -342,13 +484,15 @@ declare
   old leasehold.leases;
   r leasehold.leases;
 begin
+  perform leasehold.pin_synchronous_commit();
   select * into old from leasehold.leases l where l.name = p_name for update;
   if not found then
     return query select false, null::text, null::bigint, null::bigint;
     return;
   end if;
   update leasehold.leases l
-     set token = null, expires_at = null, holder_key = null, released_at = now(), fence = l.fence + 1
+     set token = null, expires_at = null, holder_key = null, released_at = now(),
+         fence = leasehold.next_fence(l.fence)
    where l.name = p_name
   returning l.* into r;
   return query select old.token is not null, old.holder, old.fence, r.fence;
@@ -387,7 +531,9 @@ select l.name,
        case when l.token is null then null
             else greatest(extract(epoch from l.expires_at - now()), 0)::double precision
        end as seconds_left,
-       case when l.token is null or l.holder_key is null then null
+       -- liveness locks exist only on the incarnation that took them: elsewhere, unknown
+       case when l.token is null or l.holder_key is null
+                 or l.holder_incarnation is distinct from leasehold.incarnation() then null
             else exists (
               select 1 from pg_locks k
                where k.locktype = 'advisory' and k.objsubid = 1 and k.granted
@@ -397,6 +543,7 @@ select l.name,
        end as holder_alive,
        l.last_slot,
        l.released_at,
+       l.epoch,
        -- the liveness session's advisory lock key (visible in pg_locks anyway), so a dashboard
        -- can group leases by worker without reading the table
        l.holder_key
@@ -541,6 +688,9 @@ as $$
 #variable_conflict use_column
 begin
   perform leasehold.check_holder(p_holder);
+  -- the same bounds as acquire: a caller must not hold a job for a century
+  perform leasehold.check_ttl(t) from unnest(p_ttls) as t;
+  perform leasehold.pin_synchronous_commit();
 
   -- 1. Claim. Rows are locked in random order with SKIP LOCKED, so workers claiming the same
   --    tick share the jobs instead of queueing behind one another.
@@ -566,23 +716,23 @@ begin
        -- claim must not run the slot after its holder releases
        and not (w.mode = 'exclusive' and w.cap = 0
                 and exists (select 1 from leasehold.skips k where k.job = w.job and k.slot = w.claim_slot))
-       and (w.mode in ('replace', 'allow')
-            or l.token is null
-            or l.expires_at <= now()
-            or leasehold.holder_gone(l.holder_key))
+       and (w.mode in ('replace', 'allow') or leasehold.is_free(l))
      order by random()
        for update of l skip locked
   ),
   claimed as (
     update leasehold.leases l
-       set fence = l.fence + 1,
+       set fence = leasehold.next_fence(l.fence),
            last_slot = c.claim_slot,
            token = case when c.mode = 'allow' then l.token else gen_random_uuid() end,
            holder = case when c.mode = 'allow' then l.holder else p_holder end,
            holder_key = case when c.mode = 'allow' then l.holder_key else p_holder_key end,
            acquired_at = case when c.mode = 'allow' then l.acquired_at else now() end,
            expires_at = case when c.mode = 'allow' then l.expires_at else now() + c.ttl end,
-           released_at = case when c.mode = 'allow' then l.released_at else null end
+           released_at = case when c.mode = 'allow' then l.released_at else null end,
+           ttl = case when c.mode = 'allow' then l.ttl else c.ttl end,
+           epoch = case when c.mode = 'allow' then l.epoch else leasehold.epoch() end,
+           holder_incarnation = case when c.mode = 'allow' then l.holder_incarnation else leasehold.liveness_incarnation(p_holder_key) end
       from candidates c
      where l.name = c.name
     returning l.name, c.claim_slot, c.mode, c.previous_slot, c.previous_token, l.token, l.fence, l.expires_at
@@ -637,8 +787,7 @@ begin
                   and exists (select 1 from leasehold.skips k where k.job = i.job and k.slot = i.slot) then 'slot-skipped'
              -- replace and allow only fail on a row lock: a transient state, not a skip
              when i.mode in ('replace', 'allow') then 'holder-committing'
-             when l.token is not null and l.expires_at > now()
-                  and not leasehold.holder_gone(l.holder_key) then 'held'
+             when not leasehold.is_free(l) then 'held'
              else 'holder-committing'
            end as why
       from input i
@@ -682,6 +831,7 @@ declare
   v_recorded boolean;
   v_released boolean := false;
 begin
+  perform leasehold.pin_synchronous_commit();
   if p_outcome not in ('succeeded', 'failed', 'lost', 'aborted') then
     raise exception 'outcome must be succeeded, failed, lost or aborted (got %)', p_outcome using errcode = '22023';
   end if;
@@ -711,6 +861,7 @@ set lock_timeout = '2s'
 as $$
 #variable_conflict use_column
 begin
+  perform leasehold.pin_synchronous_commit();
   if exists (select 1 from unnest(p_outcomes) o where o not in ('succeeded', 'failed', 'lost', 'aborted')) then
     raise exception 'outcome must be succeeded, failed, lost or aborted' using errcode = '22023';
   end if;
@@ -1002,12 +1153,17 @@ insert into leasehold.access (object, level) values
   ('runs', 'reader'), ('skips', 'reader'), ('missed', 'reader'),
   -- job definitions (schedules, no secrets), for the dashboard's paging and next-run times
   ('jobs', 'reader'), ('check_characters', 'reader'),
+  -- lease_status calls incarnation(); a view's function calls are checked against its reader
+  ('epoch', 'reader'), ('incarnation', 'reader'),
   ('acquire', 'client'), ('renew', 'client'), ('release', 'client'), ('assert_lease', 'client'),
   ('holds_lease', 'client'), ('register_liveness', 'client'), ('register_jobs', 'client'),
   ('claim_slots', 'client'), ('finish_run', 'client'), ('finish_runs', 'client'),
   ('enqueue_slots', 'client'), ('record_missed', 'client'), ('register_external_job', 'client'),
   ('start_run', 'client'), ('record_skip', 'client'), ('finish_held_run', 'client'),
   ('force_release', 'operator'), ('prune_history', 'operator'),
+  -- internal steps of the protocol functions, never called directly
+  ('next_fence', 'owner'), ('is_free', 'owner'), ('pin_synchronous_commit', 'owner'),
+  ('liveness_incarnation', 'owner'),
   ('secure_schema', 'owner'), ('grant_statements', 'owner'), ('grant_access', 'owner'),
   ('revoke_access', 'owner');
 

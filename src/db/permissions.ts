@@ -25,6 +25,8 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   migrations: 'reader',
   jobs: 'reader',
   check_characters: 'reader',
+  epoch: 'reader',
+  incarnation: 'reader',
 };
 
 /** The PermissionDeniedError for a 42501 error, or undefined for any other error. */

@@ -2,7 +2,6 @@
 // and turns the SQL functions into typed calls. Every decision is made by the database.
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import {
   createOwnedPool,
@@ -18,9 +17,12 @@ import { LeaseholdEmitter, type LeaseholdEvents } from '../observe/events.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { checkHolder, checkLeaseName } from '../validate/names.js';
+import { callAcquire, type AcquireRow } from './acquire-call.js';
+import { parseFence } from './fence.js';
 import { Lease, type LeaseGrant } from './lease.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 import { LivenessSession } from './liveness.js';
+import { checkReplication, type ReplicationReport } from './replication.js';
 import type { LeaseRuntime } from './runtime.js';
 import { runRecorder } from './run-history.js';
 import { ACQUIRE_OPTION_KEYS, LEASEHOLD_OPTION_KEYS, RUN_OPTION_KEYS } from './option-keys.js';
@@ -50,23 +52,13 @@ export interface LeaseholdOptions extends ConnectionOptions {
   logger?: Logger;
 }
 
-interface AcquireRow {
-  acquired: boolean;
-  token: string | null;
-  fence: string;
-  expires_at: Date | null;
-  holder: string | null;
-  acquired_at: Date | null;
-  last_slot: Date | null;
-  reason: string;
-  database_time: Date;
-  took_over: boolean;
-}
 
 const SQL_ERRORS: Record<string, string> = { LH001: 'name', LH002: 'ttl', LH004: 'holder' };
 
 export class Leasehold {
   readonly holder: string;
+  /** What the server said at start about replication (null if it could not be read): docs/high-availability.md. */
+  readonly replication: ReplicationReport | null;
   private readonly events: LeaseholdEmitter;
   private readonly runtime: LeaseRuntime;
   private readonly active = new Set<Lease>();
@@ -84,10 +76,18 @@ export class Leasehold {
       where: string;
       logger: Logger;
       events: LeaseholdEmitter;
+      replication: ReplicationReport | null;
     },
     private readonly liveness: LivenessSession | undefined,
   ) {
     this.holder = settings.holder;
+    this.replication = settings.replication;
+    const report = settings.replication;
+    if (report?.warning) {
+      settings.logger.warn({ event: 'replication:warning', ...report }, report.warning);
+      // after createLeasehold() has resolved, so that listeners added right after it hear it
+      setImmediate(() => settings.events.emit('replication:warning', report));
+    }
     this.events = settings.events;
     this.ownedPools = settings.ownedPools;
     this.runtime = {
@@ -137,28 +137,19 @@ export class Leasehold {
       );
     }
     const holderKey = this.liveness?.key ?? null;
-    const sentAt = performance.now();
-    let row: AcquireRow | undefined;
+    let answer: { row: AcquireRow; sentAt: number };
     try {
-      const result = await timedQuery<AcquireRow>(
-        this.runtime.controlPool,
-        'select * from leasehold.acquire($1, $2::interval, $3, $4::bigint, $5)',
-        [name, `${ttlMs} milliseconds`, this.holder, holderKey, slot],
-        // an answer later than the ttl would hand us a lease that is already over
-        Math.min(this.runtime.queryTimeoutMs, ttlMs),
-        this.runtime.where,
-      );
-      row = result.rows[0];
+      answer = await callAcquire(this.runtime, { name, ttlMs, holder: this.holder, holderKey, slot });
     } catch (error) {
       throw translateSqlError(error);
     }
-    if (!row) throw new Error('leasehold.acquire returned no row');
+    const { row, sentAt } = answer;
     if (row.acquired && row.token && row.expires_at && row.acquired_at) {
       const lease = new Lease(
         {
           name,
           token: row.token,
-          fence: Number(row.fence),
+          fence: parseFence(row.fence),
           holder: this.holder,
           holderKey,
           acquiredAt: row.acquired_at,
@@ -185,7 +176,7 @@ export class Leasehold {
       holder: row.holder,
       since: row.acquired_at,
       until: row.expires_at,
-      fence: Number(row.fence),
+      fence: parseFence(row.fence),
       lastSlot: row.last_slot,
       databaseTime: row.database_time,
     };
@@ -271,7 +262,7 @@ export class Leasehold {
       name: row.name,
       state: row.state,
       holder: row.holder,
-      fence: Number(row.fence),
+      fence: parseFence(row.fence),
       acquiredAt: row.acquired_at,
       expiresAt: row.expires_at,
       secondsLeft: row.seconds_left,
@@ -300,8 +291,8 @@ export class Leasehold {
     return {
       released: row?.released ?? false,
       previousHolder: row?.previous_holder ?? null,
-      previousFence: row?.previous_fence == null ? null : Number(row.previous_fence),
-      fence: row?.fence == null ? null : Number(row.fence),
+      previousFence: row?.previous_fence == null ? null : parseFence(row.previous_fence),
+      fence: row?.fence == null ? null : parseFence(row.fence),
     };
   }
 
@@ -359,6 +350,8 @@ export function describeSkip(skip: NotAcquired): string {
       return `skipped "${skip.name}": held by ${skip.holder ?? 'unknown'} (fence ${skip.fence})${held}, until ${skip.until?.toISOString()}`;
     case 'holder-committing':
       return `skipped "${skip.name}": ${skip.holder ?? 'the holder'} (fence ${skip.fence}) is committing a fenced transaction`;
+    case 'being-acquired':
+      return `skipped "${skip.name}": another acquirer is taking the lease right now`;
     case 'slot-taken':
       return `skipped "${skip.name}": slot already claimed (last slot ${skip.lastSlot?.toISOString()})`;
     case 'slot-not-due':
@@ -416,6 +409,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
   const workPool = options.pool ?? own(poolSize);
 
   let client: pg.PoolClient | undefined;
+  let replication: ReplicationReport | null = null;
   try {
     try {
       client = await controlPool.connect();
@@ -424,6 +418,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
     }
     if (options.migrate === false) await checkSchema(client);
     else await migrate(controlPool);
+    replication = await checkReplication(client).catch(() => null);
   } catch (error) {
     client?.release();
     client = undefined;
@@ -458,7 +453,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
     }
   }
   leasehold = new Leasehold(
-    { holder, controlPool, workPool, ownedPools, queryTimeoutMs, where, logger, events },
+    { holder, controlPool, workPool, ownedPools, queryTimeoutMs, where, logger, events, replication },
     liveness,
   );
   return leasehold;

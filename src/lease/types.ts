@@ -7,8 +7,10 @@ import type { Lease } from './lease.js';
 export type SkipReason =
   /** Another holder has the lease and it has not expired. */
   | 'held'
-  /** The lease is free by the clock, but its row is locked: the holder is committing a fenced transaction (or another acquirer is taking it at this instant). */
+  /** The lease is free by the clock, but its holder is committing a fenced transaction on it. */
   | 'holder-committing'
+  /** Another acquirer is taking the lease at this instant (holder, since and until are null). */
+  | 'being-acquired'
   /** A slot claim for a slot at or before the last claimed one: this occurrence already ran. */
   | 'slot-taken'
   /** A slot claim for a slot still in the future by the database clock. */
@@ -45,7 +47,7 @@ export interface NotAcquired {
   since: Date | null;
   /** When the current holder's lease expires unless renewed (database time). */
   until: Date | null;
-  /** The lease's current fence. */
+  /** The lease's current fence (an exact integer: see docs/high-availability.md for its range). */
   fence: number;
   lastSlot: Date | null;
   /** The database's now() when the decision was made. */

@@ -3,6 +3,7 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from './logger.js';
 import type { LeaseLostError } from '../errors.js';
+import type { ReplicationReport } from '../lease/replication.js';
 
 export interface LeaseInfo {
   name: string;
@@ -33,6 +34,8 @@ export interface LeaseholdEvents {
   'lease:released': [lease: LeaseInfo, released: boolean];
   /** The liveness session dropped; every lease taken under it is lost. */
   'liveness:lost': [error: Error];
+  /** At client start: acknowledged grants can be lost on failover, or the server is a standby (once per client). */
+  'replication:warning': [report: ReplicationReport];
   /** The liveness session is (re)established. */
   'liveness:ready': [key: string];
   /** A scheduled run started on this worker. */

@@ -46,6 +46,7 @@ export interface LeaseholdMetrics {
  * | takeovers_total | counter | lease | leases taken from a holder that never released |
  * | lease_acquisitions_total | counter | lease | leases taken |
  * | liveness_losses_total | counter | — | liveness sessions dropped |
+ * | replication_grants_can_be_lost | gauge | — | 1 when the client's replication check warned (asynchronous standbys, or a standby) |
  * | job_lease_age_seconds | gauge | job | age of the current lease (0 when idle), from the database |
  * | job_duration_interval_ratio | gauge | job | p95 run duration over 24 h ÷ interval |
  * | job_running | gauge | job | 1 while a run holds the job's lease |
@@ -73,6 +74,7 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
   const takeovers = new client.Counter({ name: `${prefix}takeovers_total`, help: 'Leases taken from a holder that never released them (expired, crashed, replaced).', labelNames: ['lease'], registers });
   const acquisitions = new client.Counter({ name: `${prefix}lease_acquisitions_total`, help: 'Leases acquired.', labelNames: ['lease'], registers });
   const livenessLosses = new client.Counter({ name: `${prefix}liveness_losses_total`, help: 'Liveness sessions dropped (every lease under one is lost).', registers });
+  const replicationRisk = new client.Gauge({ name: `${prefix}replication_grants_can_be_lost`, help: '1 when the replication check at client start warned that acknowledged grants can be lost on failover.', registers });
 
   const pools: pg.Pool[] = [];
   // Job gauges read leasehold.job_status at scrape time. prom-client collects all metrics
@@ -183,6 +185,7 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
           if (lease.tookOver) takeovers.inc({ lease: lease.name });
         }),
         source.on('liveness:lost', () => livenessLosses.inc()),
+        source.on('replication:warning', () => replicationRisk.set(1)),
       ];
       return () => stops.forEach((stop) => stop());
     },

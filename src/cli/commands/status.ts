@@ -2,6 +2,7 @@
 // skips; a warning line for each job creeping toward (or past) overlap; and every other lease
 // (taken with acquire(), psql, Python, a shell script) with its holder, fence and expiry.
 import type { Command } from 'commander';
+import { checkReplication } from '../../lease/replication.js';
 import { jobStatus, unscheduledLeases, type JobStatus, type UnscheduledLease } from '../../observe/status.js';
 import { CliError, databaseUrl, openPool, report, type Io } from '../context.js';
 import { inert, percent, seconds, table, time } from '../format.js';
@@ -22,7 +23,9 @@ export function registerStatus(program: Command, io: Io): void {
           if (options.job !== undefined && jobs.length === 0 && leases.length === 0) {
             throw new CliError(`no job or lease named "${inert(options.job)}": \`leasehold status\` lists them all`, EXIT.error);
           }
-          io.out(options.json ? JSON.stringify({ jobs, leases }, null, 2) : render(jobs, leases));
+          const replication = options.json ? null : await checkReplication(pool).catch(() => null);
+          const text = options.json ? JSON.stringify({ jobs, leases }, null, 2) : render(jobs, leases);
+          io.out(replication?.warning ? `${text}\nwarning: ${inert(replication.warning)}` : text);
           io.exit(EXIT.ok);
         } finally {
           await pool.end();

