@@ -31,7 +31,8 @@ async function prepare(url: string): Promise<void> {
 
 async function scenario(label: string, options: ScenarioOptions): Promise<ScenarioResult> {
   if (!template) throw new Error('no template cluster');
-  const result = await runScenario(template, options);
+  mkdirSync('test-artifacts', { recursive: true });
+  const result = await runScenario(template, { ...options, linesFile: `test-artifacts/failover-${kind}-${label}.lines.json` });
   results[label] = result;
   return result;
 }

@@ -3,6 +3,7 @@
 // primary is killed or frozen (with replication held back first when asynchronous), the
 // standby is promoted, the address is switched to it, a second client tries to take the held
 // lease, and the checks count what went wrong.
+import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { installMutant, type FailoverMutantName } from '../../faults/mutants.js';
@@ -30,6 +31,8 @@ export interface ScenarioOptions {
   fault: 'kill' | 'freeze';
   /** A broken protocol (faults/mutants.ts) installed on the primary before the clients start. */
   mutant?: FailoverMutantName;
+  /** Where to write every client's lines, for reading a failure (test-artifacts/). */
+  linesFile?: string;
   /** TTL of the lease held across the failover (heartbeats every ttl/3, the default). */
   holdTtlMs?: number;
 }
@@ -127,6 +130,9 @@ export async function runScenario(template: ClusterTemplate, options: ScenarioOp
     const endAt = Date.now();
     timings.failoverToEnd = endAt - faultAt;
 
+    if (options.linesFile) {
+      writeFileSync(options.linesFile, `${JSON.stringify({ faultAt, switchedAt, endAt, clients: clients.map((c) => c.lines) })}\n`);
+    }
     const h = history(
       clients.map((c) => c.lines),
       endAt,

@@ -64,6 +64,8 @@ const BASE_SETTINGS: Record<string, string> = {
   max_wal_senders: '5',
   max_replication_slots: '5',
   max_connections: '100',
+  // small: every pair copies the template twice and starts two servers on a loaded machine
+  shared_buffers: '16MB',
   wal_sender_timeout: '60s',
   wal_receiver_status_interval: '1s',
   // a standby started before its primary retries soon (default 5 s)
@@ -249,7 +251,7 @@ export class ClusterTemplate {
     if (typeof user === 'string') throw new Error(user);
     const template = new ClusterTemplate(binaries, user);
     const dataDir = join(template.tempDir(), 'template');
-    const init = spawnSync(binaries.initdb, ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--locale=C'], {
+    const init = spawnSync(binaries.initdb, ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-sync', '--wal-segsize=1'], {
       encoding: 'utf8',
       ...(user ?? {}),
       env: { ...process.env, LC_ALL: 'C' },
