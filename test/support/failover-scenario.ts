@@ -67,32 +67,55 @@ export interface ScenarioResult {
 
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-export async function runScenario(template: ClusterTemplate, options: ScenarioOptions): Promise<ScenarioResult> {
+/**
+ * The client processes and the one address they use, shared by the scenarios of a file:
+ * starting a TypeScript process costs seconds of CPU on a loaded machine.
+ */
+export class Fleet {
+  private constructor(
+    readonly proxy: FaultProxy,
+    readonly clients: JsonLinesProcess[],
+  ) {}
+
+  static async start(count = 3): Promise<Fleet> {
+    const proxy = new FaultProxy(0);
+    await proxy.listen();
+    const url = `postgres://postgres@127.0.0.1:${proxy.port}/postgres`;
+    const started = await Promise.allSettled(
+      Array.from({ length: count }, () => JsonLinesProcess.start(process.execPath, ['--import', TSX, CLIENT], { DATABASE_URL: url })),
+    );
+    const clients = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+    const failed = started.find((r) => r.status === 'rejected');
+    if (failed) {
+      await Promise.allSettled(clients.map((c) => c.kill()));
+      await proxy.close();
+      throw failed.reason;
+    }
+    return new Fleet(proxy, clients);
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled(this.clients.map((c) => c.kill()));
+    await this.proxy.close();
+  }
+}
+
+export async function runScenario(template: ClusterTemplate, fleet: Fleet, options: ScenarioOptions): Promise<ScenarioResult> {
   const holdTtlMs = options.holdTtlMs ?? 2_000;
   const started = Date.now();
   const timings: Record<string, number> = {};
-  const proxy = new FaultProxy(0);
-  await proxy.listen();
-  const address = { url: `postgres://postgres@127.0.0.1:${proxy.port}/postgres` };
-  // the client processes start (module loading takes a while) while the servers are set up
-  const starting = Promise.allSettled(
-    [0, 1, 2].map(() => JsonLinesProcess.start(process.execPath, ['--import', TSX, CLIENT], { DATABASE_URL: address.url })),
-  );
-  const clients: JsonLinesProcess[] = [];
-  let pair: ReplicatedPair | undefined;
+  const clients = fleet.clients;
+  const pair = await template.pair(options.mode, fleet.proxy);
+  timings.pair = Date.now() - started;
   try {
-    pair = await template.pair(options.mode, proxy);
-    timings.pair = Date.now() - started;
-    for (const s of await starting) {
-      if (s.status === 'fulfilled') clients.push(s.value);
-      else throw s.reason;
-    }
     if (options.mutant) {
       const client = new pg.Client({ connectionString: pair.primary.url() });
       await client.connect();
       await installMutant(client, options.mutant).finally(() => client.end());
     }
-    await Promise.all(clients.map((c) => c.send({ cmd: 'connect' })));
+    const generations = await Promise.all(clients.map((c) => c.send({ cmd: 'connect' })));
+    // this scenario's events: those of the client generation just started
+    const lines = () => clients.map((c, i) => c.lines.filter((l) => l.gen === generations[i]?.gen));
     timings.clients = Date.now() - started - timings.pair;
     const [a, b] = clients as [JsonLinesProcess, JsonLinesProcess, JsonLinesProcess];
     const held = await a.send({ cmd: 'hold', name: 'held', ttl: `${holdTtlMs}ms` });
@@ -126,23 +149,20 @@ export async function runScenario(template: ClusterTemplate, options: ScenarioOp
     }
     const minimumEnd = switchedAt + 1_500;
     if (Date.now() < minimumEnd) await sleep(minimumEnd - Date.now());
-    await Promise.all(clients.map((c) => c.send({ cmd: 'stop' }, 30_000)));
+    await Promise.all(clients.map((c) => c.send({ cmd: 'disconnect' }, 30_000)));
     const endAt = Date.now();
     timings.failoverToEnd = endAt - faultAt;
 
     if (options.linesFile) {
-      writeFileSync(options.linesFile, `${JSON.stringify({ faultAt, switchedAt, endAt, clients: clients.map((c) => c.lines) })}\n`);
+      writeFileSync(options.linesFile, `${JSON.stringify({ faultAt, switchedAt, endAt, clients: lines() })}\n`);
     }
-    const h = history(
-      clients.map((c) => c.lines),
-      endAt,
-    );
+    const h = history(lines(), endAt);
     const dead = deadTokens(h, faultAt);
     const probe = await probeTokens(pair, dead);
     const lostWrites = await countLostWrites(pair, h, faultAt);
     const slots = doubleSlots(h);
     const heldHistory: History = { ...h, acquired: h.acquired.filter((x) => x.name === 'held') };
-    const holderLost = a.lines.find((l: Line) => l.event === 'lost' && l.name === 'held' && Number(l.at) >= faultAt);
+    const holderLost = lines()[0]?.find((l: Line) => l.event === 'lost' && l.name === 'held' && Number(l.at) >= faultAt);
     return {
       doubleFences: doubleFences(h),
       backwardFences: backwardFences(h),
@@ -161,10 +181,7 @@ export async function runScenario(template: ClusterTemplate, options: ScenarioOp
       timings: { ...timings, total: Date.now() - started },
     };
   } finally {
-    await Promise.allSettled(clients.map((c) => c.kill()));
-    await Promise.allSettled((await starting).map((r) => (r.status === 'fulfilled' ? r.value.kill() : undefined)));
-    if (pair) await pair.close();
-    else await proxy.close();
+    await pair.close();
   }
 }
 

@@ -220,7 +220,7 @@ export interface ReplicatedPair {
   standby: PgServer;
   /** Between the standby's WAL receiver and the primary: blackhole it to hold replication back. */
   replicationProxy: FaultProxy;
-  /** The one address clients use ("the VIP"): at the primary, switched to the standby on failover. */
+  /** The one address clients use ("the VIP"): at the primary, switched to the standby on failover (not closed by close()). */
   clientProxy: FaultProxy;
   /** `postgres://…` of the client proxy. */
   url: string;
@@ -286,7 +286,8 @@ export class ClusterTemplate {
 
   /**
    * A primary and a streaming standby (async, or sync: every commit waits for the standby's flush).
-   * `clientProxy` (listening) becomes the clients' address: pointed at the primary here, closed by close().
+   * `clientProxy` (listening, owned by the caller) is the clients' address: pointed at the
+   * primary here, its open connections reset.
    */
   async pair(mode: ReplicationMode, clientProxy: FaultProxy): Promise<ReplicatedPair> {
     if (!this.dir) throw new Error('template not built');
@@ -315,7 +316,7 @@ export class ClusterTemplate {
       chownSync(join(primaryDir, 'postgresql.auto.conf'), this.user.uid, this.user.gid);
     }
     const close = async () => {
-      await Promise.allSettled([clientProxy.close(), replicationProxy.close()]);
+      await replicationProxy.close();
       for (const server of [primary, standby]) {
         if (server.frozen) server.thaw();
         await server.kill().catch(() => undefined);
