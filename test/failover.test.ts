@@ -101,10 +101,12 @@ describe.skipIf(missing !== undefined)(`failover (${kind} binaries)`, () => {
     expect(r.twoBelieversHeldMs).toBe(0);
   });
 
-  it('the checks can fail: with the fence stripped of its epoch, the same run finds fences acknowledged twice', async () => {
-    const r = await scenario('mutant-fence-without-epoch', { mode: 'async', fault: 'kill', mutant: 'fence-without-epoch' });
+  it('the checks can fail: with the epoch cut out of the fence and of assert_lease, the same run finds fences twice and resurrected tokens', async () => {
+    const r = await scenario('mutant-no-epoch', { mode: 'async', fault: 'kill', mutants: ['fence-without-epoch', 'epoch-not-checked'] });
     expect(r.lostWrites).toBeGreaterThan(0);
     expect(r.doubleFences).toBeGreaterThan(0);
     expect(r.backwardFences).toBeGreaterThan(0);
+    // the three leases released during the hold-back
+    expect(r.resurrectedTokens).toBeGreaterThanOrEqual(3);
   });
 });

@@ -29,8 +29,8 @@ const TSX = fileURLToPath(new URL('../../node_modules/tsx/dist/esm/index.mjs', i
 export interface ScenarioOptions {
   mode: ReplicationMode;
   fault: 'kill' | 'freeze';
-  /** A broken protocol (faults/mutants.ts) installed on the primary before the clients start. */
-  mutant?: FailoverMutantName;
+  /** Broken protocol rules (faults/mutants.ts) installed on the primary before the clients start. */
+  mutants?: FailoverMutantName[];
   /** Where to write every client's lines, for reading a failure (test-artifacts/). */
   linesFile?: string;
   /** TTL of the lease held across the failover (heartbeats every ttl/3, the default). */
@@ -109,10 +109,14 @@ export async function runScenario(template: ClusterTemplate, fleet: Fleet, optio
   const pair = await template.pair(options.mode, fleet.proxy);
   timings.pair = Date.now() - started;
   try {
-    if (options.mutant) {
+    if (options.mutants?.length) {
       const client = new pg.Client({ connectionString: pair.primary.url() });
       await client.connect();
-      await installMutant(client, options.mutant).finally(() => client.end());
+      try {
+        for (const mutant of options.mutants) await installMutant(client, mutant);
+      } finally {
+        await client.end();
+      }
     }
     const generations = await Promise.all(clients.map((c) => c.send({ cmd: 'connect' })));
     // this scenario's events: those of the client generation just started
