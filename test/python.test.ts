@@ -103,9 +103,11 @@ describe.concurrent('psycopg2 and TypeScript compete for one lease', () => {
       const winner = won[0]!;
       expect(winner.fence).toBe(round);
       for (const loser of attempts.filter((a) => a !== winner)) {
-        expect(['held', 'holder-committing']).toContain(loser.reason);
-        // 'held' is read after the winner committed; 'holder-committing' while it was committing
+        expect(['held', 'being-acquired']).toContain(loser.reason);
+        // 'held' is read after the winner committed and names it; 'being-acquired' while it was
+        // committing, naming nobody (never the previous, released holder)
         if (loser.reason === 'held') expect(loser.holder).toBe(winner.who);
+        else expect(loser.holder).toBeNull();
       }
       expect(await winner.release()).toBe(true);
     }

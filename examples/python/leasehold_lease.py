@@ -33,7 +33,7 @@ class Skip:
     """Someone else holds the lease. Not an error: log it and let the next run try."""
 
     name: str
-    reason: str  # 'held', or 'holder-committing' (its holder is inside a fenced transaction)
+    reason: str  # 'held'; 'holder-committing' (its holder is inside a fenced transaction); 'being-acquired' (another caller is taking it now)
     holder: str | None
     since: datetime | None
     until: datetime | None
@@ -58,13 +58,17 @@ def _autocommit(cur) -> None:
 
 
 def acquire(cur, name: str, ttl: float, holder: str | None = None,
-            holder_key: int | None = None) -> Lease | Skip:
-    """Takes the lease for ttl seconds if it is free. One statement; never waits."""
+            holder_key: int | None = None, token: str | None = None) -> Lease | Skip:
+    """Takes the lease for ttl seconds if it is free. One statement; never waits.
+
+    token: a fresh uuid of your own (str(uuid.uuid4())); when the answer never arrived
+    (timeout, dropped connection), call again with the same token to get that grant back,
+    or run "select leasehold.release(name, token)" if you give up."""
     _autocommit(cur)
     cur.execute(
         "select acquired, token, fence, expires_at, holder, acquired_at, reason, database_time"
-        "  from leasehold.acquire(%s, %s, %s, %s)",
-        (name, timedelta(seconds=ttl), holder or default_holder(), holder_key),
+        "  from leasehold.acquire(%s, %s, %s, %s, null, %s::uuid)",
+        (name, timedelta(seconds=ttl), holder or default_holder(), holder_key, token),
     )
     acquired, token, fence, expires_at, who, since, reason, now = cur.fetchone()
     if acquired:

@@ -1,8 +1,7 @@
 // The lease client: connects, checks or migrates the schema, keeps the liveness session,
 // and turns the SQL functions into typed calls. Every decision is made by the database.
-import { randomBytes, randomUUID } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
-import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import {
   createOwnedPool,
@@ -13,11 +12,12 @@ import {
   type ConnectionOptions,
 } from '../db/connection.js';
 import { checkSchema, migrate } from '../db/migrations.js';
-import { ClosedError, DatabaseUnavailableError, InvalidArgumentError } from '../errors.js';
+import { ClosedError, InvalidArgumentError } from '../errors.js';
 import { LeaseholdEmitter, type LeaseholdEvents } from '../observe/events.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { checkHolder, checkLeaseName } from '../validate/names.js';
+import { callAcquire, type AcquireRow } from './acquire-call.js';
 import { parseFence } from './fence.js';
 import { Lease, type LeaseGrant } from './lease.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
@@ -49,18 +49,6 @@ export interface LeaseholdOptions extends ConnectionOptions {
   logger?: Logger;
 }
 
-interface AcquireRow {
-  acquired: boolean;
-  token: string | null;
-  fence: string;
-  expires_at: Date | null;
-  holder: string | null;
-  acquired_at: Date | null;
-  last_slot: Date | null;
-  reason: string;
-  database_time: Date;
-  took_over: boolean;
-}
 
 const SQL_ERRORS: Record<string, string> = { LH001: 'name', LH002: 'ttl', LH004: 'holder' };
 
@@ -145,39 +133,13 @@ export class Leasehold {
       );
     }
     const holderKey = this.liveness?.key ?? null;
-    // Our own token for this acquisition: if the answer is lost, the retry below presents it
-    // and gets its own grant back (same fence) instead of finding the lease "held".
-    const token = randomUUID();
-    let sentAt = performance.now();
-    const attempt = async (): Promise<AcquireRow | undefined> => {
-      sentAt = performance.now();
-      const result = await timedQuery<AcquireRow>(
-        this.runtime.controlPool,
-        'select * from leasehold.acquire($1, $2::interval, $3, $4::bigint, $5, $6::uuid)',
-        [name, `${ttlMs} milliseconds`, this.holder, holderKey, slot, token],
-        // an answer later than the ttl would hand us a lease that is already over
-        Math.min(this.runtime.queryTimeoutMs, ttlMs),
-        this.runtime.where,
-      );
-      return result.rows[0];
-    };
-    let row: AcquireRow | undefined;
-    let retried = false;
+    let answer: { row: AcquireRow; sentAt: number };
     try {
-      try {
-        row = await attempt();
-      } catch (error) {
-        // Timeout or dropped connection: the grant may have committed. Ask once more.
-        if (!(error instanceof DatabaseUnavailableError)) throw error;
-        this.settings.logger.warn({ event: 'lease:acquire-retry', lease: name, err: (error as Error).message }, `acquire of "${name}" got no answer; asking again with the same token`);
-        retried = true;
-        row = await attempt();
-      }
+      answer = await callAcquire(this.runtime, { name, ttlMs, holder: this.holder, holderKey, slot });
     } catch (error) {
-      this.releaseUnknownGrant(name, token);
       throw translateSqlError(error);
     }
-    if (!row) throw new Error('leasehold.acquire returned no row');
+    const { row, sentAt } = answer;
     if (row.acquired && row.token && row.expires_at && row.acquired_at) {
       const lease = new Lease(
         {
@@ -203,8 +165,6 @@ export class Leasehold {
       this.settings.logger.debug({ event: 'lease:acquired', lease: name, fence: lease.fence }, `lease "${name}" acquired`);
       return { acquired: true, lease };
     }
-    // a grant of an earlier attempt that commits after this answer is ours to free
-    if (retried && !row.acquired) this.releaseUnknownGrant(name, token);
     const skipped: NotAcquired = {
       acquired: false,
       name,
@@ -317,21 +277,6 @@ export class Leasehold {
       previousFence: row?.previous_fence == null ? null : parseFence(row.previous_fence),
       fence: row?.fence == null ? null : parseFence(row.fence),
     };
-  }
-
-  /**
-   * An acquisition whose outcome stayed unknown: free its grant if it committed (a release
-   * with a token that matches nothing changes nothing). Best effort; the TTL is the backstop.
-   */
-  private releaseUnknownGrant(name: string, token: string): void {
-    const delays = [0, 2_500]; // again after the acquire's lock_timeout, for a late commit
-    for (const delay of delays) {
-      setTimeout(() => {
-        timedQuery(this.runtime.controlPool, 'select leasehold.release($1, $2::uuid)', [name, token], this.runtime.queryTimeoutMs, this.runtime.where).catch(
-          () => undefined,
-        );
-      }, delay).unref();
-    }
   }
 
   /** @internal for the scheduler: the runtime, the liveness key, and adoption of leases claimed in SQL. */
