@@ -72,6 +72,22 @@ const BASE_SETTINGS: Record<string, string> = {
   wal_retrieve_retry_interval: '100ms',
 };
 
+// Last resort when the test process exits without cleaning up (a crash, a killed worker): no
+// server may outlive it, no directory stay behind.
+const liveServers = new Set<ChildProcess>();
+const liveDirs = new Set<string>();
+process.on('exit', () => {
+  for (const child of liveServers) {
+    try {
+      if (child.pid) process.kill(child.pid, 'SIGCONT');
+      child.kill('SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  for (const dir of liveDirs) rmSync(dir, { recursive: true, force: true });
+});
+
 /** One PostgreSQL server process on a data directory. */
 export class PgServer {
   private child: ChildProcess | undefined;
@@ -109,6 +125,8 @@ export class PgServer {
       env: { ...process.env, LC_ALL: 'C' },
     });
     this.child = child;
+    liveServers.add(child);
+    child.once('exit', () => liveServers.delete(child));
     child.stdout?.on('data', (chunk: Buffer) => (this.log += chunk.toString()));
     child.stderr?.on('data', (chunk: Buffer) => (this.log += chunk.toString()));
     const deadline = Date.now() + 30_000;
@@ -281,6 +299,7 @@ export class ClusterTemplate {
     chmodSync(parent, 0o755);
     if (this.user) chownSync(parent, this.user.uid, this.user.gid);
     this.parents.push(parent);
+    liveDirs.add(parent);
     return parent;
   }
 
@@ -322,6 +341,7 @@ export class ClusterTemplate {
         await server.kill().catch(() => undefined);
       }
       rmSync(parent, { recursive: true, force: true });
+      liveDirs.delete(parent);
     };
     try {
       await Promise.all([primary.start(), standby.start()]);
@@ -344,7 +364,10 @@ export class ClusterTemplate {
 
   /** Removes the template and every pair's directory left behind. */
   close(): void {
-    for (const parent of this.parents.splice(0)) rmSync(parent, { recursive: true, force: true });
+    for (const parent of this.parents.splice(0)) {
+      rmSync(parent, { recursive: true, force: true });
+      liveDirs.delete(parent);
+    }
   }
 }
 
