@@ -1,5 +1,5 @@
 // One failover scenario on a fresh primary + standby: client processes churn through leases,
-// fenced writes and slot claims through one address; one client holds a long lease; the
+// fenced writes and slot claims through one address; one client holds a lease across it; the
 // primary is killed or frozen (with replication held back first when asynchronous), the
 // standby is promoted, the address is switched to it, a second client tries to take the held
 // lease, and the checks count what went wrong.
@@ -128,7 +128,7 @@ export async function runScenario(template: ClusterTemplate, fleet: Fleet, optio
     // Leases held from before the hold-back and released during it: with asynchronous
     // replication the releases are lost, and their tokens are what a resurrection would use.
     for (const name of PARKED) await c.send({ cmd: 'hold', name, ttl: '10s' });
-    for (const c of clients) await c.send({ cmd: 'churn', jobs: ['job-1', 'job-2', 'job-3'], slotJob: 'slots', ttl: '10s' });
+    for (const client of clients) await client.send({ cmd: 'churn', jobs: ['job-1', 'job-2', 'job-3'], slotJob: 'slots', ttl: '10s' });
     await sleep(1_000);
     if (options.mode === 'async') {
       // From here on the standby receives nothing: every grant, release and write the primary
@@ -163,7 +163,7 @@ export async function runScenario(template: ClusterTemplate, fleet: Fleet, optio
     }
     const minimumEnd = switchedAt + 1_500;
     if (Date.now() < minimumEnd) await sleep(minimumEnd - Date.now());
-    await Promise.all(clients.map((c) => c.send({ cmd: 'disconnect' }, 30_000)));
+    await Promise.all(clients.map((client) => client.send({ cmd: 'disconnect' }, 30_000)));
     const endAt = Date.now();
     timings.failoverToEnd = endAt - faultAt;
 
