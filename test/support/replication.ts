@@ -114,10 +114,6 @@ export class PgServer {
     return `postgres://postgres@127.0.0.1:${this.port}/${database}`;
   }
 
-  logText(): string {
-    return this.log;
-  }
-
   async start(): Promise<void> {
     const child = spawn(this.binaries.postgres, ['-D', this.dataDir, '-p', String(this.port)], {
       stdio: ['ignore', 'pipe', 'pipe'],
