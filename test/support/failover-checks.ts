@@ -18,7 +18,10 @@ export interface History {
   acquired: Acquired[];
   /** Fenced writes the server acknowledged (COMMIT answered). */
   writes: Array<{ name: string; token: string; fence: bigint; value: string; sentAt: number; at: number }>;
+  /** Acknowledged releases (ok: whether the server still had the lease). */
   releases: Array<{ name: string; token: string; ok: boolean; sentAt: number; at: number }>;
+  /** Releases sent, answered or not: the sender stopped counting on the lease then. */
+  releasing: Array<{ name: string; token: string; at: number }>;
   lost: Array<{ name: string; token: string; at: number; reason: string }>;
   /** When each client's history ends (it stopped believing anything after that). */
   endAt: number;
@@ -26,7 +29,7 @@ export interface History {
 
 /** Collects the events of every client process (index = client number). */
 export function history(clients: Line[][], endAt: number): History {
-  const h: History = { acquired: [], writes: [], releases: [], lost: [], endAt };
+  const h: History = { acquired: [], writes: [], releases: [], releasing: [], lost: [], endAt };
   clients.forEach((lines, client) => {
     for (const l of lines) {
       const base = { name: String(l.name), token: String(l.token), at: Number(l.at) };
@@ -36,6 +39,8 @@ export function history(clients: Line[][], endAt: number): History {
         h.writes.push({ ...base, fence: BigInt(String(l.fence)), value: String(l.value), sentAt: Number(l.sentAt) });
       } else if (l.event === 'released') {
         h.releases.push({ ...base, ok: l.ok === true, sentAt: Number(l.sentAt) });
+      } else if (l.event === 'releasing') {
+        h.releasing.push(base);
       } else if (l.event === 'lost') {
         h.lost.push({ ...base, reason: String(l.reason) });
       }
@@ -128,13 +133,14 @@ export interface Overlap {
 /**
  * Periods during which two processes believed they held the same lease, over all pairs of
  * acquisitions of one name. A process believes from the acknowledgement of its acquire until
- * its lease is reported lost, or until it sends the release, or until its history ends.
+ * its lease is reported lost, or until it sends the release (answered or not), or until its
+ * history ends.
  */
 export function overlaps(h: History): Overlap[] {
   const intervals = h.acquired.map((a) => {
     const ends = [
       ...h.lost.filter((l) => l.token === a.token).map((l) => ({ at: l.at, how: `lost (${l.reason})` })),
-      ...h.releases.filter((r) => r.token === a.token).map((r) => ({ at: r.sentAt, how: 'released' })),
+      ...h.releasing.filter((r) => r.token === a.token).map((r) => ({ at: r.at, how: 'released' })),
       { at: h.endAt, how: 'end of run' },
     ].sort((x, y) => x.at - y.at);
     const end = ends[0] as { at: number; how: string };

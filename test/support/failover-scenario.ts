@@ -1,8 +1,9 @@
 // One failover scenario on a fresh primary + standby: client processes churn through leases,
-// fenced writes and slot claims through one address; one client holds a long lease; the
+// fenced writes and slot claims through one address; one client holds a lease across it; the
 // primary is killed or frozen (with replication held back first when asynchronous), the
 // standby is promoted, the address is switched to it, a second client tries to take the held
 // lease, and the checks count what went wrong.
+import { writeFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { installMutant, type FailoverMutantName } from '../../faults/mutants.js';
@@ -28,8 +29,10 @@ const TSX = fileURLToPath(new URL('../../node_modules/tsx/dist/esm/index.mjs', i
 export interface ScenarioOptions {
   mode: ReplicationMode;
   fault: 'kill' | 'freeze';
-  /** A broken protocol (faults/mutants.ts) installed on the primary before the clients start. */
-  mutant?: FailoverMutantName;
+  /** Broken protocol rules (faults/mutants.ts) installed on the primary before the clients start. */
+  mutants?: FailoverMutantName[];
+  /** Where to write every client's lines, for reading a failure (test-artifacts/). */
+  linesFile?: string;
   /** TTL of the lease held across the failover (heartbeats every ttl/3, the default). */
   holdTtlMs?: number;
 }
@@ -62,39 +65,70 @@ export interface ScenarioResult {
   timings: Record<string, number>;
 }
 
+const PARKED = ['parked-1', 'parked-2', 'parked-3'];
 const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
-export async function runScenario(template: ClusterTemplate, options: ScenarioOptions): Promise<ScenarioResult> {
+/**
+ * The client processes and the one address they use, shared by the scenarios of a file:
+ * starting a TypeScript process costs seconds of CPU on a loaded machine.
+ */
+export class Fleet {
+  private constructor(
+    readonly proxy: FaultProxy,
+    readonly clients: JsonLinesProcess[],
+  ) {}
+
+  static async start(count = 3): Promise<Fleet> {
+    const proxy = new FaultProxy(0);
+    await proxy.listen();
+    const url = `postgres://postgres@127.0.0.1:${proxy.port}/postgres`;
+    const started = await Promise.allSettled(
+      Array.from({ length: count }, () => JsonLinesProcess.start(process.execPath, ['--import', TSX, CLIENT], { DATABASE_URL: url })),
+    );
+    const clients = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
+    const failed = started.find((r) => r.status === 'rejected');
+    if (failed) {
+      await Promise.allSettled(clients.map((c) => c.kill()));
+      await proxy.close();
+      throw failed.reason;
+    }
+    return new Fleet(proxy, clients);
+  }
+
+  async close(): Promise<void> {
+    await Promise.allSettled(this.clients.map((c) => c.kill()));
+    await this.proxy.close();
+  }
+}
+
+export async function runScenario(template: ClusterTemplate, fleet: Fleet, options: ScenarioOptions): Promise<ScenarioResult> {
   const holdTtlMs = options.holdTtlMs ?? 2_000;
   const started = Date.now();
   const timings: Record<string, number> = {};
-  const proxy = new FaultProxy(0);
-  await proxy.listen();
-  const address = { url: `postgres://postgres@127.0.0.1:${proxy.port}/postgres` };
-  // the client processes start (module loading takes a while) while the servers are set up
-  const starting = Promise.allSettled(
-    [0, 1, 2].map(() => JsonLinesProcess.start(process.execPath, ['--import', TSX, CLIENT], { DATABASE_URL: address.url })),
-  );
-  const clients: JsonLinesProcess[] = [];
-  let pair: ReplicatedPair | undefined;
+  const clients = fleet.clients;
+  const pair = await template.pair(options.mode, fleet.proxy);
+  timings.pair = Date.now() - started;
   try {
-    pair = await template.pair(options.mode, proxy);
-    timings.pair = Date.now() - started;
-    for (const s of await starting) {
-      if (s.status === 'fulfilled') clients.push(s.value);
-      else throw s.reason;
-    }
-    if (options.mutant) {
+    if (options.mutants?.length) {
       const client = new pg.Client({ connectionString: pair.primary.url() });
       await client.connect();
-      await installMutant(client, options.mutant).finally(() => client.end());
+      try {
+        for (const mutant of options.mutants) await installMutant(client, mutant);
+      } finally {
+        await client.end();
+      }
     }
-    await Promise.all(clients.map((c) => c.send({ cmd: 'connect' })));
+    const generations = await Promise.all(clients.map((c) => c.send({ cmd: 'connect' })));
+    // this scenario's events: those of the client generation just started
+    const lines = () => clients.map((c, i) => c.lines.filter((l) => l.gen === generations[i]?.gen));
     timings.clients = Date.now() - started - timings.pair;
-    const [a, b] = clients as [JsonLinesProcess, JsonLinesProcess, JsonLinesProcess];
+    const [a, b, c] = clients as [JsonLinesProcess, JsonLinesProcess, JsonLinesProcess];
     const held = await a.send({ cmd: 'hold', name: 'held', ttl: `${holdTtlMs}ms` });
     if (held.acquired !== true) throw new Error(`the first holder did not acquire: ${JSON.stringify(held)}`);
-    for (const c of clients) await c.send({ cmd: 'churn', jobs: ['job-1', 'job-2', 'job-3'], slotJob: 'slots', ttl: '10s' });
+    // Leases held from before the hold-back and released during it: with asynchronous
+    // replication the releases are lost, and their tokens are what a resurrection would use.
+    for (const name of PARKED) await c.send({ cmd: 'hold', name, ttl: '10s' });
+    for (const client of clients) await client.send({ cmd: 'churn', jobs: ['job-1', 'job-2', 'job-3'], slotJob: 'slots', ttl: '10s' });
     await sleep(1_000);
     if (options.mode === 'async') {
       // From here on the standby receives nothing: every grant, release and write the primary
@@ -102,11 +136,17 @@ export async function runScenario(template: ClusterTemplate, options: ScenarioOp
       await pair.waitForCatchUp();
       pair.replicationProxy.setMode('blackhole');
     }
-    await sleep(1_200);
+    await sleep(300);
+    for (const name of PARKED) await c.send({ cmd: 'release', name });
+    await sleep(900);
     const faultAt = Date.now();
     if (options.fault === 'kill') await pair.primary.kill();
     else pair.primary.freeze();
     await pair.standby.promote();
+    // Before any client reaches the new primary (which would take the leases over and retire
+    // the old tokens anyway): does it accept a fenced write under a token that was dead before?
+    const dead = deadTokens(history(lines(), faultAt), faultAt);
+    const probe = await probeTokens(pair, dead);
     // as a moved virtual IP: the old server's answers stop, a client's next packet is reset
     pair.clientProxy.retarget(pair.standby.port, 'reset-on-send');
     const switchedAt = Date.now();
@@ -123,20 +163,18 @@ export async function runScenario(template: ClusterTemplate, options: ScenarioOp
     }
     const minimumEnd = switchedAt + 1_500;
     if (Date.now() < minimumEnd) await sleep(minimumEnd - Date.now());
-    await Promise.all(clients.map((c) => c.send({ cmd: 'stop' }, 30_000)));
+    await Promise.all(clients.map((client) => client.send({ cmd: 'disconnect' }, 30_000)));
     const endAt = Date.now();
     timings.failoverToEnd = endAt - faultAt;
 
-    const h = history(
-      clients.map((c) => c.lines),
-      endAt,
-    );
-    const dead = deadTokens(h, faultAt);
-    const probe = await probeTokens(pair, dead);
+    if (options.linesFile) {
+      writeFileSync(options.linesFile, `${JSON.stringify({ faultAt, switchedAt, endAt, clients: lines() })}\n`);
+    }
+    const h = history(lines(), endAt);
     const lostWrites = await countLostWrites(pair, h, faultAt);
     const slots = doubleSlots(h);
     const heldHistory: History = { ...h, acquired: h.acquired.filter((x) => x.name === 'held') };
-    const holderLost = a.lines.find((l: Line) => l.event === 'lost' && l.name === 'held' && Number(l.at) >= faultAt);
+    const holderLost = lines()[0]?.find((l: Line) => l.event === 'lost' && l.name === 'held' && Number(l.at) >= faultAt);
     return {
       doubleFences: doubleFences(h),
       backwardFences: backwardFences(h),
@@ -155,10 +193,7 @@ export async function runScenario(template: ClusterTemplate, options: ScenarioOp
       timings: { ...timings, total: Date.now() - started },
     };
   } finally {
-    await Promise.allSettled(clients.map((c) => c.kill()));
-    await Promise.allSettled((await starting).map((r) => (r.status === 'fulfilled' ? r.value.kill() : undefined)));
-    if (pair) await pair.close();
-    else await proxy.close();
+    await pair.close();
   }
 }
 
@@ -173,7 +208,7 @@ async function sql(url: string, text: string, values: unknown[] = []): Promise<p
   }
 }
 
-/** Tries a fenced write with every dead token on the new primary; counts the ones accepted. */
+/** Tries a fenced write with every dead token on the promoted standby; counts the ones accepted. */
 async function probeTokens(pair: ReplicatedPair, dead: Array<{ name: string; token: string; fence: bigint }>): Promise<number> {
   const client = new pg.Client({ connectionString: pair.standby.url() });
   client.on('error', () => undefined);

@@ -64,11 +64,29 @@ const BASE_SETTINGS: Record<string, string> = {
   max_wal_senders: '5',
   max_replication_slots: '5',
   max_connections: '100',
+  // small: every pair copies the template twice and starts two servers on a loaded machine
+  shared_buffers: '16MB',
   wal_sender_timeout: '60s',
   wal_receiver_status_interval: '1s',
   // a standby started before its primary retries soon (default 5 s)
   wal_retrieve_retry_interval: '100ms',
 };
+
+// Last resort when the test process exits without cleaning up (a crash, a killed worker): no
+// server may outlive it, no directory stay behind.
+const liveServers = new Set<ChildProcess>();
+const liveDirs = new Set<string>();
+process.on('exit', () => {
+  for (const child of liveServers) {
+    try {
+      if (child.pid) process.kill(child.pid, 'SIGCONT');
+      child.kill('SIGKILL');
+    } catch {
+      // already gone
+    }
+  }
+  for (const dir of liveDirs) rmSync(dir, { recursive: true, force: true });
+});
 
 /** One PostgreSQL server process on a data directory. */
 export class PgServer {
@@ -96,10 +114,6 @@ export class PgServer {
     return `postgres://postgres@127.0.0.1:${this.port}/${database}`;
   }
 
-  logText(): string {
-    return this.log;
-  }
-
   async start(): Promise<void> {
     const child = spawn(this.binaries.postgres, ['-D', this.dataDir, '-p', String(this.port)], {
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -107,6 +121,8 @@ export class PgServer {
       env: { ...process.env, LC_ALL: 'C' },
     });
     this.child = child;
+    liveServers.add(child);
+    child.once('exit', () => liveServers.delete(child));
     child.stdout?.on('data', (chunk: Buffer) => (this.log += chunk.toString()));
     child.stderr?.on('data', (chunk: Buffer) => (this.log += chunk.toString()));
     const deadline = Date.now() + 30_000;
@@ -218,7 +234,7 @@ export interface ReplicatedPair {
   standby: PgServer;
   /** Between the standby's WAL receiver and the primary: blackhole it to hold replication back. */
   replicationProxy: FaultProxy;
-  /** The one address clients use ("the VIP"): at the primary, switched to the standby on failover. */
+  /** The one address clients use ("the VIP"): at the primary, switched to the standby on failover (not closed by close()). */
   clientProxy: FaultProxy;
   /** `postgres://…` of the client proxy. */
   url: string;
@@ -249,7 +265,7 @@ export class ClusterTemplate {
     if (typeof user === 'string') throw new Error(user);
     const template = new ClusterTemplate(binaries, user);
     const dataDir = join(template.tempDir(), 'template');
-    const init = spawnSync(binaries.initdb, ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--locale=C'], {
+    const init = spawnSync(binaries.initdb, ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-sync', '--wal-segsize=1'], {
       encoding: 'utf8',
       ...(user ?? {}),
       env: { ...process.env, LC_ALL: 'C' },
@@ -279,12 +295,14 @@ export class ClusterTemplate {
     chmodSync(parent, 0o755);
     if (this.user) chownSync(parent, this.user.uid, this.user.gid);
     this.parents.push(parent);
+    liveDirs.add(parent);
     return parent;
   }
 
   /**
    * A primary and a streaming standby (async, or sync: every commit waits for the standby's flush).
-   * `clientProxy` (listening) becomes the clients' address: pointed at the primary here, closed by close().
+   * `clientProxy` (listening, owned by the caller) is the clients' address: pointed at the
+   * primary here, its open connections reset.
    */
   async pair(mode: ReplicationMode, clientProxy: FaultProxy): Promise<ReplicatedPair> {
     if (!this.dir) throw new Error('template not built');
@@ -313,12 +331,13 @@ export class ClusterTemplate {
       chownSync(join(primaryDir, 'postgresql.auto.conf'), this.user.uid, this.user.gid);
     }
     const close = async () => {
-      await Promise.allSettled([clientProxy.close(), replicationProxy.close()]);
+      await replicationProxy.close();
       for (const server of [primary, standby]) {
         if (server.frozen) server.thaw();
         await server.kill().catch(() => undefined);
       }
       rmSync(parent, { recursive: true, force: true });
+      liveDirs.delete(parent);
     };
     try {
       await Promise.all([primary.start(), standby.start()]);
@@ -341,7 +360,10 @@ export class ClusterTemplate {
 
   /** Removes the template and every pair's directory left behind. */
   close(): void {
-    for (const parent of this.parents.splice(0)) rmSync(parent, { recursive: true, force: true });
+    for (const parent of this.parents.splice(0)) {
+      rmSync(parent, { recursive: true, force: true });
+      liveDirs.delete(parent);
+    }
   }
 }
 
