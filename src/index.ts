@@ -12,8 +12,11 @@ export {
   OutcomeUnknownError,
   SchemaVersionError,
   ShutdownError,
+  TransactionControlError,
+  TransactionFailedError,
   type LeaseholdErrorCode,
   type LeaseLostReason,
+  type TransactionFailure,
 } from './errors.js';
 export { migrate, migrations, latestVersion, schemaVersion, checkSchema, type Migration, type MigrationResult } from './db/migrations.js';
 export type { ConnectionOptions } from './db/connection.js';

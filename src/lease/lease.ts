@@ -7,10 +7,11 @@
 // confirmed renewal, the lease counts as lost and the signal fires, whatever the network does.
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
-import { isConnectionError, QueryTimeoutError, timedQuery, unavailable } from '../db/connection.js';
-import { LeaseLostError, OutcomeUnknownError, type LeaseLostReason } from '../errors.js';
+import { isConnectionError, QueryTimeoutError, timedQuery } from '../db/connection.js';
+import { InvalidArgumentError, LeaseLostError, type LeaseLostReason } from '../errors.js';
 import type { LeaseInfo } from '../observe/events.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
+import { runFencedTransaction } from './fenced-transaction.js';
 import type { LeaseRuntime } from './runtime.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 
@@ -35,6 +36,23 @@ export interface TransactionOptions {
    * @default the lease's ttl
    */
   idleTimeout?: Duration;
+  /**
+   * Read timeout of each statement `fn` runs (a statement's own `query_timeout` wins). When it
+   * fires, the connection is closed and the transaction fails with TransactionFailedError.
+   * @default the lease's ttl
+   */
+  statementTimeout?: Duration;
+}
+
+const TRANSACTION_OPTION_KEYS = new Set(['idleTimeout', 'statementTimeout']);
+
+function checkTransactionOptions(options: TransactionOptions): void {
+  if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', 'transaction(fn, options) takes an options object.');
+  for (const key of Object.keys(options)) {
+    if (!TRANSACTION_OPTION_KEYS.has(key)) {
+      throw new InvalidArgumentError(key, `Unknown transaction option "${key}"; known: ${[...TRANSACTION_OPTION_KEYS].join(', ')}.`);
+    }
+  }
 }
 
 type State = 'held' | 'lost' | 'released';
@@ -181,63 +199,35 @@ export class Lease {
    * Runs `fn` in a transaction that first locks the lease row where name, token and fence
    * still match and the lease is unexpired (leasehold.assert_lease). While it is open no
    * other holder can take the lease over, so what it commits cannot come from a stale holder.
-   * Throws LeaseLostError (and rolls back) when the lease is no longer ours; throws
+   * Every statement has a read timeout (BEGIN and COMMIT: queryTimeout; yours: statementTimeout).
+   * Throws LeaseLostError (and rolls back) when the lease is no longer ours;
+   * TransactionFailedError when the server rolled back (serialization failure, deadlock,
+   * read-only server, broken connection, timeout): nothing was written;
+   * TransactionControlError when `fn` tried BEGIN/COMMIT/ROLLBACK itself: nothing was written;
    * OutcomeUnknownError when the COMMIT was sent but no answer came.
    */
   async transaction<T>(fn: (client: pg.PoolClient) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
     this.throwIfNotHeld();
+    checkTransactionOptions(options);
     const idleMs =
       options.idleTimeout === undefined ? this.ttlMs : parseBoundedDuration(options.idleTimeout, 'idleTimeout', 100, MAX_TTL_MS);
-    let client: pg.PoolClient;
-    try {
-      client = await this.runtime.workPool.connect();
-    } catch (error) {
-      throw unavailable(this.runtime.where, error);
-    }
-    let connectionError: Error | undefined;
-    const onError = (error: Error) => {
-      connectionError = error;
-    };
-    client.on('error', onError);
-    let committing = false;
-    try {
-      await client.query('begin');
-      try {
-        await client.query({
-          text: `select set_config('idle_in_transaction_session_timeout', $4, true),
-                        leasehold.assert_lease($1, $2, $3)`,
-          values: [this.name, this.token, this.fence, `${Math.round(idleMs)}ms`],
-          query_timeout: this.runtime.queryTimeoutMs,
-        } as pg.QueryConfig);
-      } catch (error) {
-        if ((error as { code?: string }).code === 'LH003') {
-          const detail = (error as { detail?: string }).detail;
+    const statementMs =
+      options.statementTimeout === undefined ? this.ttlMs : parseBoundedDuration(options.statementTimeout, 'statementTimeout', 50, MAX_TTL_MS);
+    return runFencedTransaction(
+      {
+        name: this.name,
+        token: this.token,
+        fence: this.fence,
+        isHeld: () => this.state === 'held',
+        refused: (error, detail) => {
           this.markLost('fence-mismatch', error, detail);
-          throw this.lostError;
-        }
-        throw error;
-      }
-      const value = await fn(client);
-      committing = true;
-      const result = await client.query({ text: 'commit', query_timeout: this.runtime.queryTimeoutMs } as pg.QueryConfig);
-      if (result.command === 'ROLLBACK') {
-        throw new Error('The fenced transaction was rolled back because a statement inside it failed.');
-      }
-      return value;
-    } catch (error) {
-      if (committing && (connectionError || isConnectionError(error))) {
-        throw new OutcomeUnknownError(
-          `The COMMIT of a fenced transaction on lease "${this.name}" (fence ${this.fence}) got no answer; ` +
-            'it may or may not have committed. Check the data before retrying.',
-          { cause: error },
-        );
-      }
-      if (!committing) await client.query('rollback').catch(() => undefined);
-      throw error;
-    } finally {
-      client.off('error', onError);
-      client.release(connectionError ?? undefined);
-    }
+          return this.lostError ?? new LeaseLostError(this.name, this.fence, 'fence-mismatch');
+        },
+      },
+      this.runtime,
+      { idleMs, statementMs },
+      fn,
+    );
   }
 
   /**
