@@ -142,7 +142,7 @@ export class Lease {
     for (let attempt = 1; ; attempt++) {
       try {
         const result = await timedQuery<{ renewed: boolean; expires_at: Date | null; reason: string }>(
-          this.runtime.controlPool,
+          this.runtime.renewPool,
           'select renewed, expires_at, reason from leasehold.renew($1, $2, $3::interval)',
           [this.name, this.token, `${ttlMs} milliseconds`],
           Math.min(this.runtime.queryTimeoutMs, Math.max(ttlMs / 3, 50)),

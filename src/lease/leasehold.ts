@@ -75,6 +75,7 @@ export class Leasehold {
     private readonly settings: {
       holder: string;
       controlPool: pg.Pool;
+      renewPool: pg.Pool;
       workPool: pg.Pool;
       ownedPools: pg.Pool[];
       queryTimeoutMs: number;
@@ -89,6 +90,7 @@ export class Leasehold {
     this.ownedPools = settings.ownedPools;
     this.runtime = {
       controlPool: settings.controlPool,
+      renewPool: settings.renewPool,
       workPool: settings.workPool,
       queryTimeoutMs: settings.queryTimeoutMs,
       where: settings.where,
@@ -395,6 +397,9 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
   // Lease calls get their own small pool so that user work holding every connection of the
   // work pool cannot delay a heartbeat past the TTL.
   const controlPool = connectionString ? own(3) : (options.pool as pg.Pool);
+  // Renewals get two connections of their own: the process's own acquire and claim bursts
+  // queue on the control pool and would otherwise delay heartbeats past the TTL.
+  const renewPool = connectionString ? own(2) : (options.pool as pg.Pool);
   const workPool = options.pool ?? own(poolSize);
 
   let client: pg.PoolClient | undefined;
@@ -440,7 +445,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
     }
   }
   leasehold = new Leasehold(
-    { holder, controlPool, workPool, ownedPools, queryTimeoutMs, where, logger, events },
+    { holder, controlPool, renewPool, workPool, ownedPools, queryTimeoutMs, where, logger, events },
     liveness,
   );
   return leasehold;

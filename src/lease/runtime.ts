@@ -7,6 +7,11 @@ import type { Logger } from '../observe/logger.js';
 export interface LeaseRuntime {
   /** Pool for acquire, renew and release: kept apart from user work so a busy app pool cannot starve heartbeats. */
   readonly controlPool: pg.Pool;
+  /**
+   * Pool for renewals (heartbeats) alone: a burst of this process's own acquires or claims
+   * queued on the control pool cannot delay a heartbeat. The user's pool when only one was given.
+   */
+  readonly renewPool: pg.Pool;
   /** Pool for fenced transactions (the user's, when one was passed). */
   readonly workPool: pg.Pool;
   /** Timeout for every library statement, in ms. */
