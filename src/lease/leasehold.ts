@@ -18,6 +18,7 @@ import { LeaseholdEmitter, type LeaseholdEvents } from '../observe/events.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { checkHolder, checkLeaseName } from '../validate/names.js';
+import { DatabaseClock, type ClockStep } from '../schedule/database-clock.js';
 import { Lease, type LeaseGrant } from './lease.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 import { LivenessSession } from './liveness.js';
@@ -76,6 +77,7 @@ export class Leasehold {
       holder: string;
       controlPool: pg.Pool;
       renewPool: pg.Pool;
+      clock: DatabaseClock;
       workPool: pg.Pool;
       ownedPools: pg.Pool[];
       queryTimeoutMs: number;
@@ -91,6 +93,7 @@ export class Leasehold {
     this.runtime = {
       controlPool: settings.controlPool,
       renewPool: settings.renewPool,
+      clock: settings.clock,
       workPool: settings.workPool,
       queryTimeoutMs: settings.queryTimeoutMs,
       where: settings.where,
@@ -147,6 +150,7 @@ export class Leasehold {
         this.runtime.where,
       );
       row = result.rows[0];
+      if (row) this.runtime.clock.observe(row.database_time, sentAt, performance.now());
     } catch (error) {
       throw translateSqlError(error);
     }
@@ -293,11 +297,13 @@ export class Leasehold {
   /** @internal for the scheduler: the runtime, the liveness key, and adoption of leases claimed in SQL. */
   internals(): {
     runtime: LeaseRuntime;
+    clock: DatabaseClock;
     livenessKey(): string | null;
     adopt(grant: LeaseGrant, heartbeatMs: number, tookOver: boolean): Lease;
   } {
     return {
       runtime: this.runtime,
+      clock: this.runtime.clock,
       livenessKey: () => this.liveness?.key ?? null,
       adopt: (grant, heartbeatMs, tookOver) => {
         this.throwIfClosed();
@@ -309,6 +315,28 @@ export class Leasehold {
         return lease;
       },
     };
+  }
+
+  /**
+   * @internal the database clock stepped: report it, and check every held lease against the
+   * new database time (a forward step past a lease's expiry loses it now, not at its next heartbeat).
+   */
+  clockStepped(step: ClockStep): void {
+    const seconds = `${step.deltaMs > 0 ? '+' : ''}${(step.deltaMs / 1000).toFixed(1)} s`;
+    this.settings.logger.warn(
+      {
+        event: 'clock:step',
+        deltaMs: step.deltaMs,
+        databaseTime: step.databaseTime.toISOString(),
+        expected: step.expected.toISOString(),
+        heldLeases: this.active.size,
+      },
+      `the database clock stepped ${seconds} (now ${step.databaseTime.toISOString()}); ` +
+        (step.deltaMs > 0 ? 'leases whose expiry it passed are lost' : 'leases keep their local deadlines; scheduling follows the database time'),
+    );
+    this.events.emit('clock:step', { deltaMs: step.deltaMs, databaseTime: step.databaseTime, expected: step.expected });
+    const now = this.runtime.clock.now();
+    for (const lease of [...this.active]) lease.clockStepped(now, step.deltaMs);
   }
 
   /** @internal the liveness session dropped: every lease taken under its key is lost. */
@@ -400,6 +428,8 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
   // Renewals get two connections of their own: the process's own acquire and claim bursts
   // queue on the control pool and would otherwise delay heartbeats past the TTL.
   const renewPool = connectionString ? own(2) : (options.pool as pg.Pool);
+  let leasehold: Leasehold | undefined;
+  const clock = new DatabaseClock(renewPool, queryTimeoutMs, where, { onStep: (step) => leasehold?.clockStepped(step) });
   const workPool = options.pool ?? own(poolSize);
 
   let client: pg.PoolClient | undefined;
@@ -420,7 +450,6 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
     client?.release();
   }
 
-  let leasehold: Leasehold | undefined;
   let liveness: LivenessSession | undefined;
   if (options.liveness !== false) {
     const livenessUrl = typeof options.liveness === 'object' ? options.liveness.connectionString : connectionString;
@@ -436,6 +465,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
         events.emit('liveness:lost', error);
       },
       onReady: (key) => events.emit('liveness:ready', key),
+      onClockSample: (databaseTime, sent, received) => clock.observe(databaseTime, sent, received),
     });
     try {
       await liveness.start();
@@ -445,7 +475,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
     }
   }
   leasehold = new Leasehold(
-    { holder, controlPool, renewPool, workPool, ownedPools, queryTimeoutMs, where, logger, events },
+    { holder, controlPool, renewPool, clock, workPool, ownedPools, queryTimeoutMs, where, logger, events },
     liveness,
   );
   return leasehold;

@@ -2,6 +2,7 @@
 // does not import the client (and tests can reason about one piece at a time).
 import type pg from 'pg';
 import type { LeaseholdEmitter } from '../observe/events.js';
+import type { DatabaseClock } from '../schedule/database-clock.js';
 import type { Logger } from '../observe/logger.js';
 
 export interface LeaseRuntime {
@@ -14,6 +15,8 @@ export interface LeaseRuntime {
   readonly renewPool: pg.Pool;
   /** Pool for fenced transactions (the user's, when one was passed). */
   readonly workPool: pg.Pool;
+  /** This process's estimate of the database clock; every answer carrying database time feeds it. */
+  readonly clock: DatabaseClock;
   /** Timeout for every library statement, in ms. */
   readonly queryTimeoutMs: number;
   /** host:port/db for messages. */

@@ -10,10 +10,11 @@ import { InvalidArgumentError, ShutdownError } from '../errors.js';
 import { createLeasehold, type Leasehold, type LeaseholdOptions } from '../lease/leasehold.js';
 import { LeaseholdEmitter, type LeaseholdEvents } from '../observe/events.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
-import { DatabaseClock } from '../schedule/database-clock.js';
+import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { SchedulerStore, type ClaimRequest, type ClaimRow } from './claims.js';
+import { describePolicy, planAfterStep, StepWindows } from './clock-steps.js';
 import { executeRun, type RunReport } from './execute-run.js';
 import { FinishQueue } from './finish-queue.js';
 import { defineJob, type JobDefinition, type JobOptions } from './job.js';
@@ -116,6 +117,8 @@ export class Worker {
       }
     }
     if (handleSignals) this.installSignalHandlers();
+    const unsubscribe = this.clock.onStep((step) => this.clockStepped(step));
+    void this.stopped.then(unsubscribe);
     this.every(this.settings.clockSyncMs, () => this.clock.sync().catch((e: unknown) => this.logger.warn({ event: 'clock:sync-failed', err: String(e) }, 'clock sync failed')));
     this.every(Math.min(this.settings.retentionMs, 3_600_000), () => this.prune());
     void this.prune();
@@ -207,6 +210,7 @@ export class Worker {
   /** Sleeps until the earliest next slot, then claims every job due by then. */
   private schedule(): void {
     if (this.phase.kind !== 'running') return;
+    clearTimeout(this.phase.timer);
     let earliest: number | null = null;
     for (const state of this.states) {
       const at = state.nextSlot?.getTime();
@@ -259,6 +263,8 @@ export class Worker {
     const holderKey = internals.livenessKey();
     const sentAt = performance.now();
     const rows = await this.store.claim(requests, this.holder, holderKey);
+    // the claim's database time is a clock sample: a step shows here before the rows are used
+    if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
     if (this.stopping) {
       // Stopping began while the statement ran: hand back what it claimed, unrun.
       const claimed = rows.filter((row) => row.claimed);
@@ -279,6 +285,10 @@ export class Worker {
         if (row.previous_slot) void this.recordMissed(job, row.previous_slot, row.slot);
       } else if (row.reason === 'held') {
         if (row.skip_recorded) this.reportSkip(job, row);
+      } else if (row.reason === 'slot-not-due' && (attempt >= RETRY_DELAYS_MS.length || this.clock.now() < row.slot)) {
+        // Not due by the database clock, and not just a hair early: the database clock is
+        // behind our estimate (it stepped back). Claim it again when it is due on that time.
+        this.rearm(job, row.slot, row.database_time);
       } else if (row.reason === 'holder-committing' || row.reason === 'slot-not-due') {
         retry.push({ job, slot: row.slot });
       } else if (row.reason === 'unknown-job') {
@@ -357,7 +367,13 @@ export class Worker {
 
   /** Slots between the previous claim and this one that neither ran nor were skipped. */
   private async recordMissed(job: JobDefinition, previous: Date, claimed: Date): Promise<void> {
-    const between = slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED);
+    const { outside: between, inside } = this.stepWindows.split(slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED));
+    if (inside > 0) {
+      this.logger.info(
+        { event: 'slot:missed-step', job: job.name, count: inside },
+        `"${job.name}": ${inside} slot(s) before ${claimed.toISOString()} fell inside a database clock step; not recorded as missed`,
+      );
+    }
     if (between.length === 0) return;
     try {
       const recorded = await this.store.recordMissed(job.name, between, 'no worker claimed it in time (downtime or past its starting deadline)', this.holder);
@@ -369,6 +385,56 @@ export class Worker {
     } catch (error) {
       this.logger.warn({ event: 'slot:missed-record-failed', err: String(error) }, 'could not record missed slots');
     }
+  }
+
+  /** Slot windows that forward steps of the database clock jumped over. */
+  private readonly stepWindows = new StepWindows();
+
+  /** The database clock stepped: follow it (see clock-steps.ts). */
+  private clockStepped(step: ClockStep): void {
+    if (this.phase.kind !== 'running') return;
+    const now = this.clock.now();
+    if (step.deltaMs > 0) {
+      this.stepWindows.add(step.expected, now);
+      const requests: ClaimRequest[] = [];
+      for (const state of this.states) {
+        if (!state.nextSlot || state.nextSlot > now) continue;
+        const { job } = state;
+        const plan = planAfterStep(job, new Date(state.nextSlot.getTime() - 1), now);
+        state.nextSlot = job.schedule.next(now);
+        this.logger.warn(
+          { event: 'clock:step-slots', job: job.name, deltaMs: step.deltaMs, slots: plan.skipped, running: plan.run.length, catchUp: describePolicy(job) },
+          `"${job.name}": the database clock stepped +${(step.deltaMs / 1000).toFixed(1)} s over ${plan.skipped} slot(s); ` +
+            `they never existed, so none is recorded as missed; catch-up ${describePolicy(job)} runs ${plan.run.length} of them`,
+        );
+        const first = plan.run[0];
+        if (!first) continue;
+        if (plan.run.length > 1) void this.store.enqueue(job.name, plan.run).catch((error: unknown) => this.logger.warn({ event: 'catch-up:enqueue-failed', err: String(error) }, 'could not queue catch-up slots'));
+        requests.push({ job, slot: first });
+      }
+      if (requests.length > 0) {
+        this.claim(requests, 0).catch((error: unknown) => this.logger.error({ event: 'claim:failed', err: String(error) }, 'claiming slots after a clock step failed'));
+      }
+    } else {
+      const next = this.states.map((s) => s.nextSlot).filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0];
+      this.logger.warn(
+        { event: 'clock:step-back', deltaMs: step.deltaMs, nextSlot: next?.toISOString() },
+        `the database clock stepped back ${(-step.deltaMs / 1000).toFixed(1)} s; scheduling resumes on its time (next slot ${next?.toISOString() ?? 'none'})`,
+      );
+    }
+    this.schedule();
+  }
+
+  /** A claim came back "not due": try that slot again when it is due on the database's time. */
+  private rearm(job: JobDefinition, slot: Date, databaseTime: Date): void {
+    const state = this.states.find((s) => s.job === job);
+    if (!state || this.stopping) return;
+    if (!state.nextSlot || slot < state.nextSlot) state.nextSlot = slot;
+    this.logger.info(
+      { event: 'slot:not-due', job: job.name, slot: slot.toISOString(), databaseTime: databaseTime.toISOString() },
+      `slot ${slot.toISOString()} of "${job.name}" is not due yet by the database clock (${databaseTime.toISOString()}); claiming it when it is`,
+    );
+    void this.clock.sync().catch(() => undefined).finally(() => this.schedule());
   }
 
   private installSignalHandlers(): void {
@@ -414,7 +480,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   try {
     const internals = leasehold.internals();
     const store = new SchedulerStore(internals.runtime);
-    const clock = new DatabaseClock(internals.runtime.controlPool, internals.runtime.queryTimeoutMs, internals.runtime.where);
+    const clock = internals.clock;
     await clock.sync();
     const lastSlots = await store.register(jobs, leasehold.holder);
     const worker = new Worker(leasehold, store, clock, internals.runtime.events, logger, jobs, { graceMs, retentionMs, clockSyncMs });

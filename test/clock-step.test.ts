@@ -1,0 +1,139 @@
+// Database clock steps, for real: a PostgreSQL server of this test's own runs under libfaketime
+// with its offset read from a file (changed while a worker and a lease holder are running).
+// The database clock is the authority: a +1 h step expires every lease at once and jumps over
+// 3,600 slots that never existed; a -30 s step must not stop scheduling.
+import { existsSync, mkdtempSync, chmodSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createLeasehold, createMetrics, startWorker, type Leasehold, type Logger, type Worker } from '../src/index.js';
+import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/db/embedded.js';
+import { LIBFAKETIME_PATHS } from '../faults/common.js';
+import { sleep, waitFor } from './support/db.js';
+
+// libfaketime comes from Debian's faketime package, which .ci/run installs.
+const libfaketime = LIBFAKETIME_PATHS.find(existsSync);
+
+let server: EmbeddedPostgres | undefined;
+let folder: string;
+let offsetFile: string;
+
+/** Sets the server's clock offset from real time, e.g. '+3600s'. Read on every clock call. */
+function setOffset(offset: string): void {
+  writeFileSync(offsetFile, `${offset}\n`);
+}
+
+interface Line {
+  level: string;
+  event?: string;
+  [key: string]: unknown;
+}
+
+function collectingLogger(lines: Line[]): Logger {
+  const at = (level: string) => (fields: object, msg?: string) => void lines.push({ level, msg, ...fields });
+  return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
+}
+
+beforeAll(async () => {
+  if (!libfaketime) return;
+  folder = mkdtempSync(join(tmpdir(), 'leasehold-clock-'));
+  chmodSync(folder, 0o755); // the server may run as another OS user
+  offsetFile = join(folder, 'offset');
+  setOffset('+0s');
+  chmodSync(offsetFile, 0o644);
+  server = await startEmbeddedPostgres({
+    environment: {
+      LD_PRELOAD: libfaketime,
+      FAKETIME_TIMESTAMP_FILE: offsetFile,
+      FAKETIME_NO_CACHE: '1',
+      DONT_FAKE_MONOTONIC: '1',
+    },
+  });
+}, 120_000);
+
+afterAll(async () => {
+  await server?.stop();
+  if (folder) rmSync(folder, { recursive: true, force: true });
+});
+
+it.skipIf(!libfaketime)('follows +1 h and -30 s steps of the database clock while a worker runs (uses libfaketime)', async () => {
+  const url = server!.connectionString;
+  const lines: Line[] = [];
+  const logger = collectingLogger(lines);
+  const runs: Date[] = [];
+  const missed: Date[] = [];
+  let holder: Leasehold | undefined;
+  let worker: Worker | undefined;
+  try {
+    holder = await createLeasehold({ connectionString: url, logger, queryTimeout: '1s' });
+    worker = await startWorker({
+      connectionString: url,
+      logger,
+      queryTimeout: '1s',
+      handleSignals: false,
+      shutdownGrace: '2s',
+      jobs: [{ name: 'every-second', every: '1s', ttl: '10s', handler: async (ctx) => void runs.push(ctx.slot) }],
+    });
+    const metrics = createMetrics();
+    metrics.observe(worker);
+    metrics.observe(holder);
+    worker.on('slot:missed', (event) => missed.push(...event.slots));
+    const steps: number[] = [];
+    holder.on('clock:step', (step) => steps.push(step.deltaMs));
+
+    // A lease with a 10-minute ttl: its next heartbeat is 200 s away.
+    const acquired = await holder.acquire('long-lease', { ttl: '10m', heartbeat: true });
+    if (!acquired.acquired) throw new Error('expected to acquire');
+    const { lease } = acquired;
+    await waitFor(() => runs.length >= 3, 15_000);
+
+    // +1 hour
+    const stepped = Date.now();
+    setOffset('+3600s');
+    await waitFor(() => lease.lost, 10_000, 20);
+    const lostAfterMs = Date.now() - stepped;
+    expect(lease.lostReason?.reason).toBe('clock-step');
+    expect(lease.signal.aborted).toBe(true);
+    expect(lostAfterMs).toBeLessThan(8_000); // the liveness ping (every 1 s) notices, not the heartbeat in 200 s
+    expect(steps[0]).toBeGreaterThan(3_590_000);
+    expect(steps[0]).toBeLessThan(3_610_000);
+    const runsBeforeStep = runs.length;
+    await waitFor(() => runs.some((slot) => slot.getTime() > stepped + 3_590_000) && runs.length >= runsBeforeStep + 3, 15_000);
+    await waitFor(() => lines.some((l) => l.event === 'clock:step-slots'), 10_000);
+    const slotsLine = lines.find((l) => l.event === 'clock:step-slots');
+    expect(slotsLine).toMatchObject({ level: 'warn', job: 'every-second', catchUp: "'latest'" });
+    expect(Number(slotsLine?.slots)).toBeGreaterThan(3_000);
+    expect(lines.some((l) => l.event === 'clock:step' && l.level === 'warn' && Number(l.deltaMs) > 3_590_000)).toBe(true);
+    // not 3,600 (or 1,000) missed slots that never existed
+    expect(missed.length).toBeLessThan(10);
+
+    // -30 seconds: slots already claimed come again later by the database clock; scheduling
+    // must go on (pause ~30 s of slots that ran, then continue), not stop silently.
+    const back = Date.now();
+    setOffset('+3570s');
+    await waitFor(() => steps.some((delta) => delta < -25_000 && delta > -35_000), 10_000);
+    await waitFor(() => lines.some((l) => l.event === 'clock:step-back'), 10_000);
+    const lastBefore = Math.max(...runs.map((slot) => slot.getTime()));
+    // the first new run is a slot after the last one that ran (slots are claimed once), on
+    // the database's new time, so about 30 s after the step
+    await waitFor(() => runs.some((slot) => slot.getTime() > lastBefore), 50_000, 100);
+    const resumedAfterMs = Date.now() - back;
+    expect(resumedAfterMs).toBeLessThan(45_000);
+    const runsAtResume = runs.length;
+    await waitFor(() => runs.length >= runsAtResume + 3, 15_000);
+    expect(missed.length).toBeLessThan(10);
+
+    const text = await metrics.metrics();
+    expect(text).toMatch(/leasehold_clock_steps_total\{direction="forward"\} [1-9]/);
+    expect(text).toMatch(/leasehold_clock_steps_total\{direction="backward"\} [1-9]/);
+    // eslint-disable-next-line no-console
+    console.log(
+      `clock steps: lease lost ${lostAfterMs} ms after +1h; ${Number(slotsLine?.slots)} slots inside the step, ${missed.length} recorded missed; ` +
+        `runs resumed ${resumedAfterMs} ms after -30s`,
+    );
+  } finally {
+    await worker?.stop();
+    await holder?.close();
+    await sleep(10);
+  }
+}, 180_000);
