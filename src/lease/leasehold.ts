@@ -70,6 +70,7 @@ export class Leasehold {
   private readonly active = new Set<Lease>();
   private readonly ownedPools: pg.Pool[];
   private closed = false;
+  private clockProbe: NodeJS.Timeout | undefined;
 
   /** @internal use createLeasehold() */
   constructor(
@@ -101,6 +102,14 @@ export class Leasehold {
       events: settings.events,
       forget: (lease) => this.active.delete(lease as Lease),
     };
+    // Without a liveness session nothing reads the database clock between heartbeats, so a
+    // step would go unnoticed until then: read it while leases are held, as the ping would.
+    if (!liveness) {
+      this.clockProbe = setInterval(() => {
+        if (this.active.size > 0) settings.clock.sync(1).catch(() => undefined);
+      }, Math.max(1_000, Math.min(5_000, settings.queryTimeoutMs)));
+      this.clockProbe.unref();
+    }
   }
 
   /** Subscribes to an event; returns the unsubscribe function. */
@@ -350,6 +359,7 @@ export class Leasehold {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    clearInterval(this.clockProbe);
     await Promise.allSettled([...this.active].map((lease) => lease.release()));
     await this.liveness?.close();
     await Promise.allSettled(this.ownedPools.map((pool) => pool.end()));
