@@ -5,8 +5,16 @@
 // ('none': none, 'latest': the latest if within the starting deadline, { all: n }: the last n).
 // Backward: the slots ahead are further away now; the worker sleeps until they are due on the
 // database's new time (a claim fired early is refused as not due and re-armed, never dropped).
+import type { Logger } from '../observe/logger.js';
+import type { ClockStep } from '../schedule/database-clock.js';
 import type { Schedule } from '../schedule/schedule.js';
+import type { ClaimRequest, SchedulerStore } from './claims.js';
 import type { JobDefinition } from './job.js';
+
+interface JobState {
+  job: JobDefinition;
+  nextSlot: Date | null;
+}
 
 /** Database-time intervals (from, until] that a forward step jumped over. */
 export class StepWindows {
@@ -67,4 +75,43 @@ export function planAfterStep(job: JobDefinition, after: Date, now: Date): StepP
 
 export function describePolicy(job: JobDefinition): string {
   return typeof job.catchUp === 'object' ? `{ all: ${job.catchUp.all} }` : `'${job.catchUp}'`;
+}
+
+/**
+ * After a forward step: each job's next slot moves past the step, the jumped-over slots are
+ * logged (not recorded as missed), and the ones the catch-up policy runs are returned as
+ * claims ({ all: n } queues the rest behind the first).
+ */
+export function followForwardStep(states: JobState[], step: ClockStep, now: Date, store: SchedulerStore, logger: Logger): ClaimRequest[] {
+  const requests: ClaimRequest[] = [];
+  for (const state of states) {
+    if (!state.nextSlot || state.nextSlot > now) continue;
+    const { job } = state;
+    const plan = planAfterStep(job, new Date(state.nextSlot.getTime() - 1), now);
+    state.nextSlot = job.schedule.next(now);
+    logger.warn(
+      { event: 'clock:step-slots', job: job.name, deltaMs: step.deltaMs, slots: plan.skipped, running: plan.run.length, catchUp: describePolicy(job) },
+      `"${job.name}": the database clock stepped +${(step.deltaMs / 1000).toFixed(1)} s over ${plan.skipped} slot(s); ` +
+        `they never existed, so none is recorded as missed; catch-up ${describePolicy(job)} runs ${plan.run.length} of them`,
+    );
+    const first = plan.run[0];
+    if (!first) continue;
+    if (plan.run.length > 1) {
+      void store.enqueue(job.name, plan.run).catch((error: unknown) => logger.warn({ event: 'catch-up:enqueue-failed', err: String(error) }, 'could not queue catch-up slots'));
+    }
+    requests.push({ job, slot: first });
+  }
+  return requests;
+}
+
+/** After a backward step nothing moves: the next slots are simply further away on the database's time. */
+export function reportBackwardStep(states: JobState[], step: ClockStep, logger: Logger): void {
+  const next = states
+    .map((s) => s.nextSlot)
+    .filter((d): d is Date => d !== null)
+    .sort((a, b) => a.getTime() - b.getTime())[0];
+  logger.warn(
+    { event: 'clock:step-back', deltaMs: step.deltaMs, nextSlot: next?.toISOString() },
+    `the database clock stepped back ${(-step.deltaMs / 1000).toFixed(1)} s; scheduling resumes on its time (next slot ${next?.toISOString() ?? 'none'})`,
+  );
 }

@@ -14,7 +14,7 @@ import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { SchedulerStore, type ClaimRequest, type ClaimRow } from './claims.js';
-import { describePolicy, planAfterStep, StepWindows } from './clock-steps.js';
+import { followForwardStep, reportBackwardStep, StepWindows } from './clock-steps.js';
 import { executeRun, type RunReport } from './execute-run.js';
 import { FinishQueue } from './finish-queue.js';
 import { defineJob, type JobDefinition, type JobOptions } from './job.js';
@@ -396,31 +396,12 @@ export class Worker {
     const now = this.clock.now();
     if (step.deltaMs > 0) {
       this.stepWindows.add(step.expected, now);
-      const requests: ClaimRequest[] = [];
-      for (const state of this.states) {
-        if (!state.nextSlot || state.nextSlot > now) continue;
-        const { job } = state;
-        const plan = planAfterStep(job, new Date(state.nextSlot.getTime() - 1), now);
-        state.nextSlot = job.schedule.next(now);
-        this.logger.warn(
-          { event: 'clock:step-slots', job: job.name, deltaMs: step.deltaMs, slots: plan.skipped, running: plan.run.length, catchUp: describePolicy(job) },
-          `"${job.name}": the database clock stepped +${(step.deltaMs / 1000).toFixed(1)} s over ${plan.skipped} slot(s); ` +
-            `they never existed, so none is recorded as missed; catch-up ${describePolicy(job)} runs ${plan.run.length} of them`,
-        );
-        const first = plan.run[0];
-        if (!first) continue;
-        if (plan.run.length > 1) void this.store.enqueue(job.name, plan.run).catch((error: unknown) => this.logger.warn({ event: 'catch-up:enqueue-failed', err: String(error) }, 'could not queue catch-up slots'));
-        requests.push({ job, slot: first });
-      }
+      const requests = followForwardStep(this.states, step, now, this.store, this.logger);
       if (requests.length > 0) {
         this.claim(requests, 0).catch((error: unknown) => this.logger.error({ event: 'claim:failed', err: String(error) }, 'claiming slots after a clock step failed'));
       }
     } else {
-      const next = this.states.map((s) => s.nextSlot).filter((d): d is Date => d !== null).sort((a, b) => a.getTime() - b.getTime())[0];
-      this.logger.warn(
-        { event: 'clock:step-back', deltaMs: step.deltaMs, nextSlot: next?.toISOString() },
-        `the database clock stepped back ${(-step.deltaMs / 1000).toFixed(1)} s; scheduling resumes on its time (next slot ${next?.toISOString() ?? 'none'})`,
-      );
+      reportBackwardStep(this.states, step, this.logger);
     }
     this.schedule();
   }
