@@ -66,6 +66,7 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
   const logger = collectingLogger(lines);
   const runs: Date[] = [];
   const missed: Date[] = [];
+  const allRuns: Date[] = [];
   let holder: Leasehold | undefined;
   let worker: Worker | undefined;
   try {
@@ -77,7 +78,12 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
       liveness,
       handleSignals: false,
       shutdownGrace: '2s',
-      jobs: [{ name: `every-second-${suffix}`, every: '1s', ttl: '10s', handler: async (ctx) => void runs.push(ctx.slot) }],
+      jobs: [
+        { name: `every-second-${suffix}`, every: '1s', ttl: '10s', handler: async (ctx) => void runs.push(ctx.slot) },
+        // the catch-up policy bounds what runs of the slots a step jumped over
+        { name: `none-${suffix}`, every: '1s', ttl: '10s', catchUp: 'none', handler: async () => undefined },
+        { name: `all-${suffix}`, every: '1s', ttl: '10s', catchUp: { all: 2 }, handler: async (ctx) => void allRuns.push(ctx.slot) },
+      ],
     });
     const metrics = createMetrics();
     metrics.observe(worker);
@@ -110,6 +116,15 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
     const slotsLine = lines.find((l) => l.event === 'clock:step-slots');
     expect(slotsLine).toMatchObject({ level: 'warn', job: `every-second-${suffix}`, catchUp: "'latest'" });
     expect(Number(slotsLine?.slots)).toBeGreaterThan(3_000);
+    await waitFor(() => lines.filter((l) => l.event === 'clock:step-slots').length >= 3, 10_000);
+    const byJob = (job: string) => lines.find((l) => l.event === 'clock:step-slots' && l.job === job);
+    expect(byJob(`every-second-${suffix}`)).toMatchObject({ running: 1 });
+    expect(byJob(`none-${suffix}`)).toMatchObject({ running: 0, catchUp: "'none'" });
+    expect(byJob(`all-${suffix}`)).toMatchObject({ running: 2, catchUp: '{ all: 2 }' });
+    // the { all: 2 } job runs its two newest jumped-over slots: two runs of slots before the
+    // step was noticed (its regular slots after that come on top)
+    const noticedAt = stepped + lostAfterMs + 3_600_000;
+    await waitFor(() => allRuns.filter((slot) => slot.getTime() > stepped + 3_000_000 && slot.getTime() <= noticedAt + 2_000).length >= 2, 10_000);
     expect(lines.some((l) => l.event === 'clock:step' && l.level === 'warn' && Number(l.deltaMs) > 3_590_000)).toBe(true);
     // not 3,600 (or 1,000) missed slots that never existed
     expect(missed.length).toBeLessThan(10);
