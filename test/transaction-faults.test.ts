@@ -7,6 +7,8 @@ import { FaultProxy } from '../faults/proxy.js';
 import {
   LeaseLostError,
   OutcomeUnknownError,
+  silentLogger,
+  startWorker,
   TransactionControlError,
   TransactionFailedError,
   type Lease,
@@ -268,5 +270,41 @@ describe('transaction control inside a fenced transaction', () => {
     const lease = await take(a, 'stale');
     await b.forceRelease('stale');
     expect(await lease.transaction((c) => c.query('select 1')).catch((e: unknown) => e)).toBeInstanceOf(LeaseLostError);
+  });
+});
+
+describe("the worker's ctx.transaction()", () => {
+  it('refuses a COMMIT inside a scheduled run, and the run fails with TransactionControlError', async () => {
+    const outcomes: unknown[] = [];
+    const worker = await startWorker({
+      connectionString: url,
+      logger: silentLogger(),
+      handleSignals: false,
+      shutdownGrace: '2s',
+      jobs: [
+        {
+          name: 'worker-commit',
+          every: '1s',
+          handler: async (ctx) => {
+            const error = await ctx
+              .transaction(async (c) => {
+                await c.query(`insert into writes values ('worker-commit', $1, 'before')`, [ctx.fence]);
+                await c.query('commit').catch(() => undefined);
+                await c.query(`insert into writes values ('worker-commit', $1, 'after')`, [ctx.fence]).catch(() => undefined);
+              })
+              .catch((e: unknown) => e);
+            outcomes.push(error);
+          },
+        },
+      ],
+    });
+    try {
+      const deadline = Date.now() + 10_000;
+      while (outcomes.length === 0 && Date.now() < deadline) await sleep(50);
+    } finally {
+      await worker.stop();
+    }
+    expect(outcomes[0]).toBeInstanceOf(TransactionControlError);
+    expect(await count('worker-commit')).toBe(0);
   });
 });
