@@ -2,7 +2,7 @@
 // with its offset read from a file (changed while a worker and a lease holder are running).
 // The database clock is the authority: a +1 h step expires every lease at once and jumps over
 // 3,600 slots that never existed; a -30 s step must not stop scheduling.
-import { existsSync, mkdtempSync, chmodSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
@@ -20,7 +20,10 @@ let offsetFile: string;
 
 /** Sets the server's clock offset from real time, e.g. '+3600s'. Read on every clock call. */
 function setOffset(offset: string): void {
-  writeFileSync(offsetFile, `${offset}\n`);
+  // written aside and renamed: the server's processes read the file on every clock call and
+  // must never see it half-written
+  writeFileSync(`${offsetFile}.next`, `${offset}\n`, { mode: 0o644 });
+  renameSync(`${offsetFile}.next`, offsetFile);
 }
 
 interface Line {
@@ -40,7 +43,6 @@ beforeAll(async () => {
   chmodSync(folder, 0o755); // the server may run as another OS user
   offsetFile = join(folder, 'offset');
   setOffset('+0s');
-  chmodSync(offsetFile, 0o644);
   server = await startEmbeddedPostgres({
     environment: {
       LD_PRELOAD: libfaketime,
@@ -67,6 +69,12 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
   const runs: Date[] = [];
   const missed: Date[] = [];
   const allRuns: Date[] = [];
+  // a failed wait says which one, with the clock log lines so far
+  const until = <T,>(label: string, check: () => T, ms: number, every?: number) =>
+    waitFor(check, ms, every).catch(() => {
+      const clockLines = lines.filter((l) => String(l.event).startsWith('clock') || l.event === 'lease:lost' || l.event === 'slot:not-due');
+      throw new Error(`${label}: not within ${ms} ms; log: ${JSON.stringify(clockLines).slice(0, 3_000)}`);
+    });
   let holder: Leasehold | undefined;
   let worker: Worker | undefined;
   try {
@@ -98,12 +106,12 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
     const acquired = await holder.acquire(`long-lease-${suffix}`, { ttl: '10m', heartbeat: true });
     if (!acquired.acquired) throw new Error('expected to acquire');
     const { lease } = acquired;
-    await waitFor(() => runs.length >= 3, 15_000);
+    await until('first runs', () => runs.length >= 3, 15_000);
 
     // +1 hour
     const stepped = Date.now();
     setOffset('+3600s');
-    await waitFor(() => lease.lost, 10_000, 20);
+    await until('lease lost after +1h', () => lease.lost, 10_000, 20);
     const lostAfterMs = Date.now() - stepped;
     expect(lease.lostReason?.reason).toBe('clock-step');
     expect(lease.signal.aborted).toBe(true);
@@ -111,12 +119,12 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
     expect(steps[0]).toBeGreaterThan(3_590_000);
     expect(steps[0]).toBeLessThan(3_610_000);
     const runsBeforeStep = runs.length;
-    await waitFor(() => runs.some((slot) => slot.getTime() > stepped + 3_590_000) && runs.length >= runsBeforeStep + 3, 15_000);
-    await waitFor(() => lines.some((l) => l.event === 'clock:step-slots'), 10_000);
+    await until('runs after +1h', () => runs.some((slot) => slot.getTime() > stepped + 3_590_000) && runs.length >= runsBeforeStep + 3, 15_000);
+    await until('step-slots line', () => lines.some((l) => l.event === 'clock:step-slots'), 10_000);
     const slotsLine = lines.find((l) => l.event === 'clock:step-slots');
     expect(slotsLine).toMatchObject({ level: 'warn', job: `every-second-${suffix}`, catchUp: "'latest'" });
     expect(Number(slotsLine?.slots)).toBeGreaterThan(3_000);
-    await waitFor(() => lines.filter((l) => l.event === 'clock:step-slots').length >= 3, 10_000);
+    await until('step-slots lines of 3 jobs', () => lines.filter((l) => l.event === 'clock:step-slots').length >= 3, 10_000);
     const byJob = (job: string) => lines.find((l) => l.event === 'clock:step-slots' && l.job === job);
     expect(byJob(`every-second-${suffix}`)).toMatchObject({ running: 1 });
     expect(byJob(`none-${suffix}`)).toMatchObject({ running: 0, catchUp: "'none'" });
@@ -124,7 +132,7 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
     // the { all: 2 } job runs its two newest jumped-over slots: two runs of slots before the
     // step was noticed (its regular slots after that come on top)
     const noticedAt = stepped + lostAfterMs + 3_600_000;
-    await waitFor(() => allRuns.filter((slot) => slot.getTime() > stepped + 3_000_000 && slot.getTime() <= noticedAt + 2_000).length >= 2, 10_000);
+    await until('catch-up { all: 2 } runs', () => allRuns.filter((slot) => slot.getTime() > stepped + 3_000_000 && slot.getTime() <= noticedAt + 2_000).length >= 2, 10_000);
     expect(lines.some((l) => l.event === 'clock:step' && l.level === 'warn' && Number(l.deltaMs) > 3_590_000)).toBe(true);
     // not 3,600 (or 1,000) missed slots that never existed
     expect(missed.length).toBeLessThan(10);
@@ -134,16 +142,16 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
     const back = Date.now();
     setOffset('+3570s');
     // (the holder has no lease left, so without liveness only the worker reads the clock now)
-    await waitFor(() => workerSteps.some((delta) => delta < -25_000 && delta > -35_000), 10_000);
-    await waitFor(() => lines.some((l) => l.event === 'clock:step-back'), 10_000);
+    await until('worker sees -30s', () => workerSteps.some((delta) => delta < -25_000 && delta > -35_000), 10_000);
+    await until('step-back line', () => lines.some((l) => l.event === 'clock:step-back'), 10_000);
     const lastBefore = Math.max(...runs.map((slot) => slot.getTime()));
     // the first new run is a slot after the last one that ran (slots are claimed once), on
     // the database's new time, so about 30 s after the step
-    await waitFor(() => runs.some((slot) => slot.getTime() > lastBefore), 50_000, 100);
+    await until('runs resume after -30s', () => runs.some((slot) => slot.getTime() > lastBefore), 50_000, 100);
     const resumedAfterMs = Date.now() - back;
     expect(resumedAfterMs).toBeLessThan(45_000);
     const runsAtResume = runs.length;
-    await waitFor(() => runs.length >= runsAtResume + 3, 15_000);
+    await until('runs go on after -30s', () => runs.length >= runsAtResume + 3, 15_000);
     expect(missed.length).toBeLessThan(10);
 
     const text = await metrics.metrics();
