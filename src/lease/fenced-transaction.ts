@@ -142,12 +142,15 @@ export async function runFencedTransaction<T>(
   }
 }
 
-/** A connection from the work pool, waiting no longer than the statement timeout. */
+// Opening a new connection can take a while on a loaded host; waiting longer than this is a hang.
+const CHECKOUT_MIN_MS = 5_000;
+
+/** A connection from the work pool, waiting no longer than queryTimeout (5 s at least). */
 async function checkout(runtime: LeaseRuntime): Promise<pg.PoolClient> {
   const pending = runtime.workPool.connect();
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error('timeout exceeded when trying to connect')), Math.max(runtime.queryTimeoutMs, 1_000));
+    timer = setTimeout(() => reject(new Error('timeout exceeded when trying to connect')), Math.max(runtime.queryTimeoutMs, CHECKOUT_MIN_MS));
   });
   try {
     return await Promise.race([pending, timeout]);
