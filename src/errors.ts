@@ -11,6 +11,8 @@ export type LeaseholdErrorCode =
   | 'DATABASE_UNAVAILABLE'
   | 'OUTCOME_UNKNOWN'
   | 'FENCE_RANGE'
+  | 'TRANSACTION_FAILED'
+  | 'TRANSACTION_CONTROL'
   | 'SHUTDOWN'
   | 'CLOSED'
   | 'PERMISSION_DENIED';
@@ -56,6 +58,7 @@ export type LeaseLostReason =
   | 'renew-timeout'
   | 'liveness-lost'
   | 'fence-mismatch'
+  | 'clock-step'
   | 'closed';
 
 /**
@@ -119,8 +122,64 @@ export class DatabaseUnavailableError extends LeaseholdError {
  * committing). The statement may still commit on the server: check before retrying.
  */
 export class OutcomeUnknownError extends LeaseholdError {
-  constructor(message: string, options?: { cause?: unknown }) {
+  /** The lease whose fenced transaction it was, when it was one. */
+  readonly leaseName: string | undefined;
+  readonly fence: number | undefined;
+  constructor(message: string, options?: { cause?: unknown; leaseName?: string; fence?: number }) {
     super('OUTCOME_UNKNOWN', message, options);
+    this.leaseName = options?.leaseName;
+    this.fence = options?.fence;
+  }
+}
+
+/** Why a fenced transaction failed before its COMMIT could take effect. */
+export type TransactionFailure =
+  /** 40001: a serialization failure under SERIALIZABLE or REPEATABLE READ. Retry the whole transaction. */
+  | 'serialization-failure'
+  /** 40P01: chosen as a deadlock victim. Retry the whole transaction. */
+  | 'deadlock'
+  /** 25006: the server or session is read-only (a standby, or default_transaction_read_only). */
+  | 'read-only'
+  /** The connection broke (reset, server restart) before COMMIT was sent. */
+  | 'connection-lost'
+  /** A statement before COMMIT got no answer within its timeout; the connection was destroyed. */
+  | 'timeout';
+
+/**
+ * A fenced transaction failed before its COMMIT took effect: the server rolled it back, so
+ * nothing it wrote was committed. `leaseHeld` says whether the lease is still held by this
+ * process (a failed transaction does not end a lease; the heartbeat decides that).
+ */
+export class TransactionFailedError extends LeaseholdError {
+  readonly leaseName: string;
+  readonly fence: number;
+  readonly failure: TransactionFailure;
+  /** The lease was still held (as far as this process knows) when the error was raised. */
+  readonly leaseHeld: boolean;
+  /** Running the same transaction again may succeed (serialization failures, deadlocks, timeouts, dropped connections). */
+  readonly retryable: boolean;
+  constructor(leaseName: string, fence: number, failure: TransactionFailure, leaseHeld: boolean, message: string, options?: { cause?: unknown }) {
+    super('TRANSACTION_FAILED', message, options);
+    this.leaseName = leaseName;
+    this.fence = fence;
+    this.failure = failure;
+    this.leaseHeld = leaseHeld;
+    this.retryable = failure !== 'read-only';
+  }
+}
+
+/**
+ * Code inside a fenced transaction tried to end or restart it (BEGIN, COMMIT, ROLLBACK, END,
+ * ABORT, PREPARE TRANSACTION ...). Refused before it reached the server: later statements would
+ * otherwise run outside the fence. The transaction is rolled back; nothing was written.
+ */
+export class TransactionControlError extends LeaseholdError {
+  readonly leaseName: string;
+  readonly fence: number;
+  constructor(leaseName: string, fence: number, message: string) {
+    super('TRANSACTION_CONTROL', message);
+    this.leaseName = leaseName;
+    this.fence = fence;
   }
 }
 

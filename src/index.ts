@@ -15,8 +15,11 @@ export {
   PermissionDeniedError,
   SchemaVersionError,
   ShutdownError,
+  TransactionControlError,
+  TransactionFailedError,
   type LeaseholdErrorCode,
   type LeaseLostReason,
+  type TransactionFailure,
 } from './errors.js';
 export { migrate, migrations, latestVersion, schemaVersion, checkSchema, installScript, type Migration, type MigrationResult } from './db/migrations.js';
 export type { ConnectionOptions } from './db/connection.js';

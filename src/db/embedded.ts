@@ -18,6 +18,11 @@ export interface EmbeddedPostgresOptions {
   settings?: Record<string, string | number>;
   /** Called with the server's log lines. @default discard */
   onLog?: (line: string) => void;
+  /**
+   * Extra environment for the server process (for fault tests, e.g. LD_PRELOAD and
+   * FAKETIME_TIMESTAMP_FILE for libfaketime), on top of this process's environment.
+   */
+  environment?: Record<string, string>;
 }
 
 export interface EmbeddedPostgres {
@@ -81,7 +86,7 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     }
     await runToEnd(programs.initdb, ['--pgdata', dataDir, '--auth=password', '--username=postgres', `--pwfile=${passwordFile}`, '--encoding=UTF8', '--locale=C'], user, log);
     await rm(passwordFile, { force: true });
-    child = await startServer(programs.postgres, ['-D', dataDir, '-p', String(port), ...flags], user, log);
+    child = await startServer(programs.postgres, ['-D', dataDir, '-p', String(port), ...flags], user, log, options.environment);
   } catch (cause) {
     child?.kill('SIGQUIT');
     await rm(parent, { recursive: true, force: true });
@@ -121,7 +126,7 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     },
     async restart() {
       await stopServer();
-      child = await startServer(programs.postgres, ['-D', dataDir, '-p', String(port), ...flags], user, log);
+      child = await startServer(programs.postgres, ['-D', dataDir, '-p', String(port), ...flags], user, log, options.environment);
     },
     async stop() {
       if (stopped) return;
@@ -159,9 +164,15 @@ function runToEnd(program: string, args: string[], user: OsUser | undefined, log
 }
 
 /** Starts the postmaster and resolves once it accepts connections. */
-function startServer(program: string, args: string[], user: OsUser | undefined, log: (line: string) => void): Promise<ChildProcess> {
+function startServer(
+  program: string,
+  args: string[],
+  user: OsUser | undefined,
+  log: (line: string) => void,
+  environment: Record<string, string> = {},
+): Promise<ChildProcess> {
   return new Promise((resolve, reject) => {
-    const child = spawn(program, args, { ...user, env: serverEnv(), stdio: ['ignore', 'ignore', 'pipe'] });
+    const child = spawn(program, args, { ...user, env: { ...serverEnv(), ...environment }, stdio: ['ignore', 'ignore', 'pipe'] });
     let output = '';
     let ready = false;
     // Keep reading after start: a full stderr pipe would block the server.

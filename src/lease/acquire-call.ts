@@ -44,6 +44,7 @@ export async function callAcquire(runtime: LeaseRuntime, request: AcquireRequest
     );
     const row = result.rows[0];
     if (!row) throw new Error('leasehold.acquire returned no row');
+    runtime.clock.observe(row.database_time, sentAt, performance.now());
     return row;
   };
   let row: AcquireRow;

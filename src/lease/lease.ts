@@ -8,10 +8,11 @@
 import { performance } from 'node:perf_hooks';
 import { inspect } from 'node:util';
 import type pg from 'pg';
-import { isConnectionError, QueryTimeoutError, timedQuery, unavailable } from '../db/connection.js';
-import { LeaseLostError, OutcomeUnknownError, type LeaseLostReason } from '../errors.js';
+import { isConnectionError, QueryTimeoutError, timedQuery } from '../db/connection.js';
+import { InvalidArgumentError, LeaseLostError, type LeaseLostReason } from '../errors.js';
 import type { LeaseInfo } from '../observe/events.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
+import { runFencedTransaction } from './fenced-transaction.js';
 import type { LeaseRuntime } from './runtime.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 
@@ -36,6 +37,23 @@ export interface TransactionOptions {
    * @default the lease's ttl
    */
   idleTimeout?: Duration;
+  /**
+   * Read timeout of each statement `fn` runs (a statement's own `query_timeout` wins). When it
+   * fires, the connection is closed and the transaction fails with TransactionFailedError.
+   * @default the lease's ttl
+   */
+  statementTimeout?: Duration;
+}
+
+const TRANSACTION_OPTION_KEYS = new Set(['idleTimeout', 'statementTimeout']);
+
+function checkTransactionOptions(options: TransactionOptions): void {
+  if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', 'transaction(fn, options) takes an options object.');
+  for (const key of Object.keys(options)) {
+    if (!TRANSACTION_OPTION_KEYS.has(key)) {
+      throw new InvalidArgumentError(key, `Unknown transaction option "${key}"; known: ${[...TRANSACTION_OPTION_KEYS].join(', ')}.`);
+    }
+  }
 }
 
 type State = 'held' | 'lost' | 'released';
@@ -67,6 +85,8 @@ export class Lease {
   private readonly ttlMs: number;
   private readonly controller = new AbortController();
   private deadlineTimer: NodeJS.Timeout | undefined;
+  /** performance.now() at which the lease counts as lost without a confirmed renewal. */
+  private deadline = 0;
   private heartbeatTimer: NodeJS.Timeout | undefined;
   private lostError: LeaseLostError | undefined;
 
@@ -121,17 +141,19 @@ export class Lease {
     this.throwIfNotHeld();
     const ttlMs = ttl === undefined ? this.ttlMs : parseBoundedDuration(ttl, 'ttl', MIN_TTL_MS, MAX_TTL_MS);
     const sentAt = performance.now();
-    let row: { renewed: boolean; expires_at: Date | null; reason: string } | undefined;
+    let row: { renewed: boolean; expires_at: Date | null; reason: string; database_time: Date } | undefined;
     for (let attempt = 1; ; attempt++) {
       try {
-        const result = await timedQuery<{ renewed: boolean; expires_at: Date | null; reason: string }>(
-          this.runtime.controlPool,
-          'select renewed, expires_at, reason from leasehold.renew($1, $2, $3::interval)',
+        const attemptSent = performance.now();
+        const result = await timedQuery<{ renewed: boolean; expires_at: Date | null; reason: string; database_time: Date }>(
+          this.runtime.renewPool,
+          'select renewed, expires_at, reason, database_time from leasehold.renew($1, $2, $3::interval)',
           [this.name, this.token, `${ttlMs} milliseconds`],
           Math.min(this.runtime.queryTimeoutMs, Math.max(ttlMs / 3, 50)),
           this.runtime.where,
         );
         row = result.rows[0];
+        if (row) this.runtime.clock.observe(row.database_time, attemptSent, performance.now());
         break;
       } catch (error) {
         // A broken pooled connection (say the server restarted) gets one immediate retry on
@@ -182,63 +204,35 @@ export class Lease {
    * Runs `fn` in a transaction that first locks the lease row where name, token and fence
    * still match and the lease is unexpired (leasehold.assert_lease). While it is open no
    * other holder can take the lease over, so what it commits cannot come from a stale holder.
-   * Throws LeaseLostError (and rolls back) when the lease is no longer ours; throws
+   * Every statement has a read timeout (BEGIN and COMMIT: queryTimeout; yours: statementTimeout).
+   * Throws LeaseLostError (and rolls back) when the lease is no longer ours;
+   * TransactionFailedError when the server rolled back (serialization failure, deadlock,
+   * read-only server, broken connection, timeout): nothing was written;
+   * TransactionControlError when `fn` tried BEGIN/COMMIT/ROLLBACK itself: nothing was written;
    * OutcomeUnknownError when the COMMIT was sent but no answer came.
    */
   async transaction<T>(fn: (client: pg.PoolClient) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
     this.throwIfNotHeld();
+    checkTransactionOptions(options);
     const idleMs =
       options.idleTimeout === undefined ? this.ttlMs : parseBoundedDuration(options.idleTimeout, 'idleTimeout', 100, MAX_TTL_MS);
-    let client: pg.PoolClient;
-    try {
-      client = await this.runtime.workPool.connect();
-    } catch (error) {
-      throw unavailable(this.runtime.where, error);
-    }
-    let connectionError: Error | undefined;
-    const onError = (error: Error) => {
-      connectionError = error;
-    };
-    client.on('error', onError);
-    let committing = false;
-    try {
-      await client.query('begin');
-      try {
-        await client.query({
-          text: `select set_config('idle_in_transaction_session_timeout', $4, true),
-                        leasehold.assert_lease($1, $2, $3)`,
-          values: [this.name, this.token, this.fence, `${Math.round(idleMs)}ms`],
-          query_timeout: this.runtime.queryTimeoutMs,
-        } as pg.QueryConfig);
-      } catch (error) {
-        if ((error as { code?: string }).code === 'LH003') {
-          const detail = (error as { detail?: string }).detail;
+    const statementMs =
+      options.statementTimeout === undefined ? this.ttlMs : parseBoundedDuration(options.statementTimeout, 'statementTimeout', 50, MAX_TTL_MS);
+    return runFencedTransaction(
+      {
+        name: this.name,
+        token: this.token,
+        fence: this.fence,
+        isHeld: () => this.state === 'held',
+        refused: (error, detail) => {
           this.markLost('fence-mismatch', error, detail);
-          throw this.lostError;
-        }
-        throw error;
-      }
-      const value = await fn(client);
-      committing = true;
-      const result = await client.query({ text: 'commit', query_timeout: this.runtime.queryTimeoutMs } as pg.QueryConfig);
-      if (result.command === 'ROLLBACK') {
-        throw new Error('The fenced transaction was rolled back because a statement inside it failed.');
-      }
-      return value;
-    } catch (error) {
-      if (committing && (connectionError || isConnectionError(error))) {
-        throw new OutcomeUnknownError(
-          `The COMMIT of a fenced transaction on lease "${this.name}" (fence ${this.fence}) got no answer; ` +
-            'it may or may not have committed. Check the data before retrying.',
-          { cause: error },
-        );
-      }
-      if (!committing) await client.query('rollback').catch(() => undefined);
-      throw error;
-    } finally {
-      client.off('error', onError);
-      client.release(connectionError ?? undefined);
-    }
+          return this.lostError ?? new LeaseLostError(this.name, this.fence, 'fence-mismatch');
+        },
+      },
+      this.runtime,
+      { idleMs, statementMs },
+      fn,
+    );
   }
 
   /**
@@ -293,8 +287,25 @@ export class Lease {
     );
   }
 
+  /**
+   * @internal the database clock stepped (see DatabaseClock): the lease expires at its
+   * database expiry on the new time. Already past it: lost at once. Otherwise the local
+   * deadline moves earlier if the step brought the expiry closer.
+   */
+  clockStepped(databaseNow: Date, deltaMs: number): void {
+    if (this.state !== 'held') return;
+    const left = this.expiry.getTime() - databaseNow.getTime();
+    if (left <= 0) {
+      this.markLost('clock-step', undefined, `the database clock stepped ${deltaMs > 0 ? '+' : ''}${(deltaMs / 1000).toFixed(1)} s past its expiry`);
+      return;
+    }
+    const deadline = performance.now() + left;
+    if (deadline < this.deadline) this.armDeadline(deadline);
+  }
+
   private armDeadline(monotonicDeadline: number): void {
     clearTimeout(this.deadlineTimer);
+    this.deadline = monotonicDeadline;
     this.deadlineTimer = setTimeout(() => this.markLost('expired'), Math.max(0, monotonicDeadline - performance.now()));
     this.deadlineTimer.unref();
   }

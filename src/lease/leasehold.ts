@@ -17,6 +17,7 @@ import { LeaseholdEmitter, type LeaseholdEvents } from '../observe/events.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { checkHolder, checkLeaseName } from '../validate/names.js';
+import { DatabaseClock, type ClockStep } from '../schedule/database-clock.js';
 import { callAcquire, type AcquireRow } from './acquire-call.js';
 import { parseFence } from './fence.js';
 import { Lease, type LeaseGrant } from './lease.js';
@@ -64,12 +65,15 @@ export class Leasehold {
   private readonly active = new Set<Lease>();
   private readonly ownedPools: pg.Pool[];
   private closed = false;
+  private clockProbe: NodeJS.Timeout | undefined;
 
   /** @internal use createLeasehold() */
   constructor(
     private readonly settings: {
       holder: string;
       controlPool: pg.Pool;
+      renewPool: pg.Pool;
+      clock: DatabaseClock;
       workPool: pg.Pool;
       ownedPools: pg.Pool[];
       queryTimeoutMs: number;
@@ -92,6 +96,8 @@ export class Leasehold {
     this.ownedPools = settings.ownedPools;
     this.runtime = {
       controlPool: settings.controlPool,
+      renewPool: settings.renewPool,
+      clock: settings.clock,
       workPool: settings.workPool,
       queryTimeoutMs: settings.queryTimeoutMs,
       where: settings.where,
@@ -99,6 +105,14 @@ export class Leasehold {
       events: settings.events,
       forget: (lease) => this.active.delete(lease as Lease),
     };
+    // Without a liveness session nothing reads the database clock between heartbeats, so a
+    // step would go unnoticed until then: read it while leases are held, as the ping would.
+    if (!liveness) {
+      this.clockProbe = setInterval(() => {
+        if (this.active.size > 0) settings.clock.sync(1).catch(() => undefined);
+      }, Math.max(1_000, Math.min(5_000, settings.queryTimeoutMs)));
+      this.clockProbe.unref();
+    }
   }
 
   /** Subscribes to an event; returns the unsubscribe function. */
@@ -299,11 +313,13 @@ export class Leasehold {
   /** @internal for the scheduler: the runtime, the liveness key, and adoption of leases claimed in SQL. */
   internals(): {
     runtime: LeaseRuntime;
+    clock: DatabaseClock;
     livenessKey(): string | null;
     adopt(grant: LeaseGrant, heartbeatMs: number, tookOver: boolean): Lease;
   } {
     return {
       runtime: this.runtime,
+      clock: this.runtime.clock,
       livenessKey: () => this.liveness?.key ?? null,
       adopt: (grant, heartbeatMs, tookOver) => {
         this.throwIfClosed();
@@ -317,6 +333,28 @@ export class Leasehold {
     };
   }
 
+  /**
+   * @internal the database clock stepped: report it, and check every held lease against the
+   * new database time (a forward step past a lease's expiry loses it now, not at its next heartbeat).
+   */
+  clockStepped(step: ClockStep): void {
+    const seconds = `${step.deltaMs > 0 ? '+' : ''}${(step.deltaMs / 1000).toFixed(1)} s`;
+    this.settings.logger.warn(
+      {
+        event: 'clock:step',
+        deltaMs: step.deltaMs,
+        databaseTime: step.databaseTime.toISOString(),
+        expected: step.expected.toISOString(),
+        heldLeases: this.active.size,
+      },
+      `the database clock stepped ${seconds} (now ${step.databaseTime.toISOString()}); ` +
+        (step.deltaMs > 0 ? 'leases whose expiry it passed are lost' : 'leases keep their local deadlines; scheduling follows the database time'),
+    );
+    this.events.emit('clock:step', { deltaMs: step.deltaMs, databaseTime: step.databaseTime, expected: step.expected });
+    const now = this.runtime.clock.now();
+    for (const lease of [...this.active]) lease.clockStepped(now, step.deltaMs);
+  }
+
   /** @internal the liveness session dropped: every lease taken under its key is lost. */
   livenessLost(key: string): void {
     for (const lease of [...this.active]) {
@@ -328,6 +366,7 @@ export class Leasehold {
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    clearInterval(this.clockProbe);
     await Promise.allSettled([...this.active].map((lease) => lease.release()));
     await this.liveness?.close();
     await Promise.allSettled(this.ownedPools.map((pool) => pool.end()));
@@ -406,6 +445,11 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
   // Lease calls get their own small pool so that user work holding every connection of the
   // work pool cannot delay a heartbeat past the TTL.
   const controlPool = connectionString ? own(3) : (options.pool as pg.Pool);
+  // Renewals get two connections of their own: the process's own acquire and claim bursts
+  // queue on the control pool and would otherwise delay heartbeats past the TTL.
+  const renewPool = connectionString ? own(2) : (options.pool as pg.Pool);
+  let leasehold: Leasehold | undefined;
+  const clock = new DatabaseClock(renewPool, queryTimeoutMs, where, { onStep: (step) => leasehold?.clockStepped(step) });
   const workPool = options.pool ?? own(poolSize);
 
   let client: pg.PoolClient | undefined;
@@ -428,7 +472,6 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
     client?.release();
   }
 
-  let leasehold: Leasehold | undefined;
   let liveness: LivenessSession | undefined;
   if (options.liveness !== false) {
     const livenessUrl = typeof options.liveness === 'object' ? options.liveness.connectionString : connectionString;
@@ -444,6 +487,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
         events.emit('liveness:lost', error);
       },
       onReady: (key) => events.emit('liveness:ready', key),
+      onClockSample: (databaseTime, sent, received) => clock.observe(databaseTime, sent, received),
     });
     try {
       await liveness.start();
@@ -453,7 +497,7 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
     }
   }
   leasehold = new Leasehold(
-    { holder, controlPool, workPool, ownedPools, queryTimeoutMs, where, logger, events, replication },
+    { holder, controlPool, renewPool, clock, workPool, ownedPools, queryTimeoutMs, where, logger, events, replication },
     liveness,
   );
   return leasehold;

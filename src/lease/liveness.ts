@@ -5,6 +5,7 @@
 //
 // It needs a direct connection (a transaction-mode pooler such as PgBouncer would hand the
 // lock's session to someone else), so it can be pointed at its own URL or turned off.
+import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { describeConnection, unavailable } from '../db/connection.js';
 import type { Logger } from '../observe/logger.js';
@@ -20,6 +21,8 @@ export interface LivenessSettings {
   /** Called once per dropped session, with the key whose leases are now lost. */
   onLost: (key: string, error: Error) => void;
   onReady: (key: string) => void;
+  /** Each ping reads the database clock too: a sample for the step detector (DatabaseClock.observe). */
+  onClockSample?: (databaseTime: Date, sent: number, received: number) => void;
 }
 
 type State =
@@ -67,7 +70,7 @@ export class LivenessSession {
       const { rows } = await client.query<{ key: string }>('select leasehold.register_liveness()::text as key');
       const key = rows[0]?.key;
       if (!key) throw new Error('register_liveness returned no key');
-      if (!(await holdsKey(client, key, settings.queryTimeoutMs))) {
+      if (!(await holdsKey(client, key, settings.queryTimeoutMs)).ours) {
         throw new Error(
           'the liveness lock is not held by the backend this connection talks to (a transaction pooler such as PgBouncer?): ' +
             'pass liveness: { connectionString: <direct URL> } or liveness: false',
@@ -94,7 +97,10 @@ export class LivenessSession {
     const key = this.state.key;
     let ours: boolean;
     try {
-      ours = await holdsKey(client, key, this.settings.queryTimeoutMs);
+      const sent = performance.now();
+      const answer = await holdsKey(client, key, this.settings.queryTimeoutMs);
+      ours = answer.ours;
+      this.settings.onClockSample?.(answer.databaseTime, sent, performance.now());
     } catch (error) {
       this.drop(client, error instanceof Error ? error : new Error(String(error)));
       return;
@@ -169,13 +175,13 @@ export class LivenessSession {
 }
 
 /** Whether the backend behind `client` holds the session lock on `key` itself. */
-async function holdsKey(client: pg.Client, key: string, timeoutMs: number): Promise<boolean> {
-  const { rows } = await client.query<{ ours: boolean }>({
-    text: `select exists (select 1 from pg_locks
+async function holdsKey(client: pg.Client, key: string, timeoutMs: number): Promise<{ ours: boolean; databaseTime: Date }> {
+  const { rows } = await client.query<{ ours: boolean; database_time: Date }>({
+    text: `select clock_timestamp() as database_time, exists (select 1 from pg_locks
                            where pid = pg_backend_pid() and locktype = 'advisory' and objsubid = 1 and granted
                              and ((classid::bigint << 32) | objid::bigint) = $1::bigint) as ours`,
     values: [key],
     query_timeout: timeoutMs,
   } as pg.QueryConfig);
-  return rows[0]?.ours === true;
+  return { ours: rows[0]?.ours === true, databaseTime: rows[0]?.database_time ?? new Date(Number.NaN) };
 }

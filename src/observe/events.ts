@@ -44,6 +44,11 @@ export interface LeaseholdEvents {
   'run:finished': [run: { job: string; slot: Date; fence: number; outcome: string; error: string | null; durationMs: number }];
   /** A slot did not run because the previous run held the lease (emitted by the worker that recorded it: once per slot fleet-wide). */
   'slot:skipped': [skip: { job: string; slot: Date; holder: string | null; holderFence: number; holderSlot: Date | null; heldMs: number | null; buffered: boolean }];
+  /**
+   * The database clock jumped (by more than a second) between two readings: `deltaMs` > 0
+   * forward, < 0 back. Leases whose expiry passed on the new time are lost at once.
+   */
+  'clock:step': [step: { deltaMs: number; databaseTime: Date; expected: Date }];
   /** Slots that no worker ran were recorded as missed. */
   'slot:missed': [missed: { job: string; slots: Date[] }];
 }

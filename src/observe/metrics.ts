@@ -47,6 +47,7 @@ export interface LeaseholdMetrics {
  * | lease_acquisitions_total | counter | lease | leases taken |
  * | liveness_losses_total | counter | — | liveness sessions dropped |
  * | replication_grants_can_be_lost | gauge | — | 1 when the client's replication check warned (asynchronous standbys, or a standby) |
+ * | clock_steps_total | counter | direction | database clock steps this process noticed (forward, backward) |
  * | job_lease_age_seconds | gauge | job | age of the current lease (0 when idle), from the database |
  * | job_duration_interval_ratio | gauge | job | p95 run duration over 24 h ÷ interval |
  * | job_running | gauge | job | 1 while a run holds the job's lease |
@@ -75,6 +76,7 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
   const acquisitions = new client.Counter({ name: `${prefix}lease_acquisitions_total`, help: 'Leases acquired.', labelNames: ['lease'], registers });
   const livenessLosses = new client.Counter({ name: `${prefix}liveness_losses_total`, help: 'Liveness sessions dropped (every lease under one is lost).', registers });
   const replicationRisk = new client.Gauge({ name: `${prefix}replication_grants_can_be_lost`, help: '1 when the replication check at client start warned that acknowledged grants can be lost on failover.', registers });
+  const clockSteps = new client.Counter({ name: `${prefix}clock_steps_total`, help: 'Steps of the database clock noticed by this process (forward steps expire leases).', labelNames: ['direction'], registers });
 
   const pools: pg.Pool[] = [];
   // Job gauges read leasehold.job_status at scrape time. prom-client collects all metrics
@@ -186,6 +188,7 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
         }),
         source.on('liveness:lost', () => livenessLosses.inc()),
         source.on('replication:warning', () => replicationRisk.set(1)),
+        source.on('clock:step', (step) => clockSteps.inc({ direction: step.deltaMs > 0 ? 'forward' : 'backward' })),
       ];
       return () => stops.forEach((stop) => stop());
     },

@@ -10,10 +10,11 @@ import { InvalidArgumentError, PermissionDeniedError, ShutdownError } from '../e
 import { createLeasehold, type Leasehold, type LeaseholdOptions } from '../lease/leasehold.js';
 import { LeaseholdEmitter, type LeaseholdEvents } from '../observe/events.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
-import { DatabaseClock } from '../schedule/database-clock.js';
+import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { SchedulerStore, type ClaimRequest, type ClaimRow } from './claims.js';
+import { followForwardStep, reportBackwardStep, StepWindows } from './clock-steps.js';
 import { executeRun, type RunReport } from './execute-run.js';
 import { FinishQueue } from './finish-queue.js';
 import { defineJob, type JobDefinition, type JobOptions } from './job.js';
@@ -118,6 +119,8 @@ export class Worker {
       }
     }
     if (handleSignals) this.installSignalHandlers();
+    const unsubscribe = this.clock.onStep((step) => this.clockStepped(step));
+    void this.stopped.then(unsubscribe);
     this.every(this.settings.clockSyncMs, () => this.clock.sync().catch((e: unknown) => this.logger.warn({ event: 'clock:sync-failed', err: String(e) }, 'clock sync failed')));
     this.every(Math.min(this.settings.retentionMs, 3_600_000), () => this.prune());
     void this.prune();
@@ -221,6 +224,7 @@ export class Worker {
   /** Sleeps until the earliest next slot, then claims every job due by then. */
   private schedule(): void {
     if (this.phase.kind !== 'running') return;
+    clearTimeout(this.phase.timer);
     let earliest: number | null = null;
     for (const state of this.states) {
       const at = state.nextSlot?.getTime();
@@ -273,6 +277,8 @@ export class Worker {
     const holderKey = internals.livenessKey();
     const sentAt = performance.now();
     const rows = await this.store.claim(requests, this.holder, holderKey);
+    // the claim's database time is a clock sample: a step shows here before the rows are used
+    if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
     if (this.stopping) {
       // Stopping began while the statement ran: hand back what it claimed, unrun.
       const claimed = rows.filter((row) => row.claimed);
@@ -293,6 +299,10 @@ export class Worker {
         if (row.previous_slot) void this.recordMissed(job, row.previous_slot, row.slot);
       } else if (row.reason === 'held') {
         if (row.skip_recorded) this.reportSkip(job, row);
+      } else if (row.reason === 'slot-not-due' && (attempt >= RETRY_DELAYS_MS.length || this.clock.now() < row.slot)) {
+        // Not due by the database clock, and not just a hair early: the database clock is
+        // behind our estimate (it stepped back). Claim it again when it is due on that time.
+        this.rearm(job, row.slot, row.database_time);
       } else if (row.reason === 'holder-committing' || row.reason === 'slot-not-due') {
         retry.push({ job, slot: row.slot });
       } else if (row.reason === 'unknown-job') {
@@ -371,7 +381,13 @@ export class Worker {
 
   /** Slots between the previous claim and this one that neither ran nor were skipped. */
   private async recordMissed(job: JobDefinition, previous: Date, claimed: Date): Promise<void> {
-    const between = slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED);
+    const { outside: between, inside } = this.stepWindows.split(slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED));
+    if (inside > 0) {
+      this.logger.info(
+        { event: 'slot:missed-step', job: job.name, count: inside },
+        `"${job.name}": ${inside} slot(s) before ${claimed.toISOString()} fell inside a database clock step; not recorded as missed`,
+      );
+    }
     if (between.length === 0) return;
     try {
       const recorded = await this.store.recordMissed(job.name, between, 'no worker claimed it in time (downtime or past its starting deadline)', this.holder);
@@ -383,6 +399,37 @@ export class Worker {
     } catch (error) {
       this.logger.warn({ event: 'slot:missed-record-failed', err: String(error) }, 'could not record missed slots');
     }
+  }
+
+  /** Slot windows that forward steps of the database clock jumped over. */
+  private readonly stepWindows = new StepWindows();
+
+  /** The database clock stepped: follow it (see clock-steps.ts). */
+  private clockStepped(step: ClockStep): void {
+    if (this.phase.kind !== 'running') return;
+    const now = this.clock.now();
+    if (step.deltaMs > 0) {
+      this.stepWindows.add(step.expected, now);
+      const requests = followForwardStep(this.states, step, now, this.store, this.logger);
+      if (requests.length > 0) {
+        this.claim(requests, 0).catch((error: unknown) => this.logger.error({ event: 'claim:failed', err: String(error) }, 'claiming slots after a clock step failed'));
+      }
+    } else {
+      reportBackwardStep(this.states, step, this.logger);
+    }
+    this.schedule();
+  }
+
+  /** A claim came back "not due": try that slot again when it is due on the database's time. */
+  private rearm(job: JobDefinition, slot: Date, databaseTime: Date): void {
+    const state = this.states.find((s) => s.job === job);
+    if (!state || this.stopping) return;
+    if (!state.nextSlot || slot < state.nextSlot) state.nextSlot = slot;
+    this.logger.info(
+      { event: 'slot:not-due', job: job.name, slot: slot.toISOString(), databaseTime: databaseTime.toISOString() },
+      `slot ${slot.toISOString()} of "${job.name}" is not due yet by the database clock (${databaseTime.toISOString()}); claiming it when it is`,
+    );
+    void this.clock.sync().catch(() => undefined).finally(() => this.schedule());
   }
 
   private installSignalHandlers(): void {
@@ -431,7 +478,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   try {
     const internals = leasehold.internals();
     const store = new SchedulerStore(internals.runtime);
-    const clock = new DatabaseClock(internals.runtime.controlPool, internals.runtime.queryTimeoutMs, internals.runtime.where);
+    const clock = internals.clock;
     await clock.sync();
     const lastSlots = await store.register(jobs, leasehold.holder);
     const worker = new Worker(leasehold, store, clock, internals.runtime.events, logger, jobs, { graceMs, retentionMs, clockSyncMs });

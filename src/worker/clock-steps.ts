@@ -1,0 +1,117 @@
+// What the worker does when the database clock steps (the database's time is the authority).
+//
+// Forward: the slots the step jumped over never existed in real time. None of them is
+// recorded as missed; which of them run is the job's catch-up policy, as after downtime
+// ('none': none, 'latest': the latest if within the starting deadline, { all: n }: the last n).
+// Backward: the slots ahead are further away now; the worker sleeps until they are due on the
+// database's new time (a claim fired early is refused as not due and re-armed, never dropped).
+import type { Logger } from '../observe/logger.js';
+import type { ClockStep } from '../schedule/database-clock.js';
+import type { Schedule } from '../schedule/schedule.js';
+import type { ClaimRequest, SchedulerStore } from './claims.js';
+import type { JobDefinition } from './job.js';
+
+interface JobState {
+  job: JobDefinition;
+  nextSlot: Date | null;
+}
+
+/** Database-time intervals (from, until] that a forward step jumped over. */
+export class StepWindows {
+  private readonly windows: Array<{ from: number; until: number }> = [];
+
+  add(from: Date, until: Date): void {
+    this.windows.push({ from: from.getTime(), until: until.getTime() });
+    // a long-lived worker keeps only the recent ones; older slots are long recorded or pruned
+    if (this.windows.length > 100) this.windows.shift();
+  }
+
+  contains(slot: Date): boolean {
+    const t = slot.getTime();
+    return this.windows.some((w) => t > w.from && t <= w.until);
+  }
+
+  /** The slots outside every window, and how many were inside. */
+  split(slots: readonly Date[]): { outside: Date[]; inside: number } {
+    const outside = slots.filter((slot) => !this.contains(slot));
+    return { outside, inside: slots.length - outside.length };
+  }
+}
+
+const MAX_COUNTED = 1_000_000;
+
+/** The slots in (after, until]: how many there are (counted up to a bound) and the last `keep`. */
+export function lastSlots(schedule: Schedule, after: Date, until: Date, keep: number): { count: number; last: Date[] } {
+  const last: Date[] = [];
+  let count = 0;
+  for (let slot = schedule.next(after); slot && slot <= until && count < MAX_COUNTED; slot = schedule.next(slot)) {
+    count++;
+    if (keep > 0) {
+      last.push(slot);
+      if (last.length > keep) last.shift();
+    }
+  }
+  return { count, last };
+}
+
+export interface StepPlan {
+  /** Slots inside the step. */
+  skipped: number;
+  /** Slots to run, oldest first (for { all: n }, queued behind the first). */
+  run: Date[];
+}
+
+/** Which of the slots a forward step jumped over run, by the job's catch-up policy. */
+export function planAfterStep(job: JobDefinition, after: Date, now: Date): StepPlan {
+  const keep = job.catchUp === 'none' ? 0 : job.catchUp === 'latest' ? 1 : job.catchUp.all;
+  const { count, last } = lastSlots(job.schedule, after, now, keep);
+  if (job.catchUp === 'latest') {
+    const latest = last[last.length - 1];
+    const inTime = latest !== undefined && now.getTime() - latest.getTime() <= job.startingDeadlineMs;
+    return { skipped: count, run: inTime && latest ? [latest] : [] };
+  }
+  return { skipped: count, run: last };
+}
+
+export function describePolicy(job: JobDefinition): string {
+  return typeof job.catchUp === 'object' ? `{ all: ${job.catchUp.all} }` : `'${job.catchUp}'`;
+}
+
+/**
+ * After a forward step: each job's next slot moves past the step, the jumped-over slots are
+ * logged (not recorded as missed), and the ones the catch-up policy runs are returned as
+ * claims ({ all: n } queues the rest behind the first).
+ */
+export function followForwardStep(states: JobState[], step: ClockStep, now: Date, store: SchedulerStore, logger: Logger): ClaimRequest[] {
+  const requests: ClaimRequest[] = [];
+  for (const state of states) {
+    if (!state.nextSlot || state.nextSlot > now) continue;
+    const { job } = state;
+    const plan = planAfterStep(job, new Date(state.nextSlot.getTime() - 1), now);
+    state.nextSlot = job.schedule.next(now);
+    logger.warn(
+      { event: 'clock:step-slots', job: job.name, deltaMs: step.deltaMs, slots: plan.skipped, running: plan.run.length, catchUp: describePolicy(job) },
+      `"${job.name}": the database clock stepped +${(step.deltaMs / 1000).toFixed(1)} s over ${plan.skipped} slot(s); ` +
+        `they never existed, so none is recorded as missed; catch-up ${describePolicy(job)} runs ${plan.run.length} of them`,
+    );
+    const first = plan.run[0];
+    if (!first) continue;
+    if (plan.run.length > 1) {
+      void store.enqueue(job.name, plan.run).catch((error: unknown) => logger.warn({ event: 'catch-up:enqueue-failed', err: String(error) }, 'could not queue catch-up slots'));
+    }
+    requests.push({ job, slot: first });
+  }
+  return requests;
+}
+
+/** After a backward step nothing moves: the next slots are simply further away on the database's time. */
+export function reportBackwardStep(states: JobState[], step: ClockStep, logger: Logger): void {
+  const next = states
+    .map((s) => s.nextSlot)
+    .filter((d): d is Date => d !== null)
+    .sort((a, b) => a.getTime() - b.getTime())[0];
+  logger.warn(
+    { event: 'clock:step-back', deltaMs: step.deltaMs, nextSlot: next?.toISOString() },
+    `the database clock stepped back ${(-step.deltaMs / 1000).toFixed(1)} s; scheduling resumes on its time (next slot ${next?.toISOString() ?? 'none'})`,
+  );
+}
