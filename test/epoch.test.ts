@@ -126,6 +126,10 @@ async function failoverScenario(): Promise<Observed> {
   await live.end().catch(() => undefined);
 
   const epochAfter = await scalar<number>('select leasehold.epoch()');
+  // 'superseded' (ttl 1 s) was last confirmed before the failover: it stays held for one more
+  // ttl of grace after its expiry. Wait for that on the database clock, however fast the
+  // server came back.
+  await waitFor(() => scalar<boolean>("select now() > $1::timestamptz + interval '1 second'", [superseded.expires_at]), 10_000, 50);
   const again = await acquire('superseded', 'holder-e');
   expect(again.acquired).toBe(true);
   const releasedTokenHolds = await holds('released', released.token, released.fence);

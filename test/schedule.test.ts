@@ -58,7 +58,7 @@ describe('job definitions fail at definition time with a clear message', () => {
     [{ name: 'a', cron: '61 * * * *', handler }, /invalid cron '61 \* \* \* \*': field 1 \(minute\) has an invalid value '61'/],
     [{ name: 'a', cron: '0 25 * * *', handler }, /field 2 \(hour\) has an invalid value '25'/],
     [{ name: 'a', cron: '0 0 * * * x', handler }, /field 6 \(day of week\) 'x' contains illegal characters/],
-    [{ name: 'a', cron: '* * * *', handler }, /exactly five, six, or seven/],
+    [{ name: 'a', cron: '* * * *', handler }, /it has 4 field\(s\); a pattern has 5 \('minute hour day month weekday'\), or 6 with seconds first/],
     [{ name: 'a', cron: '0 0 31 2 *', handler }, /never fires/],
     [{ name: 'a', cron: '* * * * *', timezone: 'Mars/Olympus', handler }, /unknown timezone 'Mars\/Olympus': use an IANA name/],
     [{ name: 'a', every: '0s', handler }, /every must be positive/],
