@@ -2,7 +2,7 @@
 // summaries are single aggregates, the job table is read a page at a time (per-job figures
 // through index lookups for that page only), timelines only for the jobs a page shows.
 import type pg from 'pg';
-import { CREEP_WARNING_RATIO, type JobStatus } from '../observe/status.js';
+import { CREEP_WARNING_RATIO, toJobStatus, type JobStatus, type JobStatusRow } from '../observe/status.js';
 
 export type JobFilter = 'all' | 'running' | 'expired' | 'failing' | 'creeping';
 export const JOB_FILTERS: readonly JobFilter[] = ['all', 'running', 'expired', 'failing', 'creeping'];
@@ -157,64 +157,9 @@ export async function jobPage(db: pg.Pool | pg.ClientBase, query: JobPageQuery):
   return { now, total, jobs: rows.map(toJobStatus) };
 }
 
-interface PageRow {
-  job: string;
-  schedule: string;
-  timezone: string | null;
-  interval_ms: string | null;
-  ttl_ms: string;
-  overlap: string;
-  catch_up: string;
-  state: JobStatus['state'];
-  holder: string | null;
-  lease_age_seconds: number | null;
-  fence: string | null;
-  last_slot: Date | null;
-  last_run_slot: Date | null;
-  last_outcome: string | null;
-  last_started_at: Date | null;
-  last_finished_at: Date | null;
-  last_error: string | null;
-  runs_24h: number;
-  failed_24h: number;
-  lost_24h: number;
-  p50_seconds: number | null;
-  p95_seconds: number | null;
-  p95_interval_ratio: number | null;
-  skips_24h: number;
-  missed_24h: number;
+interface PageRow extends JobStatusRow {
   total: number;
   db_now: Date;
-}
-
-function toJobStatus(row: PageRow): JobStatus {
-  const ratio = row.p95_interval_ratio;
-  return {
-    job: row.job,
-    schedule: row.schedule,
-    timezone: row.timezone,
-    intervalMs: row.interval_ms === null ? null : Number(row.interval_ms),
-    ttlMs: Number(row.ttl_ms),
-    overlap: row.overlap,
-    catchUp: row.catch_up,
-    state: row.state,
-    holder: row.holder,
-    leaseAgeSeconds: row.lease_age_seconds,
-    fence: Number(row.fence ?? 0),
-    lastSlot: row.last_slot,
-    lastRun: row.last_run_slot
-      ? { slot: row.last_run_slot, outcome: row.last_outcome ?? 'unknown', startedAt: row.last_started_at as Date, finishedAt: row.last_finished_at, error: row.last_error }
-      : null,
-    runs24h: row.runs_24h,
-    failed24h: row.failed_24h,
-    lost24h: row.lost_24h,
-    p50Seconds: row.p50_seconds,
-    p95Seconds: row.p95_seconds,
-    p95IntervalRatio: ratio,
-    skips24h: row.skips_24h,
-    missed24h: row.missed_24h,
-    warning: ratio !== null && ratio > CREEP_WARNING_RATIO ? `p95 duration is ${Math.round(ratio * 100)}% of the interval: "${row.job}" is creeping toward overlap` : null,
-  };
 }
 
 export interface LiveWorker {

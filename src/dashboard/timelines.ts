@@ -2,7 +2,8 @@
 // MAX_TIMELINE_JOBS named jobs over a window, with a row cap per kind. Same shapes as
 // jobTimeline() in observe/status.ts, which serves one job or all.
 import type pg from 'pg';
-import type { JobTimeline, TimelineMissed, TimelineRun, TimelineSkip } from '../observe/status.js';
+import type { JobTimeline } from '../observe/status.js';
+import { toTimelineMissed, toTimelineRun, toTimelineSkip, type MissedRow, type RunRow, type SkipRow } from '../observe/timeline-rows.js';
 
 export const MAX_TIMELINE_JOBS = 100;
 
@@ -13,7 +14,7 @@ export async function timelinesFor(db: pg.Pool | pg.ClientBase, jobs: string[], 
   const { now, since } = window!;
   if (jobs.length === 0) return { now, since, runs: [], skips: [], missed: [], truncated: false };
   const [runs, skips, missed] = await Promise.all([
-    db.query<{ job: string; slot: Date; fence: string; holder: string; started_at: Date; finished_at: Date | null; outcome: TimelineRun['outcome']; error: string | null; attempts: number }>(
+    db.query<RunRow>(
       // per job through runs_job_started; a run open since before the window is still drawn
       `select r.job, r.slot, r.fence, r.holder, r.started_at, r.finished_at, r.outcome, r.error, r.attempts
          from unnest($1::text[]) as n(job)
@@ -27,13 +28,13 @@ export async function timelinesFor(db: pg.Pool | pg.ClientBase, jobs: string[], 
         limit $4`,
       [jobs, since, now, limit],
     ),
-    db.query<{ job: string; slot: Date; holder: string | null; holder_fence: string | null; holder_slot: Date | null; held_for_seconds: number | null; recorded_by: string; recorded_at: Date }>(
+    db.query<SkipRow>(
       `select job, slot, holder, holder_fence, holder_slot, extract(epoch from held_for)::double precision as held_for_seconds, recorded_by, recorded_at
          from leasehold.skips where job = any($1::text[]) and slot >= $2 and slot <= $3
         order by slot desc limit $4`,
       [jobs, since, now, limit],
     ),
-    db.query<{ job: string; slot: Date; reason: string; recorded_by: string; recorded_at: Date }>(
+    db.query<MissedRow>(
       `select job, slot, reason, recorded_by, recorded_at
          from leasehold.missed where job = any($1::text[]) and slot >= $2 and slot <= $3
         order by slot desc limit $4`,
@@ -43,32 +44,9 @@ export async function timelinesFor(db: pg.Pool | pg.ClientBase, jobs: string[], 
   return {
     now,
     since,
-    runs: runs.rows.reverse().map(
-      (row): TimelineRun => ({
-        job: row.job,
-        slot: row.slot,
-        fence: Number(row.fence),
-        holder: row.holder,
-        startedAt: row.started_at,
-        finishedAt: row.finished_at,
-        outcome: row.outcome,
-        error: row.error,
-        attempts: row.attempts,
-      }),
-    ),
-    skips: skips.rows.reverse().map(
-      (row): TimelineSkip => ({
-        job: row.job,
-        slot: row.slot,
-        holder: row.holder,
-        holderFence: row.holder_fence === null ? null : Number(row.holder_fence),
-        holderSlot: row.holder_slot,
-        heldForSeconds: row.held_for_seconds,
-        recordedBy: row.recorded_by,
-        recordedAt: row.recorded_at,
-      }),
-    ),
-    missed: missed.rows.reverse().map((row): TimelineMissed => ({ job: row.job, slot: row.slot, reason: row.reason, recordedBy: row.recorded_by, recordedAt: row.recorded_at })),
+    runs: runs.rows.reverse().map(toTimelineRun),
+    skips: skips.rows.reverse().map(toTimelineSkip),
+    missed: missed.rows.reverse().map(toTimelineMissed),
     truncated: runs.rows.length >= limit || skips.rows.length >= limit || missed.rows.length >= limit,
   };
 }

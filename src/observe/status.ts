@@ -1,6 +1,7 @@
 // Read models for operators: the job table (leasehold.job_status) and a job's history
 // (leasehold.run_history). Shared by the CLI, the dashboard and metrics.
 import type pg from 'pg';
+import { toTimelineMissed, toTimelineRun, toTimelineSkip, type MissedRow, type RunRow, type SkipRow } from './timeline-rows.js';
 
 /** A job whose p95 duration passes this fraction of its interval is creeping toward overlap. */
 export const CREEP_WARNING_RATIO = 0.8;
@@ -32,7 +33,8 @@ export interface JobStatus {
   warning: string | null;
 }
 
-interface StatusRow {
+/** A row of leasehold.job_status (the dashboard's paged query returns the same columns). */
+export interface JobStatusRow {
   job: string;
   schedule: string;
   timezone: string | null;
@@ -61,45 +63,48 @@ interface StatusRow {
 }
 
 export async function jobStatus(db: pg.Pool | pg.ClientBase, job?: string): Promise<JobStatus[]> {
-  const { rows } = await db.query<StatusRow>(
+  const { rows } = await db.query<JobStatusRow>(
     `select * from leasehold.job_status where $1::text is null or job = $1 order by job`,
     [job ?? null],
   );
-  return rows.map((row) => {
-    const ratio = row.p95_interval_ratio;
-    return {
-      job: row.job,
-      schedule: row.schedule,
-      timezone: row.timezone,
-      intervalMs: row.interval_ms === null ? null : Number(row.interval_ms),
-      ttlMs: Number(row.ttl_ms),
-      overlap: row.overlap,
-      catchUp: row.catch_up,
-      state: row.state,
-      holder: row.holder,
-      leaseAgeSeconds: row.lease_age_seconds,
-      fence: Number(row.fence ?? 0),
-      lastSlot: row.last_slot,
-      lastRun: row.last_run_slot
-        ? {
-            slot: row.last_run_slot,
-            outcome: row.last_outcome ?? 'unknown',
-            startedAt: row.last_started_at as Date,
-            finishedAt: row.last_finished_at,
-            error: row.last_error,
-          }
-        : null,
-      runs24h: row.runs_24h,
-      failed24h: row.failed_24h,
-      lost24h: row.lost_24h,
-      p50Seconds: row.p50_seconds,
-      p95Seconds: row.p95_seconds,
-      p95IntervalRatio: ratio,
-      skips24h: row.skips_24h,
-      missed24h: row.missed_24h,
-      warning: creepWarning(row.job, ratio),
-    };
-  });
+  return rows.map(toJobStatus);
+}
+
+/** A job_status row as the public JobStatus. */
+export function toJobStatus(row: JobStatusRow): JobStatus {
+  const ratio = row.p95_interval_ratio;
+  return {
+    job: row.job,
+    schedule: row.schedule,
+    timezone: row.timezone,
+    intervalMs: row.interval_ms === null ? null : Number(row.interval_ms),
+    ttlMs: Number(row.ttl_ms),
+    overlap: row.overlap,
+    catchUp: row.catch_up,
+    state: row.state,
+    holder: row.holder,
+    leaseAgeSeconds: row.lease_age_seconds,
+    fence: Number(row.fence ?? 0),
+    lastSlot: row.last_slot,
+    lastRun: row.last_run_slot
+      ? {
+          slot: row.last_run_slot,
+          outcome: row.last_outcome ?? 'unknown',
+          startedAt: row.last_started_at as Date,
+          finishedAt: row.last_finished_at,
+          error: row.last_error,
+        }
+      : null,
+    runs24h: row.runs_24h,
+    failed24h: row.failed_24h,
+    lost24h: row.lost_24h,
+    p50Seconds: row.p50_seconds,
+    p95Seconds: row.p95_seconds,
+    p95IntervalRatio: ratio,
+    skips24h: row.skips_24h,
+    missed24h: row.missed_24h,
+    warning: creepWarning(row.job, ratio),
+  };
 }
 
 /** The warning for a p95/interval ratio: overlapping at 100 % and more, creeping from CREEP_WARNING_RATIO. */
@@ -269,17 +274,7 @@ export async function jobTimeline(
   );
   const { now, since } = window!;
   const [runs, skips, missed] = await Promise.all([
-    db.query<{
-      job: string;
-      slot: Date;
-      fence: string;
-      holder: string;
-      started_at: Date;
-      finished_at: Date | null;
-      outcome: TimelineRun['outcome'];
-      error: string | null;
-      attempts: number;
-    }>(
+    db.query<RunRow>(
       // A run that started more than a day before the window and is still open is 'running'
       // (found through runs_running); everything else is found through runs_job_started.
       `select job, slot, fence, holder, started_at, finished_at, outcome, error, attempts
@@ -292,16 +287,7 @@ export async function jobTimeline(
         limit $4`,
       [job, since, now, limit],
     ),
-    db.query<{
-      job: string;
-      slot: Date;
-      holder: string | null;
-      holder_fence: string | null;
-      holder_slot: Date | null;
-      held_for_seconds: number | null;
-      recorded_by: string;
-      recorded_at: Date;
-    }>(
+    db.query<SkipRow>(
       `select job, slot, holder, holder_fence, holder_slot,
               extract(epoch from held_for)::double precision as held_for_seconds, recorded_by, recorded_at
          from leasehold.skips
@@ -310,7 +296,7 @@ export async function jobTimeline(
         limit $4`,
       [job, since, now, limit],
     ),
-    db.query<{ job: string; slot: Date; reason: string; recorded_by: string; recorded_at: Date }>(
+    db.query<MissedRow>(
       `select job, slot, reason, recorded_by, recorded_at
          from leasehold.missed
         where ($1::text is null or job = $1) and slot >= $2 and slot <= $3
@@ -322,34 +308,9 @@ export async function jobTimeline(
   return {
     now,
     since,
-    runs: runs.rows.reverse().map((row) => ({
-      job: row.job,
-      slot: row.slot,
-      fence: Number(row.fence),
-      holder: row.holder,
-      startedAt: row.started_at,
-      finishedAt: row.finished_at,
-      outcome: row.outcome,
-      error: row.error,
-      attempts: row.attempts,
-    })),
-    skips: skips.rows.reverse().map((row) => ({
-      job: row.job,
-      slot: row.slot,
-      holder: row.holder,
-      holderFence: row.holder_fence === null ? null : Number(row.holder_fence),
-      holderSlot: row.holder_slot,
-      heldForSeconds: row.held_for_seconds,
-      recordedBy: row.recorded_by,
-      recordedAt: row.recorded_at,
-    })),
-    missed: missed.rows.reverse().map((row) => ({
-      job: row.job,
-      slot: row.slot,
-      reason: row.reason,
-      recordedBy: row.recorded_by,
-      recordedAt: row.recorded_at,
-    })),
+    runs: runs.rows.reverse().map(toTimelineRun),
+    skips: skips.rows.reverse().map(toTimelineSkip),
+    missed: missed.rows.reverse().map(toTimelineMissed),
     truncated: runs.rows.length >= limit || skips.rows.length >= limit || missed.rows.length >= limit,
   };
 }
