@@ -200,6 +200,23 @@ language sql volatile as $$
   end;
 $$;
 
+-- confirm: the one rule by which a holder keeps its lease: while its token matches and the
+-- lease has not expired, extend it by p_ttl and confirm it in this epoch (after a failover
+-- this is what makes its fenced writes acceptable again). Returns the row, or a row of nulls
+-- when the lease is not (or no longer) the caller's. Used by renew and by acquire's adoption
+-- of a grant whose answer was lost.
+create function leasehold.confirm(p_name text, p_token uuid, p_ttl interval) returns leasehold.leases
+language plpgsql volatile as $$
+declare
+  r leasehold.leases;
+begin
+  update leasehold.leases l
+     set expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch()
+   where l.name = p_name and l.token = p_token and l.expires_at > now()
+  returning l.* into r;
+  return r;
+end $$;
+
 -- acquire: one call, one round trip, never waits for a row lock.
 --
 -- Takes the lease where it is free (is_free). Sets a token, the next fence (next_fence),
@@ -254,11 +271,8 @@ begin
   if p_token is not null then
     -- the retry of an acquisition whose answer was lost: still ours, so hand it back
     -- (renewed and confirmed in this epoch), with the fence it was granted
-    update leasehold.leases l
-       set expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch()
-     where l.name = p_name and l.token = p_token and l.expires_at > now()
-    returning l.* into r;
-    if found then
+    r := leasehold.confirm(p_name, p_token, p_ttl);
+    if r.name is not null then
       return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
                           r.last_slot, 'acquired'::text, now(), false;
       return;
@@ -322,11 +336,8 @@ begin
 
   -- Our own first attempt may have committed since the token check at the top: adopt it.
   if p_token is not null and r.token = p_token then
-    update leasehold.leases l
-       set expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch()
-     where l.name = p_name and l.token = p_token and l.expires_at > now()
-    returning l.* into r;
-    if found then
+    r := leasehold.confirm(p_name, p_token, p_ttl);
+    if r.name is not null then
       return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
                           r.last_slot, 'acquired'::text, now(), false;
       return;
@@ -368,11 +379,8 @@ begin
   perform leasehold.check_name(p_name);
   perform leasehold.check_ttl(p_ttl);
   perform leasehold.pin_synchronous_commit();
-  update leasehold.leases l
-     set expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch()
-   where l.name = p_name and l.token = p_token and l.expires_at > now()
-  returning l.* into r;
-  if found then
+  r := leasehold.confirm(p_name, p_token, p_ttl);
+  if r.name is not null then
     return query select true, r.expires_at, r.fence, 'renewed'::text, now();
     return;
   end if;

@@ -38,7 +38,7 @@ insert into leasehold.access (object, level) values
   ('start_run', 'client'), ('record_skip', 'client'), ('finish_held_run', 'client'),
   ('force_release', 'operator'), ('prune_history', 'operator'),
   -- internal steps of the protocol functions, never called directly
-  ('next_fence', 'owner'), ('is_free', 'owner'), ('pin_synchronous_commit', 'owner'),
+  ('next_fence', 'owner'), ('is_free', 'owner'), ('confirm', 'owner'), ('pin_synchronous_commit', 'owner'),
   ('liveness_incarnation', 'owner'),
   ('secure_schema', 'owner'), ('grant_statements', 'owner'), ('grant_access', 'owner'),
   ('revoke_access', 'owner');

@@ -26,7 +26,7 @@ const normalize = (text: string) =>
 /** The page's sections for functions and views: heading text and body up to the next heading. */
 function sections(): Array<{ name: string; args: string | undefined; returns: string | undefined; body: string }> {
   const found: Array<{ name: string; args: string | undefined; returns: string | undefined; body: string }> = [];
-  const heading = /^### `leasehold\.(\w+)(?:\(([^)]*)\))?(?: → (\w+))?`$/gm;
+  const heading = /^### `leasehold\.(\w+)(?:\(([^)]*)\))?(?: → ([\w.]+))?`$/gm;
   for (const match of doc.matchAll(heading)) {
     const start = (match.index ?? 0) + match[0].length;
     const rest = doc.slice(start);
