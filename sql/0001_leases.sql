@@ -413,6 +413,7 @@ create function leasehold.assert_lease(p_name text, p_token uuid, p_fence bigint
 language plpgsql volatile as $$
 declare
   r leasehold.leases;
+  v_detail text;
 begin
   perform 1 from leasehold.leases l
    where l.name = p_name and l.token = p_token and l.fence = p_fence and l.expires_at > now()
@@ -422,18 +423,26 @@ begin
     return p_fence;
   end if;
   select * into r from leasehold.leases l where l.name = p_name;
+  v_detail := case
+      when r.name is null then 'no such lease'
+      when r.fence <> p_fence and r.token is null then format('the lease was force-released (fence is now %s, held by nobody)', r.fence)
+      when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, r.holder)
+      when r.token is null then 'the lease was released'
+      when r.expires_at <= now() then 'the lease expired'
+    end;
+  if v_detail is not null then
+    raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
+      using errcode = 'LH003', detail = v_detail,
+            hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
+  end if;
+  -- Not lost as far as this server knows, only unconfirmed since a failover. The DETAIL's
+  -- first words are part of the contract: clients recognise this case by them, renew, and
+  -- run the transaction again.
   raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
     using errcode = 'LH003',
-          detail = case
-            when r.name is null then 'no such lease'
-            when r.fence <> p_fence and r.token is null then format('the lease was force-released (fence is now %s, held by nobody)', r.fence)
-            when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, r.holder)
-            when r.token is null then 'the lease was released'
-            when r.expires_at <= now() then 'the lease expired'
-            else format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
-                        'renew it, or roll back if it is lost', r.epoch, leasehold.epoch())
-          end,
-          hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
+          detail = format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
+                          'renew it, or roll back if it is lost', r.epoch, leasehold.epoch()),
+          hint = 'Roll back, renew the lease (leasehold.renew) and run the transaction again; if the renewal fails, the lease is lost.';
 end $$;
 
 -- holds_lease: the same check as a boolean, for WHERE clauses and triggers:
