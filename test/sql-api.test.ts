@@ -130,5 +130,9 @@ describe('docs/sql-api.md against the database', () => {
     expect(unconfirmed.detail).toMatch(new RegExp(`^${prefix} \\(epoch \\d+, now \\d+\\): renew it, or roll back if it is lost$`));
     expect(unconfirmed.hint).toBe(messages('LH003')[5]);
     expect(unconfirmed.hint).toMatch(/renew the lease/);
+    // the same row with a wrong token: no failover detail, no invitation to renew
+    const wrong = await raised(`select leasehold.assert_lease('unconfirmed', gen_random_uuid(), $1)`, [held[0]!.fence]);
+    expect([wrong.detail, wrong.hint]).toEqual(['the token does not match the lease', hint]);
+    expect(doc).toContain('`the token does not match the lease`');
   });
 });

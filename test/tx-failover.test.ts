@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { FaultProxy } from '../faults/proxy.js';
 import { createLeasehold, LeaseLostError, type Lease, type Leasehold } from '../src/index.js';
 import { silentLogger } from '../src/observe/logger.js';
+import { waitFor } from './support/db.js';
 import { ClusterTemplate, findBinaries, type ReplicatedPair } from './support/replication.js';
 
 const kind = inject('serverKind');
@@ -49,7 +50,7 @@ const write = (lease: Lease, value: string) =>
 
 describe.skipIf(missing !== undefined)(`fenced transactions across a failover (${kind} binaries)`, () => {
   let kept: Lease;
-  let swapped: Lease;
+  let forced: Lease;
   let exec: { token: string; fence: number };
   const renewals: string[] = [];
 
@@ -70,7 +71,7 @@ describe.skipIf(missing !== undefined)(`fenced transactions across a failover ($
       return result.lease;
     };
     kept = await take('kept');
-    swapped = await take('swapped');
+    forced = await take('forced');
     const execLease = await take('exec');
     exec = { token: execLease.token, fence: execLease.fence };
     expect(await write(kept, 'before')).toBe(1);
@@ -118,25 +119,61 @@ describe.skipIf(missing !== undefined)(`fenced transactions across a failover ($
     expect(renewals.filter((name) => name === 'kept')).toHaveLength(1);
   }, 60_000);
 
-  it('a lost lease: when the renewal finds it lost, the call raises LeaseLostError and writes nothing', async () => {
-    // The row now carries another token under the same fence. No function makes this row (it
-    // stands for a grant the client cannot know about); it is made by hand so that the fence
-    // check reports only the failover and the renewal that follows finds the lease taken.
-    await direct(pair!.standby.url(), `update leasehold.leases set token = gen_random_uuid() where name = 'swapped'`);
-    let ran = false;
-    const error = await swapped
-      .transaction(async () => {
-        ran = true;
-      })
-      .then(
-        () => undefined,
-        (e: unknown) => e,
-      );
-    expect(error).toBeInstanceOf(LeaseLostError);
-    expect((error as LeaseLostError).reason).toBe('taken-over');
-    expect(ran).toBe(false);
-    expect(swapped.lost).toBe(true);
-    expect(swapped.signal.aborted).toBe(true);
+  it('a lost lease: when the renewal finds the lease lost, the call raises LeaseLostError and writes nothing', async () => {
+    // An operator force-releases the lease while its holder renews on the new primary. To put
+    // the force-release exactly there, the operator's session holds the row's FOR NO KEY UPDATE
+    // lock from before the call: the fence check (FOR KEY SHARE) passes it and reports the
+    // failover; the renewal (an UPDATE) waits for it, then finds the lease released.
+    const standby = pair!.standby.url();
+    const operator = new pg.Client({ connectionString: standby });
+    const observer = new pg.Client({ connectionString: standby });
+    for (const c of [operator, observer]) {
+      c.on('error', () => undefined);
+      await c.connect();
+    }
+    try {
+      await operator.query('begin');
+      await operator.query(`select 1 from leasehold.leases where name = 'forced' for no key update`);
+      let ran = false;
+      const pending = forced
+        .transaction(async () => {
+          ran = true;
+        })
+        .then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+      // the renewal waits for the row lock (it gives up after its lock_timeout of 2 s)
+      await waitFor(async () => {
+        const { rows } = await observer.query<{ n: number }>(
+          `select count(*)::int as n from pg_stat_activity
+            where pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%leasehold.renew(%'`,
+        );
+        return (rows[0]?.n ?? 0) > 0;
+      }, 2_000, 10);
+      await operator.query(`select * from leasehold.force_release('forced')`);
+      await operator.query('commit');
+      const error = await pending;
+      expect(error).toBeInstanceOf(LeaseLostError);
+      expect((error as LeaseLostError).reason).toBe('released');
+      expect(ran).toBe(false);
+      expect(forced.lost).toBe(true);
+      expect(forced.signal.aborted).toBe(true);
+    } finally {
+      await operator.query('rollback').catch(() => undefined);
+      await Promise.allSettled([operator.end(), observer.end()]);
+    }
+  }, 60_000);
+
+  it('a wrong token is refused at once, without a renewal (the failover detail is only for the right token)', async () => {
+    const standby = pair!.standby.url();
+    const [row] = await direct<{ epoch: number }>(standby, `select epoch from leasehold.leases where name = 'exec'`);
+    expect(row?.epoch).toBe(1);
+    const refused = await direct(standby, `select leasehold.assert_lease('exec', gen_random_uuid(), $1)`, [exec.fence]).then(
+      () => undefined,
+      (e: { code?: string; detail?: string }) => e,
+    );
+    expect(refused).toMatchObject({ code: 'LH003', detail: 'the token does not match the lease' });
   }, 60_000);
 
   it('start_run refuses a token confirmed in an earlier epoch, and records the run once the lease is renewed', async () => {

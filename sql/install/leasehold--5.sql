@@ -454,6 +454,8 @@ begin
       when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, r.holder)
       when r.token is null then 'the lease was released'
       when r.expires_at <= now() then 'the lease expired'
+      -- a wrong token is no failover, whatever the row's epoch says
+      when r.token <> p_token then 'the token does not match the lease'
     end;
   if v_detail is not null then
     raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
