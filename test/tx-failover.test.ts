@@ -1,12 +1,13 @@
 // Fenced transactions across a real failover: a primary and a streaming standby (synchronous, so
 // nothing acknowledged is lost), the client behind one address, the primary killed, the standby
 // promoted and the address switched. A lease confirmed before the failover is refused by the new
-// primary until a renewal confirms it there; lease.transaction() renews once by itself and runs,
-// and raises LeaseLostError when that renewal finds the lease lost.
+// primary until a renewal confirms it there; lease.transaction() and a worker's ctx.transaction()
+// renew once by themselves and run, and raise LeaseLostError when that renewal finds the lease
+// lost. start_run applies the same check.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { FaultProxy } from '../faults/proxy.js';
-import { createLeasehold, LeaseLostError, type Lease, type Leasehold } from '../src/index.js';
+import { createLeasehold, LeaseLostError, startWorker, type JobContext, type Lease, type Leasehold, type Logger, type Worker } from '../src/index.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { waitFor } from './support/db.js';
 import { ClusterTemplate, findBinaries, type ReplicatedPair } from './support/replication.js';
@@ -20,6 +21,7 @@ let template: ClusterTemplate | undefined;
 let pair: ReplicatedPair | undefined;
 let proxy: FaultProxy | undefined;
 let leasehold: Leasehold | undefined;
+let worker: Worker | undefined;
 
 async function prepare(url: string): Promise<void> {
   const setup = await createLeasehold({ connectionString: url, logger: silentLogger(), liveness: false });
@@ -47,6 +49,31 @@ const write = (lease: Lease, value: string) =>
     await client.query('insert into fenced_writes (value, fence) values ($1, $2)', [value, lease.fence]);
     return (await client.query<{ epoch: number }>('select leasehold.epoch() as epoch')).rows[0]?.epoch;
   });
+
+let failoverDone: () => void = () => undefined;
+const failedOver = new Promise<void>((resolve) => (failoverDone = resolve));
+let workerOutcome: { epoch: number | undefined; fence: number } | { error: unknown } | undefined;
+const logged: string[] = [];
+const capture: Logger = {
+  debug: () => undefined,
+  info: (fields) => logged.push(String((fields as { event?: unknown }).event)),
+  warn: () => undefined,
+  error: () => undefined,
+};
+
+/** ctx.transaction(), once more if a pooled connection the failover broke fails it first. */
+async function fencedWriteWithRetry(ctx: JobContext): Promise<number | undefined> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await ctx.transaction(async (client) => {
+        await client.query('insert into fenced_writes (value, fence) values ($1, $2)', ['worker', ctx.fence]);
+        return (await client.query<{ epoch: number }>('select leasehold.epoch() as epoch')).rows[0]?.epoch;
+      });
+    } catch (error) {
+      if (attempt >= 3 || (error as { code?: string }).code !== 'TRANSACTION_FAILED') throw error;
+    }
+  }
+}
 
 describe.skipIf(missing !== undefined)(`fenced transactions across a failover (${kind} binaries)`, () => {
   let kept: Lease;
@@ -76,12 +103,47 @@ describe.skipIf(missing !== undefined)(`fenced transactions across a failover ($
     exec = { token: execLease.token, fence: execLease.fence };
     expect(await write(kept, 'before')).toBe(1);
 
+    // A worker whose first run is under way across the failover (its heartbeat, every ttl/3 =
+    // 20 s, does not come before the run's fenced transaction).
+    let started: () => void = () => undefined;
+    const running = new Promise<void>((resolve) => (started = resolve));
+    let first = true;
+    worker = await startWorker({
+      connectionString: pair.url,
+      liveness: false,
+      migrate: false,
+      handleSignals: false,
+      logger: capture,
+      jobs: [
+        {
+          name: 'worker-job',
+          every: '1s',
+          ttl: '60s',
+          handler: async (ctx) => {
+            if (!first) return;
+            first = false;
+            started();
+            await failedOver;
+            workerOutcome = await fencedWriteWithRetry(ctx).then(
+              (epoch) => ({ epoch, fence: ctx.fence }),
+              (error: unknown) => ({ error }),
+            );
+          },
+        },
+      ],
+    });
+    await running;
+
     await pair.primary.kill();
     await pair.standby.promote();
     proxy.retarget(pair.standby.port, 'reset');
+    // the pools drop the connections the reset broke (their 'error' events) before the next use
+    await new Promise((resolve) => setTimeout(resolve, 500));
+    failoverDone();
   }, 120_000);
 
   afterAll(async () => {
+    await worker?.stop().catch(() => undefined);
     await leasehold?.close().catch(() => undefined);
     await pair?.close();
     await proxy?.close();
@@ -108,7 +170,7 @@ describe.skipIf(missing !== undefined)(`fenced transactions across a failover ($
     expect(kept.lost).toBe(false);
     expect(renewals.filter((name) => name === 'kept')).toHaveLength(1);
     expect(kept.expiresAt.getTime()).toBeGreaterThan(expiresBefore);
-    const writes = await direct<{ value: string; fence: string }>(standby, 'select value, fence from fenced_writes order by value');
+    const writes = await direct<{ value: string; fence: string }>(standby, "select value, fence from fenced_writes where value in ('before', 'after') order by value");
     expect(writes).toEqual([
       { value: 'after', fence: String(kept.fence) },
       { value: 'before', fence: String(kept.fence) },
@@ -117,6 +179,14 @@ describe.skipIf(missing !== undefined)(`fenced transactions across a failover ($
     // confirmed now: the next transaction needs no renewal
     await write(kept, 'again');
     expect(renewals.filter((name) => name === 'kept')).toHaveLength(1);
+  }, 60_000);
+
+  it("a worker's run: ctx.transaction() renews once on the new primary and commits", async () => {
+    const outcome = await waitFor(() => workerOutcome, 30_000, 50);
+    if ('error' in outcome) throw outcome.error;
+    expect(outcome.epoch).toBe(2);
+    expect(logged).toContain('lease:reconfirmed');
+    expect(await direct(pair!.standby.url(), `select fence from fenced_writes where value = 'worker'`)).toEqual([{ fence: String(outcome.fence) }]);
   }, 60_000);
 
   it('a lost lease: when the renewal finds the lease lost, the call raises LeaseLostError and writes nothing', async () => {
