@@ -1,9 +1,9 @@
 // A fenced transaction: BEGIN, leasehold.assert_lease (locks the lease row while name, token
 // and fence still match), the caller's statements, COMMIT. A lease refused only because it was
 // last confirmed before a failover is renewed once and checked again. Every statement has a
-// read timeout, BEGIN included; a connection whose statement timed out or broke is destroyed, never handed
-// back to the pool, so the next transaction cannot queue behind a stuck one. Failures reach
-// the caller as typed errors that say what happened to the lease and to the writes.
+// read timeout, BEGIN included; a connection whose statement timed out or broke is destroyed,
+// never handed back to the pool, so the next transaction cannot queue behind a stuck one.
+// Failures reach the caller as typed errors that say what happened to the lease and writes.
 import type pg from 'pg';
 import { isConnectionError, unavailable } from '../db/connection.js';
 import { LeaseLostError, OutcomeUnknownError, TransactionControlError, TransactionFailedError, type TransactionFailure } from '../errors.js';
