@@ -32,7 +32,7 @@ export const MUTANT_DESCRIPTIONS: Record<MutantName, string> = {
 
 export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = {
   'fence-without-epoch': 'leasehold.next_fence is the old fence + 1, without the epoch',
-  'epoch-not-checked': 'leasehold.assert_lease and holds_lease accept a lease confirmed before a failover',
+  'epoch-not-checked': 'leasehold.holds_lease (and so assert_lease and start_run) accepts a lease confirmed before a failover',
   'liveness-any-incarnation': 'leasehold.is_free asks for the liveness lock on any server incarnation',
 };
 
@@ -57,7 +57,6 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
     { fn: 'next_fence', pattern: /greatest\(coalesce\(p_old, 0\) \+ 1, \(leasehold\.epoch\(\) - 1\)::bigint << 40\)/, replacement: 'coalesce(p_old, 0) + 1' },
   ],
   'epoch-not-checked': [
-    { fn: 'assert_lease', pattern: /\s+and l\.epoch = leasehold\.epoch\(\)/, replacement: '' },
     { fn: 'holds_lease', pattern: /\s+and l\.epoch = leasehold\.epoch\(\)/, replacement: '' },
   ],
   'liveness-any-incarnation': [

@@ -410,7 +410,20 @@ as $$
   select exists (select 1 from released);
 $$;
 
--- assert_lease: the fence check for the caller's own transaction. Locks the lease row
+-- holds_lease: the fence check, as a boolean for WHERE clauses and triggers (assert_lease below
+-- raises LH003 where it is false, start_run calls assert_lease):
+--   update results set ... where id = $1 and leasehold.holds_lease('job', $token, $fence);
+create function leasehold.holds_lease(p_name text, p_token uuid, p_fence bigint) returns boolean
+language plpgsql volatile as $$
+begin
+  perform 1 from leasehold.leases l
+   where l.name = p_name and l.token = p_token and l.fence = p_fence and l.expires_at > now()
+     and l.epoch = leasehold.epoch()
+     for key share;
+  return found;
+end $$;
+
+-- assert_lease: the fence check for the caller's own transaction. Locks the lease row (holds_lease)
 -- FOR KEY SHARE where name, token and fence match, the lease is unexpired and it was
 -- confirmed in the current epoch (a release or takeover lost in a failover must not let the
 -- old token write again; the live holder's next renewal re-confirms it), so no
@@ -421,39 +434,35 @@ create function leasehold.assert_lease(p_name text, p_token uuid, p_fence bigint
 language plpgsql volatile as $$
 declare
   r leasehold.leases;
+  v_detail text;
 begin
-  perform 1 from leasehold.leases l
-   where l.name = p_name and l.token = p_token and l.fence = p_fence and l.expires_at > now()
-     and l.epoch = leasehold.epoch()
-     for key share;
-  if found then
+  -- the rule and the lock are holds_lease's; this function only explains a refusal
+  if leasehold.holds_lease(p_name, p_token, p_fence) then
     return p_fence;
   end if;
   select * into r from leasehold.leases l where l.name = p_name;
+  v_detail := case
+      when r.name is null then 'no such lease'
+      when r.fence <> p_fence and r.token is null then format('the lease was force-released (fence is now %s, held by nobody)', r.fence)
+      when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, r.holder)
+      when r.token is null then 'the lease was released'
+      when r.expires_at <= now() then 'the lease expired'
+      -- a wrong token is no failover, whatever the row's epoch says
+      when r.token <> p_token then 'the token does not match the lease'
+    end;
+  if v_detail is not null then
+    raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
+      using errcode = 'LH003', detail = v_detail,
+            hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
+  end if;
+  -- Not lost as far as this server knows, only unconfirmed since a failover. The DETAIL's
+  -- first words are part of the contract: clients recognise this case by them, renew, and
+  -- run the transaction again.
   raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
     using errcode = 'LH003',
-          detail = case
-            when r.name is null then 'no such lease'
-            when r.fence <> p_fence and r.token is null then format('the lease was force-released (fence is now %s, held by nobody)', r.fence)
-            when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, r.holder)
-            when r.token is null then 'the lease was released'
-            when r.expires_at <= now() then 'the lease expired'
-            else format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
-                        'renew it, or roll back if it is lost', r.epoch, leasehold.epoch())
-          end,
-          hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
-end $$;
-
--- holds_lease: the same check as a boolean, for WHERE clauses and triggers:
---   update results set ... where id = $1 and leasehold.holds_lease('job', $token, $fence);
-create function leasehold.holds_lease(p_name text, p_token uuid, p_fence bigint) returns boolean
-language plpgsql volatile as $$
-begin
-  perform 1 from leasehold.leases l
-   where l.name = p_name and l.token = p_token and l.fence = p_fence and l.expires_at > now()
-     and l.epoch = leasehold.epoch()
-     for key share;
-  return found;
+          detail = format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
+                          'renew it, or roll back if it is lost', r.epoch, leasehold.epoch()),
+          hint = 'Roll back, renew the lease (leasehold.renew) and run the transaction again; if the renewal fails, the lease is lost.';
 end $$;
 
 -- force_release: for operators. Frees the lease whoever holds it and bumps the fence, so the

@@ -13,8 +13,9 @@ language sql volatile as $$
    where j.schedule = 'external';
 $$;
 
--- start_run: records a run under a lease the caller holds (checked: name, token and fence must
--- match an unexpired lease). The slot is the database's now() unless given.
+-- start_run: records a run under a lease the caller holds, checked by assert_lease (name, token
+-- and fence match an unexpired lease confirmed in the current epoch; LH003 otherwise). The slot
+-- is the database's now() unless given.
 create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null)
 returns timestamptz
 language plpgsql volatile as $$
@@ -22,11 +23,8 @@ declare
   v_slot timestamptz := coalesce(p_slot, now());
   v_holder text;
 begin
-  select l.holder into v_holder from leasehold.leases l
-   where l.name = p_name and l.token = p_token and l.fence = p_fence and l.expires_at > now();
-  if not found then
-    raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence using errcode = 'LH003';
-  end if;
+  perform leasehold.assert_lease(p_name, p_token, p_fence);
+  select l.holder into v_holder from leasehold.leases l where l.name = p_name;
   insert into leasehold.runs (job, slot, fence, holder) values (p_name, v_slot, p_fence, v_holder)
   on conflict (job, fence) do nothing;
   return v_slot;

@@ -1,7 +1,7 @@
 // An acquisition whose answer is lost is recognised by its retry (the caller's own token), and
 // lease-changing statements commit synchronously whatever the session's synchronous_commit.
 import { beforeAll, describe, expect, it } from 'vitest';
-import type pg from 'pg';
+import pg from 'pg';
 import { client, connections, freshDatabase, waitFor } from './support/db.js';
 
 let url: string;
@@ -89,5 +89,44 @@ describe('synchronous_commit', () => {
     ).toBe('on');
     // transaction-local: the session's own setting is back afterwards
     expect((await c.query<{ s: string }>("select current_setting('synchronous_commit') as s")).rows[0]?.s).toBe('off');
+  });
+  it('is on at the commit of a grant by a least-privilege role whose own synchronous_commit is off (SECURITY DEFINER functions keep the pin)', async () => {
+    // A role-level setting, as a deployment would make it; the functions run as the schema
+    // owner with their own search_path, and the pin must still reach the caller's COMMIT.
+    const role = `lh_async_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
+    const [admin] = conns as [pg.Client];
+    await admin.query(`create role ${role} login password 'leasehold-test-pw'`);
+    await admin.query(`alter role ${role} set synchronous_commit = off`);
+    await admin.query('select leasehold.grant_access($1, $2)', [role, 'client']);
+    const as = new URL(url);
+    as.username = role;
+    as.password = 'leasehold-test-pw';
+    const c = new pg.Client({ connectionString: as.toString() });
+    c.on('error', () => undefined);
+    await c.connect();
+    try {
+      const setting = async () => (await c.query<{ s: string }>("select current_setting('synchronous_commit') as s")).rows[0]?.s;
+      expect(await setting()).toBe('off');
+      expect((await c.query<{ d: boolean }>("select prosecdef as d from pg_proc where oid = 'leasehold.acquire'::regproc")).rows[0]?.d).toBe(true);
+      await c.query('begin');
+      const grant = (await c.query<{ acquired: boolean; token: string }>("select * from leasehold.acquire('role-sync', '30 seconds', 'h')")).rows[0];
+      expect(grant?.acquired).toBe(true);
+      expect(await setting()).toBe('on');
+      await c.query('commit');
+      await c.query('begin');
+      await c.query("select * from leasehold.renew('role-sync', $1, '30 seconds')", [grant?.token]);
+      expect(await setting()).toBe('on');
+      await c.query('commit');
+      await c.query('begin');
+      await c.query("select leasehold.release('role-sync', $1)", [grant?.token]);
+      expect(await setting()).toBe('on');
+      await c.query('commit');
+      expect(await setting()).toBe('off');
+    } finally {
+      await c.end().catch(() => undefined);
+      // role names are cluster-wide
+      await admin.query(`drop owned by ${role} cascade`);
+      await admin.query(`drop role ${role}`);
+    }
   });
 });

@@ -181,6 +181,21 @@ describe('the schema', () => {
     );
     expect(rows.filter((r) => r.level === null).map((r) => r.object)).toEqual([]);
     for (const { object, level } of rows) if (level !== 'owner') expect([object, LEVEL_OF[object] ?? 'client']).toEqual([object, level]);
+    // A view's function calls are checked against the querying role, not the view's owner: every
+    // function a view calls must be executable at the view's level.
+    const { rows: calls } = await owner.query<{ call: string; ok: boolean | null }>(
+      `select distinct v.relname || ' calls ' || p.proname as call, fa.level in ('reader', va.level) as ok
+         from pg_class v
+         join leasehold.access va on va.object = v.relname
+         join pg_rewrite r on r.ev_class = v.oid
+         join pg_depend d on d.classid = 'pg_rewrite'::regclass and d.objid = r.oid and d.refclassid = 'pg_proc'::regclass
+         join pg_proc p on p.oid = d.refobjid and p.pronamespace = 'leasehold'::regnamespace
+         left join leasehold.access fa on fa.object = p.proname
+        where v.relnamespace = 'leasehold'::regnamespace and v.relkind in ('v', 'm')
+        order by 1`,
+    );
+    expect(calls.filter((c) => c.ok !== true).map((c) => c.call)).toEqual([]);
+    expect(calls.map((c) => c.call)).toContain('lease_status calls incarnation');
   });
 
   it('lists in docs/security.md exactly the statements grant_statements() gives for each level', async () => {

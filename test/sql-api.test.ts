@@ -117,5 +117,22 @@ describe('docs/sql-api.md against the database', () => {
     expect(lost.hint).toBe(hint);
     expect(lost.detail).toMatch(pattern('fence is now M, held by …'));
     expect(doc).toContain('`fence is now M, held by H`');
+
+    // Held, but last confirmed in an earlier epoch (set by hand: this server has no failover):
+    // the detail's documented first words and the other hint, which tells the caller to renew.
+    const { rows: held } = await pool.query<{ token: string; fence: string }>(`select token, fence from leasehold.acquire('unconfirmed', '1 minute', 'first')`);
+    await pool.query(`update leasehold.leases set epoch = epoch - 1 where name = 'unconfirmed'`);
+    const unconfirmed = await raised(`select leasehold.assert_lease('unconfirmed', $1, $2)`, [held[0]!.token, held[0]!.fence]);
+    const prefix = 'a database failover happened since the lease was last confirmed';
+    expect(doc).toContain(`\`${prefix}\``);
+    expect(unconfirmed.code).toBe('LH003');
+    expect(unconfirmed.message).toMatch(pattern(message!));
+    expect(unconfirmed.detail).toMatch(new RegExp(`^${prefix} \\(epoch \\d+, now \\d+\\): renew it, or roll back if it is lost$`));
+    expect(unconfirmed.hint).toBe(messages('LH003')[5]);
+    expect(unconfirmed.hint).toMatch(/renew the lease/);
+    // the same row with a wrong token: no failover detail, no invitation to renew
+    const wrong = await raised(`select leasehold.assert_lease('unconfirmed', gen_random_uuid(), $1)`, [held[0]!.fence]);
+    expect([wrong.detail, wrong.hint]).toEqual(['the token does not match the lease', hint]);
+    expect(doc).toContain('`the token does not match the lease`');
   });
 });

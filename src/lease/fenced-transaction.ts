@@ -1,8 +1,9 @@
 // A fenced transaction: BEGIN, leasehold.assert_lease (locks the lease row while name, token
-// and fence still match), the caller's statements, COMMIT. Every statement has a read timeout,
-// BEGIN included; a connection whose statement timed out or broke is destroyed, never handed
-// back to the pool, so the next transaction cannot queue behind a stuck one. Failures reach
-// the caller as typed errors that say what happened to the lease and to the writes.
+// and fence still match), the caller's statements, COMMIT. A lease refused only because it was
+// last confirmed before a failover is renewed once and checked again. Every statement has a
+// read timeout, BEGIN included; a connection whose statement timed out or broke is destroyed,
+// never handed back to the pool, so the next transaction cannot queue behind a stuck one.
+// Failures reach the caller as typed errors that say what happened to the lease and writes.
 import type pg from 'pg';
 import { isConnectionError, unavailable } from '../db/connection.js';
 import { LeaseLostError, OutcomeUnknownError, TransactionControlError, TransactionFailedError, type TransactionFailure } from '../errors.js';
@@ -17,6 +18,18 @@ export interface FencedLease {
   isHeld(): boolean;
   /** The database refused the fence (LH003): mark the lease lost and return why. */
   refused(error: unknown, detail: string | undefined): LeaseLostError;
+  /** Renews the lease, confirming it in the server's current epoch; throws LeaseLostError if it is lost. */
+  reconfirm(): Promise<void>;
+}
+
+// The first words of assert_lease's DETAIL when the lease is held but was last confirmed
+// before a failover (docs/sql-api.md): not lost, only waiting for a renewal on the new primary.
+const UNCONFIRMED_DETAIL = 'a database failover happened since the lease was last confirmed';
+
+/** True for the LH003 that a renewal may cure: the lease was last confirmed before a failover. */
+function isUnconfirmedSinceFailover(error: unknown): boolean {
+  const { code, detail } = error as { code?: unknown; detail?: unknown };
+  return code === 'LH003' && typeof detail === 'string' && detail.startsWith(UNCONFIRMED_DETAIL);
 }
 
 export interface FencedSettings {
@@ -86,17 +99,24 @@ export async function runFencedTransaction<T>(
         'The transaction was rolled back; nothing was written. Use savepoints for partial rollbacks.',
     );
   try {
-    try {
-      await client.query({ text: 'begin', query_timeout: timeoutMs } as pg.QueryConfig);
-      await client.query({
-        text: `select set_config('idle_in_transaction_session_timeout', $4, true),
-                      leasehold.assert_lease($1, $2, $3)`,
-        values: [lease.name, lease.token, lease.fence, `${Math.round(settings.idleMs)}ms`],
-        query_timeout: timeoutMs,
-      } as pg.QueryConfig);
-    } catch (error) {
-      if ((error as { code?: string }).code === 'LH003') throw lease.refused(error, (error as { detail?: string }).detail);
-      throw error;
+    // After a failover the live holder's lease is refused until its next renewal confirms it
+    // on the new primary: renew once, here, and check the fence again rather than lose the work.
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await client.query({ text: 'begin', query_timeout: timeoutMs } as pg.QueryConfig);
+        await client.query({
+          text: `select set_config('idle_in_transaction_session_timeout', $4, true),
+                        leasehold.assert_lease($1, $2, $3)`,
+          values: [lease.name, lease.token, lease.fence, `${Math.round(settings.idleMs)}ms`],
+          query_timeout: timeoutMs,
+        } as pg.QueryConfig);
+        break;
+      } catch (error) {
+        if ((error as { code?: string }).code !== 'LH003') throw error;
+        if (attempt > 1 || !isUnconfirmedSinceFailover(error)) throw lease.refused(error, (error as { detail?: string }).detail);
+        await client.query({ text: 'rollback', query_timeout: timeoutMs } as pg.QueryConfig);
+        await lease.reconfirm(); // LeaseLostError when the renewal finds the lease lost
+      }
     }
     const guarded = guardClient(client, guard, settings.statementMs, controlError, (e) => isReadTimeout(e) || isConnectionError(e));
     let value: T;

@@ -205,6 +205,8 @@ export class Lease {
    * still match and the lease is unexpired (leasehold.assert_lease). While it is open no
    * other holder can take the lease over, so what it commits cannot come from a stale holder.
    * Every statement has a read timeout (BEGIN and COMMIT: queryTimeout; yours: statementTimeout).
+   * After a database failover the lease is refused until a renewal confirms it on the new
+   * primary: then the call renews once itself and checks the fence again.
    * Throws LeaseLostError (and rolls back) when the lease is no longer ours;
    * TransactionFailedError when the server rolled back (serialization failure, deadlock,
    * read-only server, broken connection, timeout): nothing was written;
@@ -227,6 +229,13 @@ export class Lease {
         refused: (error, detail) => {
           this.markLost('fence-mismatch', error, detail);
           return this.lostError ?? new LeaseLostError(this.name, this.fence, 'fence-mismatch');
+        },
+        reconfirm: async () => {
+          await this.renew();
+          this.runtime.logger.info(
+            { event: 'lease:reconfirmed', lease: this.name, fence: this.fence },
+            `lease "${this.name}" renewed after a database failover; running its fenced transaction again`,
+          );
         },
       },
       this.runtime,
