@@ -51,7 +51,9 @@ export type HistoryLine =
   | { type: 'stall'; worker: string; from: number; to: number; mono: number }
   | { type: 'stopped'; worker: string; mono: number };
 
-export const FAULT_KINDS = ['kill', 'pause', 'terminate', 'restart', 'blackhole', 'drop', 'skew'] as const;
+export const FAULT_KINDS = ['kill', 'pause', 'terminate', 'restart', 'blackhole', 'drop', 'skew', 'failover', 'clock-step'] as const;
+/** Faults of the replicated tier only (a primary with a standby, servers under libfaketime). */
+export const HA_FAULT_KINDS: readonly FaultKind[] = ['failover', 'clock-step'];
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 /** A fault the nemesis injected: [t0, t1] on the shared monotonic clock. */
@@ -62,7 +64,10 @@ export interface FaultRecord {
   target: string | null;
   t0: number;
   t1: number;
-  /** e.g. { backend: 'liveness' } for terminate, { mode: 'crash' } for restart. */
+  /**
+   * e.g. { backend: 'liveness' } for terminate, { mode: 'crash' } for restart, { how: 'freeze' }
+   * for failover, { deltaMs, fromDb, toDb } for clock-step (database times around the step).
+   */
   params: Record<string, string | number | boolean>;
   /** The target held a lease when the fault began. */
   targetHeld: boolean;

@@ -10,8 +10,10 @@ import pg from 'pg';
 import { createLeasehold, silentLogger } from '../src/index.js';
 import { createTestDatabase, type EmbeddedPostgres } from '../src/testing.js';
 import { check, formatCounts, type CheckResult, type DbSnapshot, type KnownIssue, type Violation } from './checker.js';
+import { HaCluster } from './cluster.js';
 import {
   FAULT_KINDS,
+  HA_FAULT_KINDS,
   LIBFAKETIME_PATHS,
   mono,
   Rng,
@@ -25,12 +27,20 @@ import {
 import { installMutant, MUTANT_DESCRIPTIONS } from './mutants.js';
 import { Nemesis, type ClusterControl, type NemesisOptions, type WorkerView } from './nemesis.js';
 import { FaultProxy, type ProxyMode } from './proxy.js';
+import type { ReplicationMode } from './replication.js';
 
 const TSX = fileURLToPath(new URL('../node_modules/tsx/dist/esm/index.mjs', import.meta.url));
 const WORKER_SCRIPT = fileURLToPath(new URL('./worker.ts', import.meta.url));
 export const RESULTS_DIR = fileURLToPath(new URL('./results/', import.meta.url));
 
-export type Tier = 'ci' | 'soak' | 'mutant';
+export type Tier = 'ci' | 'soak' | 'mutant' | 'ha';
+
+/** The replicated tier's database: a primary and a streaming standby of its own. */
+export interface HaSetup {
+  replication: ReplicationMode;
+  /** Asynchronous mode: replication is held back this long before the primary goes away. */
+  holdBackMs: number;
+}
 
 export interface SuiteOptions {
   tier: Tier;
@@ -50,6 +60,8 @@ export interface SuiteOptions {
   mutant: MutantName | null;
   /** The server: its URL (superuser), and the embedded instance when restarts are possible. */
   server: { url: string; embedded: EmbeddedPostgres | null };
+  /** A primary + standby of the suite's own instead of `server` (failover and clock-step faults). */
+  ha?: HaSetup | null;
   /** Run the last worker with its wall clock 5 minutes ahead (libfaketime). */
   skew: boolean;
   /** Where to write the JSON report (and history); null: nowhere. */
@@ -90,7 +102,7 @@ export function preset(
   const ttlMs = 2_000;
   const boundMs = 1_500;
   const job = (name: string, everyMs: number, minMs: number, maxMs: number): JobSpec => ({ name, everyMs, ttlMs, minMs, maxMs });
-  const all = FAULT_KINDS.filter((k) => k !== 'skew');
+  const all = FAULT_KINDS.filter((k) => k !== 'skew' && !HA_FAULT_KINDS.includes(k));
   if (tier === 'soak') {
     return {
       seconds: overrides.seconds ?? 1_800,
@@ -111,6 +123,21 @@ export function preset(
         job('slow-b', 5_000, 1_000, 4_000),
       ],
       nemesis: { kinds: [...all], ttlMs, pauseMs: [200, 3.5 * ttlMs], blackholeMs: [300, 3 * ttlMs], dropMs: [300, 3_000], gapMs: [500, 3_000], holderBias: 0.7, livenessBias: 0.5, restartEveryRounds: 8 },
+    };
+  }
+  if (tier === 'ha') {
+    // Failovers and database clock steps, with kills between them. No pauses, cut-offs or
+    // terminated sessions: right after a failover, any worker that still believes it holds a
+    // lease another worker was granted is a violation (g), so the other faults stay apart.
+    return {
+      seconds: overrides.seconds ?? 55,
+      workers: overrides.workers ?? 3,
+      warmupMs: 2_000,
+      drainMs: ttlMs + 2_500,
+      ttlMs,
+      boundMs,
+      jobs: [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 400), job('creep', 1_000, 200, 1_800), job('slow', 2_000, 500, 3_000)],
+      nemesis: { kinds: ['failover', 'clock-step', 'kill', 'failover', 'clock-step'], ttlMs, pauseMs: [0, 0], blackholeMs: [0, 0], dropMs: [0, 0], gapMs: [1_500, 3_000], holderBias: 0.75, livenessBias: 0, restartEveryRounds: 1, stepMinutes: [2, 5] },
     };
   }
   if (tier === 'mutant') {
@@ -339,27 +366,47 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
 
   const libfaketime = options.skew ? findLibfaketime() : undefined;
   if (options.skew && !libfaketime) notes.push('clock skew skipped: libfaketime not found (apt-get install faketime)');
-  if (!options.server.embedded) notes.push('database restarts skipped: the server is external (DATABASE_URL), not the suite\'s own');
+  if (!options.server.embedded && !options.ha) notes.push('database restarts skipped: the server is external (DATABASE_URL), not the suite\'s own');
+  const haLibfaketime = options.ha ? findLibfaketime() : undefined;
+  if (options.ha && !haLibfaketime) notes.push('clock steps skipped: libfaketime not found (apt-get install faketime)');
   const skewIndex = options.workers - 1;
 
-  const db = await createTestDatabase(options.server.url, 'leasehold_faults');
+  // the schema, then the test tables and (for a SQL mutant) the broken function
+  const prepare = async (url: string) => {
+    const setup = await createLeasehold({ connectionString: url, liveness: false, logger: silentLogger() });
+    await setup.close();
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    try {
+      await installTestSchema(pool, options.jobs);
+      if (options.mutant) {
+        const changed = await installMutant(pool, options.mutant);
+        notes.push(`mutant ${options.mutant}: ${MUTANT_DESCRIPTIONS[options.mutant]}${changed.length ? ` (replaced ${changed.join(', ')} in the test database)` : ''}`);
+      }
+    } finally {
+      await pool.end();
+    }
+  };
+  let cluster: HaCluster | undefined;
+  let db: { url: string; drop: () => Promise<void> };
+  if (options.ha) {
+    // the template is prepared once; both servers are copies of it
+    cluster = await HaCluster.create({ replication: options.ha.replication, libfaketime: haLibfaketime, prepare });
+    const owned = cluster;
+    db = { url: owned.url, drop: () => owned.close() };
+  } else {
+    db = await createTestDatabase(options.server.url, 'leasehold_faults');
+  }
   const admin = new pg.Pool({ connectionString: db.url, max: 4, connectionTimeoutMillis: 5_000 });
   admin.on('error', () => undefined);
   try {
-    // the schema, then the test tables and (for a SQL mutant) the broken function
-    const setup = await createLeasehold({ connectionString: db.url, liveness: false, logger: silentLogger() });
-    await setup.close();
-    await installTestSchema(admin, options.jobs);
-    if (options.mutant) {
-      const changed = await installMutant(admin, options.mutant);
-      notes.push(`mutant ${options.mutant}: ${MUTANT_DESCRIPTIONS[options.mutant]}${changed.length ? ` (replaced ${changed.join(', ')} in the test database)` : ''}`);
-    }
+    if (!cluster) await prepare(db.url);
     const dbUrl = new URL(db.url);
-    const upstreamPort = Number(dbUrl.port || 5432);
+    const upstreamPort = cluster ? cluster.primaryPort : Number(dbUrl.port || 5432);
     for (let i = 0; i < options.workers; i++) {
       const proxy = new FaultProxy(upstreamPort, dbUrl.hostname === 'localhost' ? '127.0.0.1' : dbUrl.hostname);
       await proxy.listen();
       proxies.push(proxy);
+      cluster?.follow(proxy);
     }
 
     const spawnWorker = (index: number): WorkerProcess => {
@@ -438,9 +485,22 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
         await admin.query('select pg_terminate_backend($1)', [victim.pid]);
         return victim.application_name;
       },
+      failover: async (how) => {
+        if (!cluster) return null;
+        const owned = cluster;
+        const report = await owned.failover(how, options.ha?.holdBackMs ?? 0);
+        return { params: { ...report }, rebuild: () => owned.rebuildStandby() };
+      },
+      stepClock: async (seconds) => {
+        if (!cluster?.clockSteps) return null;
+        const now = async () => Number((await withRetry(() => admin.query<{ ms: number }>('select extract(epoch from clock_timestamp())::float8 * 1000 as ms'))).rows[0]?.ms);
+        const fromDb = await now();
+        cluster.stepClock(seconds);
+        return { fromDb, toDb: await now() };
+      },
       restartDatabase: async (mode) => {
         const server = options.server.embedded;
-        if (!server) return false;
+        if (!server || cluster) return false;
         if (mode === 'crash') {
           const pid = server.pid;
           if (pid) {
@@ -478,7 +538,10 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
     const nemesis = new Nemesis(control, options.nemesis, rng);
     await nemesis.run(mono() + options.seconds * 1_000);
     phase('faults');
-    for (const note of nemesis.notes) if (note === 'restart') notes.push('restart faults skipped: no embedded server');
+    for (const note of nemesis.notes) {
+      if (note === 'restart') notes.push('restart faults skipped: no embedded server');
+      else notes.push(`${note} faults skipped: not available on this server`);
+    }
     // heal everything, let the system settle, then stop the workers gracefully
     for (const proxy of proxies) proxy.setMode('pass');
     for (const proc of current.values()) proc.signal('SIGCONT');
@@ -496,8 +559,10 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
 
     phase('stop');
     const after = await withRetry(() => dbOffset(admin));
-    const dbOffsetMs = (before.offsetMs + after.offsetMs) / 2;
-    if (Math.abs(before.offsetMs - after.offsetMs) > 50) notes.push(`database clock offset drifted by ${Math.round(after.offsetMs - before.offsetMs)} ms during the run`);
+    const stepped = nemesis.log.some((f) => f.kind === 'clock-step');
+    // after clock steps the offset at the end includes them: the checker wants the one before
+    const dbOffsetMs = stepped ? before.offsetMs : (before.offsetMs + after.offsetMs) / 2;
+    if (!stepped && Math.abs(before.offsetMs - after.offsetMs) > 50) notes.push(`database clock offset drifted by ${Math.round(after.offsetMs - before.offsetMs)} ms during the run`);
     const data = await withRetry(() => snapshot(admin));
     const faults = [...skewFaults.map((f) => ({ ...f, t1: stopAt })), ...nemesis.log];
     const processRecords = processes.map((p) => p.record);
