@@ -25,6 +25,12 @@
 // (e) token-checked release: a lease is released only by its own run, in the transaction that
 //     records the run's outcome, after the run's write.
 // (f) no write begun after its run's lease was lost is accepted.
+// (g), (h): failovers and database clock steps, in ./checker-ha.ts.
+//
+// Database clock steps move database time against the shared monotonic clock: the checker maps
+// database times to monotonic ones per stretch between steps (each step's nemesis record has the
+// database time just before and after it).
+import { checkFailoverAndClock, type HaCounts } from './checker-ha.js';
 import type { FaultRecord, HistoryLine, JobSpec, ProcessRecord } from './common.js';
 
 export interface DbSnapshot {
@@ -71,7 +77,7 @@ export interface CheckInput {
   config: CheckConfig;
 }
 
-export type Property = 'a' | 'b' | 'c' | 'd' | 'e' | 'f';
+export type Property = 'a' | 'b' | 'c' | 'd' | 'e' | 'f' | 'g' | 'h';
 
 export interface Violation {
   property: Property;
@@ -104,6 +110,7 @@ export interface Counts {
   slots: { checked: number; completed: number; skipped: number; excused: Record<string, number>; lost: number };
   leasesLost: Record<string, number>;
   stalls: number;
+  ha: HaCounts;
 }
 
 export interface KnownIssue {
@@ -155,7 +162,7 @@ function increment(record: Record<string, number>, key: string, by = 1): void {
 export function check(input: CheckInput): CheckResult {
   const { history, faults, processes, db, config } = input;
   const violations: Violation[] = [];
-  const byProperty: Record<Property, number> = { a: 0, b: 0, c: 0, d: 0, e: 0, f: 0 };
+  const byProperty: Record<Property, number> = { a: 0, b: 0, c: 0, d: 0, e: 0, f: 0, g: 0, h: 0 };
   const known = new Map<string, KnownIssue>();
   let violationCount = 0;
   const violate = (property: Property, kind: string, message: string) => {
@@ -171,7 +178,29 @@ export function check(input: CheckInput): CheckResult {
     byProperty[property]++;
     if (violations.length < MAX_LISTED) violations.push({ property, kind, message });
   };
-  const toMono = (dbMs: number) => dbMs - config.dbOffsetMs;
+  // Database time minus monotonic time, per stretch between database clock steps: the offset
+  // after a step is what the step's second reading says (toDb at t1).
+  const segments: Array<{ from: number; to: number; offset: number }> = [];
+  {
+    let from = Number.NEGATIVE_INFINITY;
+    let offset = config.dbOffsetMs;
+    for (const f of [...faults].filter((x) => x.kind === 'clock-step').sort((x, y) => x.t0 - y.t0)) {
+      segments.push({ from, to: f.t0, offset });
+      from = f.t1;
+      offset = Number(f.params.toDb) - f.t1;
+    }
+    segments.push({ from, to: Number.POSITIVE_INFINITY, offset });
+  }
+  /** Monotonic time of a database time: in the latest stretch whose database times contain it. */
+  const toMono = (dbMs: number) => {
+    for (let i = segments.length - 1; i >= 0; i--) {
+      const seg = segments[i] as (typeof segments)[number];
+      if (dbMs - seg.offset >= seg.from && dbMs - seg.offset <= seg.to) return dbMs - seg.offset;
+    }
+    // inside the interval a forward step jumped over: the step itself
+    const after = segments.find((seg) => dbMs - seg.offset < seg.from);
+    return after ? after.from : dbMs - config.dbOffsetMs;
+  };
   const iso = (ms: number | null) => (ms === null ? 'null' : new Date(ms).toISOString());
   const { ttlMs, boundMs: B } = config;
 
@@ -232,6 +261,16 @@ export function check(input: CheckInput): CheckResult {
         break;
       case 'skew':
         break; // a static clock skew must not matter at all
+      case 'failover':
+        // every session ends and the clients reconnect to the new primary
+        global.push([f.t0 - 1_000, f.t1 + ttlMs + B]);
+        break;
+      case 'clock-step': {
+        // forward: every lease expires at once; backward: the slots ahead are further away
+        const delta = Number(f.params.deltaMs);
+        global.push([f.t0 - 1_000, f.t1 + ttlMs + B + (delta < 0 ? -delta + Math.max(...config.jobs.map((j) => j.everyMs)) : 0)]);
+        break;
+      }
     }
   }
   let stalls = 0;
@@ -485,13 +524,20 @@ export function check(input: CheckInput): CheckResult {
     ].filter((t): t is number => typeof t === 'number' && Number.isFinite(t));
     return [from, Math.min(...candidates), lost, write];
   };
-  for (const spec of config.jobs) {
-    const fromDb = config.windowFrom + config.dbOffsetMs;
+  // after a backward step the database repeats times whose slots were checked before it
+  const checkedSlots = new Set<string>();
+  for (const spec of config.jobs) for (const segment of segments) {
+    const monoFrom = Math.max(config.windowFrom, segment.from);
     // the last slots need time to finish before the workers are stopped
-    const toDb = Math.min(config.windowTo, config.stopAt - spec.maxMs - 1_500) + config.dbOffsetMs;
+    const monoTo = Math.min(config.windowTo, config.stopAt - spec.maxMs - 1_500, segment.to);
+    if (monoTo < monoFrom) continue;
+    const fromDb = monoFrom + segment.offset;
+    const toDb = monoTo + segment.offset;
     for (let slot = Math.ceil(fromDb / spec.everyMs) * spec.everyMs; slot <= toDb; slot += spec.everyMs) {
-      slots.checked++;
       const key = slotKey(spec.name, slot);
+      if (checkedSlots.has(key)) continue;
+      checkedSlots.add(key);
+      slots.checked++;
       const excuse = (reason: string) => increment(slots.excused, reason);
       if ((outputsBySlot.get(key)?.length ?? 0) > 0) {
         slots.completed++;
@@ -501,7 +547,7 @@ export function check(input: CheckInput): CheckResult {
         slots.skipped++;
         continue;
       }
-      const t = toMono(slot);
+      const t = slot - segment.offset;
       const missedNote = missedRows.has(key) ? ' (recorded as missed)' : '';
       const runs = runsBySlot.get(key) ?? [];
       if (runs.length > 0) {
@@ -598,6 +644,7 @@ export function check(input: CheckInput): CheckResult {
     }
   }
 
+  const ha = checkFailoverAndClock(input, violate);
   const counts: Counts = {
     faults: faultCounts,
     releases: db.releases?.length ?? 0,
@@ -614,6 +661,7 @@ export function check(input: CheckInput): CheckResult {
     slots,
     leasesLost,
     stalls,
+    ha,
   };
   return { counts, violations, violationCount, byProperty, knownIssues: [...known.values()] };
 }
@@ -635,8 +683,15 @@ export function formatCounts(result: CheckResult): string {
     `leases lost: ${kv(c.leasesLost)}`,
     `skips: recorded ${c.skips.recorded}, reported ${c.skips.reported}, log lines ${c.skips.logLines}; missed slots recorded: ${c.missedRecorded}`,
     `slots checked: ${c.slots.checked}: completed ${c.slots.completed}, skipped ${c.slots.skipped}, excused ${Object.values(c.slots.excused).reduce((a, b) => a + b, 0)} (${kv(c.slots.excused)}), LOST ${c.slots.lost}`,
-    `violations: ${result.violationCount} (a ${result.byProperty.a}, b ${result.byProperty.b}, c ${result.byProperty.c}, d ${result.byProperty.d}, e ${result.byProperty.e}, f ${result.byProperty.f})`,
+    `violations: ${result.violationCount} (a ${result.byProperty.a}, b ${result.byProperty.b}, c ${result.byProperty.c}, d ${result.byProperty.d}, e ${result.byProperty.e}, f ${result.byProperty.f}, g ${result.byProperty.g}, h ${result.byProperty.h})`,
   ];
+  if (c.ha.failovers > 0 || c.ha.clockSteps.forward + c.ha.clockSteps.backward > 0) {
+    lines.splice(
+      -1,
+      0,
+      `failovers: ${c.ha.failovers}, grants compared across them: ${c.ha.grantsAcrossFailovers}; clock steps: forward ${c.ha.clockSteps.forward}, backward ${c.ha.clockSteps.backward} (${c.ha.backwardStepsChecked} checked for resumption)`,
+    );
+  }
   for (const v of result.violations.slice(0, 8)) lines.push(`  (${v.property}) ${v.kind}: ${v.message}`);
   if (result.violationCount > 8) lines.push(`  … ${result.violationCount - 8} more`);
   for (const issue of result.knownIssues) {

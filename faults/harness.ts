@@ -24,7 +24,7 @@ import {
   type MutantName,
   type ProcessRecord,
 } from './common.js';
-import { installMutant, MUTANT_DESCRIPTIONS } from './mutants.js';
+import { FAILOVER_MUTANT_DESCRIPTIONS, installMutant, MUTANT_DESCRIPTIONS, type FailoverMutantName } from './mutants.js';
 import { Nemesis, type ClusterControl, type NemesisOptions, type WorkerView } from './nemesis.js';
 import { FaultProxy, type ProxyMode } from './proxy.js';
 import type { ReplicationMode } from './replication.js';
@@ -57,7 +57,7 @@ export interface SuiteOptions {
   /** After the last fault healed, before the workers are stopped. */
   drainMs: number;
   nemesis: NemesisOptions;
-  mutant: MutantName | null;
+  mutant: MutantName | FailoverMutantName | null;
   /** The server: its URL (superuser), and the embedded instance when restarts are possible. */
   server: { url: string; embedded: EmbeddedPostgres | null };
   /** A primary + standby of the suite's own instead of `server` (failover and clock-step faults). */
@@ -72,7 +72,7 @@ export interface SuiteOptions {
 export interface SuiteReport {
   tier: Tier;
   seed: number;
-  mutant: MutantName | null;
+  mutant: MutantName | FailoverMutantName | null;
   mutantDescription: string | null;
   seconds: number;
   workers: number;
@@ -166,6 +166,10 @@ export function preset(
     jobs: [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 400), job('creep', 1_000, 200, 1_800), job('slow', 2_000, 500, 3_000)],
     nemesis: { kinds: [...all], ttlMs, pauseMs: [1.2 * ttlMs, 2.2 * ttlMs], blackholeMs: [800, 2 * ttlMs], dropMs: [800, 2_500], gapMs: [500, 1_200], holderBias: 0.75, livenessBias: 0.6, restartEveryRounds: 1 },
   };
+}
+
+function describeMutant(mutant: MutantName | FailoverMutantName): string {
+  return mutant in MUTANT_DESCRIPTIONS ? MUTANT_DESCRIPTIONS[mutant as MutantName] : FAILOVER_MUTANT_DESCRIPTIONS[mutant as FailoverMutantName];
 }
 
 export function findLibfaketime(): string | undefined {
@@ -380,7 +384,7 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
       await installTestSchema(pool, options.jobs);
       if (options.mutant) {
         const changed = await installMutant(pool, options.mutant);
-        notes.push(`mutant ${options.mutant}: ${MUTANT_DESCRIPTIONS[options.mutant]}${changed.length ? ` (replaced ${changed.join(', ')} in the test database)` : ''}`);
+        notes.push(`mutant ${options.mutant}: ${describeMutant(options.mutant)}${changed.length ? ` (replaced ${changed.join(', ')} in the test database)` : ''}`);
       }
     } finally {
       await pool.end();
@@ -579,7 +583,7 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
       tier: options.tier,
       seed: options.seed,
       mutant: options.mutant,
-      mutantDescription: options.mutant ? MUTANT_DESCRIPTIONS[options.mutant] : null,
+      mutantDescription: options.mutant ? describeMutant(options.mutant) : null,
       seconds: options.seconds,
       workers: options.workers,
       jobs: options.jobs,
