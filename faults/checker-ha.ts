@@ -3,7 +3,9 @@
 //     acknowledged twice, whatever the replication mode lost), and a grant acknowledged after a
 //     failover has a fence above every grant acknowledged before it; right after a failover, no
 //     worker is granted a lease while its previous holder still believes it holds it (the holder's
-//     run neither ended nor was told the lease was lost).
+//     run neither ended nor was told the lease was lost); no stale-token probe (a fenced check
+//     with the token of a run that had ended: released, or superseded) is accepted, on either
+//     side of a failover.
 // (h) database clock steps: no missed slot is recorded inside the database-time interval a
 //     forward step jumped over (those slots never existed); after a backward step, scheduling
 //     resumes on the database's new time (some write is accepted within the step plus a bound).
@@ -22,6 +24,8 @@ export interface HaCounts {
   grantsAcrossFailovers: number;
   /** Backward steps whose resumption could be checked before the run ended (h). */
   backwardStepsChecked: number;
+  /** Stale-token probes: refused (as they must be), failed (no answer), accepted (violations). */
+  probes: { refused: number; failed: number; accepted: number; afterFailover: number };
 }
 
 type Grant = Extract<HistoryLine, { type: 'grant' }>;
@@ -33,7 +37,7 @@ export function checkFailoverAndClock(input: CheckInput, violate: (property: HaP
   const { history, faults, processes, db, config } = input;
   const failovers = faults.filter((f) => f.kind === 'failover').sort((a, b) => a.t0 - b.t0);
   const steps = faults.filter((f) => f.kind === 'clock-step').sort((a, b) => a.t0 - b.t0);
-  const counts: HaCounts = { failovers: failovers.length, clockSteps: { forward: 0, backward: 0 }, grantsAcrossFailovers: 0, backwardStepsChecked: 0 };
+  const counts: HaCounts = { failovers: failovers.length, clockSteps: { forward: 0, backward: 0 }, grantsAcrossFailovers: 0, backwardStepsChecked: 0, probes: { refused: 0, failed: 0, accepted: 0, afterFailover: 0 } };
   const grants = history.filter((l): l is Grant => l.type === 'grant').sort((a, b) => a.mono - b.mono);
 
   // ---- (g) fences never repeat, never go back -------------------------------------------
@@ -59,6 +63,18 @@ export function checkFailoverAndClock(input: CheckInput, violate: (property: HaP
       if (g.fence <= top.fence) {
         violate('g', 'fence-backwards', `${g.job}: fence ${g.fence} acknowledged to ${g.worker} after failover ${f.id}, not above fence ${top.fence} acknowledged to ${top.worker} before it`);
       }
+    }
+  }
+
+  // ---- (g) released or superseded tokens stay dead ---------------------------------------
+  for (const line of history) {
+    if (line.type !== 'probe') continue;
+    counts.probes[line.status]++;
+    // the run ended while the failover was under way (its start includes any replication hold-back)
+    const across = failovers.find((f) => line.endedMono >= f.t0 - config.ttlMs && line.endedMono <= f.t1 && line.mono >= f.t1);
+    if (across) counts.probes.afterFailover++;
+    if (line.status === 'accepted') {
+      violate('g', 'released-token-accepted', `${line.job}: ${line.worker}'s token of fence ${line.fence} was accepted ${Math.round(line.mono - line.endedMono)} ms after its run ended${across ? ` (across failover ${across.id})` : ''}`);
     }
   }
 

@@ -143,6 +143,9 @@ export const KNOWN_LIBRARY_ISSUES: Record<string, string> = {
     'a skip was recorded for a slot that a concurrent claim ran (the previous holder released between the two statements of claim_slots)',
 };
 
+/** How long the library's pools keep an idle connection (idleTimeoutMillis in src/db/connection.ts). */
+const POOL_IDLE_MS = 30_000;
+
 type Interval = readonly [number, number];
 const covers = (list: readonly Interval[] | undefined, t: number) => !!list?.some(([a, b]) => a <= t && t <= b);
 const overlaps = (list: readonly Interval[] | undefined, from: number, to: number) => !!list?.some(([a, b]) => a <= to && from <= b);
@@ -526,6 +529,12 @@ export function check(input: CheckInput): CheckResult {
   };
   // after a backward step the database repeats times whose slots were checked before it
   const checkedSlots = new Set<string>();
+  // A pooled connection left idle through a failover still points at the old primary; its next
+  // use is answered with a reset (the moved address), seconds after the failover. The run fails
+  // (typed, nothing committed) and its slot with it: an effect of the failover, not a bug.
+  const failoverEnds = faults.filter((f) => f.kind === 'failover').map((f) => f.t1 + Number(f.params.rebuildMs ?? 0));
+  const staleAfterFailover = (failAt: number, write: Extract<HistoryLine, { type: 'write' }> | undefined) =>
+    !!write?.reason?.includes('connection broke') && failoverEnds.some((end) => failAt >= end - 5_000 && failAt <= end + POOL_IDLE_MS);
   for (const spec of config.jobs) for (const segment of segments) {
     const monoFrom = Math.max(config.windowFrom, segment.from);
     // the last slots need time to finish before the workers are stopped
@@ -559,6 +568,7 @@ export function check(input: CheckInput): CheckResult {
           const lo = Math.min(from, failAt);
           const hi = Math.max(from, failAt);
           if (overlaps(global, lo, hi)) explained ??= 'claimant-db-restart';
+          else if (staleAfterFailover(failAt, write)) explained ??= 'claimant-failover-connection';
           else if (overlaps(own.get(r.holder), lo, hi)) explained ??= 'claimant-fault';
           else if (r.outcome === 'aborted' && failAt >= config.stopAt - 500) explained ??= 'shutdown';
           else if (lost && LOCAL_LOSS.has(lost.reason)) explained ??= `claimant-local-loss:${lost.reason}`;
@@ -689,7 +699,7 @@ export function formatCounts(result: CheckResult): string {
     lines.splice(
       -1,
       0,
-      `failovers: ${c.ha.failovers}, grants compared across them: ${c.ha.grantsAcrossFailovers}; clock steps: forward ${c.ha.clockSteps.forward}, backward ${c.ha.clockSteps.backward} (${c.ha.backwardStepsChecked} checked for resumption)`,
+      `failovers: ${c.ha.failovers}, grants compared across them: ${c.ha.grantsAcrossFailovers}; stale-token probes: refused ${c.ha.probes.refused} (${c.ha.probes.afterFailover} across a failover), failed ${c.ha.probes.failed}, accepted ${c.ha.probes.accepted}; clock steps: forward ${c.ha.clockSteps.forward}, backward ${c.ha.clockSteps.backward} (${c.ha.backwardStepsChecked} checked for resumption)`,
     );
   }
   for (const v of result.violations.slice(0, 8)) lines.push(`  (${v.property}) ${v.kind}: ${v.message}`);

@@ -49,7 +49,13 @@ export type HistoryLine =
   | { type: 'lost'; worker: string; job: string; fence: number; reason: string; message: string; mono: number }
   | { type: 'liveness-lost'; worker: string; error: string; mono: number }
   | { type: 'stall'; worker: string; from: number; to: number; mono: number }
-  | { type: 'stopped'; worker: string; mono: number };
+  | { type: 'stopped'; worker: string; mono: number }
+  /**
+   * A stale-token probe (replicated tier): some time after a run ended (its lease released or
+   * lost), a fenced check with that run's token and fence. It must never be accepted: the token
+   * was released or superseded, perhaps on a primary that is gone since.
+   */
+  | { type: 'probe'; worker: string; job: string; fence: number; status: 'accepted' | 'refused' | 'failed'; reason: string | null; endedMono: number; mono: number };
 
 export const FAULT_KINDS = ['kill', 'pause', 'terminate', 'restart', 'blackhole', 'drop', 'skew', 'failover', 'clock-step'] as const;
 /** Faults of the replicated tier only (a primary with a standby, servers under libfaketime). */

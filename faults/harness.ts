@@ -18,6 +18,7 @@ import {
   mono,
   Rng,
   sleep,
+  type FaultKind,
   type FaultRecord,
   type HistoryLine,
   type JobSpec,
@@ -97,7 +98,7 @@ export interface SuiteReport {
 /** The presets: CI tier, soak tier, and the short mutation runs. */
 export function preset(
   tier: Tier,
-  overrides: { seconds?: number; workers?: number } = {},
+  overrides: { seconds?: number; workers?: number; kinds?: FaultKind[] } = {},
 ): Pick<SuiteOptions, 'seconds' | 'workers' | 'jobs' | 'ttlMs' | 'boundMs' | 'nemesis' | 'warmupMs' | 'drainMs'> {
   const ttlMs = 2_000;
   const boundMs = 1_500;
@@ -137,7 +138,7 @@ export function preset(
       ttlMs,
       boundMs,
       jobs: [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 400), job('creep', 1_000, 200, 1_800), job('slow', 2_000, 500, 3_000)],
-      nemesis: { kinds: ['failover', 'clock-step', 'kill', 'failover', 'clock-step'], ttlMs, pauseMs: [0, 0], blackholeMs: [0, 0], dropMs: [0, 0], gapMs: [1_500, 3_000], holderBias: 0.75, livenessBias: 0, restartEveryRounds: 1, stepMinutes: [2, 5] },
+      nemesis: { kinds: overrides.kinds ?? ['failover', 'clock-step', 'kill', 'failover', 'clock-step'], ttlMs, pauseMs: [0, 0], blackholeMs: [0, 0], dropMs: [0, 0], gapMs: [1_500, 3_000], holderBias: 0.75, livenessBias: 0, restartEveryRounds: 1, stepMinutes: [2, 5] },
     };
   }
   if (tier === 'mutant') {
@@ -431,6 +432,8 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
         CONNECT_TIMEOUT: '2000',
         LEASEHOLD_LOG_LEVEL: 'warn',
       };
+      // stale-token probes, timed to land after a failover that lost the run's release
+      if (options.ha) env.PROBE_MS = '300,1500';
       if (skewed && libfaketime) Object.assign(env, { LD_PRELOAD: libfaketime, FAKETIME: '+5m', DONT_FAKE_MONOTONIC: '1' });
       const proc = new WorkerProcess(index, name, env, skewed, history);
       processes.push(proc);

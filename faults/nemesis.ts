@@ -58,6 +58,7 @@ export class Nemesis {
   readonly log: FaultRecord[] = [];
   readonly notes: string[] = [];
   private nextId = 1;
+  private lastStep: 'back' | 'forward' | null = null;
 
   constructor(
     private readonly control: ClusterControl,
@@ -116,8 +117,10 @@ export class Nemesis {
       return;
     }
     if (kind === 'clock-step') {
-      // -30 s only when the run has time left to see scheduling resume on the new time
-      const back = rng.next() < 0.5 && until - mono() > 45_000;
+      // alternating, backward first; -30 s only when the run has time left to see scheduling
+      // resume on the database's new time
+      const back = this.lastStep !== 'back' && until - mono() > 45_000;
+      this.lastStep = back ? 'back' : 'forward';
       const [lo, hi] = options.stepMinutes ?? [2, 5];
       const seconds = back ? -30 : rng.int(lo, hi) * 60;
       const t0 = mono();

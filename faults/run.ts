@@ -76,7 +76,9 @@ try {
       ? [{ tier: tier as Tier, mutant: null }]
       : (mutantArg === 'all' ? [...(mutants as readonly Mutant[])] : [mutantArg as Mutant]).map((mutant) => ({ tier: ha ? ('ha' as const) : ('mutant' as const), mutant }));
   for (const run of runs) {
-    const settings = preset(run.tier, { seconds: positive(values.seconds), workers: positive(values.workers) });
+    // a failover mutant's run: failovers only (each one loses the commits of its hold-back)
+    const kinds = run.tier === 'ha' && run.mutant ? (['failover'] as const) : undefined;
+    const settings = preset(run.tier, { seconds: positive(values.seconds), workers: positive(values.workers), kinds: kinds ? [...kinds] : undefined });
     const report = await runFaultSuite({
       tier: run.tier,
       seed,
