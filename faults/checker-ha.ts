@@ -3,7 +3,8 @@
 //     acknowledged twice, whatever the replication mode lost), and a grant acknowledged after a
 //     failover has a fence above every grant acknowledged before it; right after a failover, no
 //     worker is granted a lease while its previous holder still believes it holds it (the holder's
-//     run neither ended nor was told the lease was lost); no stale-token probe (a fenced check
+//     run neither ended nor was told the lease was lost), unless that holder's grant was lost
+//     with the old primary (asynchronous replication); no stale-token probe (a fenced check
 //     with the token of a run that had ended: released, or superseded) is accepted, on either
 //     side of a failover.
 // (h) database clock steps: no missed slot is recorded inside the database-time interval a
@@ -87,6 +88,9 @@ export function checkFailoverAndClock(input: CheckInput, violate: (property: HaP
     over.set(key, Math.min(over.get(key) ?? Number.POSITIVE_INFINITY, line.mono));
   }
   const exitedAt = new Map(processes.map((p) => [p.worker, p.exitedAt ?? Number.POSITIVE_INFINITY]));
+  // A grant the failover lost (asynchronous replication): the new primary never knew of it, and
+  // its holder learns at its next renewal. The documented limit of asynchronous replication.
+  const kept = new Set(db.grants.map((g) => `${g.job}|${g.fence}`));
   // a kill of the earlier holder, or a clock step (every lease expires at once), explains a takeover
   const otherFaults = faults.filter((f) => f.kind !== 'failover' && f.kind !== 'skew');
   for (const f of failovers) {
@@ -96,7 +100,7 @@ export function checkFailoverAndClock(input: CheckInput, violate: (property: HaP
       const before = grants.filter((p) => p.job === g.job && p.worker !== g.worker && p.mono < g.mono && p.fence < g.fence);
       for (const p of before) {
         const endedAt = Math.min(over.get(runKey(p.worker, p.job, p.fence)) ?? Number.POSITIVE_INFINITY, exitedAt.get(p.worker) ?? Number.POSITIVE_INFINITY);
-        if (endedAt <= g.mono + SLACK_MS) continue;
+        if (endedAt <= g.mono + SLACK_MS || !kept.has(`${p.job}|${p.fence}`)) continue;
         if (otherFaults.some((o: FaultRecord) => o.t0 <= g.mono && (o.target === null || o.target === p.worker) && o.t0 >= p.mono - config.ttlMs)) continue;
         violate('g', 'two-believers', `${g.job}: ${g.worker} was granted fence ${g.fence} ${Math.round(g.mono - f.t1)} ms after failover ${f.id} while ${p.worker} still believed it held fence ${p.fence} (until ${Number.isFinite(endedAt) ? `${Math.round(endedAt - g.mono)} ms later` : 'the end'})`);
       }
