@@ -51,8 +51,10 @@ export function checkFailoverAndClock(input: CheckInput, violate: (property: HaP
   }
   for (const f of failovers) {
     const maxBefore = new Map<string, Grant>();
+    // acknowledged before the primary went away (the failover's start includes the hold-back)
+    const downAt = f.t0 + Number(f.params.holdBackMs ?? 0);
     for (const g of grants) {
-      if (g.mono >= f.t0) break;
+      if (g.mono >= downAt) break;
       const top = maxBefore.get(g.job);
       if (!top || g.fence > top.fence) maxBefore.set(g.job, g);
     }
@@ -72,10 +74,10 @@ export function checkFailoverAndClock(input: CheckInput, violate: (property: HaP
     if (line.type !== 'probe') continue;
     counts.probes[line.status]++;
     // the run ended while the failover was under way (its start includes any replication hold-back)
-    const across = failovers.find((f) => line.endedMono >= f.t0 - config.ttlMs && line.endedMono <= f.t1 && line.mono >= f.t1);
+    const across = failovers.find((f) => line.endedMono >= f.t0 - config.ttlMs && line.endedMono <= f.t1 && line.mono >= f.t0 + Number(f.params.holdBackMs ?? 0));
     if (across) counts.probes.afterFailover++;
     if (line.status === 'accepted') {
-      violate('g', 'released-token-accepted', `${line.job}: ${line.worker}'s token of fence ${line.fence} was accepted ${Math.round(line.mono - line.endedMono)} ms after its run ended${across ? ` (across failover ${across.id})` : ''}`);
+      violate('g', 'released-token-accepted', `${line.job}: ${line.worker}'s token of fence ${line.fence} was accepted${line.by ? ` (probed by the ${line.by} on the promoted standby)` : ''} ${Math.round(line.mono - line.endedMono)} ms after its run ended${across ? ` (across failover ${across.id})` : ''}`);
     }
   }
 

@@ -26,7 +26,7 @@ export interface FailoverReport {
   how: 'kill' | 'freeze';
   /** Replication held back before the primary went away (asynchronous mode), ms. */
   holdBackMs: number;
-  /** From the primary going away to the proxies pointing at the promoted standby, ms. */
+  /** From the primary going away to the proxies pointing at the promoted standby (probes included), ms. */
   promotedMs: number;
 }
 
@@ -100,11 +100,12 @@ export class HaCluster {
    * Fails over to the standby and builds the next one. Returns when the clients can reach the
    * new primary (`promoted`), and the promise `rebuilt` settles when the next standby streams.
    */
-  async failover(how: 'kill' | 'freeze', holdBackMs: number): Promise<FailoverReport> {
+  async failover(how: 'kill' | 'freeze', holdBackMs: number, beforeMove?: (primaryUrl: string, from: number) => Promise<void>): Promise<FailoverReport> {
     const standby = this.standby;
     if (!standby) throw new Error('no standby to fail over to');
     const old = this.primary;
     const held = this.options.replication === 'async' ? holdBackMs : 0;
+    const from = mono();
     if (held > 0) {
       // acknowledged commits pile up on the primary only, then the primary goes away
       this.replicationProxy?.setMode('blackhole');
@@ -114,6 +115,8 @@ export class HaCluster {
     if (how === 'kill') await old.kill();
     else old.freeze();
     await standby.promote();
+    // e.g. a client with a dead token that reaches the new primary first
+    await beforeMove?.(standby.url(), from);
     for (const proxy of this.proxies) proxy.retarget(standby.port, 'reset-on-send');
     const promotedMs = Math.round(mono() - t0);
     this.primary = standby;

@@ -32,7 +32,18 @@ export type HistoryLine =
       afterLost: boolean;
       mono: number;
     }
-  | { type: 'end'; worker: string; job: string; slot: string; fence: number; outcome: string; error: string | null; mono: number }
+  | {
+      type: 'end';
+      worker: string;
+      job: string;
+      slot: string;
+      fence: number;
+      outcome: string;
+      error: string | null;
+      /** The run's token (replicated tier only, for the probes after a failover). */
+      token?: string;
+      mono: number;
+    }
   | {
       type: 'skip';
       worker: string;
@@ -53,9 +64,10 @@ export type HistoryLine =
   /**
    * A stale-token probe (replicated tier): some time after a run ended (its lease released or
    * lost), a fenced check with that run's token and fence. It must never be accepted: the token
-   * was released or superseded, perhaps on a primary that is gone since.
+   * was released or superseded, perhaps on a primary that is gone since. `by`: 'nemesis' when the
+   * driver made it on a just-promoted standby before any worker could reach it.
    */
-  | { type: 'probe'; worker: string; job: string; fence: number; status: 'accepted' | 'refused' | 'failed'; reason: string | null; endedMono: number; mono: number };
+  | { type: 'probe'; worker: string; job: string; fence: number; status: 'accepted' | 'refused' | 'failed'; reason: string | null; endedMono: number; by?: 'nemesis'; mono: number };
 
 export const FAULT_KINDS = ['kill', 'pause', 'terminate', 'restart', 'blackhole', 'drop', 'skew', 'failover', 'clock-step'] as const;
 /** Faults of the replicated tier only (a primary with a standby, servers under libfaketime). */

@@ -317,6 +317,35 @@ async function installTestSchema(admin: pg.Pool, jobs: JobSpec[]): Promise<void>
   await admin.query('insert into test_counter (job) select unnest($1::text[])', [jobs.map((j) => j.name)]);
 }
 
+/**
+ * Right after a promotion, before any worker can reach the new primary: a fenced check with the
+ * token of every run that ended since the failover began (its release may be lost with the old
+ * primary). Each must be refused; the lines go into the history as probes.
+ */
+async function probeDeadTokens(url: string, from: number, history: HistoryLine[]): Promise<void> {
+  const ended = history.filter((l): l is Extract<HistoryLine, { type: 'end' }> => l.type === 'end' && l.mono >= from && !!l.token);
+  if (ended.length === 0) return;
+  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 3_000 });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    for (const run of ended) {
+      const line = { type: 'probe' as const, worker: run.worker, job: run.job, fence: run.fence, endedMono: run.mono, by: 'nemesis' as const };
+      try {
+        await client.query({ text: 'select leasehold.assert_lease($1, $2::uuid, $3)', values: [run.job, run.token, run.fence], query_timeout: 2_000 } as pg.QueryConfig);
+        history.push({ ...line, status: 'accepted', reason: null, mono: mono() });
+      } catch (error) {
+        const code = (error as { code?: string }).code;
+        history.push({ ...line, status: code === 'LH003' ? 'refused' : 'failed', reason: String(error).slice(0, 200), mono: mono() });
+      }
+    }
+  } catch {
+    // the promoted server did not answer: no probes this time
+  } finally {
+    await client.end().catch(() => undefined);
+  }
+}
+
 async function snapshot(admin: pg.Pool): Promise<DbSnapshot> {
   const ms = (column: string) => `(extract(epoch from ${column}) * 1000)::float8`;
   const [grants, outputs, counters, runs, skips, missed, releases, runEnds] = await Promise.all([
@@ -495,7 +524,7 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
       failover: async (how) => {
         if (!cluster) return null;
         const owned = cluster;
-        const report = await owned.failover(how, options.ha?.holdBackMs ?? 0);
+        const report = await owned.failover(how, options.ha?.holdBackMs ?? 0, (url, from) => probeDeadTokens(url, from, history));
         return { params: { ...report }, rebuild: () => owned.rebuildStandby() };
       },
       stepClock: async (seconds) => {

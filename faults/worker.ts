@@ -219,7 +219,8 @@ w.on('lease:acquired', (lease) =>
   out({ type: 'grant', job: lease.name, slot: lease.slot?.toISOString() ?? null, fence: lease.fence, tookOver: lease.tookOver }),
 );
 w.on('run:finished', (run) => {
-  out({ type: 'end', job: run.job, slot: run.slot.toISOString(), fence: run.fence, outcome: run.outcome, error: run.error });
+  const token = tokens.get(runKey(run.job, run.fence));
+  out({ type: 'end', job: run.job, slot: run.slot.toISOString(), fence: run.fence, outcome: run.outcome, error: run.error, ...(token ? { token } : {}) });
   probeLater(run.job, run.fence);
 });
 w.on('slot:skipped', (skip) =>
