@@ -127,6 +127,7 @@ export function preset(
     };
   }
   if (tier === 'ha') {
+    const failoversOnly = overrides.kinds?.every((k) => k === 'failover') ?? false;
     // Failovers and database clock steps, with kills between them. No pauses, cut-offs or
     // terminated sessions: right after a failover, any worker that still believes it holds a
     // lease another worker was granted is a violation (g), so the other faults stay apart.
@@ -137,7 +138,11 @@ export function preset(
       drainMs: ttlMs + 2_500,
       ttlMs,
       boundMs,
-      jobs: [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 400), job('creep', 1_000, 200, 1_800), job('slow', 2_000, 500, 3_000)],
+      // Failovers alone (the mutant runs): more long runs, so that more leases granted before a
+      // hold-back are released during it, the release lost with the old primary.
+      jobs: failoversOnly
+        ? [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 400), job('creep', 1_000, 600, 1_800), job('long-a', 2_000, 900, 1_900), job('long-b', 2_000, 1_200, 2_600)]
+        : [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 400), job('creep', 1_000, 200, 1_800), job('slow', 2_000, 500, 3_000)],
       nemesis: { kinds: overrides.kinds ?? ['failover', 'clock-step', 'kill', 'failover', 'clock-step'], ttlMs, pauseMs: [0, 0], blackholeMs: [0, 0], dropMs: [0, 0], gapMs: [1_500, 3_000], holderBias: 0.75, livenessBias: 0, restartEveryRounds: 1, stepMinutes: [2, 5] },
     };
   }

@@ -86,7 +86,7 @@ try {
       mutant: run.mutant,
       server: { url, embedded },
       skew: !values['no-skew'],
-      ha: ha ? { replication, holdBackMs: 2_500 } : null,
+      ha: ha ? { replication, holdBackMs: 1_000 } : null,
       resultsDir: RESULTS_DIR,
       log: (line) => process.stdout.write(`${line}\n`),
     });

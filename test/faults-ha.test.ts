@@ -61,7 +61,7 @@ describe.skipIf(skip)('fault suite, replicated tier (a primary and a standby of 
   // properties (a)-(f) are about what the database kept, and do not hold then (lost writes,
   // slots run again; docs/high-availability.md). (g) must hold whatever was lost.
   it('asynchronous replication held back: commits are lost, yet no fence repeats or goes back and no released token is accepted', async () => {
-    const report = await run({ replication: 'async', holdBackMs: 2_500 }, null, seed + 1, true, 9);
+    const report = await run({ replication: 'async', holdBackMs: 1_000 }, null, seed + 1, true, 9);
     console.log(`[faults] replicated tier, asynchronous\n${describeReport(report)}`);
     expect(report.counts.ha.failovers).toBeGreaterThan(0);
     expect(kindsOf(report, 'a')).toContain('acknowledged-write-missing'); // the hold-back worked
@@ -76,7 +76,7 @@ describe.skipIf(skip)('fault suite, replicated tier (a primary and a standby of 
     ];
     for (const [i, [mutant, expected]] of cases.entries()) {
       it(`finds ${expected.join(' and ')} with ${mutant}`, async () => {
-        const report = await run({ replication: 'async', holdBackMs: 2_500 }, mutant, seed + 2 + i, true, 9);
+        const report = await run({ replication: 'async', holdBackMs: 1_000 }, mutant, seed + 2 + i, true, 9);
         console.log(`[faults] replicated tier, mutant ${mutant}\n${describeReport(report)}`);
         expect(kindsOf(report, 'g'), `the checker missed the broken build "${mutant}"`).toEqual(expect.arrayContaining(expected));
       }, 120_000);
