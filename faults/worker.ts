@@ -51,8 +51,14 @@ const logger: Logger = {
     }
     process.stderr.write(`${JSON.stringify({ level: 'warn', msg: message, ...f })}\n`);
   },
-  error: (fields, message) => process.stderr.write(`${JSON.stringify({ level: 'error', msg: message, ...fields })}\n`),
+  error: (fields, message) => {
+    const f = fields as Record<string, unknown>;
+    // logged just before run:finished: the release is not acknowledged, so no probe of that token
+    if (f.event === 'run:finish-failed') unreleased.add(`${String(f.job)}|${Number(f.fence)}`);
+    process.stderr.write(`${JSON.stringify({ level: 'error', msg: message, ...fields })}\n`);
+  },
 };
+const unreleased = new Set<string>();
 
 // The broken variant's write path: a plain transaction on its own pool, no lease check.
 const plainPool = unfenced || probeMs ? new pg.Pool({ connectionString: url, max: 4, connectionTimeoutMillis: connectTimeoutMs }) : undefined;
@@ -219,6 +225,9 @@ w.on('lease:acquired', (lease) =>
   out({ type: 'grant', job: lease.name, slot: lease.slot?.toISOString() ?? null, fence: lease.fence, tookOver: lease.tookOver }),
 );
 w.on('run:finished', (run) => {
+  // only a token whose release the database acknowledged is dead for sure
+  const released = !unreleased.delete(runKey(run.job, run.fence));
+  if (!released) tokens.delete(runKey(run.job, run.fence));
   const token = tokens.get(runKey(run.job, run.fence));
   out({ type: 'end', job: run.job, slot: run.slot.toISOString(), fence: run.fence, outcome: run.outcome, error: run.error, ...(token ? { token } : {}) });
   probeLater(run.job, run.fence);
