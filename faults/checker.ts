@@ -439,6 +439,15 @@ export function check(input: CheckInput): CheckResult {
   const slotKey = (job: string, slot: number) => `${job}|${slot}`;
   const runsBySlot = new Map<string, DbSnapshot['runs']>();
   const runByFence = new Map<string, DbSnapshot['runs'][number]>();
+  // Backward clock steps, for comparisons of database times (a run's start and end, a skip's record).
+  const backSteps = faults.filter((f) => f.kind === 'clock-step' && Number(f.params.deltaMs) < 0);
+  const backMs = Math.abs(Math.min(0, ...backSteps.map((f) => Number(f.params.deltaMs))));
+  const steppedBack = (r: DbSnapshot['runs'][number]) => {
+    // database times inside a repeated stretch map ambiguously: widen by the step on both sides
+    const from = toMono(r.startedAt) - backMs - 1_000;
+    const to = r.finishedAt === null ? Number.POSITIVE_INFINITY : Math.max(toMono(r.finishedAt), toMono(r.startedAt)) + backMs + 3_000;
+    return backSteps.some((f) => f.t0 >= from && f.t0 <= to);
+  };
   const runsByJob = new Map<string, DbSnapshot['runs']>();
   const runsByOutcome: Record<string, number> = {};
   for (const r of db.runs) {
@@ -473,6 +482,8 @@ export function check(input: CheckInput): CheckResult {
       violate('d', 'skip-holder-unknown', `${s.job} slot ${iso(s.slot)}: skip names fence ${s.holderFence} (${s.holder}), which no run has`);
     } else if (run.holder !== s.holder || run.slot !== s.holderSlot) {
       violate('d', 'skip-holder-wrong', `${s.job} slot ${iso(s.slot)}: skip names ${s.holder} (slot ${iso(s.holderSlot)}) but fence ${s.holderFence} is ${run.holder}'s run of slot ${iso(run.slot)}`);
+    } else if (steppedBack(run)) {
+      // the database repeated times during that run: its times cannot be compared with the skip's
     } else if (run.startedAt > s.recordedAt + 5 || (run.finishedAt !== null && run.finishedAt < s.recordedAt - 2_500)) {
       // (2.5 s: finish_run's own lock_timeout; a claim may read the lease as held while the
       // holder's release is committing)
