@@ -76,7 +76,8 @@ describe.skipIf(skip)('fault suite, replicated tier (a primary and a standby of 
     ];
     for (const [i, [mutant, expected]] of cases.entries()) {
       it(`finds ${expected.join(' and ')} with ${mutant}`, async () => {
-        const report = await run({ replication: 'async', holdBackMs: 1_000 }, mutant, seed + 2 + i, true, 9);
+        // 12 s: about three failovers, each with a few releases lost to resurrect
+        const report = await run({ replication: 'async', holdBackMs: 1_000 }, mutant, seed + 2 + i, true, 12);
         console.log(`[faults] replicated tier, mutant ${mutant}\n${describeReport(report)}`);
         expect(kindsOf(report, 'g'), `the checker missed the broken build "${mutant}"`).toEqual(expect.arrayContaining(expected));
       }, 120_000);
