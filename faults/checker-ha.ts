@@ -8,7 +8,8 @@
 //     with the token of a run that had ended: released, or superseded) is accepted, on either
 //     side of a failover.
 // (h) database clock steps: no missed slot is recorded inside the database-time interval a
-//     forward step jumped over (those slots never existed); after a backward step, scheduling
+//     forward step jumped over (those slots never existed), except per job the latest one, which
+//     the workers' catch-up policy ('latest') picks to run and which may fail to be claimed; after a backward step, scheduling
 //     resumes on the database's new time (some write is accepted within the step plus a bound).
 //
 // Worker histories are the witness here, not the database: in asynchronous mode the new primary
@@ -25,6 +26,8 @@ export interface HaCounts {
   grantsAcrossFailovers: number;
   /** Backward steps whose resumption could be checked before the run ended (h). */
   backwardStepsChecked: number;
+  /** Slots inside a forward step recorded as missed that catch-up 'latest' had picked to run (allowed, one per job and step). */
+  catchUpSlotsMissed: number;
   /** Stale-token probes: refused (as they must be), failed (no answer), accepted (violations). */
   probes: { refused: number; failed: number; accepted: number; afterFailover: number };
 }
@@ -38,7 +41,7 @@ export function checkFailoverAndClock(input: CheckInput, violate: (property: HaP
   const { history, faults, processes, db, config } = input;
   const failovers = faults.filter((f) => f.kind === 'failover').sort((a, b) => a.t0 - b.t0);
   const steps = faults.filter((f) => f.kind === 'clock-step').sort((a, b) => a.t0 - b.t0);
-  const counts: HaCounts = { failovers: failovers.length, clockSteps: { forward: 0, backward: 0 }, grantsAcrossFailovers: 0, backwardStepsChecked: 0, probes: { refused: 0, failed: 0, accepted: 0, afterFailover: 0 } };
+  const counts: HaCounts = { failovers: failovers.length, clockSteps: { forward: 0, backward: 0 }, grantsAcrossFailovers: 0, backwardStepsChecked: 0, catchUpSlotsMissed: 0, probes: { refused: 0, failed: 0, accepted: 0, afterFailover: 0 } };
   const grants = history.filter((l): l is Grant => l.type === 'grant').sort((a, b) => a.mono - b.mono);
 
   // ---- (g) fences never repeat, never go back -------------------------------------------
@@ -119,8 +122,16 @@ export function checkFailoverAndClock(input: CheckInput, violate: (property: HaP
       counts.clockSteps.forward++;
       const from = Number(s.params.fromDb);
       const to = Number(s.params.toDb);
-      for (const m of db.missed) {
-        if (m.slot <= from || m.slot > to) continue;
+      // The catch-up policy's pick (the workers' 'latest': the last slot of the window) may be
+      // recorded as missed when its claim fails; any other slot of the window never existed.
+      const inside = db.missed.filter((m) => m.slot > from && m.slot <= to).sort((x, y) => y.slot - x.slot);
+      const picked = new Set<string>();
+      for (const m of inside) {
+        if (picked.size < config.jobs.length && !picked.has(m.job)) {
+          picked.add(m.job);
+          counts.catchUpSlotsMissed++;
+          continue;
+        }
         // a recorder that was not running at the step could not have seen it (a known issue)
         const spawnedAt = spawned.get(m.recordedBy);
         const kind = spawnedAt !== undefined && spawnedAt > s.t0 ? 'missed-inside-step-after-start' : 'missed-inside-step';

@@ -714,7 +714,7 @@ export function formatCounts(result: CheckResult): string {
     lines.splice(
       -1,
       0,
-      `failovers: ${c.ha.failovers}, grants compared across them: ${c.ha.grantsAcrossFailovers}; stale-token probes: refused ${c.ha.probes.refused} (${c.ha.probes.afterFailover} across a failover), failed ${c.ha.probes.failed}, accepted ${c.ha.probes.accepted}; clock steps: forward ${c.ha.clockSteps.forward}, backward ${c.ha.clockSteps.backward} (${c.ha.backwardStepsChecked} checked for resumption)`,
+      `failovers: ${c.ha.failovers}, grants compared across them: ${c.ha.grantsAcrossFailovers}; stale-token probes: refused ${c.ha.probes.refused} (${c.ha.probes.afterFailover} across a failover), failed ${c.ha.probes.failed}, accepted ${c.ha.probes.accepted}; clock steps: forward ${c.ha.clockSteps.forward} (catch-up slots recorded missed: ${c.ha.catchUpSlotsMissed}), backward ${c.ha.clockSteps.backward} (${c.ha.backwardStepsChecked} checked for resumption)`,
     );
   }
   for (const v of result.violations.slice(0, 8)) lines.push(`  (${v.property}) ${v.kind}: ${v.message}`);
