@@ -25,6 +25,12 @@
 // (e) token-checked release: a lease is released only by its own run, in the transaction that
 //     records the run's outcome, after the run's write.
 // (f) no write begun after its run's lease was lost is accepted.
+// (g), (h): failovers and database clock steps, in ./checker-ha.ts.
+//
+// Database clock steps move database time against the shared monotonic clock: the checker maps
+// database times to monotonic ones per stretch between steps (each step's nemesis record has the
+// database time just before and after it).
+import { checkFailoverAndClock, type HaCounts } from './checker-ha.js';
 import type { FaultRecord, HistoryLine, JobSpec, ProcessRecord } from './common.js';
 
 export interface DbSnapshot {
@@ -71,7 +77,7 @@ export interface CheckInput {
   config: CheckConfig;
 }
 
-export type Property = 'a' | 'b' | 'c' | 'd' | 'e' | 'f';
+export type Property = 'a' | 'b' | 'c' | 'd' | 'e' | 'f' | 'g' | 'h';
 
 export interface Violation {
   property: Property;
@@ -104,6 +110,7 @@ export interface Counts {
   slots: { checked: number; completed: number; skipped: number; excused: Record<string, number>; lost: number };
   leasesLost: Record<string, number>;
   stalls: number;
+  ha: HaCounts;
 }
 
 export interface KnownIssue {
@@ -134,7 +141,14 @@ export const KNOWN_LIBRARY_ISSUES: Record<string, string> = {
   // holder released between the two statements of claim_slots); see CONTRIBUTING.md.
   'skipped-slot-ran':
     'a skip was recorded for a slot that a concurrent claim ran (the previous holder released between the two statements of claim_slots)',
+  // Found by the replicated tier: the step windows live in the memory of the workers that saw
+  // the step, so a worker started after it takes the jumped-over slots for downtime.
+  'missed-inside-step-after-start':
+    'a worker started after a forward database clock step recorded the slots the step jumped over as missed (its start-up catch-up cannot tell the step from downtime)',
 };
+
+/** How long the library's pools keep an idle connection (idleTimeoutMillis in src/db/connection.ts). */
+const POOL_IDLE_MS = 30_000;
 
 type Interval = readonly [number, number];
 const covers = (list: readonly Interval[] | undefined, t: number) => !!list?.some(([a, b]) => a <= t && t <= b);
@@ -155,7 +169,7 @@ function increment(record: Record<string, number>, key: string, by = 1): void {
 export function check(input: CheckInput): CheckResult {
   const { history, faults, processes, db, config } = input;
   const violations: Violation[] = [];
-  const byProperty: Record<Property, number> = { a: 0, b: 0, c: 0, d: 0, e: 0, f: 0 };
+  const byProperty: Record<Property, number> = { a: 0, b: 0, c: 0, d: 0, e: 0, f: 0, g: 0, h: 0 };
   const known = new Map<string, KnownIssue>();
   let violationCount = 0;
   const violate = (property: Property, kind: string, message: string) => {
@@ -171,7 +185,29 @@ export function check(input: CheckInput): CheckResult {
     byProperty[property]++;
     if (violations.length < MAX_LISTED) violations.push({ property, kind, message });
   };
-  const toMono = (dbMs: number) => dbMs - config.dbOffsetMs;
+  // Database time minus monotonic time, per stretch between database clock steps: the offset
+  // after a step is what the step's second reading says (toDb at t1).
+  const segments: Array<{ from: number; to: number; offset: number }> = [];
+  {
+    let from = Number.NEGATIVE_INFINITY;
+    let offset = config.dbOffsetMs;
+    for (const f of [...faults].filter((x) => x.kind === 'clock-step').sort((x, y) => x.t0 - y.t0)) {
+      segments.push({ from, to: f.t0, offset });
+      from = f.t1;
+      offset = Number(f.params.toDb) - f.t1;
+    }
+    segments.push({ from, to: Number.POSITIVE_INFINITY, offset });
+  }
+  /** Monotonic time of a database time: in the latest stretch whose database times contain it. */
+  const toMono = (dbMs: number) => {
+    for (let i = segments.length - 1; i >= 0; i--) {
+      const seg = segments[i] as (typeof segments)[number];
+      if (dbMs - seg.offset >= seg.from && dbMs - seg.offset <= seg.to) return dbMs - seg.offset;
+    }
+    // inside the interval a forward step jumped over: the step itself
+    const after = segments.find((seg) => dbMs - seg.offset < seg.from);
+    return after ? after.from : dbMs - config.dbOffsetMs;
+  };
   const iso = (ms: number | null) => (ms === null ? 'null' : new Date(ms).toISOString());
   const { ttlMs, boundMs: B } = config;
 
@@ -232,6 +268,16 @@ export function check(input: CheckInput): CheckResult {
         break;
       case 'skew':
         break; // a static clock skew must not matter at all
+      case 'failover':
+        // every session ends and the clients reconnect to the new primary
+        global.push([f.t0 - 1_000, f.t1 + ttlMs + B]);
+        break;
+      case 'clock-step': {
+        // forward: every lease expires at once; backward: the slots ahead are further away
+        const delta = Number(f.params.deltaMs);
+        global.push([f.t0 - 1_000, f.t1 + ttlMs + B + (delta < 0 ? -delta + Math.max(...config.jobs.map((j) => j.everyMs)) : 0)]);
+        break;
+      }
     }
   }
   let stalls = 0;
@@ -393,6 +439,15 @@ export function check(input: CheckInput): CheckResult {
   const slotKey = (job: string, slot: number) => `${job}|${slot}`;
   const runsBySlot = new Map<string, DbSnapshot['runs']>();
   const runByFence = new Map<string, DbSnapshot['runs'][number]>();
+  // Backward clock steps, for comparisons of database times (a run's start and end, a skip's record).
+  const backSteps = faults.filter((f) => f.kind === 'clock-step' && Number(f.params.deltaMs) < 0);
+  const backMs = Math.abs(Math.min(0, ...backSteps.map((f) => Number(f.params.deltaMs))));
+  const steppedBack = (r: DbSnapshot['runs'][number]) => {
+    // database times inside a repeated stretch map ambiguously: widen by the step on both sides
+    const from = toMono(r.startedAt) - backMs - 1_000;
+    const to = r.finishedAt === null ? Number.POSITIVE_INFINITY : Math.max(toMono(r.finishedAt), toMono(r.startedAt)) + backMs + 3_000;
+    return backSteps.some((f) => f.t0 >= from && f.t0 <= to);
+  };
   const runsByJob = new Map<string, DbSnapshot['runs']>();
   const runsByOutcome: Record<string, number> = {};
   for (const r of db.runs) {
@@ -427,6 +482,8 @@ export function check(input: CheckInput): CheckResult {
       violate('d', 'skip-holder-unknown', `${s.job} slot ${iso(s.slot)}: skip names fence ${s.holderFence} (${s.holder}), which no run has`);
     } else if (run.holder !== s.holder || run.slot !== s.holderSlot) {
       violate('d', 'skip-holder-wrong', `${s.job} slot ${iso(s.slot)}: skip names ${s.holder} (slot ${iso(s.holderSlot)}) but fence ${s.holderFence} is ${run.holder}'s run of slot ${iso(run.slot)}`);
+    } else if (steppedBack(run)) {
+      // the database repeated times during that run: its times cannot be compared with the skip's
     } else if (run.startedAt > s.recordedAt + 5 || (run.finishedAt !== null && run.finishedAt < s.recordedAt - 2_500)) {
       // (2.5 s: finish_run's own lock_timeout; a claim may read the lease as held while the
       // holder's release is committing)
@@ -485,13 +542,26 @@ export function check(input: CheckInput): CheckResult {
     ].filter((t): t is number => typeof t === 'number' && Number.isFinite(t));
     return [from, Math.min(...candidates), lost, write];
   };
-  for (const spec of config.jobs) {
-    const fromDb = config.windowFrom + config.dbOffsetMs;
+  // after a backward step the database repeats times whose slots were checked before it
+  const checkedSlots = new Set<string>();
+  // A pooled connection left idle through a failover still points at the old primary; its next
+  // use is answered with a reset (the moved address), seconds after the failover. The run fails
+  // (typed, nothing committed) and its slot with it: an effect of the failover, not a bug.
+  const failoverEnds = faults.filter((f) => f.kind === 'failover').map((f) => f.t1 + Number(f.params.rebuildMs ?? 0));
+  const staleAfterFailover = (failAt: number, write: Extract<HistoryLine, { type: 'write' }> | undefined) =>
+    !!write?.reason?.includes('connection broke') && failoverEnds.some((end) => failAt >= end - 5_000 && failAt <= end + POOL_IDLE_MS);
+  for (const spec of config.jobs) for (const segment of segments) {
+    const monoFrom = Math.max(config.windowFrom, segment.from);
     // the last slots need time to finish before the workers are stopped
-    const toDb = Math.min(config.windowTo, config.stopAt - spec.maxMs - 1_500) + config.dbOffsetMs;
+    const monoTo = Math.min(config.windowTo, config.stopAt - spec.maxMs - 1_500, segment.to);
+    if (monoTo < monoFrom) continue;
+    const fromDb = monoFrom + segment.offset;
+    const toDb = monoTo + segment.offset;
     for (let slot = Math.ceil(fromDb / spec.everyMs) * spec.everyMs; slot <= toDb; slot += spec.everyMs) {
-      slots.checked++;
       const key = slotKey(spec.name, slot);
+      if (checkedSlots.has(key)) continue;
+      checkedSlots.add(key);
+      slots.checked++;
       const excuse = (reason: string) => increment(slots.excused, reason);
       if ((outputsBySlot.get(key)?.length ?? 0) > 0) {
         slots.completed++;
@@ -501,7 +571,7 @@ export function check(input: CheckInput): CheckResult {
         slots.skipped++;
         continue;
       }
-      const t = toMono(slot);
+      const t = slot - segment.offset;
       const missedNote = missedRows.has(key) ? ' (recorded as missed)' : '';
       const runs = runsBySlot.get(key) ?? [];
       if (runs.length > 0) {
@@ -513,6 +583,7 @@ export function check(input: CheckInput): CheckResult {
           const lo = Math.min(from, failAt);
           const hi = Math.max(from, failAt);
           if (overlaps(global, lo, hi)) explained ??= 'claimant-db-restart';
+          else if (staleAfterFailover(failAt, write)) explained ??= 'claimant-failover-connection';
           else if (overlaps(own.get(r.holder), lo, hi)) explained ??= 'claimant-fault';
           else if (r.outcome === 'aborted' && failAt >= config.stopAt - 500) explained ??= 'shutdown';
           else if (lost && LOCAL_LOSS.has(lost.reason)) explained ??= `claimant-local-loss:${lost.reason}`;
@@ -598,6 +669,7 @@ export function check(input: CheckInput): CheckResult {
     }
   }
 
+  const ha = checkFailoverAndClock(input, violate);
   const counts: Counts = {
     faults: faultCounts,
     releases: db.releases?.length ?? 0,
@@ -614,6 +686,7 @@ export function check(input: CheckInput): CheckResult {
     slots,
     leasesLost,
     stalls,
+    ha,
   };
   return { counts, violations, violationCount, byProperty, knownIssues: [...known.values()] };
 }
@@ -635,8 +708,15 @@ export function formatCounts(result: CheckResult): string {
     `leases lost: ${kv(c.leasesLost)}`,
     `skips: recorded ${c.skips.recorded}, reported ${c.skips.reported}, log lines ${c.skips.logLines}; missed slots recorded: ${c.missedRecorded}`,
     `slots checked: ${c.slots.checked}: completed ${c.slots.completed}, skipped ${c.slots.skipped}, excused ${Object.values(c.slots.excused).reduce((a, b) => a + b, 0)} (${kv(c.slots.excused)}), LOST ${c.slots.lost}`,
-    `violations: ${result.violationCount} (a ${result.byProperty.a}, b ${result.byProperty.b}, c ${result.byProperty.c}, d ${result.byProperty.d}, e ${result.byProperty.e}, f ${result.byProperty.f})`,
+    `violations: ${result.violationCount} (a ${result.byProperty.a}, b ${result.byProperty.b}, c ${result.byProperty.c}, d ${result.byProperty.d}, e ${result.byProperty.e}, f ${result.byProperty.f}, g ${result.byProperty.g}, h ${result.byProperty.h})`,
   ];
+  if (c.ha.failovers > 0 || c.ha.clockSteps.forward + c.ha.clockSteps.backward > 0) {
+    lines.splice(
+      -1,
+      0,
+      `failovers: ${c.ha.failovers}, grants compared across them: ${c.ha.grantsAcrossFailovers}; stale-token probes: refused ${c.ha.probes.refused} (${c.ha.probes.afterFailover} across a failover), failed ${c.ha.probes.failed}, accepted ${c.ha.probes.accepted}; clock steps: forward ${c.ha.clockSteps.forward} (catch-up slots recorded missed: ${c.ha.catchUpSlotsMissed}), backward ${c.ha.clockSteps.backward} (${c.ha.backwardStepsChecked} checked for resumption)`,
+    );
+  }
   for (const v of result.violations.slice(0, 8)) lines.push(`  (${v.property}) ${v.kind}: ${v.message}`);
   if (result.violationCount > 8) lines.push(`  … ${result.violationCount - 8} more`);
   for (const issue of result.knownIssues) {

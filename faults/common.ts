@@ -32,7 +32,18 @@ export type HistoryLine =
       afterLost: boolean;
       mono: number;
     }
-  | { type: 'end'; worker: string; job: string; slot: string; fence: number; outcome: string; error: string | null; mono: number }
+  | {
+      type: 'end';
+      worker: string;
+      job: string;
+      slot: string;
+      fence: number;
+      outcome: string;
+      error: string | null;
+      /** The run's token (replicated tier only, for the probes after a failover). */
+      token?: string;
+      mono: number;
+    }
   | {
       type: 'skip';
       worker: string;
@@ -49,9 +60,18 @@ export type HistoryLine =
   | { type: 'lost'; worker: string; job: string; fence: number; reason: string; message: string; mono: number }
   | { type: 'liveness-lost'; worker: string; error: string; mono: number }
   | { type: 'stall'; worker: string; from: number; to: number; mono: number }
-  | { type: 'stopped'; worker: string; mono: number };
+  | { type: 'stopped'; worker: string; mono: number }
+  /**
+   * A stale-token probe (replicated tier): some time after a run ended (its lease released or
+   * lost), a fenced check with that run's token and fence. It must never be accepted: the token
+   * was released or superseded, perhaps on a primary that is gone since. `by`: 'nemesis' when the
+   * driver made it on a just-promoted standby before any worker could reach it.
+   */
+  | { type: 'probe'; worker: string; job: string; fence: number; status: 'accepted' | 'refused' | 'failed'; reason: string | null; endedMono: number; by?: 'nemesis'; mono: number };
 
-export const FAULT_KINDS = ['kill', 'pause', 'terminate', 'restart', 'blackhole', 'drop', 'skew'] as const;
+export const FAULT_KINDS = ['kill', 'pause', 'terminate', 'restart', 'blackhole', 'drop', 'skew', 'failover', 'clock-step'] as const;
+/** Faults of the replicated tier only (a primary with a standby, servers under libfaketime). */
+export const HA_FAULT_KINDS: readonly FaultKind[] = ['failover', 'clock-step'];
 export type FaultKind = (typeof FAULT_KINDS)[number];
 
 /** A fault the nemesis injected: [t0, t1] on the shared monotonic clock. */
@@ -62,7 +82,10 @@ export interface FaultRecord {
   target: string | null;
   t0: number;
   t1: number;
-  /** e.g. { backend: 'liveness' } for terminate, { mode: 'crash' } for restart. */
+  /**
+   * e.g. { backend: 'liveness' } for terminate, { mode: 'crash' } for restart, { how: 'freeze' }
+   * for failover, { deltaMs, fromDb, toDb } for clock-step (database times around the step).
+   */
   params: Record<string, string | number | boolean>;
   /** The target held a lease when the fault began. */
   targetHeld: boolean;

@@ -9,28 +9,40 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { createLeasehold, silentLogger } from '../src/index.js';
 import { createTestDatabase, type EmbeddedPostgres } from '../src/testing.js';
-import { check, formatCounts, type CheckResult, type DbSnapshot, type KnownIssue, type Violation } from './checker.js';
+import { check, formatCounts, type CheckResult, type KnownIssue, type Violation } from './checker.js';
+import { HaCluster } from './cluster.js';
 import {
   FAULT_KINDS,
+  HA_FAULT_KINDS,
   LIBFAKETIME_PATHS,
   mono,
   Rng,
   sleep,
+  type FaultKind,
   type FaultRecord,
   type HistoryLine,
   type JobSpec,
   type MutantName,
   type ProcessRecord,
 } from './common.js';
-import { installMutant, MUTANT_DESCRIPTIONS } from './mutants.js';
+import { FAILOVER_MUTANT_DESCRIPTIONS, installMutant, MUTANT_DESCRIPTIONS, type FailoverMutantName } from './mutants.js';
 import { Nemesis, type ClusterControl, type NemesisOptions, type WorkerView } from './nemesis.js';
 import { FaultProxy, type ProxyMode } from './proxy.js';
+import type { ReplicationMode } from './replication.js';
+import { installTestSchema, probeDeadTokens, snapshot } from './test-database.js';
 
 const TSX = fileURLToPath(new URL('../node_modules/tsx/dist/esm/index.mjs', import.meta.url));
 const WORKER_SCRIPT = fileURLToPath(new URL('./worker.ts', import.meta.url));
 export const RESULTS_DIR = fileURLToPath(new URL('./results/', import.meta.url));
 
-export type Tier = 'ci' | 'soak' | 'mutant';
+export type Tier = 'ci' | 'soak' | 'mutant' | 'ha';
+
+/** The replicated tier's database: a primary and a streaming standby of its own. */
+export interface HaSetup {
+  replication: ReplicationMode;
+  /** Asynchronous mode: replication is held back this long before the primary goes away. */
+  holdBackMs: number;
+}
 
 export interface SuiteOptions {
   tier: Tier;
@@ -47,9 +59,11 @@ export interface SuiteOptions {
   /** After the last fault healed, before the workers are stopped. */
   drainMs: number;
   nemesis: NemesisOptions;
-  mutant: MutantName | null;
+  mutant: MutantName | FailoverMutantName | null;
   /** The server: its URL (superuser), and the embedded instance when restarts are possible. */
   server: { url: string; embedded: EmbeddedPostgres | null };
+  /** A primary + standby of the suite's own instead of `server` (failover and clock-step faults). */
+  ha?: HaSetup | null;
   /** Run the last worker with its wall clock 5 minutes ahead (libfaketime). */
   skew: boolean;
   /** Where to write the JSON report (and history); null: nowhere. */
@@ -60,7 +74,7 @@ export interface SuiteOptions {
 export interface SuiteReport {
   tier: Tier;
   seed: number;
-  mutant: MutantName | null;
+  mutant: MutantName | FailoverMutantName | null;
   mutantDescription: string | null;
   seconds: number;
   workers: number;
@@ -85,12 +99,12 @@ export interface SuiteReport {
 /** The presets: CI tier, soak tier, and the short mutation runs. */
 export function preset(
   tier: Tier,
-  overrides: { seconds?: number; workers?: number } = {},
+  overrides: { seconds?: number; workers?: number; kinds?: FaultKind[] } = {},
 ): Pick<SuiteOptions, 'seconds' | 'workers' | 'jobs' | 'ttlMs' | 'boundMs' | 'nemesis' | 'warmupMs' | 'drainMs'> {
   const ttlMs = 2_000;
   const boundMs = 1_500;
   const job = (name: string, everyMs: number, minMs: number, maxMs: number): JobSpec => ({ name, everyMs, ttlMs, minMs, maxMs });
-  const all = FAULT_KINDS.filter((k) => k !== 'skew');
+  const all = FAULT_KINDS.filter((k) => k !== 'skew' && !HA_FAULT_KINDS.includes(k));
   if (tier === 'soak') {
     return {
       seconds: overrides.seconds ?? 1_800,
@@ -111,6 +125,26 @@ export function preset(
         job('slow-b', 5_000, 1_000, 4_000),
       ],
       nemesis: { kinds: [...all], ttlMs, pauseMs: [200, 3.5 * ttlMs], blackholeMs: [300, 3 * ttlMs], dropMs: [300, 3_000], gapMs: [500, 3_000], holderBias: 0.7, livenessBias: 0.5, restartEveryRounds: 8 },
+    };
+  }
+  if (tier === 'ha') {
+    const failoversOnly = overrides.kinds?.every((k) => k === 'failover') ?? false;
+    // Failovers and database clock steps, with kills between them. No pauses, cut-offs or
+    // terminated sessions: right after a failover, any worker that still believes it holds a
+    // lease another worker was granted is a violation (g), so the other faults stay apart.
+    return {
+      seconds: overrides.seconds ?? 55,
+      workers: overrides.workers ?? 3,
+      warmupMs: 2_000,
+      drainMs: ttlMs + 2_500,
+      ttlMs,
+      boundMs,
+      // Failovers alone (the mutant runs): more long runs, so that more leases granted before a
+      // hold-back are released during it, the release lost with the old primary.
+      jobs: failoversOnly
+        ? [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 400), job('creep', 1_000, 600, 1_800), job('long-a', 2_000, 900, 1_900), job('long-b', 2_000, 1_200, 2_600)]
+        : [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 400), job('creep', 1_000, 200, 1_800), job('slow', 2_000, 500, 3_000)],
+      nemesis: { kinds: overrides.kinds ?? ['failover', 'clock-step', 'kill', 'failover', 'clock-step'], ttlMs, pauseMs: [0, 0], blackholeMs: [0, 0], dropMs: [0, 0], gapMs: [1_500, 3_000], holderBias: 0.75, livenessBias: 0, restartEveryRounds: 1, stepMinutes: [2, 5] },
     };
   }
   if (tier === 'mutant') {
@@ -139,6 +173,10 @@ export function preset(
     jobs: [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 400), job('creep', 1_000, 200, 1_800), job('slow', 2_000, 500, 3_000)],
     nemesis: { kinds: [...all], ttlMs, pauseMs: [1.2 * ttlMs, 2.2 * ttlMs], blackholeMs: [800, 2 * ttlMs], dropMs: [800, 2_500], gapMs: [500, 1_200], holderBias: 0.75, livenessBias: 0.6, restartEveryRounds: 1 },
   };
+}
+
+function describeMutant(mutant: MutantName | FailoverMutantName): string {
+  return mutant in MUTANT_DESCRIPTIONS ? MUTANT_DESCRIPTIONS[mutant as MutantName] : FAILOVER_MUTANT_DESCRIPTIONS[mutant as FailoverMutantName];
 }
 
 export function findLibfaketime(): string | undefined {
@@ -242,79 +280,6 @@ async function withRetry<T>(fn: () => Promise<T>, attempts = 20): Promise<T> {
   }
 }
 
-/** Test tables, the order sequence and the grant trigger, in the test database only. */
-async function installTestSchema(admin: pg.Pool, jobs: JobSpec[]): Promise<void> {
-  await admin.query(`
-    create sequence lh_test_order;
-    create table test_output (job text not null, slot timestamptz not null, fence bigint not null, worker text not null,
-                              ord bigint not null, at timestamptz not null default clock_timestamp());
-    create table test_counter (job text primary key, n bigint not null default 0);
-    create table test_grants (job text not null, fence bigint not null, holder text, slot timestamptz, ord bigint not null,
-                              at timestamptz not null default clock_timestamp());
-    create table test_releases (job text not null, fence bigint not null, ord bigint not null, txid text not null,
-                                at timestamptz not null default clock_timestamp());
-    create table test_run_ends (job text not null, fence bigint not null, outcome text not null, txid text not null);
-    -- One row per grant (fence change), taken in the granting transaction while it holds the
-    -- lease row FOR UPDATE: ord orders grants and fenced writes of a job as the row lock did.
-    -- And one row per release (token set to null), for property (e).
-    create function test_record_grant() returns trigger language plpgsql as $$
-    begin
-      if (tg_op = 'INSERT' and new.fence > 0) or (tg_op = 'UPDATE' and new.fence is distinct from old.fence) then
-        insert into public.test_grants (job, fence, holder, slot, ord)
-        values (new.name, new.fence, new.holder, new.last_slot, nextval('public.lh_test_order'));
-      elsif tg_op = 'UPDATE' and old.token is not null and new.token is null then
-        insert into public.test_releases (job, fence, ord, txid)
-        values (new.name, new.fence, nextval('public.lh_test_order'), pg_current_xact_id()::text);
-      end if;
-      return null;
-    end $$;
-    -- Which transaction recorded each run's outcome: a run's lease is released in that same
-    -- transaction (finish_run/finish_runs), by the run itself.
-    create function test_record_run_end() returns trigger language plpgsql as $$
-    begin
-      if old.outcome = 'running' and new.outcome <> 'running' then
-        insert into public.test_run_ends (job, fence, outcome, txid) values (new.job, new.fence, new.outcome, pg_current_xact_id()::text);
-      end if;
-      return null;
-    end $$;
-    create trigger test_record_run_end after update on leasehold.runs
-      for each row execute function test_record_run_end();
-    create trigger test_record_grant after insert or update on leasehold.leases
-      for each row execute function test_record_grant();
-  `);
-  await admin.query('insert into test_counter (job) select unnest($1::text[])', [jobs.map((j) => j.name)]);
-}
-
-async function snapshot(admin: pg.Pool): Promise<DbSnapshot> {
-  const ms = (column: string) => `(extract(epoch from ${column}) * 1000)::float8`;
-  const [grants, outputs, counters, runs, skips, missed, releases, runEnds] = await Promise.all([
-    admin.query(`select job, fence::float8 as fence, holder, ${ms('slot')} as slot, ord::float8 as ord from test_grants`),
-    admin.query(`select job, ${ms('slot')} as slot, fence::float8 as fence, worker, ord::float8 as ord from test_output`),
-    admin.query(`select job, n::float8 as n from test_counter`),
-    admin.query(
-      `select job, ${ms('slot')} as slot, fence::float8 as fence, holder, ${ms('started_at')} as "startedAt", ${ms('finished_at')} as "finishedAt", outcome, error from leasehold.runs`,
-    ),
-    admin.query(
-      `select job, ${ms('slot')} as slot, holder, holder_fence::float8 as "holderFence", ${ms('holder_slot')} as "holderSlot",
-              (extract(epoch from held_for) * 1000)::float8 as "heldForMs", recorded_by as "recordedBy", ${ms('recorded_at')} as "recordedAt"
-         from leasehold.skips`,
-    ),
-    admin.query(`select job, ${ms('slot')} as slot, reason, recorded_by as "recordedBy" from leasehold.missed`),
-    admin.query(`select job, fence::float8 as fence, ord::float8 as ord, txid, ${ms('at')} as at from test_releases`),
-    admin.query(`select job, fence::float8 as fence, outcome, txid from test_run_ends`),
-  ]);
-  return {
-    grants: grants.rows as DbSnapshot['grants'],
-    outputs: outputs.rows as DbSnapshot['outputs'],
-    counters: counters.rows as DbSnapshot['counters'],
-    runs: runs.rows as DbSnapshot['runs'],
-    skips: skips.rows as DbSnapshot['skips'],
-    missed: missed.rows as DbSnapshot['missed'],
-    releases: releases.rows as DbSnapshot['releases'],
-    runEnds: runEnds.rows as DbSnapshot['runEnds'],
-  };
-}
-
 /** Runs one seeded fault run and checks it. Never leaves a child process behind. */
 export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport> {
   const startedAt = new Date();
@@ -339,27 +304,47 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
 
   const libfaketime = options.skew ? findLibfaketime() : undefined;
   if (options.skew && !libfaketime) notes.push('clock skew skipped: libfaketime not found (apt-get install faketime)');
-  if (!options.server.embedded) notes.push('database restarts skipped: the server is external (DATABASE_URL), not the suite\'s own');
+  if (!options.server.embedded && !options.ha) notes.push('database restarts skipped: the server is external (DATABASE_URL), not the suite\'s own');
+  const haLibfaketime = options.ha ? findLibfaketime() : undefined;
+  if (options.ha && !haLibfaketime) notes.push('clock steps skipped: libfaketime not found (apt-get install faketime)');
   const skewIndex = options.workers - 1;
 
-  const db = await createTestDatabase(options.server.url, 'leasehold_faults');
+  // the schema, then the test tables and (for a SQL mutant) the broken function
+  const prepare = async (url: string) => {
+    const setup = await createLeasehold({ connectionString: url, liveness: false, logger: silentLogger() });
+    await setup.close();
+    const pool = new pg.Pool({ connectionString: url, max: 1 });
+    try {
+      await installTestSchema(pool, options.jobs);
+      if (options.mutant) {
+        const changed = await installMutant(pool, options.mutant);
+        notes.push(`mutant ${options.mutant}: ${describeMutant(options.mutant)}${changed.length ? ` (replaced ${changed.join(', ')} in the test database)` : ''}`);
+      }
+    } finally {
+      await pool.end();
+    }
+  };
+  let cluster: HaCluster | undefined;
+  let db: { url: string; drop: () => Promise<void> };
+  if (options.ha) {
+    // the template is prepared once; both servers are copies of it
+    cluster = await HaCluster.create({ replication: options.ha.replication, libfaketime: haLibfaketime, prepare });
+    const owned = cluster;
+    db = { url: owned.url, drop: () => owned.close() };
+  } else {
+    db = await createTestDatabase(options.server.url, 'leasehold_faults');
+  }
   const admin = new pg.Pool({ connectionString: db.url, max: 4, connectionTimeoutMillis: 5_000 });
   admin.on('error', () => undefined);
   try {
-    // the schema, then the test tables and (for a SQL mutant) the broken function
-    const setup = await createLeasehold({ connectionString: db.url, liveness: false, logger: silentLogger() });
-    await setup.close();
-    await installTestSchema(admin, options.jobs);
-    if (options.mutant) {
-      const changed = await installMutant(admin, options.mutant);
-      notes.push(`mutant ${options.mutant}: ${MUTANT_DESCRIPTIONS[options.mutant]}${changed.length ? ` (replaced ${changed.join(', ')} in the test database)` : ''}`);
-    }
+    if (!cluster) await prepare(db.url);
     const dbUrl = new URL(db.url);
-    const upstreamPort = Number(dbUrl.port || 5432);
+    const upstreamPort = cluster ? cluster.primaryPort : Number(dbUrl.port || 5432);
     for (let i = 0; i < options.workers; i++) {
       const proxy = new FaultProxy(upstreamPort, dbUrl.hostname === 'localhost' ? '127.0.0.1' : dbUrl.hostname);
       await proxy.listen();
       proxies.push(proxy);
+      cluster?.follow(proxy);
     }
 
     const spawnWorker = (index: number): WorkerProcess => {
@@ -380,6 +365,8 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
         CONNECT_TIMEOUT: '2000',
         LEASEHOLD_LOG_LEVEL: 'warn',
       };
+      // stale-token probes, timed to land after a failover that lost the run's release
+      if (options.ha) env.PROBE_MS = '300,1500';
       if (skewed && libfaketime) Object.assign(env, { LD_PRELOAD: libfaketime, FAKETIME: '+5m', DONT_FAKE_MONOTONIC: '1' });
       const proc = new WorkerProcess(index, name, env, skewed, history);
       processes.push(proc);
@@ -438,9 +425,22 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
         await admin.query('select pg_terminate_backend($1)', [victim.pid]);
         return victim.application_name;
       },
+      failover: async (how) => {
+        if (!cluster) return null;
+        const owned = cluster;
+        const report = await owned.failover(how, options.ha?.holdBackMs ?? 0, (url, from) => probeDeadTokens(url, from, history));
+        return { params: { ...report }, rebuild: () => owned.rebuildStandby() };
+      },
+      stepClock: async (seconds) => {
+        if (!cluster?.clockSteps) return null;
+        const now = async () => Number((await withRetry(() => admin.query<{ ms: number }>('select extract(epoch from clock_timestamp())::float8 * 1000 as ms'))).rows[0]?.ms);
+        const fromDb = await now();
+        cluster.stepClock(seconds);
+        return { fromDb, toDb: await now() };
+      },
       restartDatabase: async (mode) => {
         const server = options.server.embedded;
-        if (!server) return false;
+        if (!server || cluster) return false;
         if (mode === 'crash') {
           const pid = server.pid;
           if (pid) {
@@ -478,7 +478,10 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
     const nemesis = new Nemesis(control, options.nemesis, rng);
     await nemesis.run(mono() + options.seconds * 1_000);
     phase('faults');
-    for (const note of nemesis.notes) if (note === 'restart') notes.push('restart faults skipped: no embedded server');
+    for (const note of nemesis.notes) {
+      if (note === 'restart') notes.push('restart faults skipped: no embedded server');
+      else notes.push(`${note} faults skipped: not available on this server`);
+    }
     // heal everything, let the system settle, then stop the workers gracefully
     for (const proxy of proxies) proxy.setMode('pass');
     for (const proc of current.values()) proc.signal('SIGCONT');
@@ -496,8 +499,10 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
 
     phase('stop');
     const after = await withRetry(() => dbOffset(admin));
-    const dbOffsetMs = (before.offsetMs + after.offsetMs) / 2;
-    if (Math.abs(before.offsetMs - after.offsetMs) > 50) notes.push(`database clock offset drifted by ${Math.round(after.offsetMs - before.offsetMs)} ms during the run`);
+    const stepped = nemesis.log.some((f) => f.kind === 'clock-step');
+    // after clock steps the offset at the end includes them: the checker wants the one before
+    const dbOffsetMs = stepped ? before.offsetMs : (before.offsetMs + after.offsetMs) / 2;
+    if (!stepped && Math.abs(before.offsetMs - after.offsetMs) > 50) notes.push(`database clock offset drifted by ${Math.round(after.offsetMs - before.offsetMs)} ms during the run`);
     const data = await withRetry(() => snapshot(admin));
     const faults = [...skewFaults.map((f) => ({ ...f, t1: stopAt })), ...nemesis.log];
     const processRecords = processes.map((p) => p.record);
@@ -514,7 +519,7 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
       tier: options.tier,
       seed: options.seed,
       mutant: options.mutant,
-      mutantDescription: options.mutant ? MUTANT_DESCRIPTIONS[options.mutant] : null,
+      mutantDescription: options.mutant ? describeMutant(options.mutant) : null,
       seconds: options.seconds,
       workers: options.workers,
       jobs: options.jobs,

@@ -11,7 +11,8 @@ import type { MutantName } from './common.js';
 
 /**
  * Mutants of the failover rules. They change nothing without a promotion, so the fault suite's
- * runs on one server cannot catch them; the promotion tests (test/epoch.test.ts) must.
+ * runs on one server cannot catch them; its replicated tier (test/faults-ha.test.ts) and the
+ * promotion tests must.
  */
 export const FAILOVER_MUTANTS = ['fence-without-epoch', 'epoch-not-checked', 'liveness-any-incarnation'] as const;
 export type FailoverMutantName = (typeof FAILOVER_MUTANTS)[number];

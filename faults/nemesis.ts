@@ -28,6 +28,13 @@ export interface ClusterControl {
   terminate(index: number, preferLiveness: boolean): Promise<string | null>;
   /** Restarts the database server, or returns false when it cannot (external server). */
   restartDatabase(mode: 'fast' | 'crash'): Promise<boolean>;
+  /**
+   * Fails over to the standby (the primary killed or frozen), or returns null when there is none.
+   * `rebuild` builds the next standby (not part of the fault's interval: the service is up).
+   */
+  failover(how: 'kill' | 'freeze'): Promise<{ params: FaultRecord['params']; rebuild: () => Promise<number> } | null>;
+  /** Steps the database clock by `seconds`; returns the database time (epoch ms) just before and after, or null when it cannot. */
+  stepClock(seconds: number): Promise<{ fromDb: number; toDb: number } | null>;
 }
 
 export interface NemesisOptions {
@@ -43,12 +50,15 @@ export interface NemesisOptions {
   livenessBias: number;
   /** Include a database restart in every n-th round only. */
   restartEveryRounds: number;
+  /** Forward clock steps, minutes (the backward step is always 30 s). */
+  stepMinutes?: [number, number];
 }
 
 export class Nemesis {
   readonly log: FaultRecord[] = [];
   readonly notes: string[] = [];
   private nextId = 1;
+  private lastStep: 'back' | 'forward' | null = null;
 
   constructor(
     private readonly control: ClusterControl,
@@ -94,6 +104,34 @@ export class Nemesis {
   private async inject(kind: FaultKind, until: number): Promise<void> {
     const { options, rng, control } = this;
     const capped = (range: [number, number]) => Math.max(200, Math.min(rng.between(...range), until - mono() - 200));
+    if (kind === 'failover') {
+      const t0 = mono();
+      const done = await control.failover(rng.next() < 0.5 ? 'kill' : 'freeze');
+      if (!done) {
+        if (!this.notes.includes('failover')) this.notes.push('failover');
+        return;
+      }
+      const t1 = mono();
+      const rebuildMs = await done.rebuild();
+      this.record('failover', null, t0, t1, { ...done.params, rebuildMs });
+      return;
+    }
+    if (kind === 'clock-step') {
+      // alternating, backward first; -30 s only when the run has time left to see scheduling
+      // resume on the database's new time
+      const back = this.lastStep !== 'back' && until - mono() > 45_000;
+      this.lastStep = back ? 'back' : 'forward';
+      const [lo, hi] = options.stepMinutes ?? [2, 5];
+      const seconds = back ? -30 : rng.int(lo, hi) * 60;
+      const t0 = mono();
+      const step = await control.stepClock(seconds);
+      if (!step) {
+        if (!this.notes.includes('clock-step')) this.notes.push('clock-step');
+        return;
+      }
+      this.record('clock-step', null, t0, mono(), { deltaMs: seconds * 1_000, ...step });
+      return;
+    }
     if (kind === 'restart') {
       const mode = rng.next() < 0.5 ? 'fast' : 'crash';
       const t0 = mono();

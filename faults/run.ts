@@ -1,12 +1,16 @@
-// npm run faults -- [--tier ci|soak] [--seed N] [--seconds N] [--workers N] [--mutant NAME] [--no-skew]
+// npm run faults -- [--tier ci|soak|ha] [--seed N] [--seconds N] [--workers N] [--mutant NAME] [--no-skew]
+//                    [--replication sync|async]
 //
 // Runs the fault suite on a PostgreSQL server of its own (embedded, so that it can restart
 // it), or on DATABASE_URL's server (then without database restarts), prints the report and
 // writes it to faults/results/. Exit code: 1 when the run found violations; with --mutant, 1
-// when it found NONE (the checker missed a deliberately broken build).
+// when it found NONE (the checker missed a deliberately broken build). --tier ha runs on a
+// primary + standby of its own (failovers, database clock steps); its mutants are the failover
+// mutants, run with asynchronous replication unless --replication says otherwise.
 import { parseArgs } from 'node:util';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/testing.js';
 import { MUTANTS, type MutantName } from './common.js';
+import { FAILOVER_MUTANTS, type FailoverMutantName } from './mutants.js';
 import { preset, RESULTS_DIR, runFaultSuite, type Tier } from './harness.js';
 
 const { values } = parseArgs({
@@ -17,6 +21,7 @@ const { values } = parseArgs({
     workers: { type: 'string' },
     mutant: { type: 'string' },
     'no-skew': { type: 'boolean', default: false },
+    replication: { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -24,8 +29,9 @@ const { values } = parseArgs({
 if (values.help) {
   process.stdout.write(
     [
-      'usage: npm run faults -- [--tier ci|soak] [--seed N] [--seconds N] [--workers N] [--mutant NAME] [--no-skew]',
+      'usage: npm run faults -- [--tier ci|soak|ha] [--seed N] [--seconds N] [--workers N] [--mutant NAME] [--no-skew] [--replication sync|async]',
       `  --mutant: one of ${MUTANTS.join(', ')}, or "all" (a short aimed run per mutant; each must find violations)`,
+      `  --tier ha: failovers and clock steps on a primary + standby of its own; --mutant one of ${FAILOVER_MUTANTS.join(', ')} or all`,
       '  DATABASE_URL: use that server instead of an embedded one (database restarts are then skipped)',
       '',
     ].join('\n'),
@@ -35,31 +41,44 @@ if (values.help) {
 
 const tier = values.tier as string;
 // 'mutant' alone: the mutation tier's aimed plan against the unbroken library (a control: must pass)
-if (tier !== 'ci' && tier !== 'soak' && tier !== 'mutant') {
-  process.stderr.write(`--tier must be ci, soak or mutant (got ${tier})\n`);
+if (tier !== 'ci' && tier !== 'soak' && tier !== 'mutant' && tier !== 'ha') {
+  process.stderr.write(`--tier must be ci, soak, mutant or ha (got ${tier})\n`);
   process.exit(2);
 }
+const ha = tier === 'ha';
+const mutants: readonly string[] = ha ? FAILOVER_MUTANTS : MUTANTS;
 const mutantArg = values.mutant;
-if (mutantArg !== undefined && mutantArg !== 'all' && !(MUTANTS as readonly string[]).includes(mutantArg)) {
-  process.stderr.write(`--mutant must be one of ${MUTANTS.join(', ')} or all (got ${mutantArg})\n`);
+if (mutantArg !== undefined && mutantArg !== 'all' && !mutants.includes(mutantArg)) {
+  process.stderr.write(`--mutant must be one of ${mutants.join(', ')} or all (got ${mutantArg})\n`);
+  process.exit(2);
+}
+const replication = values.replication ?? (ha && mutantArg !== undefined ? 'async' : 'sync');
+if (replication !== 'sync' && replication !== 'async') {
+  process.stderr.write(`--replication must be sync or async (got ${replication})\n`);
   process.exit(2);
 }
 const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 1_000_000);
 const positive = (v: string | undefined) => (v === undefined ? undefined : Math.max(1, Number(v)));
 
 let embedded: EmbeddedPostgres | null = null;
-let url = process.env.DATABASE_URL;
-if (!url) {
+let url = process.env.DATABASE_URL ?? '';
+// the replicated tier brings its own servers
+if (!url && !ha) {
   embedded = await startEmbeddedPostgres();
   url = embedded.connectionString;
 }
 
 let exitCode = 0;
 try {
-  const runs: Array<{ tier: Tier; mutant: MutantName | null }> =
-    mutantArg === undefined ? [{ tier: tier as Tier, mutant: null }] : (mutantArg === 'all' ? [...MUTANTS] : [mutantArg as MutantName]).map((mutant) => ({ tier: 'mutant' as const, mutant }));
+  type Mutant = MutantName | FailoverMutantName;
+  const runs: Array<{ tier: Tier; mutant: Mutant | null }> =
+    mutantArg === undefined
+      ? [{ tier: tier as Tier, mutant: null }]
+      : (mutantArg === 'all' ? [...(mutants as readonly Mutant[])] : [mutantArg as Mutant]).map((mutant) => ({ tier: ha ? ('ha' as const) : ('mutant' as const), mutant }));
   for (const run of runs) {
-    const settings = preset(run.tier, { seconds: positive(values.seconds), workers: positive(values.workers) });
+    // a failover mutant's run: failovers only (each one loses the commits of its hold-back)
+    const kinds = run.tier === 'ha' && run.mutant ? (['failover'] as const) : undefined;
+    const settings = preset(run.tier, { seconds: positive(values.seconds), workers: positive(values.workers), kinds: kinds ? [...kinds] : undefined });
     const report = await runFaultSuite({
       tier: run.tier,
       seed,
@@ -67,6 +86,7 @@ try {
       mutant: run.mutant,
       server: { url, embedded },
       skew: !values['no-skew'],
+      ha: ha ? { replication, holdBackMs: 1_000 } : null,
       resultsDir: RESULTS_DIR,
       log: (line) => process.stdout.write(`${line}\n`),
     });

@@ -10,7 +10,8 @@
 //
 // Environment: DATABASE_URL (the worker's proxy), WORKER (holder name), JOBS (JobSpec[] as
 // JSON), SEED, MUTANT ('unfenced-write' makes the write outside the fenced transaction: the
-// "unfenced final write" broken variant), QUERY_TIMEOUT, CONNECT_TIMEOUT.
+// "unfenced final write" broken variant), QUERY_TIMEOUT, CONNECT_TIMEOUT, PROBE_MS ("min,max":
+// after each run, a stale-token probe that many ms later; see the 'probe' history line).
 import pg from 'pg';
 import {
   DatabaseUnavailableError,
@@ -31,6 +32,7 @@ const unfenced = process.env.MUTANT === 'unfenced-write';
 const queryTimeoutMs = Number(process.env.QUERY_TIMEOUT ?? 1500);
 const connectTimeoutMs = Number(process.env.CONNECT_TIMEOUT ?? 2000);
 const url = process.env.DATABASE_URL;
+const probeMs = process.env.PROBE_MS ? (process.env.PROBE_MS.split(',').map(Number) as [number, number]) : undefined;
 
 type Omit2<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 function out(line: Omit2<HistoryLine, 'worker' | 'mono'>): void {
@@ -49,11 +51,17 @@ const logger: Logger = {
     }
     process.stderr.write(`${JSON.stringify({ level: 'warn', msg: message, ...f })}\n`);
   },
-  error: (fields, message) => process.stderr.write(`${JSON.stringify({ level: 'error', msg: message, ...fields })}\n`),
+  error: (fields, message) => {
+    const f = fields as Record<string, unknown>;
+    // logged just before run:finished: the release is not acknowledged, so no probe of that token
+    if (f.event === 'run:finish-failed') unreleased.add(`${String(f.job)}|${Number(f.fence)}`);
+    process.stderr.write(`${JSON.stringify({ level: 'error', msg: message, ...fields })}\n`);
+  },
 };
+const unreleased = new Set<string>();
 
 // The broken variant's write path: a plain transaction on its own pool, no lease check.
-const plainPool = unfenced ? new pg.Pool({ connectionString: url, max: 4, connectionTimeoutMillis: connectTimeoutMs }) : undefined;
+const plainPool = unfenced || probeMs ? new pg.Pool({ connectionString: url, max: 4, connectionTimeoutMillis: connectTimeoutMs }) : undefined;
 plainPool?.on('error', () => undefined);
 
 async function writeStatements(client: pg.ClientBase, ctx: JobContext, insideMs: number): Promise<number> {
@@ -112,7 +120,48 @@ function describe(error: unknown): string {
   return String(error).slice(0, 300);
 }
 
+// The tokens of this worker's runs, for the probes (read from the lease row while the run holds it:
+// the public API does not hand tokens to handlers, and the probe is a deliberate misuse).
+const tokens = new Map<string, string>();
+const runKey = (job: string, fence: number) => `${job}|${fence}`;
+
+async function rememberToken(ctx: JobContext): Promise<void> {
+  if (!plainPool) return;
+  try {
+    const { rows } = await plainPool.query<{ token: string | null }>({
+      text: 'select token::text as token from leasehold.leases where name = $1 and fence = $2',
+      values: [ctx.job, ctx.fence],
+      query_timeout: queryTimeoutMs,
+    } as pg.QueryConfig);
+    const token = rows[0]?.token;
+    if (token) tokens.set(runKey(ctx.job, ctx.fence), token);
+  } catch {
+    // no probe for this run
+  }
+}
+
+/** A fenced check with a finished run's token, some time after it ended. */
+function probeLater(job: string, fence: number): void {
+  const token = tokens.get(runKey(job, fence));
+  tokens.delete(runKey(job, fence));
+  if (!token || !probeMs || !plainPool) return;
+  const endedMono = mono();
+  const timer = setTimeout(() => {
+    void plainPool
+      .query({ text: 'select leasehold.assert_lease($1, $2::uuid, $3)', values: [job, token, fence], query_timeout: queryTimeoutMs } as pg.QueryConfig)
+      .then(
+        () => out({ type: 'probe', job, fence, status: 'accepted', reason: null, endedMono }),
+        (error: unknown) => {
+          const code = (error as { code?: string }).code;
+          out({ type: 'probe', job, fence, status: code === 'LH003' ? 'refused' : 'failed', reason: describe(error), endedMono });
+        },
+      );
+  }, rng.between(...probeMs));
+  timer.unref();
+}
+
 async function handler(ctx: JobContext, spec: JobSpec): Promise<void> {
+  await rememberToken(ctx);
   const plannedMs = Math.round(rng.between(spec.minMs, spec.maxMs));
   // 30 % of runs spend up to 0.4 TTL of their time inside the fenced transaction
   const insideMs = rng.next() < 0.3 ? Math.round(Math.min(plannedMs / 2, spec.ttlMs * 0.4)) : 0;
@@ -175,9 +224,14 @@ const w = worker;
 w.on('lease:acquired', (lease) =>
   out({ type: 'grant', job: lease.name, slot: lease.slot?.toISOString() ?? null, fence: lease.fence, tookOver: lease.tookOver }),
 );
-w.on('run:finished', (run) =>
-  out({ type: 'end', job: run.job, slot: run.slot.toISOString(), fence: run.fence, outcome: run.outcome, error: run.error }),
-);
+w.on('run:finished', (run) => {
+  // only a token whose release the database acknowledged is dead for sure
+  const released = !unreleased.delete(runKey(run.job, run.fence));
+  if (!released) tokens.delete(runKey(run.job, run.fence));
+  const token = tokens.get(runKey(run.job, run.fence));
+  out({ type: 'end', job: run.job, slot: run.slot.toISOString(), fence: run.fence, outcome: run.outcome, error: run.error, ...(token ? { token } : {}) });
+  probeLater(run.job, run.fence);
+});
 w.on('slot:skipped', (skip) =>
   out({
     type: 'skip',

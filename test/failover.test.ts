@@ -5,7 +5,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createLeasehold } from '../src/index.js';
 import { silentLogger } from '../src/observe/logger.js';
-import { ClusterTemplate, findBinaries } from './support/replication.js';
+import { ClusterTemplate, findBinaries } from '../faults/replication.js';
 import { Fleet, runScenario, type ScenarioOptions, type ScenarioResult } from './support/failover-scenario.js';
 import pg from 'pg';
 

@@ -9,7 +9,7 @@ import pg from 'pg';
 import { installMutant, type FailoverMutantName } from '../../faults/mutants.js';
 import { FaultProxy } from '../../faults/proxy.js';
 import { JsonLinesProcess, type Line } from './json-lines.js';
-import type { ClusterTemplate, ReplicatedPair, ReplicationMode } from './replication.js';
+import type { ClusterTemplate, ReplicatedPair, ReplicationMode } from '../../faults/replication.js';
 import {
   backwardFences,
   deadTokens,

@@ -9,12 +9,12 @@
 //
 // As root the servers run as the `postgres` OS user (PostgreSQL refuses to run as root).
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { appendFileSync, chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, chmodSync, chownSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pg from 'pg';
-import { freePort } from '../../src/db/embedded.js';
-import { FaultProxy } from '../../faults/proxy.js';
+import { freePort } from '../src/db/embedded.js';
+import { FaultProxy } from './proxy.js';
 
 export interface Binaries {
   dir: string;
@@ -100,6 +100,8 @@ export class PgServer {
     readonly port: number,
     private readonly binaries: Binaries,
     private readonly user: RunAs | undefined,
+    /** Extra environment of the server processes (e.g. libfaketime for clock steps). */
+    private readonly environment: Record<string, string> = {},
   ) {}
 
   get pid(): number | undefined {
@@ -118,7 +120,7 @@ export class PgServer {
     const child = spawn(this.binaries.postgres, ['-D', this.dataDir, '-p', String(this.port)], {
       stdio: ['ignore', 'pipe', 'pipe'],
       ...(this.user ?? {}),
-      env: { ...process.env, LC_ALL: 'C' },
+      env: { ...process.env, ...this.environment, LC_ALL: 'C' },
     });
     this.child = child;
     liveServers.add(child);
@@ -251,6 +253,8 @@ export class ClusterTemplate {
   private dir: string | undefined;
   private readonly user: RunAs | undefined;
   private readonly parents: string[] = [];
+  /** Extra environment of every server of the pairs and standbys made from this template. */
+  environment: Record<string, string> = {};
 
   private constructor(
     readonly binaries: Binaries,
@@ -311,25 +315,16 @@ export class ClusterTemplate {
     const standbyDir = join(parent, 'standby');
     // cp -a keeps owners and modes (the servers' OS user, 0700 data directories)
     await Promise.all([copyTree(this.dir, primaryDir), copyTree(this.dir, standbyDir)]);
-    const primary = new PgServer('primary', primaryDir, await freePort(), this.binaries, this.user);
-    const standby = new PgServer('standby', standbyDir, await freePort(), this.binaries, this.user);
+    const primary = new PgServer('primary', primaryDir, await freePort(), this.binaries, this.user, this.environment);
+    const standby = new PgServer('standby', standbyDir, await freePort(), this.binaries, this.user, this.environment);
     const replicationProxy = new FaultProxy(primary.port);
     await replicationProxy.listen();
     clientProxy.retarget(primary.port, 'reset');
     const syncSettings =
       mode === 'sync' ? `synchronous_standby_names = 'standby'\nsynchronous_commit = on\n` : `synchronous_standby_names = ''\n`;
     writeFileSync(join(primaryDir, 'postgresql.auto.conf'), syncSettings);
-    writeFileSync(
-      join(standbyDir, 'postgresql.auto.conf'),
-      `primary_conninfo = 'host=127.0.0.1 port=${replicationProxy.port} user=postgres application_name=standby'\n` +
-        // once promoted it has no standby of its own: it must not wait for one
-        `primary_slot_name = 'standby'\nsynchronous_standby_names = ''\n`,
-    );
-    writeFileSync(join(standbyDir, 'standby.signal'), '');
-    if (this.user) {
-      for (const file of ['postgresql.auto.conf', 'standby.signal']) chownSync(join(standbyDir, file), this.user.uid, this.user.gid);
-      chownSync(join(primaryDir, 'postgresql.auto.conf'), this.user.uid, this.user.gid);
-    }
+    this.configureStandby(standbyDir, replicationProxy.port);
+    if (this.user) chownSync(join(primaryDir, 'postgresql.auto.conf'), this.user.uid, this.user.gid);
     const close = async () => {
       await replicationProxy.close();
       for (const server of [primary, standby]) {
@@ -358,12 +353,88 @@ export class ClusterTemplate {
     }
   }
 
+  /** Makes a data directory a standby streaming from `port` through the slot 'standby'. */
+  private configureStandby(dataDir: string, port: number): void {
+    writeFileSync(
+      join(dataDir, 'postgresql.auto.conf'),
+      `primary_conninfo = 'host=127.0.0.1 port=${port} user=postgres application_name=standby'\n` +
+        // once promoted it has no standby of its own: it must not wait for one
+        `primary_slot_name = 'standby'\nsynchronous_standby_names = ''\n`,
+    );
+    writeFileSync(join(dataDir, 'standby.signal'), '');
+    if (this.user) for (const file of ['postgresql.auto.conf', 'standby.signal']) chownSync(join(dataDir, file), this.user.uid, this.user.gid);
+  }
+
+  /**
+   * A fresh streaming standby of a running primary (after a failover, for the next one), made
+   * with the low-level backup API: pg_backup_start, a copy of the live data directory (files
+   * that change or vanish meanwhile are repaired by replaying WAL from the backup's start),
+   * pg_backup_stop, whose label file goes into the copy. WAL comes by streaming, from the slot
+   * 'standby' created on the primary before the backup starts (so it is kept).
+   */
+  async standbyOf(primary: PgServer, replicationProxy: FaultProxy, name: string): Promise<PgServer> {
+    const dataDir = join(this.tempDir(), name);
+    const client = new pg.Client({ connectionString: primary.url(), connectionTimeoutMillis: 10_000 });
+    client.on('error', () => undefined);
+    await client.connect();
+    try {
+      await client.query(`select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = 'standby' and not active`);
+      await client.query(`select pg_create_physical_replication_slot('standby', true)`);
+      await client.query(`select pg_backup_start('standby', true)`);
+      await copyLive(primary.dataDir, dataDir);
+      const { rows } = await client.query<{ labelfile: string }>('select labelfile from pg_backup_stop(false)');
+      writeFileSync(join(dataDir, 'backup_label'), rows[0]?.labelfile ?? '');
+    } finally {
+      await client.end().catch(() => undefined);
+    }
+    if (this.user) spawnSync('chown', ['-R', `${this.user.uid}:${this.user.gid}`, dataDir]);
+    this.configureStandby(dataDir, replicationProxy.port);
+    const standby = new PgServer(name, dataDir, await freePort(), this.binaries, this.user, this.environment);
+    await standby.start();
+    await waitForCatchUp(primary, standby, 30_000);
+    return standby;
+  }
+
   /** Removes the template and every pair's directory left behind. */
   close(): void {
     for (const parent of this.parents.splice(0)) {
       rmSync(parent, { recursive: true, force: true });
       liveDirs.delete(parent);
     }
+  }
+}
+
+/** What a copy of a live data directory leaves out (as pg_basebackup does): the copy gets WAL by streaming. */
+const LIVE_SKIP = new Set(['postmaster.pid', 'postmaster.opts', 'standby.signal', 'backup_label', 'tablespace_map']);
+const LIVE_EMPTY = new Set(['pg_wal', 'pg_replslot', 'pg_stat_tmp', 'pg_dynshmem', 'pg_notify', 'pg_serial', 'pg_snapshots', 'pg_subtrans']);
+
+/** Copies a running server's data directory; a file that vanishes meanwhile is skipped. */
+async function copyLive(from: string, to: string, depth = 0): Promise<void> {
+  mkdirSync(to, { mode: 0o700 });
+  for (const entry of readdirSync(from, { withFileTypes: true })) {
+    if (LIVE_SKIP.has(entry.name) && depth === 0) continue;
+    const source = join(from, entry.name);
+    const target = join(to, entry.name);
+    if (entry.isDirectory()) {
+      if (depth === 0 && LIVE_EMPTY.has(entry.name)) {
+        mkdirSync(target, { mode: 0o700 });
+        // the timeline history files: a standby on a later timeline needs them
+        if (entry.name === 'pg_wal') {
+          mkdirSync(join(target, 'archive_status'), { mode: 0o700 });
+          for (const f of readdirSync(source)) if (f.endsWith('.history')) copyIfPresent(join(source, f), join(target, f));
+        }
+        continue;
+      }
+      await copyLive(source, target, depth + 1);
+    } else if (entry.isFile()) copyIfPresent(source, target);
+  }
+}
+
+function copyIfPresent(from: string, to: string): void {
+  try {
+    copyFileSync(from, to);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
   }
 }
 

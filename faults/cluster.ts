@@ -1,0 +1,181 @@
+// The fault suite's replicated database: a primary with a streaming standby (faults/replication.ts),
+// every client behind a proxy that follows the primary, optionally both servers under libfaketime
+// with one shared offset file (database clock steps).
+//
+// A failover freezes or kills the primary (after holding replication back, in asynchronous mode,
+// so that acknowledged commits are lost as they would be), promotes the standby, moves every proxy
+// to it, and then builds a fresh standby of the new primary with the backup API for the next
+// failover. In synchronous mode the new primary waits for that standby only once it has caught up.
+import { chmodSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import pg from 'pg';
+import { mono, sleep } from './common.js';
+import { FaultProxy } from './proxy.js';
+import { ClusterTemplate, findBinaries, type PgServer, type ReplicationMode } from './replication.js';
+
+export interface HaClusterOptions {
+  replication: ReplicationMode;
+  /** libfaketime to run the servers under (clock steps), or undefined for the real clock. */
+  libfaketime: string | undefined;
+  /** Runs once against the template (schema, test tables), before any copy is made. */
+  prepare: (url: string) => Promise<void>;
+}
+
+export interface FailoverReport {
+  how: 'kill' | 'freeze';
+  /** Replication held back before the primary went away (asynchronous mode), ms. */
+  holdBackMs: number;
+  /** From the primary going away to the proxies pointing at the promoted standby (probes included), ms. */
+  promotedMs: number;
+}
+
+export class HaCluster {
+  /** Every client's address: the admin connection's proxy, and the workers' (see follow()). */
+  private readonly proxies: FaultProxy[] = [];
+  private replicationProxy: FaultProxy | undefined;
+  private generation = 1;
+  private offsetSeconds = 0;
+  private fenced: PgServer | undefined;
+
+  private constructor(
+    private readonly template: ClusterTemplate,
+    private readonly options: HaClusterOptions,
+    readonly adminProxy: FaultProxy,
+    private primary: PgServer,
+    private standby: PgServer | undefined,
+    private readonly clockDir: string | undefined,
+  ) {}
+
+  static async create(options: HaClusterOptions): Promise<HaCluster> {
+    const binaries = await findBinaries('embedded');
+    if (typeof binaries === 'string') throw new Error(binaries);
+    let clockDir: string | undefined;
+    const template = await ClusterTemplate.create(binaries, options.prepare);
+    try {
+      if (options.libfaketime) {
+        clockDir = mkdtempSync(join(tmpdir(), 'leasehold-faults-clock-'));
+        chmodSync(clockDir, 0o755); // the servers may run as another OS user
+        template.environment = {
+          LD_PRELOAD: options.libfaketime,
+          FAKETIME_TIMESTAMP_FILE: join(clockDir, 'offset'),
+          FAKETIME_NO_CACHE: '1',
+          DONT_FAKE_MONOTONIC: '1',
+        };
+        writeOffset(clockDir, 0);
+      }
+      const adminProxy = new FaultProxy(1);
+      await adminProxy.listen();
+      const pair = await template.pair(options.replication, adminProxy);
+      const cluster = new HaCluster(template, options, adminProxy, pair.primary, pair.standby, clockDir);
+      cluster.replicationProxy = pair.replicationProxy;
+      cluster.proxies.push(adminProxy);
+      return cluster;
+    } catch (error) {
+      template.close();
+      if (clockDir) rmSync(clockDir, { recursive: true, force: true });
+      throw error;
+    }
+  }
+
+  /** The admin URL (superuser, database postgres), through the admin proxy. */
+  get url(): string {
+    return `postgres://postgres@127.0.0.1:${this.adminProxy.port}/postgres`;
+  }
+
+  get primaryPort(): number {
+    return this.primary.port;
+  }
+
+  get clockSteps(): boolean {
+    return this.clockDir !== undefined;
+  }
+
+  /** A proxy that must follow the primary across failovers. */
+  follow(proxy: FaultProxy): void {
+    this.proxies.push(proxy);
+  }
+
+  /**
+   * Fails over to the standby and builds the next one. Returns when the clients can reach the
+   * new primary (`promoted`), and the promise `rebuilt` settles when the next standby streams.
+   */
+  async failover(how: 'kill' | 'freeze', holdBackMs: number, beforeMove?: (primaryUrl: string, from: number) => Promise<void>): Promise<FailoverReport> {
+    const standby = this.standby;
+    if (!standby) throw new Error('no standby to fail over to');
+    const old = this.primary;
+    const held = this.options.replication === 'async' ? holdBackMs : 0;
+    const from = mono();
+    if (held > 0) {
+      // acknowledged commits pile up on the primary only, then the primary goes away
+      this.replicationProxy?.setMode('blackhole');
+      await sleep(held);
+    }
+    const t0 = mono();
+    if (how === 'kill') await old.kill();
+    else old.freeze();
+    await standby.promote();
+    // e.g. a client with a dead token that reaches the new primary first
+    await beforeMove?.(standby.url(), from);
+    for (const proxy of this.proxies) proxy.retarget(standby.port, 'reset-on-send');
+    const promotedMs = Math.round(mono() - t0);
+    this.primary = standby;
+    this.standby = undefined;
+    // a frozen old primary stays frozen (its clients' connections silent) until the next
+    // standby is built; then it is killed while still stopped, never thawed
+    this.fenced = old;
+    await this.replicationProxy?.close();
+    return { how, holdBackMs: held, promotedMs };
+  }
+
+  /** A fresh standby of the current primary; in synchronous mode, commits wait for it again. */
+  async rebuildStandby(): Promise<number> {
+    const t0 = mono();
+    const replicationProxy = new FaultProxy(this.primary.port);
+    await replicationProxy.listen();
+    this.replicationProxy = replicationProxy;
+    this.generation++;
+    this.standby = await this.template.standbyOf(this.primary, replicationProxy, `standby${this.generation}`);
+    if (this.options.replication === 'sync') {
+      const client = new pg.Client({ connectionString: this.primary.url(), connectionTimeoutMillis: 10_000 });
+      client.on('error', () => undefined);
+      await client.connect();
+      try {
+        await client.query(`alter system set synchronous_standby_names = 'standby'`);
+        await client.query('select pg_reload_conf()');
+      } finally {
+        await client.end().catch(() => undefined);
+      }
+    }
+    await this.fenced?.kill();
+    this.fenced = undefined;
+    return Math.round(mono() - t0);
+  }
+
+  /** Steps both servers' clocks by `seconds` (cumulative); false when there is no libfaketime. */
+  stepClock(seconds: number): boolean {
+    if (!this.clockDir) return false;
+    this.offsetSeconds += seconds;
+    writeOffset(this.clockDir, this.offsetSeconds);
+    return true;
+  }
+
+  async close(): Promise<void> {
+    await this.replicationProxy?.close().catch(() => undefined);
+    await this.adminProxy.close().catch(() => undefined);
+    for (const server of [this.primary, this.standby, this.fenced]) {
+      if (!server) continue;
+      if (server.frozen) server.thaw();
+      await server.kill().catch(() => undefined);
+    }
+    this.template.close();
+    if (this.clockDir) rmSync(this.clockDir, { recursive: true, force: true });
+  }
+}
+
+/** Written aside and renamed: the servers read the file on every clock call. */
+function writeOffset(dir: string, seconds: number): void {
+  const file = join(dir, 'offset');
+  writeFileSync(`${file}.next`, `${seconds >= 0 ? '+' : ''}${seconds}s\n`, { mode: 0o644 });
+  renameSync(`${file}.next`, file);
+}
