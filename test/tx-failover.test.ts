@@ -10,7 +10,7 @@ import { FaultProxy } from '../faults/proxy.js';
 import { createLeasehold, LeaseLostError, startWorker, type JobContext, type Lease, type Leasehold, type Logger, type Worker } from '../src/index.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { waitFor } from './support/db.js';
-import { ClusterTemplate, findBinaries, type ReplicatedPair } from './support/replication.js';
+import { ClusterTemplate, findBinaries, type ReplicatedPair } from '../faults/replication.js';
 
 const kind = inject('serverKind');
 const binaries = await findBinaries(kind);
