@@ -3,7 +3,7 @@
 // jobTimeline() in observe/status.ts, which serves one job or all.
 import type pg from 'pg';
 import type { JobTimeline } from '../observe/status.js';
-import { toTimelineMissed, toTimelineRun, toTimelineSkip, type MissedRow, type RunRow, type SkipRow } from '../observe/timeline-rows.js';
+import { toJobTimeline, type MissedRow, type RunRow, type SkipRow } from '../observe/timeline-rows.js';
 
 export const MAX_TIMELINE_JOBS = 100;
 
@@ -41,12 +41,5 @@ export async function timelinesFor(db: pg.Pool | pg.ClientBase, jobs: string[], 
       [jobs, since, now, limit],
     ),
   ]);
-  return {
-    now,
-    since,
-    runs: runs.rows.reverse().map(toTimelineRun),
-    skips: skips.rows.reverse().map(toTimelineSkip),
-    missed: missed.rows.reverse().map(toTimelineMissed),
-    truncated: runs.rows.length >= limit || skips.rows.length >= limit || missed.rows.length >= limit,
-  };
+  return toJobTimeline(now, since, runs.rows, skips.rows, missed.rows, limit);
 }

@@ -1,7 +1,7 @@
 // Read models for operators: the job table (leasehold.job_status) and a job's history
 // (leasehold.run_history). Shared by the CLI, the dashboard and metrics.
 import type pg from 'pg';
-import { toTimelineMissed, toTimelineRun, toTimelineSkip, type MissedRow, type RunRow, type SkipRow } from './timeline-rows.js';
+import { toJobTimeline, type MissedRow, type RunRow, type SkipRow } from './timeline-rows.js';
 
 /** A job whose p95 duration passes this fraction of its interval is creeping toward overlap. */
 export const CREEP_WARNING_RATIO = 0.8;
@@ -305,12 +305,5 @@ export async function jobTimeline(
       [job, since, now, limit],
     ),
   ]);
-  return {
-    now,
-    since,
-    runs: runs.rows.reverse().map(toTimelineRun),
-    skips: skips.rows.reverse().map(toTimelineSkip),
-    missed: missed.rows.reverse().map(toTimelineMissed),
-    truncated: runs.rows.length >= limit || skips.rows.length >= limit || missed.rows.length >= limit,
-  };
+  return toJobTimeline(now, since, runs.rows, skips.rows, missed.rows, limit);
 }

@@ -1,7 +1,7 @@
 // The rows of leasehold.runs, skips and missed as the timeline read models select them, and
 // their public shapes. Shared by jobTimeline() (one job or all) and the dashboard's per-page
 // timelines, so both describe a run, a skip and a missed slot the same way.
-import type { TimelineMissed, TimelineRun, TimelineSkip } from './status.js';
+import type { JobTimeline, TimelineMissed, TimelineRun, TimelineSkip } from './status.js';
 
 export interface RunRow {
   job: string;
@@ -64,3 +64,15 @@ export const toTimelineMissed = (row: MissedRow): TimelineMissed => ({
   recordedBy: row.recorded_by,
   recordedAt: row.recorded_at,
 });
+
+/** The timeline from the three result sets (each newest first, at most `limit` rows). */
+export function toJobTimeline(now: Date, since: Date, runs: RunRow[], skips: SkipRow[], missed: MissedRow[], limit: number): JobTimeline {
+  return {
+    now,
+    since,
+    runs: [...runs].reverse().map(toTimelineRun),
+    skips: [...skips].reverse().map(toTimelineSkip),
+    missed: [...missed].reverse().map(toTimelineMissed),
+    truncated: runs.length >= limit || skips.length >= limit || missed.length >= limit,
+  };
+}
