@@ -112,7 +112,10 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
     const { lease } = acquired;
     await until('first runs', () => runs.length >= 3, 15_000);
 
-    // +1 hour
+    // +1 hour, stepped 2-4 s into a 10 s period (the offset keeps the phase): the { all: 2 } job's
+    // catch-up claims then do not meet its next regular slot, which would take the slot guard
+    // past the older one (slots are claimed once, in order)
+    await until('a step away from the 10 s boundary', () => Date.now() % 10_000 >= 2_000 && Date.now() % 10_000 < 4_000, 15_000, 20);
     const stepped = Date.now();
     setOffset('+3600s');
     await until('lease lost after +1h', () => lease.lost, 10_000, 20);

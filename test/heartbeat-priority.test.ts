@@ -23,14 +23,22 @@ it('keeps renewing a held lease while thousands of acquire() calls queue in the 
   const calibration = Date.now();
   await Promise.all(Array.from({ length: 300 }, (_, i) => leasehold.acquire(`calibrate-${i}`, { ttl: '1m' })));
   const perAcquireMs = Math.max((Date.now() - calibration) / 300, 0.05);
-  const size = Math.round(3_000 / perAcquireMs);
-  const started = Date.now();
-  const burst = Array.from({ length: size }, (_, i) => leasehold.acquire(`burst-${i}`, { ttl: '1m' }).catch((e: unknown) => e));
-  const settled = await Promise.all(burst);
-  const burstMs = Date.now() - started;
-  // the burst must outlast the ttl, or it proves nothing about starvation
+  let size = Math.round(3_000 / perAcquireMs);
+  let burstMs = 0;
+  let settled: unknown[] = [];
+  // The burst must outlast the ttl, or it proves nothing about starvation; a machine that got
+  // quieter since the calibration gets a bigger burst.
+  for (let round = 0; round < 3; round++) {
+    const started = Date.now();
+    settled = await Promise.all(
+      Array.from({ length: size }, (_, i) => leasehold.acquire(`burst-${round}-${i}`, { ttl: '1m' }).catch((e: unknown) => e)),
+    );
+    burstMs = Date.now() - started;
+    if (burstMs > 1_500) break;
+    size = Math.round((size * 3_000) / Math.max(burstMs, 1));
+  }
   expect(burstMs).toBeGreaterThan(1_500);
-  expect(settled.filter((r) => !(r instanceof Error)).length).toBeGreaterThan(size / 2);
+  expect(settled.filter((r) => !(r instanceof Error)).length).toBeGreaterThan(settled.length / 2);
   expect(lease.lostReason).toBeUndefined();
   expect(lease.lost).toBe(false);
   expect(renewals).toBeGreaterThanOrEqual(2);
