@@ -1,7 +1,8 @@
 // What the worker does when the database clock steps (the database's time is the authority).
 //
-// Forward: the slots the step jumped over never existed in real time. None of them is
-// recorded as missed; which of them run is the job's catch-up policy, as after downtime
+// Forward: the slots the step jumped over never existed in real time. The worker stores the
+// window in leasehold.clock_steps, and record_missed() records none of them as missed (for
+// workers started later too); which of them run is the job's catch-up policy, as after downtime
 // ('none': none, 'latest': the latest if within the starting deadline, { all: n }: the last n).
 // Backward: the slots ahead are further away now; the worker sleeps until they are due on the
 // database's new time (a claim fired early is refused as not due and re-armed, never dropped).
@@ -14,28 +15,6 @@ import type { JobDefinition } from './job.js';
 interface JobState {
   job: JobDefinition;
   nextSlot: Date | null;
-}
-
-/** Database-time intervals (from, until] that a forward step jumped over. */
-export class StepWindows {
-  private readonly windows: Array<{ from: number; until: number }> = [];
-
-  add(from: Date, until: Date): void {
-    this.windows.push({ from: from.getTime(), until: until.getTime() });
-    // a long-lived worker keeps only the recent ones; older slots are long recorded or pruned
-    if (this.windows.length > 100) this.windows.shift();
-  }
-
-  contains(slot: Date): boolean {
-    const t = slot.getTime();
-    return this.windows.some((w) => t > w.from && t <= w.until);
-  }
-
-  /** The slots outside every window, and how many were inside. */
-  split(slots: readonly Date[]): { outside: Date[]; inside: number } {
-    const outside = slots.filter((slot) => !this.contains(slot));
-    return { outside, inside: slots.length - outside.length };
-  }
 }
 
 const MAX_COUNTED = 1_000_000;

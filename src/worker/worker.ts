@@ -14,7 +14,7 @@ import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { SchedulerStore, type ClaimRequest, type ClaimRow } from './claims.js';
-import { followForwardStep, reportBackwardStep, StepWindows } from './clock-steps.js';
+import { followForwardStep, reportBackwardStep } from './clock-steps.js';
 import { executeRun, type RunReport } from './execute-run.js';
 import { FinishQueue } from './finish-queue.js';
 import { defineJob, type JobDefinition, type JobOptions } from './job.js';
@@ -380,14 +380,9 @@ export class Worker {
   }
 
   /** Slots between the previous claim and this one that neither ran nor were skipped. */
+  // Slots inside a recorded clock step window are dropped by record_missed() itself.
   private async recordMissed(job: JobDefinition, previous: Date, claimed: Date): Promise<void> {
-    const { outside: between, inside } = this.stepWindows.split(slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED));
-    if (inside > 0) {
-      this.logger.info(
-        { event: 'slot:missed-step', job: job.name, count: inside },
-        `"${job.name}": ${inside} slot(s) before ${claimed.toISOString()} fell inside a database clock step; not recorded as missed`,
-      );
-    }
+    const between = slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED);
     if (between.length === 0) return;
     try {
       const recorded = await this.store.recordMissed(job.name, between, 'no worker claimed it in time (downtime or past its starting deadline)', this.holder);
@@ -401,19 +396,24 @@ export class Worker {
     }
   }
 
-  /** Slot windows that forward steps of the database clock jumped over. */
-  private readonly stepWindows = new StepWindows();
-
   /** The database clock stepped: follow it (see clock-steps.ts). */
   private clockStepped(step: ClockStep): void {
     if (this.phase.kind !== 'running') return;
     const now = this.clock.now();
     if (step.deltaMs > 0) {
-      this.stepWindows.add(step.expected, now);
       const requests = followForwardStep(this.states, step, now, this.store, this.logger);
-      if (requests.length > 0) {
-        this.claim(requests, 0).catch((error: unknown) => this.logger.error({ event: 'claim:failed', err: String(error) }, 'claiming slots after a clock step failed'));
-      }
+      // The window goes to the database first, so that no claim of this worker, and no worker
+      // started later, records the jumped-over slots as missed; the claims wait for it.
+      void this.store
+        .recordClockStep(step.expected, now, this.holder)
+        .catch((error: unknown) =>
+          this.logger.warn({ event: 'clock:step-record-failed', err: String(error) }, 'could not record the clock step window; its slots may be recorded as missed'),
+        )
+        .then(() => {
+          if (requests.length > 0) {
+            this.claim(requests, 0).catch((error: unknown) => this.logger.error({ event: 'claim:failed', err: String(error) }, 'claiming slots after a clock step failed'));
+          }
+        });
     } else {
       reportBackwardStep(this.states, step, this.logger);
     }
