@@ -17,6 +17,47 @@ interface JobState {
   nextSlot: Date | null;
 }
 
+/**
+ * Stores the windows forward steps jumped over in leasehold.clock_steps, in order, until
+ * each is stored. record_missed() drops the slots inside a stored window, so this worker
+ * records missed slots only once every window it saw is stored (see `flush`).
+ */
+export class StepRecorder {
+  private readonly pending: Array<{ from: Date; to: Date }> = [];
+  private flushing: Promise<boolean> = Promise.resolve(true);
+
+  constructor(
+    private readonly store: SchedulerStore,
+    private readonly holder: string,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Queues the window (from, to] and starts storing it. */
+  add(from: Date, to: Date): Promise<boolean> {
+    this.pending.push({ from, to });
+    // a database that stays away for a long time: the oldest windows are given up
+    if (this.pending.length > 100) this.pending.shift();
+    return this.flush();
+  }
+
+  /** Stores the windows not stored yet; true when none is left. Never rejects. */
+  flush(): Promise<boolean> {
+    this.flushing = this.flushing.then(async () => {
+      for (let window = this.pending[0]; window; window = this.pending[0]) {
+        try {
+          await this.store.recordClockStep(window.from, window.to, this.holder);
+          this.pending.shift();
+        } catch (error) {
+          this.logger.warn({ event: 'clock:step-record-failed', err: String(error) }, 'could not store a clock step window yet; missed slots wait for it');
+          return false;
+        }
+      }
+      return true;
+    });
+    return this.flushing;
+  }
+}
+
 const MAX_COUNTED = 1_000_000;
 
 /** The slots in (after, until]: how many there are (counted up to a bound) and the last `keep`. */
