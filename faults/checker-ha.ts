@@ -132,7 +132,8 @@ export function checkFailoverAndClock(input: CheckInput, violate: (property: HaP
           counts.catchUpSlotsMissed++;
           continue;
         }
-        // a recorder that was not running at the step could not have seen it (a known issue)
+        // told apart for the report: a recorder started after the step reads the window from
+        // leasehold.clock_steps (a violation either way)
         const spawnedAt = spawned.get(m.recordedBy);
         const kind = spawnedAt !== undefined && spawnedAt > s.t0 ? 'missed-inside-step-after-start' : 'missed-inside-step';
         violate('h', kind, `${m.job}: slot ${new Date(m.slot).toISOString()} recorded as missed (${m.reason}) by ${m.recordedBy}, inside the +${delta / 1000} s clock step`);

@@ -141,10 +141,6 @@ export const KNOWN_LIBRARY_ISSUES: Record<string, string> = {
   // holder released between the two statements of claim_slots); see CONTRIBUTING.md.
   'skipped-slot-ran':
     'a skip was recorded for a slot that a concurrent claim ran (the previous holder released between the two statements of claim_slots)',
-  // Found by the replicated tier: the step windows live in the memory of the workers that saw
-  // the step, so a worker started after it takes the jumped-over slots for downtime.
-  'missed-inside-step-after-start':
-    'a worker started after a forward database clock step recorded the slots the step jumped over as missed (its start-up catch-up cannot tell the step from downtime)',
 };
 
 /** How long the library's pools keep an idle connection (idleTimeoutMillis in src/db/connection.ts). */

@@ -56,6 +56,18 @@ create table leasehold.missed (
   primary key (job, slot)
 );
 
+-- Windows (from_time, to_time] of database time that a forward step of the database clock
+-- jumped over, as the workers that noticed it measured them. Slots inside never existed in
+-- real time: record_missed() does not record them, whichever worker (started before or after
+-- the step) asks. Kept as long as the history (prune_history) and at most 1,000 windows.
+create table leasehold.clock_steps (
+  id          bigint generated always as identity primary key,
+  from_time   timestamptz not null,
+  to_time     timestamptz not null check (to_time > from_time),
+  recorded_by text not null,
+  recorded_at timestamptz not null default now()
+);
+
 -- Slots waiting for the running one to finish (overlap policies buffer-one and buffer-all).
 create table leasehold.buffered (
   job         text not null,
@@ -359,8 +371,36 @@ language sql volatile as $$
   select count(*)::integer from inserted;
 $$;
 
+-- record_clock_step: a forward step of the database clock jumped from p_from to p_to (database
+-- times, as the caller measured them). Overlapping windows merge into one, so a fleet of
+-- workers noticing the same step stores one window. Returns true if a new window was stored.
+create function leasehold.record_clock_step(p_from timestamptz, p_to timestamptz, p_holder text)
+returns boolean
+language plpgsql volatile as $$
+begin
+  if p_from is null or p_to is null or not isfinite(p_from) or not isfinite(p_to) or p_to <= p_from then
+    raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to
+      using errcode = '22023';
+  end if;
+  perform leasehold.check_holder(p_holder);
+  -- one writer at a time, so that concurrent reports of the same step merge instead of racing
+  perform pg_advisory_xact_lock(7308604897068083571);
+  update leasehold.clock_steps
+     set from_time = least(from_time, p_from), to_time = greatest(to_time, p_to)
+   where from_time <= p_to and p_from <= to_time;
+  if found then
+    return false;
+  end if;
+  insert into leasehold.clock_steps (from_time, to_time, recorded_by) values (p_from, p_to, p_holder);
+  -- bounded: the oldest windows go (their slots are long recorded or pruned)
+  delete from leasehold.clock_steps
+   where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
+  return true;
+end $$;
+
 -- record_missed: slots no worker ran (downtime beyond the catch-up policy), once each.
--- Slots that were skipped (a skip row exists) or ran are not missed.
+-- Slots that were skipped (a skip row exists) or ran are not missed, nor are slots inside a
+-- window a forward database clock step jumped over (they never existed).
 create function leasehold.record_missed(p_job text, p_slots timestamptz[], p_reason text, p_holder text)
 returns integer
 language sql volatile as $$
@@ -369,6 +409,7 @@ language sql volatile as $$
     select p_job, s, p_reason, p_holder from unnest(p_slots) as s
      where not exists (select 1 from leasehold.skips k where k.job = p_job and k.slot = s)
        and not exists (select 1 from leasehold.runs r where r.job = p_job and r.slot = s)
+       and not exists (select 1 from leasehold.clock_steps w where s > w.from_time and s <= w.to_time)
     on conflict do nothing
     returning 1
   )
@@ -391,6 +432,8 @@ begin
   delete from leasehold.skips where recorded_at < now() - p_keep;
   get diagnostics c = row_count; n := n + c;
   delete from leasehold.missed where recorded_at < now() - p_keep;
+  get diagnostics c = row_count; n := n + c;
+  delete from leasehold.clock_steps where recorded_at < now() - p_keep;
   get diagnostics c = row_count; n := n + c;
   return n;
 end $$;

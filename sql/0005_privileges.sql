@@ -26,7 +26,7 @@ insert into leasehold.access (object, level) values
   ('check_name', 'reader'), ('check_ttl', 'reader'), ('check_holder', 'reader'),
   ('lease_status', 'reader'), ('job_status', 'reader'), ('run_history', 'reader'),
   -- history tables (no tokens) that the timeline of `leasehold runs` and the dashboard read
-  ('runs', 'reader'), ('skips', 'reader'), ('missed', 'reader'),
+  ('runs', 'reader'), ('skips', 'reader'), ('missed', 'reader'), ('clock_steps', 'reader'),
   -- job definitions (schedules, no secrets), for the dashboard's paging and next-run times
   ('jobs', 'reader'), ('check_characters', 'reader'),
   -- lease_status calls incarnation(); a view's function calls are checked against its reader
@@ -36,6 +36,7 @@ insert into leasehold.access (object, level) values
   ('claim_slots', 'client'), ('finish_run', 'client'), ('finish_runs', 'client'),
   ('enqueue_slots', 'client'), ('record_missed', 'client'), ('register_external_job', 'client'),
   ('start_run', 'client'), ('record_skip', 'client'), ('finish_held_run', 'client'),
+  ('record_clock_step', 'client'),
   ('force_release', 'operator'), ('prune_history', 'operator'),
   -- internal steps of the protocol functions, never called directly
   ('next_fence', 'owner'), ('is_free', 'owner'), ('confirm', 'owner'), ('pin_synchronous_commit', 'owner'),

@@ -112,6 +112,11 @@ export class SchedulerStore {
     return rows[0]?.n ?? 0;
   }
 
+  /** Stores the window a forward database clock step jumped over (merged with overlapping ones). */
+  async recordClockStep(from: Date, to: Date, holder: string): Promise<void> {
+    await this.query('select leasehold.record_clock_step($1, $2, $3)', [from, to, holder]);
+  }
+
   async prune(keepMs: number): Promise<number> {
     const { rows } = await this.query<{ n: string }>('select leasehold.prune_history($1::interval)::text as n', [`${keepMs} milliseconds`]);
     return Number(rows[0]?.n ?? 0);

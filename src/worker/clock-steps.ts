@@ -1,7 +1,8 @@
 // What the worker does when the database clock steps (the database's time is the authority).
 //
-// Forward: the slots the step jumped over never existed in real time. None of them is
-// recorded as missed; which of them run is the job's catch-up policy, as after downtime
+// Forward: the slots the step jumped over never existed in real time. The worker stores the
+// window in leasehold.clock_steps, and record_missed() records none of them as missed (for
+// workers started later too); which of them run is the job's catch-up policy, as after downtime
 // ('none': none, 'latest': the latest if within the starting deadline, { all: n }: the last n).
 // Backward: the slots ahead are further away now; the worker sleeps until they are due on the
 // database's new time (a claim fired early is refused as not due and re-armed, never dropped).
@@ -16,25 +17,44 @@ interface JobState {
   nextSlot: Date | null;
 }
 
-/** Database-time intervals (from, until] that a forward step jumped over. */
-export class StepWindows {
-  private readonly windows: Array<{ from: number; until: number }> = [];
+/**
+ * Stores the windows forward steps jumped over in leasehold.clock_steps, in order, until
+ * each is stored. record_missed() drops the slots inside a stored window, so this worker
+ * records missed slots only once every window it saw is stored (see `flush`).
+ */
+export class StepRecorder {
+  private readonly pending: Array<{ from: Date; to: Date }> = [];
+  private flushing: Promise<boolean> = Promise.resolve(true);
 
-  add(from: Date, until: Date): void {
-    this.windows.push({ from: from.getTime(), until: until.getTime() });
-    // a long-lived worker keeps only the recent ones; older slots are long recorded or pruned
-    if (this.windows.length > 100) this.windows.shift();
+  constructor(
+    private readonly store: SchedulerStore,
+    private readonly holder: string,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Queues the window (from, to] and starts storing it. */
+  add(from: Date, to: Date): Promise<boolean> {
+    this.pending.push({ from, to });
+    // a database that stays away for a long time: the oldest windows are given up
+    if (this.pending.length > 100) this.pending.shift();
+    return this.flush();
   }
 
-  contains(slot: Date): boolean {
-    const t = slot.getTime();
-    return this.windows.some((w) => t > w.from && t <= w.until);
-  }
-
-  /** The slots outside every window, and how many were inside. */
-  split(slots: readonly Date[]): { outside: Date[]; inside: number } {
-    const outside = slots.filter((slot) => !this.contains(slot));
-    return { outside, inside: slots.length - outside.length };
+  /** Stores the windows not stored yet; true when none is left. Never rejects. */
+  flush(): Promise<boolean> {
+    this.flushing = this.flushing.then(async () => {
+      for (let window = this.pending[0]; window; window = this.pending[0]) {
+        try {
+          await this.store.recordClockStep(window.from, window.to, this.holder);
+          this.pending.shift();
+        } catch (error) {
+          this.logger.warn({ event: 'clock:step-record-failed', err: String(error) }, 'could not store a clock step window yet; missed slots wait for it');
+          return false;
+        }
+      }
+      return true;
+    });
+    return this.flushing;
   }
 }
 

@@ -14,7 +14,7 @@ import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { SchedulerStore, type ClaimRequest, type ClaimRow } from './claims.js';
-import { followForwardStep, reportBackwardStep, StepWindows } from './clock-steps.js';
+import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-steps.js';
 import { executeRun, type RunReport } from './execute-run.js';
 import { FinishQueue } from './finish-queue.js';
 import { defineJob, type JobDefinition, type JobOptions } from './job.js';
@@ -76,6 +76,7 @@ export class Worker {
     private readonly settings: { graceMs: number; retentionMs: number; clockSyncMs: number },
   ) {
     this.holder = leasehold.holder;
+    this.steps = new StepRecorder(store, this.holder, logger);
     this.finisher = new FinishQueue(store);
     this.states = jobs.map((job) => ({ job, nextSlot: null, running: 0 }));
   }
@@ -380,15 +381,15 @@ export class Worker {
   }
 
   /** Slots between the previous claim and this one that neither ran nor were skipped. */
+  // Slots inside a stored clock step window are dropped by record_missed() itself; so the
+  // windows this worker saw are stored first (missed slots are not recorded until they are).
   private async recordMissed(job: JobDefinition, previous: Date, claimed: Date): Promise<void> {
-    const { outside: between, inside } = this.stepWindows.split(slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED));
-    if (inside > 0) {
-      this.logger.info(
-        { event: 'slot:missed-step', job: job.name, count: inside },
-        `"${job.name}": ${inside} slot(s) before ${claimed.toISOString()} fell inside a database clock step; not recorded as missed`,
-      );
-    }
+    const between = slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED);
     if (between.length === 0) return;
+    if (!(await this.steps.flush())) {
+      this.logger.warn({ event: 'slot:missed-record-failed', job: job.name }, 'not recording missed slots: a clock step window is not stored yet');
+      return;
+    }
     try {
       const recorded = await this.store.recordMissed(job.name, between, 'no worker claimed it in time (downtime or past its starting deadline)', this.holder);
       if (recorded > 0) {
@@ -401,19 +402,22 @@ export class Worker {
     }
   }
 
-  /** Slot windows that forward steps of the database clock jumped over. */
-  private readonly stepWindows = new StepWindows();
+  /** Windows of forward database clock steps, stored in the database. */
+  private readonly steps: StepRecorder;
 
   /** The database clock stepped: follow it (see clock-steps.ts). */
   private clockStepped(step: ClockStep): void {
     if (this.phase.kind !== 'running') return;
     const now = this.clock.now();
     if (step.deltaMs > 0) {
-      this.stepWindows.add(step.expected, now);
       const requests = followForwardStep(this.states, step, now, this.store, this.logger);
-      if (requests.length > 0) {
-        this.claim(requests, 0).catch((error: unknown) => this.logger.error({ event: 'claim:failed', err: String(error) }, 'claiming slots after a clock step failed'));
-      }
+      // The window goes to the database first, so that neither this worker nor one started
+      // later records the jumped-over slots as missed; the claims wait for it.
+      void this.steps.add(step.expected, now).then(() => {
+        if (requests.length > 0) {
+          this.claim(requests, 0).catch((error: unknown) => this.logger.error({ event: 'claim:failed', err: String(error) }, 'claiming slots after a clock step failed'));
+        }
+      });
     } else {
       reportBackwardStep(this.states, step, this.logger);
     }
