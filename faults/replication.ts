@@ -283,6 +283,7 @@ export class ClusterTemplate {
       await server.start();
       await prepare(server.url());
       const client = new pg.Client({ connectionString: server.url() });
+      client.on('error', () => undefined);
       await client.connect();
       await client.query(`select pg_create_physical_replication_slot('standby', true)`);
       await client.end();
