@@ -107,6 +107,17 @@ describe('fenced transactions', () => {
     expect(lease.lost).toBe(false);
   });
 
+  it('refuses an unknown transaction option before running anything, naming the closest one', async () => {
+    const a = await client(url);
+    const { lease } = held(await a.acquire('transaction-options', { ttl: '30s' }));
+    let ran = false;
+    const attempt = lease.transaction(async () => void (ran = true), { statementTimout: '1s' } as never);
+    await expect(attempt).rejects.toThrow(/unknown option 'statementTimout' \(did you mean 'statementTimeout'\?\)/);
+    expect(ran).toBe(false);
+    expect(lease.lost).toBe(false);
+    await lease.release();
+  });
+
   it('makes a takeover wait while the holder commits, then lets it in with the next fence', async () => {
     const a = await client(url, { holder: 'committer', liveness: false });
     const b = await client(url, { holder: 'challenger' });

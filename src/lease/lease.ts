@@ -12,7 +12,9 @@ import { isConnectionError, QueryTimeoutError, timedQuery } from '../db/connecti
 import { InvalidArgumentError, LeaseLostError, type LeaseLostReason } from '../errors.js';
 import type { LeaseInfo } from '../observe/events.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
+import { checkOptionKeys } from '../validate/options.js';
 import { runFencedTransaction } from './fenced-transaction.js';
+import { TRANSACTION_OPTION_KEYS } from './option-keys.js';
 import type { LeaseRuntime } from './runtime.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 
@@ -45,15 +47,9 @@ export interface TransactionOptions {
   statementTimeout?: Duration;
 }
 
-const TRANSACTION_OPTION_KEYS = new Set(['idleTimeout', 'statementTimeout']);
-
 function checkTransactionOptions(options: TransactionOptions): void {
   if (typeof options !== 'object' || options === null) throw new InvalidArgumentError('options', 'transaction(fn, options) takes an options object.');
-  for (const key of Object.keys(options)) {
-    if (!TRANSACTION_OPTION_KEYS.has(key)) {
-      throw new InvalidArgumentError(key, `Unknown transaction option "${key}"; known: ${[...TRANSACTION_OPTION_KEYS].join(', ')}.`);
-    }
-  }
+  checkOptionKeys(options, TRANSACTION_OPTION_KEYS, 'transaction()');
 }
 
 type State = 'held' | 'lost' | 'released';

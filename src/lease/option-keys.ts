@@ -1,6 +1,7 @@
 // The valid keys of the lease client's options objects, for checkOptionKeys().
 import { optionKeys } from '../validate/options.js';
 import type { LeaseholdOptions } from './leasehold.js';
+import type { TransactionOptions } from './lease.js';
 import type { AcquireOptions, RunOptions } from './types.js';
 
 export const LEASEHOLD_OPTION_KEYS = optionKeys<LeaseholdOptions>({
@@ -18,3 +19,5 @@ export const LEASEHOLD_OPTION_KEYS = optionKeys<LeaseholdOptions>({
 export const ACQUIRE_OPTION_KEYS = optionKeys<AcquireOptions>({ ttl: true, slot: true, heartbeat: true, heartbeatInterval: true });
 
 export const RUN_OPTION_KEYS = optionKeys<RunOptions>({ ttl: true, slot: true, heartbeatInterval: true, history: true });
+
+export const TRANSACTION_OPTION_KEYS = optionKeys<TransactionOptions>({ idleTimeout: true, statementTimeout: true });
