@@ -34,7 +34,9 @@ try {
     );
     return rows[0] as { claimed: boolean; reason: string; skip_recorded: boolean; token: string | null; fence: string | null };
   };
-  const t = (s: number) => new Date(Math.floor(Date.now() / 1000) * 1000 - 10_000 + s * 1000).toISOString();
+  // one base for all slots: recomputed per call, a second boundary between calls moved slot 1
+  const base = Math.floor(Date.now() / 1000) * 1000 - 10_000;
+  const t = (s: number) => new Date(base + s * 1000).toISOString();
 
   const a = await claim('worker-a', t(0)); // A runs slot 0 (a long run)
   const b = await claim('worker-b', t(1)); // B's tick for slot 1: held by A -> skip recorded

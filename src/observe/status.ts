@@ -1,6 +1,7 @@
 // Read models for operators: the job table (leasehold.job_status) and a job's history
 // (leasehold.run_history). Shared by the CLI, the dashboard and metrics.
 import type pg from 'pg';
+import type { RunState } from '../worker/run-outcomes.js';
 import { toJobTimeline, type MissedRow, type RunRow, type SkipRow } from './timeline-rows.js';
 
 /** A job whose p95 duration passes this fraction of its interval is creeping toward overlap. */
@@ -215,7 +216,7 @@ export interface TimelineRun {
   startedAt: Date;
   /** null while running. */
   finishedAt: Date | null;
-  outcome: 'running' | 'succeeded' | 'failed' | 'lost' | 'aborted';
+  outcome: RunState;
   error: string | null;
   attempts: number;
 }

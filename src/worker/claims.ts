@@ -3,6 +3,7 @@
 import { timedQuery } from '../db/connection.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import { claimMode, describeCatchUp, type JobDefinition } from './job.js';
+import type { RunOutcome } from './run-outcomes.js';
 
 export interface ClaimRequest {
   job: JobDefinition;
@@ -53,11 +54,16 @@ export class SchedulerStore {
     return new Map(rows.map((r) => [r.name, r.last_slot]));
   }
 
-  /** One statement for any number of jobs. */
+  /** One statement for any number of jobs (leasehold.claim, one leasehold.slot_claim per request). */
   async claim(requests: readonly ClaimRequest[], holder: string, holderKey: string | null): Promise<ClaimRow[]> {
     const modes = requests.map((r) => claimMode(r.job));
+    // The composite array is built on the server from plain arrays: pg has no encoder for
+    // composite values, and a text literal of 10,000 rows would need quoting rules of its own.
     const { rows } = await this.query<ClaimRow & Record<string, unknown>>(
-      'select * from leasehold.claim_slots($1, $2, $3::interval[], $4, $5, $6, $7::bigint)',
+      `select * from leasehold.claim(
+         array(select row(i.job, i.slot, i.ttl, i.mode, i.cap)::leasehold.slot_claim
+                 from unnest($1::text[], $2::timestamptz[], $3::interval[], $4::text[], $5::integer[]) as i(job, slot, ttl, mode, cap)),
+         $6, $7::bigint)`,
       [
         requests.map((r) => r.job.name),
         requests.map((r) => r.slot),
@@ -77,7 +83,7 @@ export class SchedulerStore {
     job: string,
     fence: number,
     token: string | null,
-    outcome: 'succeeded' | 'failed' | 'lost' | 'aborted',
+    outcome: RunOutcome,
     error: string | null,
     attempts: number,
   ): Promise<{ recorded: boolean; released: boolean; nextBufferedSlot: Date | null }> {

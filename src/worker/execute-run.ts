@@ -14,7 +14,9 @@ import type { ClaimRow } from './claims.js';
 import type { FinishQueue } from './finish-queue.js';
 import type { JobContext, JobDefinition } from './job.js';
 
-export type RunOutcome = 'succeeded' | 'failed' | 'lost' | 'aborted';
+import type { RunOutcome } from './run-outcomes.js';
+
+export type { RunOutcome };
 
 export interface RunEnvironment {
   internals: ReturnType<Leasehold['internals']>;
