@@ -1756,7 +1756,7 @@ alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[
 
 insert into leasehold.access (object, level) values
   ('claim', 'client'), ('liveness_locks', 'reader'),
-  ('slot_claim', 'client'), ('run_outcomes', 'owner'), ('release_matching', 'owner');
+  ('slot_claim', 'client'), ('run_outcomes', 'reader'), ('release_matching', 'owner');
 
 insert into leasehold.migrations (version, name, breaking) values (6, '0006_contract', false);
 

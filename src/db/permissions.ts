@@ -27,6 +27,8 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   check_characters: 'reader',
   epoch: 'reader',
   incarnation: 'reader',
+  liveness_locks: 'reader',
+  run_outcomes: 'reader',
 };
 
 /** The PermissionDeniedError for a 42501 error, or undefined for any other error. */
