@@ -176,8 +176,10 @@ create type leasehold.slot_claim as (job text, slot timestamptz, ttl interval, m
 -- A slot is run or recorded skipped, never both. Both decisions are taken under the lease
 -- row's lock, each after the other's lock is gone: a claim locks the row FOR UPDATE (step 1)
 -- and then, with a fresh snapshot, refuses a slot with a recorded skip (step 2); a skip is
--- recorded only under FOR KEY SHARE (which a claim's FOR UPDATE cannot pass) and only while
--- the newest row version still shows the lease held and the slot unclaimed (step 4).
+-- recorded only under FOR SHARE (which a claim's FOR UPDATE cannot pass) and only while the
+-- newest row version still shows the lease held and the slot unclaimed (step 4). FOR SHARE,
+-- not FOR KEY SHARE: a key-share lock passes the holder's release (a non-key update) and then
+-- waits on the newer version's claimer, SKIP LOCKED or not, and would lock the old version.
 -- Nothing here depends on the caller's transaction: claimed rows are told apart by name, not
 -- by xmin, so the function works in a savepoint or after other writes.
 create function leasehold.claim(
@@ -240,7 +242,7 @@ begin
          for update of l skip locked
     ) x;
 
-  -- 2. A skip recorded by a peer that held the row (FOR KEY SHARE) until step 1 got its lock
+  -- 2. A skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock
   --    committed before it: this statement's snapshot sees it, the lock of step 1 did not.
   select coalesce(array_agg(k.name), '{}'), coalesce(array_agg(k.claim_slot), '{}') into v_names, v_slots
     from unnest(v_names, v_slots) k(name, claim_slot)
@@ -335,7 +337,7 @@ begin
      where p.why = 'held'
        and (l.last_slot is null or p.slot > l.last_slot)
        and not leasehold.is_free(l)
-       for key share of l skip locked
+       for share of l skip locked
   ),
   skipped as (
     insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)

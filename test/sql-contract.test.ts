@@ -1,0 +1,214 @@
+// The SQL contract's single-sourced rules (sql/0006_contract.sql): the outcome list, claim()
+// in any transaction context, a slot either run or recorded skipped (also in the narrow race
+// where a peer's claim is in flight), and custom plans for the batch functions.
+import { beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { RUN_OUTCOMES } from '../src/worker/run-outcomes.js';
+import { client, connections, freshDatabase, waitFor } from './support/db.js';
+
+let url: string;
+let conns: pg.Client[];
+
+beforeAll(async () => {
+  url = await freshDatabase();
+  await (await client(url, { liveness: false })).close(); // installs the schema
+  conns = await connections(url, 4);
+});
+
+type ClaimRow = { job: string; slot: Date; claimed: boolean; reason: string; token: string | null; fence: string | null; skip_recorded: boolean };
+
+/** claim() of one slot per job, exclusive (overlap 'skip'). */
+const claim = async (c: pg.Client, jobs: string[], slot: Date, holder: string) =>
+  (
+    await c.query<ClaimRow>(
+      `select job, slot, claimed, reason, token, fence, skip_recorded from leasehold.claim(
+         array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3)
+        order by job, claimed desc`,
+      [jobs, slot, holder],
+    )
+  ).rows;
+
+const register = (c: pg.Client, jobs: string[]) =>
+  c.query(`select leasehold.register_jobs($1, array_fill('* * * * *'::text, array[$2::int]), array_fill(null::text, array[$2::int]),
+             array_fill(60000::bigint, array[$2::int]), array_fill(30000::bigint, array[$2::int]), array_fill('skip'::text, array[$2::int]),
+             array_fill('none'::text, array[$2::int]), 'test')`, [jobs, jobs.length]);
+
+const finish = (c: pg.Client, row: ClaimRow) =>
+  c.query(`select * from leasehold.finish_run($1, $2, $3, 'succeeded')`, [row.job, row.fence, row.token]);
+
+/** Slots in the past, one second apart, the same for every call of a test. */
+const slots = () => {
+  const base = Math.floor(Date.now() / 1000) * 1000 - 30_000;
+  return (n: number) => new Date(base + n * 1000);
+};
+
+const history = async (c: pg.Client, job: string) => ({
+  runs: (await c.query<{ slot: Date }>('select slot from leasehold.runs where job = $1 order by slot', [job])).rows.map((r) => r.slot.getTime()),
+  skips: (await c.query<{ slot: Date }>('select slot from leasehold.skips where job = $1 order by slot', [job])).rows.map((r) => r.slot.getTime()),
+});
+
+describe('run outcomes', () => {
+  it('are one list: the database\'s run_outcomes() is RUN_OUTCOMES, the runs table and the finish functions use it', async () => {
+    const [c] = conns as [pg.Client];
+    const { rows } = await c.query<{ list: string[] }>('select leasehold.run_outcomes() as list');
+    expect(rows[0]!.list).toEqual([...RUN_OUTCOMES]);
+    await expect(c.query(`insert into leasehold.runs (job, slot, fence, holder, outcome) values ('x', now(), 1, 'h', 'exploded')`)).rejects.toMatchObject({
+      code: '23514',
+    });
+    for (const bad of ['running', 'exploded']) {
+      await expect(c.query(`select * from leasehold.finish_run('x', 1, null, $1)`, [bad])).rejects.toMatchObject({
+        code: '22023',
+        message: `outcome must be one of ${RUN_OUTCOMES.filter((o) => o !== 'running').join(', ')} (got ${bad})`,
+      });
+    }
+  });
+});
+
+describe('claim()', () => {
+  it('works inside a savepoint after other writes: each job is reported once, claimed', async () => {
+    const [c] = conns as [pg.Client];
+    const t = slots();
+    await register(c, ['sp-a', 'sp-b']);
+    await c.query('begin');
+    try {
+      await c.query(`select leasehold.acquire('sp-other', '30 seconds', 'h')`); // this transaction has written already
+      await c.query('savepoint s');
+      const rows = await claim(c, ['sp-a', 'sp-b'], t(1), 'w');
+      expect(rows.map((r) => [r.job, r.claimed, r.reason])).toEqual([
+        ['sp-a', true, 'claimed'],
+        ['sp-b', true, 'claimed'],
+      ]);
+      await c.query('release savepoint s');
+    } finally {
+      await c.query('commit');
+    }
+  });
+
+  it('never runs a slot recorded as skipped: a later claim of it (late tick, retry, catch-up) is refused', async () => {
+    // faults/repro/skipped-slot-runs.ts, the bug the fault suite found
+    const [c] = conns as [pg.Client];
+    const t = slots();
+    await register(c, ['report']);
+    const [a] = await claim(c, ['report'], t(0), 'worker-a');
+    const [b] = await claim(c, ['report'], t(1), 'worker-b');
+    expect([a!.claimed, b!.claimed, b!.reason, b!.skip_recorded]).toEqual([true, false, 'held', true]);
+    await finish(c, a!);
+    const [late] = await claim(c, ['report'], t(1), 'worker-c');
+    expect([late!.claimed, late!.reason]).toEqual([false, 'slot-skipped']);
+    expect(await history(c, 'report')).toEqual({ runs: [t(0).getTime()], skips: [t(1).getTime()] });
+  });
+
+  it('a skip in flight keeps a claim of the same slot out: the holder\'s release waits for it, the claim after sees it', async () => {
+    const [a, b, cc] = conns as [pg.Client, pg.Client, pg.Client];
+    const t = slots();
+    await register(a, ['race-1']);
+    const [held] = await claim(a, ['race-1'], t(0), 'worker-a');
+    const holderPid = (await a.query<{ pid: number }>('select pg_backend_pid() as pid')).rows[0]!.pid;
+    let releasing: Promise<unknown> | undefined;
+    await b.query('begin');
+    try {
+      const [skip] = await claim(b, ['race-1'], t(1), 'worker-b'); // B records the skip, not yet committed
+      expect([skip!.reason, skip!.skip_recorded]).toEqual(['held', true]);
+      releasing = finish(a, held!); // the holder's release waits for B's decision (its row lock)
+      await waitFor(async () => {
+        const { rows } = await cc.query<{ waiting: boolean }>(`select wait_event_type = 'Lock' as waiting from pg_stat_activity where pid = $1`, [holderPid]);
+        return rows[0]?.waiting;
+      });
+    } finally {
+      await b.query('commit');
+    }
+    await releasing;
+    const [after] = await claim(cc, ['race-1'], t(1), 'worker-c'); // a late claim of slot 1, after the release
+    expect([after!.claimed, after!.reason]).toEqual([false, 'slot-skipped']);
+    expect(await history(a, 'race-1')).toEqual({ runs: [t(0).getTime()], skips: [t(1).getTime()] });
+  });
+
+  it('a claim in flight keeps a skip of the same slot out, even for a peer that still saw the lease held', async () => {
+    const [a, b, cc] = conns as [pg.Client, pg.Client, pg.Client];
+    const t = slots();
+    await register(a, ['race-2']);
+    const [held] = await claim(a, ['race-2'], t(0), 'worker-a');
+    // B's view of the database is taken now, while A holds the lease: REPEATABLE READ stands for
+    // a statement whose snapshot came before the holder's release committed
+    await b.query('begin isolation level repeatable read');
+    try {
+      await b.query('select 1 from leasehold.schema_version()');
+      await finish(a, held!);
+      await cc.query('begin');
+      try {
+        const [run] = await claim(cc, ['race-2'], t(1), 'worker-c'); // C claims slot 1, not yet committed
+        expect(run!.claimed).toBe(true);
+        // B decides 'held' from its view, but records no skip: under READ COMMITTED the newest
+        // version is locked by C (SKIP LOCKED: 'holder-committing'); under this REPEATABLE READ
+        // stand-in the lock finds the row changed since the snapshot (serialization failure)
+        const seen = await claim(b, ['race-2'], t(1), 'worker-b').then(
+          ([row]) => `${row!.reason} skip_recorded=${row!.skip_recorded}`,
+          (error: { code?: string }) => error.code,
+        );
+        expect(['holder-committing skip_recorded=false', '40001']).toContain(seen);
+      } finally {
+        await cc.query('commit');
+      }
+    } finally {
+      await b.query('rollback');
+    }
+    expect(await history(a, 'race-2')).toEqual({ runs: [t(0).getTime(), t(1).getTime()], skips: [] });
+  });
+});
+
+describe('the batch functions', () => {
+  const BATCH = ['claim', 'finish_runs', 'register_jobs'];
+
+  it('plan each call for its own arrays (plan_cache_mode = force_custom_plan), next to the pinned search_path', async () => {
+    const [c] = conns as [pg.Client];
+    const { rows } = await c.query<{ proname: string; proconfig: string[] }>(
+      `select proname, proconfig from pg_proc where pronamespace = 'leasehold'::regnamespace and proname = any ($1) order by proname`,
+      [BATCH],
+    );
+    expect(rows.map((r) => r.proname)).toEqual([...BATCH].sort());
+    for (const row of rows) {
+      expect(row.proconfig, row.proname).toContain('plan_cache_mode=force_custom_plan');
+      expect(row.proconfig, row.proname).toContain('search_path=pg_catalog, leasehold, pg_temp');
+    }
+  });
+
+  it('keep custom plans after the fifth call on a connection (auto_explain shows the arrays as constants), generic without the setting', async () => {
+    const [, , , d] = conns as [pg.Client, pg.Client, pg.Client, pg.Client];
+    try {
+      await d.query(`load 'auto_explain'`);
+    } catch {
+      // an embedded server without contrib modules: the proconfig test above still holds
+      return;
+    }
+    const plans: string[] = [];
+    d.on('notice', (notice: { message?: string }) => {
+      if (notice.message?.includes('update leasehold.runs')) plans.push(notice.message);
+    });
+    // the session asks for generic plans outright; the function's own setting must win
+    await d.query(`set auto_explain.log_min_duration = 0; set auto_explain.log_nested_statements = on; set auto_explain.log_verbose = on;
+                   set plan_cache_mode = force_generic_plan; set client_min_messages = log`);
+    const finishSeven = async () => {
+      plans.length = 0;
+      for (let i = 0; i < 7; i++) {
+        await d.query(`select * from leasehold.finish_runs(array['plan-a', 'plan-b'], array[1, 2]::bigint[], array[null, null]::uuid[],
+                         array['succeeded', 'failed'], array[null, 'x'], array[1, 1])`);
+      }
+      return plans.slice();
+    };
+    const custom = await finishSeven();
+    expect(custom).toHaveLength(7);
+    for (const plan of custom) expect(plan).toMatch(/Function Call: unnest\('\{plan-a,plan-b\}'::text\[\]\)/);
+    // without the function's setting the session's applies: generic plans, parameters unbound
+    const signature = 'leasehold.finish_runs(text[], bigint[], uuid[], text[], text[], integer[])';
+    await conns[0]!.query(`alter function ${signature} reset plan_cache_mode`);
+    try {
+      await d.query('discard plans');
+      const generic = await finishSeven();
+      expect(generic).toHaveLength(7);
+      for (const plan of generic) expect(plan).toMatch(/Function Call: unnest\(\$1\), unnest\(\$2\)/);
+    } finally {
+      await conns[0]!.query(`alter function ${signature} set plan_cache_mode = force_custom_plan`);
+      await d.query('set client_min_messages = notice; reset plan_cache_mode');
+    }
+  });
+});
