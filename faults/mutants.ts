@@ -26,9 +26,9 @@ interface Edit {
 
 export const MUTANT_DESCRIPTIONS: Record<MutantName, string> = {
   'unfenced-write': "the worker's final write runs in a plain transaction, outside ctx.transaction (no assert_lease)",
-  'release-no-token-check': 'leasehold.release and the release in leasehold.finish_runs free the lease whatever token they are given',
-  'acquire-ignores-expiry': 'leasehold.acquire and leasehold.claim_slots never treat an expired lease as free',
-  'slot-guard-off': 'leasehold.claim_slots claims a slot even when it is not after the last claimed one',
+  'release-no-token-check': 'leasehold.release_matching (the release of release, finish_run and finish_runs) frees the lease whatever token it is given',
+  'acquire-ignores-expiry': 'leasehold.is_free (the rule of acquire and claim) never treats an expired lease as free',
+  'slot-guard-off': 'leasehold.claim claims a slot even when it is not after the last claimed one',
 };
 
 export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = {
@@ -37,22 +37,16 @@ export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = 
   'liveness-any-incarnation': 'leasehold.is_free asks for the liveness lock on any server incarnation',
 };
 
-/** leasehold.is_free without its two expiry rules. */
-const FREE_IGNORING_EXPIRY =
-  '(l.token is null or (l.holder_incarnation is not distinct from leasehold.incarnation() and leasehold.holder_gone(l.holder_key)))';
-
 const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'unfenced-write': [],
-  'release-no-token-check': [
-    { fn: 'release', pattern: /where l\.name = p_name and l\.token = p_token/, replacement: 'where l.name = p_name' },
-    // the scheduler's batched finish releases in its own statement
-    { fn: 'finish_runs', pattern: /where i\.token is not null and l\.name = i\.job and l\.token = i\.token/, replacement: 'where i.token is not null and l.name = i.job' },
-  ],
-  // The claim paths only: the skip reports keep the real rule, so a slot the mutant leaves
-  // unclaimed behind an expired holder is lost rather than reported as a skip.
+  // Each guard lives in one function (sql/0006_contract.sql), so each mutant edits one.
+  'release-no-token-check': [{ fn: 'release_matching', pattern: /where l\.name = i\.name and l\.token = i\.token/, replacement: 'where l.name = i.name' }],
+  // Both expiry rules go: only a released lease or a gone liveness lock frees it. The skip
+  // reports use the same rule, so a stalled holder's slots are recorded as skips naming a
+  // holder whose lease had expired.
   'acquire-ignores-expiry': [
-    { fn: 'acquire', pattern: /and leasehold\.is_free\(l\)\n/, replacement: `and ${FREE_IGNORING_EXPIRY}\n` },
-    { fn: 'claim_slots', pattern: /or leasehold\.is_free\(l\)\)/, replacement: `or ${FREE_IGNORING_EXPIRY})` },
+    { fn: 'is_free', pattern: /\n\s+when l\.epoch is not distinct from leasehold\.epoch\(\) and l\.expires_at <= now\(\) then true/, replacement: '' },
+    { fn: 'is_free', pattern: /\n\s+when l\.epoch is distinct from leasehold\.epoch\(\)\n\s+and l\.expires_at \+ coalesce\(l\.ttl, interval '0'\) <= now\(\) then true/, replacement: '' },
   ],
   'fence-without-epoch': [
     { fn: 'next_fence', pattern: /greatest\(coalesce\(p_old, 0\) \+ 1, \(leasehold\.epoch\(\) - 1\)::bigint << 40\)/, replacement: 'coalesce(p_old, 0) + 1' },
@@ -63,7 +57,7 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'liveness-any-incarnation': [
     { fn: 'is_free', pattern: /when l\.holder_incarnation is not distinct from leasehold\.incarnation\(\) then/, replacement: 'when true then' },
   ],
-  'slot-guard-off': [{ fn: 'claim_slots', pattern: /\s+and \(l\.last_slot is null or w\.claim_slot > l\.last_slot\)/, replacement: '' }],
+  'slot-guard-off': [{ fn: 'claim', pattern: /\s+and \(l\.last_slot is null or w\.claim_slot > l\.last_slot\)/, replacement: '' }],
 };
 
 /** Installs `mutant` into the database `client` is connected to. Throws if a guard was not found. */

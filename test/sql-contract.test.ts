@@ -85,7 +85,7 @@ describe('claim()', () => {
   });
 
   it('never runs a slot recorded as skipped: a later claim of it (late tick, retry, catch-up) is refused', async () => {
-    // faults/repro/skipped-slot-runs.ts, the bug the fault suite found
+    // the bug the fault suite found (skipped-slot-ran; its reproduction lived in faults/repro/)
     const [c] = conns as [pg.Client];
     const t = slots();
     await register(c, ['report']);
