@@ -1,12 +1,11 @@
-// docs/sql-api.md is the contract of the SQL functions: this file checks it against the
-// database, so that the page and sql/0001_leases.sql cannot drift apart unnoticed.
+// docs/sql-api.md is the contract of the SQL functions and views of every migration: this file
+// checks it against the database, so that the page and sql/*.sql cannot drift apart unnoticed.
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { client, freshDatabase, rawPool } from './support/db.js';
 
 const doc = readFileSync(fileURLToPath(new URL('../docs/sql-api.md', import.meta.url)), 'utf8');
-const migration = readFileSync(fileURLToPath(new URL('../sql/0001_leases.sql', import.meta.url)), 'utf8');
 
 let url: string;
 
@@ -20,13 +19,14 @@ const normalize = (text: string) =>
   text
     .replace(/timestamp with time zone/g, 'timestamptz')
     .replace(/ DEFAULT NULL::\w+/g, ' = null')
+    .replace(/ DEFAULT (\w+)/g, ' = $1')
     .replace(/\bp_/g, '')
     .trim();
 
 /** The page's sections for functions and views: heading text and body up to the next heading. */
 function sections(): Array<{ name: string; args: string | undefined; returns: string | undefined; body: string }> {
   const found: Array<{ name: string; args: string | undefined; returns: string | undefined; body: string }> = [];
-  const heading = /^### `leasehold\.(\w+)(?:\(([^)]*)\))?(?: → ([\w.]+))?`$/gm;
+  const heading = /^### `leasehold\.(\w+)(?:\(([^)]*)\))?(?: → ([\w.[\]]+))?`$/gm;
   for (const match of doc.matchAll(heading)) {
     const start = (match.index ?? 0) + match[0].length;
     const rest = doc.slice(start);
@@ -39,16 +39,40 @@ function sections(): Array<{ name: string; args: string | undefined; returns: st
 /** Rows `| \`column\` | type | ...` of the first column table in a section. */
 const columnsOf = (body: string) => [...body.matchAll(/^\| `(\w+)` \| ([a-z][a-z ]*) \|/gm)].map((m) => `${m[1]} ${m[2]}`);
 
+const VIEWS = ['lease_status', 'job_status', 'run_history'];
+
+/** The level table of "The contract": `| \`a\`, \`b\` | \`level\` ... |` rows, as "name level". */
+const levels = () =>
+  [...doc.matchAll(/^\| ((?:`\w+`(?:, )?)+) \| `(reader|client|operator)`/gm)].flatMap((m) => [...m[1]!.matchAll(/`(\w+)`/g)].map((n) => `${n[1]} ${m[2]}`));
+
 describe('docs/sql-api.md against the database', () => {
-  it('documents every function of sql/0001_leases.sql except the private check_* helpers', () => {
-    const created = [...migration.matchAll(/^create function leasehold\.(\w+)/gm)].map((m) => m[1]!).filter((n) => !n.startsWith('check_'));
-    const documented = sections().map((s) => s.name);
-    expect(new Set(documented)).toEqual(new Set([...created, 'lease_status']));
+  it('gives every object a non-owner level can use its level, exactly as leasehold.access does', async () => {
+    const { rows } = await rawPool(url, 1).query<{ entry: string }>(`select object || ' ' || level as entry from leasehold.access where level <> 'owner'`);
+    expect(levels().sort()).toEqual(rows.map((r) => r.entry).sort());
+  });
+
+  it('has a section for every function and view a non-owner level can use (the check_* helpers are private), and none for anything else', async () => {
+    const { rows } = await rawPool(url, 1).query<{ name: string; kind: string }>(
+      `select a.object as name, case when p.oid is not null then 'function' else 'view' end as kind
+         from leasehold.access a
+         left join pg_proc p on p.proname = a.object and p.pronamespace = 'leasehold'::regnamespace
+         left join pg_class c on c.relname = a.object and c.relnamespace = 'leasehold'::regnamespace
+        where a.level <> 'owner' and a.object not like 'check\\_%' and (p.oid is not null or c.relkind = 'v')`,
+    );
+    const documented = new Set(sections().map((s) => s.name));
+    for (const row of rows) expect(documented.has(row.name), `a section for ${row.kind} leasehold.${row.name}`).toBe(true);
+    const { rows: all } = await rawPool(url, 1).query<{ name: string }>(
+      `select proname as name from pg_proc where pronamespace = 'leasehold'::regnamespace
+       union select relname from pg_class where relnamespace = 'leasehold'::regnamespace and relkind = 'v'`,
+    );
+    const existing = new Set(all.map((r) => r.name));
+    for (const name of documented) expect(existing.has(name), `leasehold.${name} exists`).toBe(true);
+    expect(VIEWS.every((v) => documented.has(v))).toBe(true);
   });
 
   it('gives each function its real arguments, and each returned column its real name, type and place', async () => {
     const pool = rawPool(url, 1);
-    for (const section of sections().filter((s) => s.name !== 'lease_status')) {
+    for (const section of sections().filter((s) => !VIEWS.includes(s.name))) {
       const { rows } = await pool.query<{ args: string; result: string }>(
         `select pg_get_function_arguments(p.oid) as args, pg_get_function_result(p.oid) as result
            from pg_proc p join pg_namespace n on n.oid = p.pronamespace
@@ -67,13 +91,16 @@ describe('docs/sql-api.md against the database', () => {
     }
   });
 
-  it('lists the columns of leasehold.lease_status in order, with their types', async () => {
-    const { rows } = await rawPool(url, 1).query<{ column: string }>(
-      `select column_name || ' ' || data_type as column from information_schema.columns
-        where table_schema = 'leasehold' and table_name = 'lease_status' order by ordinal_position`,
-    );
-    const view = sections().find((s) => s.name === 'lease_status')!;
-    expect(columnsOf(view.body)).toEqual(rows.map((r) => normalize(r.column)));
+  it('lists the columns of each view in order, with their types', async () => {
+    for (const name of VIEWS) {
+      const { rows } = await rawPool(url, 1).query<{ column: string }>(
+        `select column_name || ' ' || data_type as column from information_schema.columns
+          where table_schema = 'leasehold' and table_name = $1 order by ordinal_position`,
+        [name],
+      );
+      const view = sections().find((s) => s.name === name)!;
+      expect(columnsOf(view.body), `columns of leasehold.${name}`).toEqual(rows.map((r) => normalize(r.column)));
+    }
   });
 
   it('raises the documented SQLSTATEs with the documented messages', async () => {
