@@ -168,6 +168,17 @@ describe('fault checker on synthetic histories', () => {
     expect(kinds(input(db, history))).toContain('skip-holder-not-running');
   });
 
+  it('(d) flags a skip that names a holder stopped for longer than its TTL (its lease had expired), not one within it', () => {
+    const { db, history } = healthy(12);
+    (db.runs.find((r) => r.fence === 5) as DbSnapshot['runs'][number]).finishedAt = S + 11_000; // w1's run of S+4s, stopped
+    const pause: FaultRecord = { id: 1, kind: 'pause', target: 'w1', t0: mono(S + 4_100), t1: mono(S + 11_000), params: {}, targetHeld: true };
+    const skip = (at: number) => ({ job: 'j', slot: at - 3, holder: 'w1', holderFence: 5, holderSlot: S + 4_000, heldForMs: 10, recordedBy: 'w1', recordedAt: at });
+    db.skips.push(skip(S + 6_003));
+    expect(kinds(input(db, history, [pause]))).not.toContain('skip-holder-expired');
+    db.skips.push(skip(S + 10_003));
+    expect(kinds(input(db, history, [pause])).filter((k) => k === 'skip-holder-expired')).toHaveLength(1);
+  });
+
   it('(e) flags a release made by a transaction that did not end that run', () => {
     const { db, history } = healthy(12);
     (db.releases.find((r) => r.fence === 7) as DbSnapshot['releases'][number]).txid = 't6';
