@@ -194,7 +194,8 @@ export class Worker {
   /** job, fence and token of runs whose handler has not settled (maintained by launch()). */
   private readonly pendingRuns = new Map<string, { job: string; fence: number; token: string | null }>();
 
-  private get stopping(): boolean {
+  /** True from stop() (or SIGTERM/SIGINT) on: the worker claims nothing more (readiness probes fail). */
+  get stopping(): boolean {
     return this.phase.kind !== 'running';
   }
 
