@@ -143,27 +143,34 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
         this.set((await fleetSnapshot()).reduce((sum, f) => sum + read(f.summary, f.workers), 0));
       },
     });
-  fleetGauge('jobs', 'Registered scheduled jobs.', (s) => s.jobs);
-  fleetGauge('jobs_running', 'Jobs whose lease is held now.', (s) => s.running);
-  fleetGauge('jobs_expired', 'Jobs whose lease expired without a release (holder gone or stalled).', (s) => s.expired);
-  fleetGauge('jobs_failing', 'Jobs with at least one failed or lost run in the last 24 h.', (s) => s.failing);
-  fleetGauge('live_workers', 'Liveness sessions present on the database (live worker and client processes).', (_s, workers) => workers);
-  new client.Gauge({
-    name: `${prefix}runs_24h`,
-    help: 'Finished runs of every job in the last 24 h, by outcome.',
-    labelNames: ['outcome'],
-    registers,
-    async collect() {
-      this.reset();
-      if (!pools.length) return;
-      const all = await fleetSnapshot();
-      const total = (read: (f: (typeof all)[number]) => number) => all.reduce((sum, f) => sum + read(f), 0);
-      this.set({ outcome: 'succeeded' }, total((f) => f.succeeded));
-      this.set({ outcome: 'failed' }, total((f) => f.summary.failed24h));
-      this.set({ outcome: 'lost' }, total((f) => f.summary.lost24h));
-      this.set({ outcome: 'aborted' }, total((f) => f.aborted));
-    },
-  });
+  // Registered on the first observeDatabase(): unlabelled gauges always print a value, and a
+  // worker's own endpoint must not claim `leasehold_live_workers 0` for a fleet it never read.
+  let fleetRegistered = false;
+  const registerFleetGauges = () => {
+    if (fleetRegistered) return;
+    fleetRegistered = true;
+    fleetGauge('jobs', 'Registered scheduled jobs.', (s) => s.jobs);
+    fleetGauge('jobs_running', 'Jobs whose lease is held now.', (s) => s.running);
+    fleetGauge('jobs_expired', 'Jobs whose lease expired without a release (holder gone or stalled).', (s) => s.expired);
+    fleetGauge('jobs_failing', 'Jobs with at least one failed or lost run in the last 24 h.', (s) => s.failing);
+    fleetGauge('live_workers', 'Liveness sessions present on the database (live worker and client processes).', (_s, workers) => workers);
+    new client.Gauge({
+      name: `${prefix}runs_24h`,
+      help: 'Finished runs of every job in the last 24 h, by outcome.',
+      labelNames: ['outcome'],
+      registers,
+      async collect() {
+        this.reset();
+        if (!pools.length) return;
+        const all = await fleetSnapshot();
+        const total = (read: (f: (typeof all)[number]) => number) => all.reduce((sum, f) => sum + read(f), 0);
+        this.set({ outcome: 'succeeded' }, total((f) => f.succeeded));
+        this.set({ outcome: 'failed' }, total((f) => f.summary.failed24h));
+        this.set({ outcome: 'lost' }, total((f) => f.summary.lost24h));
+        this.set({ outcome: 'aborted' }, total((f) => f.aborted));
+      },
+    });
+  };
 
   return {
     registry,
@@ -171,6 +178,7 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
     metrics: () => registry.metrics(),
     observeDatabase(pool) {
       pools.push(pool);
+      registerFleetGauges();
     },
     observe(source) {
       const stops = [
