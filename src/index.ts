@@ -38,7 +38,7 @@ export {
   type JobOptions,
   type OverlapPolicy,
 } from './worker/job.js';
-export type { RunOutcome, RunReport } from './worker/execute-run.js';
+export type { HandlerWrapper, RunOutcome, RunReport } from './worker/execute-run.js';
 export { parseSchedule, slotsBetween, type Schedule, type ScheduleSpec } from './schedule/schedule.js';
 export {
   CREEP_WARNING_RATIO,

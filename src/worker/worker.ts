@@ -15,7 +15,7 @@ import { slotsBetween } from '../schedule/schedule.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { SchedulerStore, type ClaimRequest, type ClaimRow } from './claims.js';
 import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-steps.js';
-import { executeRun, type RunReport } from './execute-run.js';
+import { executeRun, type HandlerWrapper, type RunReport } from './execute-run.js';
 import { FinishQueue } from './finish-queue.js';
 import { defineJob, type JobDefinition, type JobOptions } from './job.js';
 import { LEASEHOLD_OPTION_KEYS } from '../lease/option-keys.js';
@@ -87,6 +87,22 @@ export class Worker {
 
   get jobs(): readonly JobDefinition[] {
     return this.states.map((s) => s.job);
+  }
+
+  private handlerWrapper: HandlerWrapper | undefined;
+
+  /**
+   * Runs every handler call from now on inside `wrapper` (leasehold/opentelemetry uses it to
+   * run handlers in their run's span context). Wrappers added later wrap the earlier ones.
+   * Returns a function that removes it.
+   */
+  wrapHandlers(wrapper: HandlerWrapper): () => void {
+    const previous = this.handlerWrapper;
+    const wrapped: HandlerWrapper = previous ? (run, call) => wrapper(run, () => previous(run, call)) : wrapper;
+    this.handlerWrapper = wrapped;
+    return () => {
+      if (this.handlerWrapper === wrapped) this.handlerWrapper = previous;
+    };
   }
 
   /** Runs in progress on this worker. */
@@ -335,6 +351,7 @@ export class Worker {
       events: this.events,
       holder: this.holder,
       shutdown: this.shutdownController.signal,
+      wrapHandler: this.handlerWrapper,
     };
     const run = executeRun(env, job, row, holderKey, sentAt);
     this.runs.add(run);
