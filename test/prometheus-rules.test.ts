@@ -188,6 +188,8 @@ async function scrapeScenario(): Promise<void> {
         total(samples, 'leasehold_missed_slots_total', { job: 'p-missed' }) > 0;
       return ready && samples;
     }, 60_000, 250);
+    // a worker's own endpoint serves worker series only: no fleet gauge it never read
+    expect(workerScrape.filter((s) => /^leasehold_(live_workers|jobs|jobs_\w+|runs_24h|job_\w+)$/.test(s.name)).map((s) => s.name)).toEqual([]);
     fleetWhileRunning = atInstance(await scrape(`${dashboard.url}metrics`), FLEET);
     await worker.stop();
     fleetAfterStop = await waitFor(async () => {
