@@ -55,4 +55,6 @@ export {
   type UnscheduledLease,
 } from './observe/status.js';
 export { createMetrics, type EventSource, type LeaseholdMetrics, type MetricsOptions } from './observe/metrics.js';
+export { workerHealth, type HealthCheck, type HealthReport, type WorkerHealth } from './observe/health.js';
+export type { EndpointReply } from './observe/http-endpoint.js';
 export { startDashboard, type Dashboard, type DashboardOptions, type MetricsSource } from './dashboard/server.js';
