@@ -1,6 +1,7 @@
 // leasehold/opentelemetry on the real database, with the SDK's in-memory exporter: runs, skips,
 // takeovers, lost leases and fenced transactions become spans with leasehold.* attributes, and
 // handlers run inside their run span's context (a span the handler opens is its child).
+import { AsyncLocalStorage } from 'node:async_hooks';
 import { readFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -182,6 +183,40 @@ describe('leasehold/opentelemetry on a client', () => {
     expect(() => instrument(c, { tracerprovider: tracerProvider } as never)).toThrow(InvalidArgumentError);
     expect(() => instrument(c, { tracerprovider: tracerProvider } as never)).toThrow(/did you mean 'tracerProvider'/);
     expect(() => instrument({} as never)).toThrow(InvalidArgumentError);
+  });
+});
+
+describe('worker.wrapHandlers (the seam instrument() uses)', () => {
+  it('runs each handler call inside the wrappers (later ones outside earlier ones) until removed', { timeout: 60_000 }, async () => {
+    const store = new AsyncLocalStorage<string[]>();
+    const seen: Array<string[] | undefined> = [];
+    const order: string[] = [];
+    const worker = await startWorker({
+      connectionString: url,
+      holder: 'wrapped',
+      jobs: [{ name: 'o-wrap', every: '1s', ttl: '10s', handler: async () => void seen.push(store.getStore()) }],
+      logger: silentLogger(),
+      handleSignals: false,
+    });
+    try {
+      const removeInner = worker.wrapHandlers((run, call) => {
+        order.push(`inner ${run.job}#${run.fence} attempt ${run.attempt}`);
+        return store.run([...(store.getStore() ?? []), 'inner'], call);
+      });
+      const removeOuter = worker.wrapHandlers((_run, call) => {
+        order.push('outer');
+        return store.run(['outer'], call);
+      });
+      await waitFor(() => seen.some((s) => s?.join() === 'outer,inner'), 30_000);
+      expect(order.slice(0, 2)).toEqual(['outer', expect.stringMatching(/^inner o-wrap#\d+ attempt 1$/)]);
+      removeInner(); // in any order
+      removeOuter();
+      const before = seen.length;
+      await waitFor(() => seen.length > before + 1, 30_000);
+      expect(seen.at(-1)).toBeUndefined();
+    } finally {
+      await worker.stop();
+    }
   });
 });
 

@@ -89,7 +89,7 @@ export class Worker {
     return this.states.map((s) => s.job);
   }
 
-  private handlerWrapper: HandlerWrapper | undefined;
+  private readonly handlerWrappers: HandlerWrapper[] = [];
 
   /**
    * Runs every handler call from now on inside `wrapper` (leasehold/opentelemetry uses it to
@@ -97,12 +97,20 @@ export class Worker {
    * Returns a function that removes it.
    */
   wrapHandlers(wrapper: HandlerWrapper): () => void {
-    const previous = this.handlerWrapper;
-    const wrapped: HandlerWrapper = previous ? (run, call) => wrapper(run, () => previous(run, call)) : wrapper;
-    this.handlerWrapper = wrapped;
+    const entry: HandlerWrapper = (run, call) => wrapper(run, call);
+    this.handlerWrappers.push(entry);
     return () => {
-      if (this.handlerWrapper === wrapped) this.handlerWrapper = previous;
+      const at = this.handlerWrappers.indexOf(entry);
+      if (at >= 0) this.handlerWrappers.splice(at, 1);
     };
+  }
+
+  /** The wrappers as one, the latest outermost (undefined without any). */
+  private composedWrapper(): HandlerWrapper | undefined {
+    return this.handlerWrappers.reduce<HandlerWrapper | undefined>(
+      (inner, outer) => (inner ? (run, call) => outer(run, () => inner(run, call)) : outer),
+      undefined,
+    );
   }
 
   /** Runs in progress on this worker. */
@@ -351,7 +359,7 @@ export class Worker {
       events: this.events,
       holder: this.holder,
       shutdown: this.shutdownController.signal,
-      wrapHandler: this.handlerWrapper,
+      wrapHandler: this.composedWrapper(),
     };
     const run = executeRun(env, job, row, holderKey, sentAt);
     this.runs.add(run);
