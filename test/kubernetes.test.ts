@@ -216,6 +216,15 @@ describe('example manifests', () => {
     expect(pod.terminationGracePeriodSeconds).toBeGreaterThan(graceSeconds);
   });
 
+  it('the Dockerfile starts the leasehold binary in exec form with real flags', () => {
+    const dockerfile = readFileSync(join(EXAMPLES, 'Dockerfile'), 'utf8');
+    const cmd = /^CMD (\[.*\])$/m.exec(dockerfile)?.[1];
+    expect(cmd, 'CMD in exec (JSON) form, so that SIGTERM reaches the worker').toBeDefined();
+    const args = invocation({ command: JSON.parse(cmd!) as string[] });
+    expect(args[0]).toBe('worker');
+    checkFlags(program, args);
+  });
+
   it('the CronJob runs `leasehold exec` with real flags, and its pod failure policy ends the Job unretried on the skip exit code', () => {
     const manifest = parse(readFileSync(join(EXAMPLES, 'cronjob.yaml'), 'utf8'));
     expect(manifest.kind).toBe('CronJob');
