@@ -38,7 +38,7 @@ export {
   type JobOptions,
   type OverlapPolicy,
 } from './worker/job.js';
-export type { RunOutcome, RunReport } from './worker/execute-run.js';
+export type { HandlerWrapper, RunOutcome, RunReport } from './worker/execute-run.js';
 export { parseSchedule, slotsBetween, type Schedule, type ScheduleSpec } from './schedule/schedule.js';
 export {
   CREEP_WARNING_RATIO,
@@ -55,4 +55,6 @@ export {
   type UnscheduledLease,
 } from './observe/status.js';
 export { createMetrics, type EventSource, type LeaseholdMetrics, type MetricsOptions } from './observe/metrics.js';
+export { workerHealth, type HealthCheck, type HealthReport, type WorkerHealth } from './observe/health.js';
+export type { EndpointReply } from './observe/http-endpoint.js';
 export { startDashboard, type Dashboard, type DashboardOptions, type MetricsSource } from './dashboard/server.js';

@@ -128,6 +128,13 @@ describe('the tarball', () => {
     }
   });
 
+  it('holds the Prometheus rules, the Grafana dashboard and the Kubernetes examples', () => {
+    const installed = join(esmDir, 'node_modules/leasehold');
+    for (const file of ['deploy/prometheus/leasehold.rules.yml', 'deploy/grafana/leasehold-dashboard.json', 'examples/kubernetes/worker-deployment.yaml', 'examples/kubernetes/cronjob.yaml', 'dist/opentelemetry.js', 'dist/cjs/opentelemetry.js', 'dist/opentelemetry.d.ts']) {
+      expect(existsSync(join(installed, file)), file).toBe(true);
+    }
+  });
+
   it('holds every file that the README and docs link to', () => {
     const installed = join(esmDir, 'node_modules/leasehold');
     const pages = ['README.md', ...readdirSync(join(installed, 'docs')).filter((page) => page.endsWith('.md')).map((page) => `docs/${page}`)];
@@ -146,7 +153,7 @@ describe('the tarball', () => {
     const dist = join(esmDir, 'node_modules/leasehold/dist');
     // Every declaration file reachable from the two entry points.
     const reached = new Set<string>();
-    const queue = ['index.d.ts', 'testing.d.ts'];
+    const queue = ['index.d.ts', 'testing.d.ts', 'opentelemetry.d.ts'];
     while (queue.length > 0) {
       const file = queue.pop()!;
       if (reached.has(file)) continue;
@@ -185,6 +192,40 @@ describe('an ES module project', () => {
   it('imports leasehold/testing', async () => {
     const { stdout } = await run(process.execPath, ['--input-type=module', '-e', "import * as t from 'leasehold/testing'; console.log(Object.keys(t).sort().join(','))"], { cwd: esmDir });
     expect(stdout.trim()).toBe('createTestDatabase,freePort,startEmbeddedPostgres');
+  });
+});
+
+describe('leasehold/opentelemetry', () => {
+  it('the main entry, in both builds, imports nothing of @opentelemetry', async () => {
+    const installed = join(esmDir, 'node_modules/leasehold/dist');
+    for (const [entry, pattern] of [
+      ['index.js', /from '(\.[^']+)'/g],
+      ['cjs/index.js', /require\("(\.[^"]+)"\)/g],
+    ] as const) {
+      const seen = new Set<string>();
+      const queue: string[] = [entry];
+      while (queue.length > 0) {
+        const file = queue.pop()!;
+        if (seen.has(file)) continue;
+        seen.add(file);
+        const text = readFileSync(join(installed, file), 'utf8');
+        expect(text, file).not.toContain('@opentelemetry');
+        for (const [, target] of text.matchAll(pattern)) queue.push(join(file, '..', target!.endsWith('.js') ? target! : `${target}.js`));
+      }
+      expect(seen.size, entry).toBeGreaterThan(20);
+    }
+    // (prom-client depends on @opentelemetry/api itself, so it is usually installed anyway: what
+    // matters is that leasehold does not load it unless leasehold/opentelemetry is imported)
+    const { stdout } = await run(process.execPath, ['--input-type=module', '-e', "import { createLeasehold } from 'leasehold'; console.log(typeof createLeasehold)"], { cwd: esmDir });
+    expect(stdout.trim()).toBe('function');
+  });
+
+  it('with @opentelemetry/api installed, imports and requires instrument()', { timeout: 120_000 }, async () => {
+    await Promise.all([esmDir, cjsDir].map((dir) => run('npm', ['install', '@opentelemetry/api@1.9', ...NPM_QUIET], { cwd: dir })));
+    const esm = await run(process.execPath, ['--input-type=module', '-e', "import { instrument } from 'leasehold/opentelemetry'; console.log(typeof instrument)"], { cwd: esmDir });
+    expect(esm.stdout.trim()).toBe('function');
+    const cjs = await run(process.execPath, ['-e', "console.log(typeof require('leasehold/opentelemetry').instrument)"], { cwd: cjsDir });
+    expect(cjs.stdout.trim()).toBe('function');
   });
 });
 

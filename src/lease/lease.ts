@@ -216,7 +216,15 @@ export class Lease {
       options.idleTimeout === undefined ? this.ttlMs : parseBoundedDuration(options.idleTimeout, 'idleTimeout', 100, MAX_TTL_MS);
     const statementMs =
       options.statementTimeout === undefined ? this.ttlMs : parseBoundedDuration(options.statementTimeout, 'statementTimeout', 50, MAX_TTL_MS);
-    return runFencedTransaction(
+    const started = performance.now();
+    const finished = (error: unknown) =>
+      this.runtime.events.emit('transaction:finished', {
+        ...this.info(),
+        outcome: error === undefined ? 'committed' : 'failed',
+        error: error === undefined ? null : error instanceof Error ? `${error.name}: ${error.message}` : String(error),
+        durationMs: performance.now() - started,
+      });
+    const result = runFencedTransaction(
       {
         name: this.name,
         token: this.token,
@@ -237,6 +245,17 @@ export class Lease {
       this.runtime,
       { idleMs, statementMs },
       fn,
+    );
+    // observers (OpenTelemetry) see each transaction; the result is returned unchanged
+    return result.then(
+      (value) => {
+        finished(undefined);
+        return value;
+      },
+      (error: unknown) => {
+        finished(error);
+        throw error;
+      },
     );
   }
 

@@ -49,6 +49,12 @@ export interface LeaseholdEvents {
    * forward, < 0 back. Leases whose expiry passed on the new time are lost at once.
    */
   'clock:step': [step: { deltaMs: number; databaseTime: Date; expected: Date }];
+  /**
+   * A fenced transaction (lease.transaction(), ctx.transaction()) ended: `committed`, or
+   * `failed` with the error (nothing was written, except when the error is OutcomeUnknownError).
+   * Emitted in the caller's async context, after the transaction.
+   */
+  'transaction:finished': [tx: LeaseInfo & { outcome: 'committed' | 'failed'; error: string | null; durationMs: number }];
   /** Slots that no worker ran were recorded as missed. */
   'slot:missed': [missed: { job: string; slots: Date[] }];
 }

@@ -1,11 +1,10 @@
 // Prometheus metrics (prom-client) as a subscriber to leasehold's events, plus gauges read from
 // leasehold.job_status at scrape time. Nothing in the lease or scheduler core depends on it.
-import http from 'node:http';
-import type { AddressInfo } from 'node:net';
 import client from 'prom-client';
 import type pg from 'pg';
 import { fleetSummary, liveWorkers, type FleetSummary } from '../dashboard/queries.js';
 import type { LeaseholdEvents } from './events.js';
+import { serveEndpoints, type EndpointReply } from './http-endpoint.js';
 import { jobStatus, type JobStatus } from './status.js';
 
 /** Anything with typed events: a Leasehold client or a Worker. */
@@ -144,27 +143,34 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
         this.set((await fleetSnapshot()).reduce((sum, f) => sum + read(f.summary, f.workers), 0));
       },
     });
-  fleetGauge('jobs', 'Registered scheduled jobs.', (s) => s.jobs);
-  fleetGauge('jobs_running', 'Jobs whose lease is held now.', (s) => s.running);
-  fleetGauge('jobs_expired', 'Jobs whose lease expired without a release (holder gone or stalled).', (s) => s.expired);
-  fleetGauge('jobs_failing', 'Jobs with at least one failed or lost run in the last 24 h.', (s) => s.failing);
-  fleetGauge('live_workers', 'Liveness sessions present on the database (live worker and client processes).', (_s, workers) => workers);
-  new client.Gauge({
-    name: `${prefix}runs_24h`,
-    help: 'Finished runs of every job in the last 24 h, by outcome.',
-    labelNames: ['outcome'],
-    registers,
-    async collect() {
-      this.reset();
-      if (!pools.length) return;
-      const all = await fleetSnapshot();
-      const total = (read: (f: (typeof all)[number]) => number) => all.reduce((sum, f) => sum + read(f), 0);
-      this.set({ outcome: 'succeeded' }, total((f) => f.succeeded));
-      this.set({ outcome: 'failed' }, total((f) => f.summary.failed24h));
-      this.set({ outcome: 'lost' }, total((f) => f.summary.lost24h));
-      this.set({ outcome: 'aborted' }, total((f) => f.aborted));
-    },
-  });
+  // Registered on the first observeDatabase(): unlabelled gauges always print a value, and a
+  // worker's own endpoint must not claim `leasehold_live_workers 0` for a fleet it never read.
+  let fleetRegistered = false;
+  const registerFleetGauges = () => {
+    if (fleetRegistered) return;
+    fleetRegistered = true;
+    fleetGauge('jobs', 'Registered scheduled jobs.', (s) => s.jobs);
+    fleetGauge('jobs_running', 'Jobs whose lease is held now.', (s) => s.running);
+    fleetGauge('jobs_expired', 'Jobs whose lease expired without a release (holder gone or stalled).', (s) => s.expired);
+    fleetGauge('jobs_failing', 'Jobs with at least one failed or lost run in the last 24 h.', (s) => s.failing);
+    fleetGauge('live_workers', 'Liveness sessions present on the database (live worker and client processes).', (_s, workers) => workers);
+    new client.Gauge({
+      name: `${prefix}runs_24h`,
+      help: 'Finished runs of every job in the last 24 h, by outcome.',
+      labelNames: ['outcome'],
+      registers,
+      async collect() {
+        this.reset();
+        if (!pools.length) return;
+        const all = await fleetSnapshot();
+        const total = (read: (f: (typeof all)[number]) => number) => all.reduce((sum, f) => sum + read(f), 0);
+        this.set({ outcome: 'succeeded' }, total((f) => f.succeeded));
+        this.set({ outcome: 'failed' }, total((f) => f.summary.failed24h));
+        this.set({ outcome: 'lost' }, total((f) => f.summary.lost24h));
+        this.set({ outcome: 'aborted' }, total((f) => f.aborted));
+      },
+    });
+  };
 
   return {
     registry,
@@ -172,6 +178,7 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
     metrics: () => registry.metrics(),
     observeDatabase(pool) {
       pools.push(pool);
+      registerFleetGauges();
     },
     observe(source) {
       const stops = [
@@ -203,45 +210,15 @@ export interface MetricsServer {
 }
 
 /**
- * Serves `source` at GET /metrics on its own port (what `leasehold worker --metrics-port` runs).
+ * Serves `source` at GET /metrics on its own port (what `leasehold worker --metrics-port` runs),
+ * and with `routes` (the worker's /healthz and /readyz) next to it.
  * Rejects when the port cannot be bound (EADDRINUSE, EACCES) with a message that says so.
  */
-export async function serveMetrics(source: { metrics(): Promise<string>; readonly contentType: string }, options: { port: number; host?: string }): Promise<MetricsServer> {
-  const host = options.host ?? '127.0.0.1';
-  const { port } = options;
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new RangeError(`metrics port must be an integer 0–65535 (got ${port})`);
-  const server = http.createServer((req, res) => {
-    const path = (req.url ?? '/').split('?')[0];
-    const reply = (status: number, type: string, body: string) => {
-      res.writeHead(status, { 'Content-Type': type, 'Cache-Control': 'no-store', 'X-Content-Type-Options': 'nosniff' });
-      res.end(req.method === 'HEAD' ? undefined : body);
-    };
-    if (req.method !== 'GET' && req.method !== 'HEAD') return reply(405, 'text/plain; charset=utf-8', 'GET /metrics only\n');
-    if (path !== '/metrics') return reply(404, 'text/plain; charset=utf-8', 'not found: metrics are at /metrics\n');
-    source.metrics().then(
-      (text) => reply(200, source.contentType, text),
-      () => reply(500, 'text/plain; charset=utf-8', 'collecting metrics failed\n'),
-    );
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', (error: NodeJS.ErrnoException) =>
-      reject(
-        error.code === 'EADDRINUSE'
-          ? new Error(`cannot serve metrics: port ${port} on ${host} is already in use (choose another --metrics-port)`, { cause: error })
-          : error,
-      ),
-    );
-    server.listen(port, host, () => resolve());
-  });
-  server.on('error', () => undefined);
-  const bound = (server.address() as AddressInfo).port;
-  return {
-    url: `http://${host.includes(':') ? `[${host}]` : host}:${bound}/metrics`,
-    port: bound,
-    close: () =>
-      new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        server.closeAllConnections();
-      }),
-  };
+export async function serveMetrics(
+  source: { metrics(): Promise<string>; readonly contentType: string },
+  options: { port: number; host?: string; routes?: Record<string, () => Promise<EndpointReply>> },
+): Promise<MetricsServer> {
+  const metrics = async (): Promise<EndpointReply> => ({ status: 200, type: source.contentType, body: await source.metrics() });
+  const server = await serveEndpoints({ '/metrics': metrics, ...options.routes }, { port: options.port, host: options.host ?? '127.0.0.1', flag: '--metrics-port' });
+  return { url: `${server.origin}/metrics`, port: server.port, close: () => server.close() };
 }

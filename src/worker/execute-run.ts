@@ -25,7 +25,16 @@ export interface RunEnvironment {
   events: LeaseholdEmitter;
   holder: string;
   shutdown: AbortSignal;
+  /** Worker.wrapHandlers(): runs each handler call inside, e.g., a trace context. */
+  wrapHandler?: HandlerWrapper | undefined;
 }
+
+/**
+ * Wraps each call of a job's handler (once per attempt): it must call `call` once and return
+ * (or throw) what it returns. Used to run the handler inside a context (a trace span's, an
+ * AsyncLocalStorage store); the run itself is unchanged.
+ */
+export type HandlerWrapper = (run: { job: string; slot: Date; fence: number; attempt: number }, call: () => Promise<void>) => Promise<void>;
 
 export interface RunReport {
   job: string;
@@ -69,7 +78,9 @@ export async function executeRun(
   let attempt = 1;
   for (; ; attempt++) {
     try {
-      await job.handler(context(env, job, lease, slot, fence, signal, attempt, log));
+      const ctx = context(env, job, lease, slot, fence, signal, attempt, log);
+      const call = async (): Promise<void> => void (await job.handler(ctx));
+      await (env.wrapHandler ? env.wrapHandler({ job: job.name, slot, fence, attempt }, call) : call());
       error = undefined;
       break;
     } catch (caught) {

@@ -15,7 +15,7 @@ import { slotsBetween } from '../schedule/schedule.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { SchedulerStore, type ClaimRequest, type ClaimRow } from './claims.js';
 import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-steps.js';
-import { executeRun, type RunReport } from './execute-run.js';
+import { executeRun, type HandlerWrapper, type RunReport } from './execute-run.js';
 import { FinishQueue } from './finish-queue.js';
 import { defineJob, type JobDefinition, type JobOptions } from './job.js';
 import { LEASEHOLD_OPTION_KEYS } from '../lease/option-keys.js';
@@ -87,6 +87,30 @@ export class Worker {
 
   get jobs(): readonly JobDefinition[] {
     return this.states.map((s) => s.job);
+  }
+
+  private readonly handlerWrappers: HandlerWrapper[] = [];
+
+  /**
+   * Runs every handler call from now on inside `wrapper` (leasehold/opentelemetry uses it to
+   * run handlers in their run's span context). Wrappers added later wrap the earlier ones.
+   * Returns a function that removes it.
+   */
+  wrapHandlers(wrapper: HandlerWrapper): () => void {
+    const entry: HandlerWrapper = (run, call) => wrapper(run, call);
+    this.handlerWrappers.push(entry);
+    return () => {
+      const at = this.handlerWrappers.indexOf(entry);
+      if (at >= 0) this.handlerWrappers.splice(at, 1);
+    };
+  }
+
+  /** The wrappers as one, the latest outermost (undefined without any). */
+  private composedWrapper(): HandlerWrapper | undefined {
+    return this.handlerWrappers.reduce<HandlerWrapper | undefined>(
+      (inner, outer) => (inner ? (run, call) => outer(run, () => inner(run, call)) : outer),
+      undefined,
+    );
   }
 
   /** Runs in progress on this worker. */
@@ -194,7 +218,8 @@ export class Worker {
   /** job, fence and token of runs whose handler has not settled (maintained by launch()). */
   private readonly pendingRuns = new Map<string, { job: string; fence: number; token: string | null }>();
 
-  private get stopping(): boolean {
+  /** True from stop() (or SIGTERM/SIGINT) on: the worker claims nothing more (readiness probes fail). */
+  get stopping(): boolean {
     return this.phase.kind !== 'running';
   }
 
@@ -334,6 +359,7 @@ export class Worker {
       events: this.events,
       holder: this.holder,
       shutdown: this.shutdownController.signal,
+      wrapHandler: this.composedWrapper(),
     };
     const run = executeRun(env, job, row, holderKey, sentAt);
     this.runs.add(run);

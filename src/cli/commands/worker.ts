@@ -1,9 +1,11 @@
 // leasehold worker ./jobs.js: start the runtime for the jobs a module exports (see
 // ../load-jobs.ts for the accepted shapes: job options or defineJob() results).
 import type { Command } from 'commander';
+import { workerHealth } from '../../observe/health.js';
+import { serveEndpoints, type EndpointServer } from '../../observe/http-endpoint.js';
 import { createMetrics, serveMetrics, type MetricsServer } from '../../observe/metrics.js';
 import { startWorker } from '../../worker/worker.js';
-import { CliError, databaseUrl, report, type Io } from '../context.js';
+import { CliError, databaseUrl, processIo, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
 import { formatDuration, parseDuration } from '../../validate/duration.js';
 import { inert } from '../format.js';
@@ -19,18 +21,28 @@ export function registerWorker(program: Command, io: Io): void {
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
     .option('--metrics-port <port>', 'serve this worker\'s Prometheus metrics at http://HOST:PORT/metrics (0 picks a free port)')
     .option('--metrics-host <host>', 'interface for --metrics-port (default: this machine only)', '127.0.0.1')
-    .action(async (modulePath: string, options: { holder?: string; grace: string; databaseUrl?: string; metricsPort?: string; metricsHost: string }) => {
+    .option('--health-port <port>', 'serve liveness at http://HOST:PORT/healthz and readiness at /readyz for container probes (also served next to --metrics-port)')
+    .option('--health-host <host>', 'interface for --health-port (0.0.0.0 for probes from outside the container)', '127.0.0.1')
+    .action(async (modulePath: string, options: { holder?: string; grace: string; databaseUrl?: string; metricsPort?: string; metricsHost: string; healthPort?: string; healthHost: string }) => {
       let server: MetricsServer | undefined;
+      let healthServer: EndpointServer | undefined;
+      const closeServers = () => Promise.all([server?.close(), healthServer?.close()]);
       try {
-        const metricsPort = options.metricsPort === undefined ? undefined : Number(options.metricsPort);
-        if (metricsPort !== undefined && !(/^\d+$/.test(options.metricsPort ?? '') && metricsPort <= 65_535)) {
-          throw new CliError(`--metrics-port must be 0-65535 (got ${options.metricsPort})`, EXIT.usage);
-        }
+        const metricsPort = portOption('--metrics-port', options.metricsPort);
+        const healthPort = portOption('--health-port', options.healthPort);
         const jobs = await loadJobs(modulePath);
         const url = databaseUrl(options.databaseUrl);
-        // Bind the port before starting: a busy port fails the command before any job runs.
+        // Bind the ports before starting: a busy port fails the command before any job runs.
+        // The routes answer 503 until the worker has started.
+        let health: ReturnType<typeof workerHealth> | undefined;
+        const notStarted = async () => ({ status: 503, type: 'application/json; charset=utf-8', body: '{"ok":false,"checks":{"started":{"ok":false,"detail":"starting"}}}\n' });
+        const routes = {
+          '/healthz': () => (health ? health.routes()['/healthz']!() : notStarted()),
+          '/readyz': () => (health ? health.routes()['/readyz']!() : notStarted()),
+        };
         const metrics = metricsPort === undefined ? undefined : createMetrics();
-        if (metrics && metricsPort !== undefined) server = await serveMetrics(metrics, { port: metricsPort, host: options.metricsHost });
+        if (metrics && metricsPort !== undefined) server = await serveMetrics(metrics, { port: metricsPort, host: options.metricsHost, routes });
+        if (healthPort !== undefined) healthServer = await serveEndpoints(routes, { port: healthPort, host: options.healthHost, flag: '--health-port' });
         const worker = await startWorker({
           connectionString: url,
           jobs,
@@ -38,7 +50,9 @@ export function registerWorker(program: Command, io: Io): void {
           ...(options.holder ? { holder: options.holder } : {}),
         });
         metrics?.observe(worker);
-        io.err(inert(`leasehold: worker ${worker.holder} running ${jobs.length} job(s)${server ? `; metrics at ${server.url}` : ''}; SIGTERM or Ctrl-C stops it`));
+        health = workerHealth(worker);
+        const serving = [server ? `metrics at ${server.url}` : '', healthServer ? `health at ${healthServer.origin}/healthz and /readyz` : ''].filter(Boolean);
+        io.err(inert(`leasehold: worker ${worker.holder} running ${jobs.length} job(s)${serving.map((s) => `; ${s}`).join('')}; SIGTERM or Ctrl-C stops it`));
         // The worker stops itself on SIGTERM/SIGINT; say what it is doing, so a stop that takes
         // the grace period does not look like a hang.
         const graceMs = parseDuration(options.grace, '--grace');
@@ -56,12 +70,25 @@ export function registerWorker(program: Command, io: Io): void {
         await worker.stopped;
         process.off('SIGTERM', onSignal);
         process.off('SIGINT', onSignal);
-        await server?.close();
+        await closeServers();
         io.err('leasehold: worker stopped; its leases are released');
         io.exit(EXIT.ok);
+        // Handlers that ignored their signal past the grace period are recorded aborted and their
+        // fenced writes refused; do not let them keep the process (and the pod) alive.
+        if (worker.activeRuns > 0 && io === processIo) {
+          io.err(`leasehold: ${worker.activeRuns} handler(s) still running after the grace period; exiting without them`);
+          setTimeout(() => process.exit(EXIT.ok), 100).unref();
+        }
       } catch (error) {
-        await server?.close();
+        await closeServers();
         report(io, error, false);
       }
     });
+}
+
+function portOption(flag: string, value: string | undefined): number | undefined {
+  if (value === undefined) return undefined;
+  const port = Number(value);
+  if (!(/^\d+$/.test(value) && port <= 65_535)) throw new CliError(`${flag} must be 0-65535 (got ${value})`, EXIT.usage);
+  return port;
 }
