@@ -1,4 +1,4 @@
--- leasehold schema version 5: complete install script.
+-- leasehold schema version 7: complete install script.
 -- Generated from the migrations in sql/ (leasehold migrate --dry-run prints it for a database).
 -- Apply it in ONE transaction, as the role that is to own the schema (not a superuser if you can):
 --   psql --single-transaction -v ON_ERROR_STOP=1 -f this-file.sql
@@ -17,7 +17,7 @@ create table if not exists leasehold.migrations (
 
 do $$ begin
   if (select coalesce(max(version), 0) from leasehold.migrations) <> 0 then
-    raise exception 'this script upgrades the leasehold schema from version 0 to 5, but the database is at version %',
+    raise exception 'this script upgrades the leasehold schema from version 0 to 7, but the database is at version %',
       (select coalesce(max(version), 0) from leasehold.migrations);
   end if;
 end $$;
@@ -1355,6 +1355,49 @@ begin
 end $$;
 
 insert into leasehold.migrations (version, name, breaking) values (5, '0005_privileges', false);
+
+-- 0006_contract
+-- leasehold migration 0006: reserved for the SQL contract migration developed alongside
+-- 0007; this placeholder changes nothing and is replaced by that file when both are merged.
+select 1;
+
+insert into leasehold.migrations (version, name, breaking) values (6, '0006_contract', false);
+
+-- 0007_renew_batch
+-- leasehold migration 0007: renewing many leases with one statement.
+--
+-- A client that holds many leases (a worker running thousands of short jobs) renews them all
+-- in one round trip per heartbeat instead of one statement per lease. The renewal rule itself
+-- stays in leasehold.renew: this function only calls it once per element, in order.
+
+-- lease_renewal: one element of a batch renewal: the lease, our token, the new ttl.
+create type leasehold.lease_renewal as (name text, token uuid, ttl interval);
+
+-- renew_leases: leasehold.renew for each element, in one statement (one transaction, one
+-- now()). One row per element, in the order given, with the element's name; an element that
+-- was not renewed is reported (renewed false, with renew's reason), not raised. Argument
+-- errors (LH001, LH002) and a lock timeout (55P03) fail the whole statement: nothing is renewed.
+create function leasehold.renew_leases(p_leases leasehold.lease_renewal[])
+returns table (name text, renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+#variable_conflict use_column
+declare
+  e leasehold.lease_renewal;
+begin
+  if p_leases is null then
+    return;
+  end if;
+  foreach e in array p_leases loop
+    return query select e.name, r.renewed, r.expires_at, r.fence, r.reason, r.database_time
+                   from leasehold.renew(e.name, e.token, e.ttl) r;
+  end loop;
+end $$;
+
+insert into leasehold.access (object, level) values ('renew_leases', 'client');
+
+insert into leasehold.migrations (version, name, breaking) values (7, '0007_renew_batch', false);
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
