@@ -6,7 +6,10 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import { client, freshDatabase, rawPool } from './support/db.js';
 
 const doc = readFileSync(fileURLToPath(new URL('../docs/sql-api.md', import.meta.url)), 'utf8');
-const migration = readFileSync(fileURLToPath(new URL('../sql/0001_leases.sql', import.meta.url)), 'utf8');
+// the lease protocol (0001) and the batch renewal added to it (0007)
+const migration = ['0001_leases', '0007_renew_batch']
+  .map((name) => readFileSync(fileURLToPath(new URL(`../sql/${name}.sql`, import.meta.url)), 'utf8'))
+  .join('\n');
 
 let url: string;
 
@@ -40,7 +43,7 @@ function sections(): Array<{ name: string; args: string | undefined; returns: st
 const columnsOf = (body: string) => [...body.matchAll(/^\| `(\w+)` \| ([a-z][a-z ]*) \|/gm)].map((m) => `${m[1]} ${m[2]}`);
 
 describe('docs/sql-api.md against the database', () => {
-  it('documents every function of sql/0001_leases.sql except the private check_* helpers', () => {
+  it('documents every function of sql/0001_leases.sql and sql/0007_renew_batch.sql except the private check_* helpers', () => {
     const created = [...migration.matchAll(/^create function leasehold\.(\w+)/gm)].map((m) => m[1]!).filter((n) => !n.startsWith('check_'));
     const documented = sections().map((s) => s.name);
     expect(new Set(documented)).toEqual(new Set([...created, 'lease_status']));
