@@ -33,8 +33,6 @@ function checkTransactionOptions(options: TransactionOptions): void {
   checkOptionKeys(options, TRANSACTION_OPTION_KEYS, 'transaction()');
 }
 
-type State = 'held' | 'lost' | 'released';
-
 // Set by Lease's static block: the only ways to make a Lease and to reach its control.
 let construct: (control: LeaseControl) => Lease;
 let controlOf: (lease: Lease) => LeaseControl;
@@ -179,7 +177,7 @@ export class Lease {
   }
 
   /** What logging a lease shows (JSON.stringify, pino, console.log): everything but the token. */
-  toJSON(): { name: string; fence: number; holder: string; acquiredAt: Date; expiresAt: Date; slot: Date | null; state: State } {
+  toJSON(): { name: string; fence: number; holder: string; acquiredAt: Date; expiresAt: Date; slot: Date | null; state: 'held' | 'lost' | 'released' } {
     return { name: this.name, fence: this.fence, holder: this.holder, acquiredAt: this.acquiredAt, expiresAt: this.expiresAt, slot: this.slot, state: this.#control.state };
   }
 

@@ -11,8 +11,8 @@ export interface Logger {
   isLevelEnabled?(level: string): boolean;
 }
 
-const LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const;
-export type LogLevel = (typeof LEVELS)[number];
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
+const LEVELS: readonly LogLevel[] = ['debug', 'info', 'warn', 'error', 'silent'];
 
 export function silentLogger(): Logger {
   const ignore = () => undefined;
