@@ -126,7 +126,11 @@ describe('the shared heartbeat', () => {
     const admin = rawPool(url, 1);
     await admin.query(`create role ${role} login password 'pw'`);
     try {
-      await admin.query(`select leasehold.grant_access($1, 'client')`, [role]);
+      // the printed statements (`leasehold grant --print`), run as they would be by hand: on the
+      // default search_path, renew_leases' argument type must be named with its schema
+      const printed = await admin.query<{ s: string }>(`select s from leasehold.grant_statements($1, 'client') s`, [role]);
+      expect(printed.rows.map((r) => r.s)).toContain(`grant execute on function leasehold.renew_leases(p_leases leasehold.lease_renewal[]) to ${role}`);
+      for (const { s: statement } of printed.rows) await admin.query(statement);
       await admin.query(`revoke execute on function leasehold.renew_leases(leasehold.lease_renewal[]) from ${role}`);
       const roleUrl = new URL(url);
       roleUrl.username = role;

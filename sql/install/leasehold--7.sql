@@ -1397,6 +1397,39 @@ end $$;
 
 insert into leasehold.access (object, level) values ('renew_leases', 'client');
 
+-- grant_statements (0005) printed argument types as they read on its own pinned search_path,
+-- which includes this schema: renew_leases' argument came out as a bare lease_renewal[], and
+-- that GRANT fails when run elsewhere (`leasehold grant --print`). The same statements, with
+-- the argument types of this schema qualified (pg_catalog's types read as before).
+create or replace function leasehold.grant_statements(p_role text, p_level text) returns setof text
+language plpgsql stable as $$
+begin
+  if p_level is null or p_level not in ('reader', 'client', 'operator') then
+    raise exception 'level must be reader, client or operator (got %)', coalesce(p_level, 'null')
+      using errcode = '22023';
+  end if;
+  if p_role is null or p_role = '' or lower(p_role) = 'public' then
+    raise exception 'name a role (not PUBLIC) to grant leasehold access to' using errcode = '22023';
+  end if;
+  -- local to this call: the function's own search_path comes back when it returns
+  perform set_config('search_path', 'pg_catalog, pg_temp', true);
+  return next format('grant usage on schema leasehold to %I', p_role);
+  return query
+    select format('grant execute on function leasehold.%I(%s) to %I',
+                  p.proname, pg_get_function_identity_arguments(p.oid), p_role)
+      from pg_proc p
+      join leasehold.access a on a.object = p.proname
+     where p.pronamespace = 'leasehold'::regnamespace and a.level in ('reader', p_level)
+     order by a.level desc, p.proname, 1;
+  return query
+    select format('grant select on table leasehold.%I to %I', c.relname, p_role)
+      from pg_class c
+      join leasehold.access a on a.object = c.relname
+     where c.relnamespace = 'leasehold'::regnamespace and c.relkind in ('r', 'v', 'm')
+       and a.level in ('reader', p_level)
+     order by c.relname;
+end $$;
+
 insert into leasehold.migrations (version, name, breaking) values (7, '0007_renew_batch', false);
 
 do $$ begin

@@ -1,6 +1,7 @@
 // The leases one client holds, and what happens to all of them at once: the shared heartbeat
 // (keepAlive), a dropped liveness session, a step of the database clock, close(). The client
 // and the worker share it by import (trackerOf); it is not part of the published API.
+import { ClosedError } from '../errors.js';
 import type { ClockStep } from '../schedule/database-clock.js';
 import { Heartbeat } from './heartbeat.js';
 import { LeaseControl, type LeaseGrant } from './lease-control.js';
@@ -23,10 +24,6 @@ export class LeaseTracker {
   /** Leases held now. */
   get size(): number {
     return this.active.size;
-  }
-
-  get isClosed(): boolean {
-    return this.closed;
   }
 
   /**
@@ -52,8 +49,18 @@ export class LeaseTracker {
     return lease;
   }
 
+  /**
+   * The lease is about to be released by a statement that finishes many runs at once
+   * (finish_runs): no more renewals. That statement and a renewal of the same leases would lock
+   * their rows in different orders, and a deadlock costs a second; the local deadline still runs.
+   */
+  stopRenewing(lease: Lease): void {
+    this.heartbeat.drop(controlOfLease(lease));
+  }
+
   /** A lease the worker's claim took in SQL: tracked, kept alive, announced. */
   adopt(grant: LeaseGrant, tookOver: boolean): Lease {
+    if (this.closed) throw new ClosedError();
     const lease = this.track(grant);
     if (!lease.lost) this.keepAlive(lease);
     this.runtime.events.emit('lease:acquired', { ...controlOfLease(lease).info(), expiresAt: grant.expiresAt, tookOver });

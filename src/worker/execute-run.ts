@@ -86,6 +86,7 @@ export async function executeRun(
   try {
     // A lost lease's token is passed too: if the lease is in fact still ours (say the liveness
     // session dropped), this frees it at once; if not, the release matches nothing.
+    if (lease) env.tracker.stopRenewing(lease);
     const finished = await env.finisher.finish({ job: job.name, fence, token: lease?.token ?? null, outcome, error: errorText, attempts: attempt });
     nextBufferedSlot = finished.nextBufferedSlot;
   } catch (finishError) {
