@@ -28,11 +28,6 @@ export class Heartbeat {
 
   constructor(private readonly runtime: LeaseRuntime) {}
 
-  /** Leases kept alive now. */
-  get size(): number {
-    return this.kept.size;
-  }
-
   /** Renews `control` every `intervalMs` (in the shared beat) until it ends. */
   keep(control: LeaseControl, intervalMs: number): void {
     if (!control.held || this.stopped) return;

@@ -25,7 +25,7 @@ export interface LeaseGrant {
   sentAt: number;
 }
 
-export type LeaseState = 'held' | 'lost' | 'released';
+type LeaseState = 'held' | 'lost' | 'released';
 
 export class LeaseControl {
   state: LeaseState = 'held';

@@ -123,7 +123,7 @@ export class Lease {
       runtime.where,
     );
     const released = rows[0]?.released === true;
-    runtime.events.emit('lease:released', control.info(), released);
+    if (runtime.events.wants('lease:released')) runtime.events.emit('lease:released', control.info(), released);
     return released;
   }
 

@@ -63,7 +63,8 @@ export class LeaseTracker {
     if (this.closed) throw new ClosedError();
     const lease = this.track(grant);
     if (!lease.lost) this.keepAlive(lease);
-    this.runtime.events.emit('lease:acquired', { ...controlOfLease(lease).info(), expiresAt: grant.expiresAt, tookOver });
+    const { events } = this.runtime;
+    if (events.wants('lease:acquired')) events.emit('lease:acquired', { ...controlOfLease(lease).info(), expiresAt: grant.expiresAt, tookOver });
     return lease;
   }
 
