@@ -6,7 +6,8 @@
 // lease's ttl is that time, so counting distinct values counts statements, under any load.
 import { randomUUID } from 'node:crypto';
 import { beforeAll, describe, expect, it } from 'vitest';
-import type { Lease, Leasehold } from '../src/index.js';
+import { startWorker, type Lease, type Leasehold } from '../src/index.js';
+import { silentLogger } from '../src/observe/logger.js';
 import { client, freshDatabase, rawPool, sleep, waitFor } from './support/db.js';
 
 let url: string;
@@ -120,6 +121,25 @@ describe('the shared heartbeat', () => {
     expect([a.lost, c.lost]).toEqual([false, false]);
     await leasehold.close();
   }, 30_000);
+
+  it("keeps a worker's running leases alive with the same shared heartbeat", async () => {
+    const ttlMs = 1_500; // a beat every 500 ms
+    const jobs = Array.from({ length: 12 }, (_, i) => ({ name: `worker-beat-${i}`, every: '1s', ttl: ttlMs, handler: () => sleep(1_800) }));
+    const worker = await startWorker({ connectionString: url, jobs, logger: silentLogger(), handleSignals: false, shutdownGrace: '5s' });
+    try {
+      const times = renewalTimes(worker.leasehold, () => ttlMs);
+      const outcomes: string[] = [];
+      worker.on('run:finished', (run) => outcomes.push(run.outcome));
+      await waitFor(() => outcomes.length >= 12, 30_000);
+      expect(outcomes.filter((outcome) => outcome !== 'succeeded')).toEqual([]);
+      const renewed = [...times.values()].flat();
+      // runs of 1.8 s renewed every 500 ms, twelve at a time: many renewals per statement
+      expect(renewed.length).toBeGreaterThanOrEqual(12);
+      expect(new Set(renewed).size).toBeLessThan(renewed.length / 3);
+    } finally {
+      await worker.stop();
+    }
+  }, 60_000);
 
   it('falls back to one renewal per lease when the role may not call renew_leases', async () => {
     const role = `lh_batch_${process.pid}_${Math.random().toString(36).slice(2, 8)}`;
