@@ -62,8 +62,10 @@ export class Worker {
   readonly #parts: WorkerParts;
   #phase: Phase = { kind: 'running' };
   #resolveStopped: () => void = () => undefined;
-  /** Undo for what start() set up: signal handlers, chores, the clock step subscription. */
+  /** Undo for what start() set up: chores and the clock step subscription (stopped first). */
   readonly #teardown: Array<() => void> = [];
+  /** Removes the signal handlers (last: a second signal while stopping still exits at once). */
+  #removeSignalHandlers: () => void = () => undefined;
 
   private constructor(parts: WorkerParts) {
     this.#parts = parts;
@@ -124,6 +126,7 @@ export class Worker {
       await engine.runs.abandon();
     }
     await engine.finisher.drain();
+    this.#removeSignalHandlers();
     await this.leasehold.close();
     this.#phase = { kind: 'stopped' };
     logger.info({ event: 'worker:stopped' }, 'worker stopped');
@@ -138,7 +141,7 @@ export class Worker {
   async #start({ lastSlots, handleSignals, retentionMs, clockSyncMs }: StartSettings): Promise<void> {
     const { engine, store, clock, logger } = this.#parts;
     const catchUp = await planStart(engine.states, lastSlots, clock.now(), store, logger);
-    if (handleSignals) this.#teardown.push(stopOnSignals(() => this.stop(), logger));
+    if (handleSignals) this.#removeSignalHandlers = stopOnSignals(() => this.stop(), logger);
     this.#teardown.push(clock.onStep((step) => engine.clockStepped(step)));
     this.#teardown.push(startHousekeeping({ store, clock, logger, retentionMs, clockSyncMs }));
     engine.start(catchUp);
