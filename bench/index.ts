@@ -5,8 +5,10 @@
 //               latency, WAL per declined acquire, takeover after SIGKILL
 //   scheduler - 10,000 jobs due at the same tick on 4 worker processes (claims, statements,
 //               start latency, exactly-once in leasehold.runs), and an idle worker's RSS and CPU
+//   heartbeats - renewal statements per minute for 1,000 running leases on one client: the
+//               shared heartbeat against one statement per lease every ttl/3 (the baseline)
 // Prints the tables, writes bench/results/*.json and regenerates bench/RESULTS.md.
-// Settings: environment variables, see bench/lib/config.ts (BENCH_PARTS=scheduler runs one part).
+// Settings: environment variables, see bench/lib/config.ts (BENCH_PARTS=heartbeats runs one part).
 import { runBench } from './lib/run.js';
 
 await runBench();

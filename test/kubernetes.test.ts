@@ -15,6 +15,7 @@ import { silentLogger } from '../src/observe/logger.js';
 import { parseDuration } from '../src/validate/duration.js';
 import { startCli, type CliProcess } from './support/cli.js';
 import { client, freshDatabase, rawPool, waitFor } from './support/db.js';
+import { trackerOf } from '../src/lease/tracker.js';
 
 const EXAMPLES = fileURLToPath(new URL('../examples/kubernetes/', import.meta.url));
 let url: string;
@@ -72,7 +73,7 @@ describe('worker health endpoints', () => {
       let down = false;
       worker.on('liveness:lost', () => (down = true));
       // end the worker's liveness session from the server side
-      const key = worker.leasehold.internals().livenessKey();
+      const key = trackerOf(worker.leasehold).livenessKey();
       expect(key).not.toBeNull();
       await rawPool(url, 1).query(
         `select pg_terminate_backend(pid) from pg_locks where locktype = 'advisory' and mode = 'ExclusiveLock' and ((classid::bigint << 32) | objid::bigint) = $1::bigint`,

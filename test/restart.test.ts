@@ -6,6 +6,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createLeasehold, type Leasehold } from '../src/index.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/db/embedded.js';
 import { silentLogger } from '../src/observe/logger.js';
+import { controlOfLease } from '../src/lease/lease.js';
 import { waitFor } from './support/db.js';
 
 let server: EmbeddedPostgres;
@@ -49,6 +50,6 @@ it('survives a database restart: leases are lost, the process lives on, new leas
   expect(again.lease.fence).toBe(lease.fence + 1);
   await waitFor(async () => {
     const r = await leasehold.acquire(`after-restart-${Math.random()}`, { ttl: '30s' });
-    return r.acquired && r.lease.holderKey !== null; // the liveness session is back
+    return r.acquired && controlOfLease(r.lease).grant.holderKey !== null; // the liveness session is back
   }, 15_000, 200);
 });

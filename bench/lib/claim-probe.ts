@@ -9,6 +9,7 @@ import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { createLeasehold, defineJob, silentLogger, type JobDefinition } from '../../src/index.js';
 // Internal: the exact statement the worker sends at a tick.
+import { trackerOf } from '../../src/lease/tracker.js';
 import { SchedulerStore } from '../../src/worker/claims.js';
 import { round } from './stats.js';
 
@@ -64,7 +65,7 @@ export async function probeClaim(options: { connectionString: string; jobNames: 
   }
   const leasehold = await createLeasehold({ pool, logger: silentLogger(), liveness: false, migrate: false });
   try {
-    const store = new SchedulerStore(leasehold.internals().runtime);
+    const store = new SchedulerStore(trackerOf(leasehold).runtime);
     const jobs: JobDefinition[] = options.jobNames.map((name) => defineJob({ name, every: `${options.everySeconds}s`, handler: async () => undefined }));
     const runs: ClaimProbeRun[] = [];
     for (let i = 0; i < options.runs; i++) {

@@ -9,6 +9,7 @@ import { readConfig, type BenchPart } from './config.js';
 import { openBenchDatabase } from './database.js';
 import { describeMachine } from './machine.js';
 import { checkTargets, renderReport, writeResults, type BenchResults } from './report.js';
+import { measureHeartbeats } from './heartbeats.js';
 import { measureScheduler } from './scheduler.js';
 import { round } from './stats.js';
 
@@ -45,6 +46,7 @@ export async function runBench(parts?: BenchPart[]): Promise<void> {
 
     const acquire = chosen.includes('acquire') ? await runAcquireSuite(url, config, progress) : undefined;
     const scheduler = chosen.includes('scheduler') ? await measureScheduler({ connectionString: url, settings: config.scheduler, progress }) : undefined;
+    const heartbeats = chosen.includes('heartbeats') ? await measureHeartbeats(url, config.heartbeats, progress) : undefined;
 
     const partial: Omit<BenchResults, 'targets'> = {
       benchmark: 'leasehold',
@@ -52,6 +54,7 @@ export async function runBench(parts?: BenchPart[]): Promise<void> {
       machine,
       ...(acquire ? { acquire } : {}),
       ...(scheduler ? { scheduler } : {}),
+      ...(heartbeats ? { heartbeats } : {}),
       loadAverage: { start: loadAtStart.map((n) => round(n, 2)), end: os.loadavg().map((n) => round(n, 2)) },
       durationSeconds: round((performance.now() - started) / 1000, 1),
     };

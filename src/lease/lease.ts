@@ -1,36 +1,17 @@
-// A held lease: its identity (name, token, fence), its local deadline, its AbortSignal,
-// renew, release and fenced transactions.
-//
-// The local deadline is measured on the monotonic clock from the moment the last confirmed
-// acquire or renewal was *sent*; the server set expires_at = its now() + ttl at some later
-// moment, so the local deadline never outlives the server's. When it passes without a
-// confirmed renewal, the lease counts as lost and the signal fires, whatever the network does.
-import { performance } from 'node:perf_hooks';
+// A held lease as its holder sees it: identity (name, token, fence), expiry, AbortSignal,
+// renew, release and fenced transactions. Its state and deadline live in a LeaseControl
+// (lease-control.ts) that only the library reaches: nothing internal is public here.
 import { inspect } from 'node:util';
 import type pg from 'pg';
-import { isConnectionError, QueryTimeoutError, timedQuery } from '../db/connection.js';
-import { InvalidArgumentError, LeaseLostError, type LeaseLostReason } from '../errors.js';
-import type { LeaseInfo } from '../observe/events.js';
+import { timedQuery } from '../db/connection.js';
+import { InvalidArgumentError, LeaseLostError } from '../errors.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { checkOptionKeys } from '../validate/options.js';
 import { runFencedTransaction } from './fenced-transaction.js';
+import type { LeaseControl } from './lease-control.js';
 import { TRANSACTION_OPTION_KEYS } from './option-keys.js';
-import type { LeaseRuntime } from './runtime.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
-
-export interface LeaseGrant {
-  name: string;
-  token: string;
-  fence: number;
-  holder: string;
-  holderKey: string | null;
-  acquiredAt: Date;
-  expiresAt: Date;
-  slot: Date | null;
-  ttlMs: number;
-  /** performance.now() when the acquire was sent. */
-  sentAt: number;
-}
+import { renewOne } from './renewal.js';
 
 export interface TransactionOptions {
   /**
@@ -52,7 +33,9 @@ function checkTransactionOptions(options: TransactionOptions): void {
   checkOptionKeys(options, TRANSACTION_OPTION_KEYS, 'transaction()');
 }
 
-type State = 'held' | 'lost' | 'released';
+// Set by Lease's static block: the only ways to make a Lease and to reach its control.
+let construct: (control: LeaseControl) => Lease;
+let controlOf: (lease: Lease) => LeaseControl;
 
 export class Lease {
   readonly name: string;
@@ -73,59 +56,43 @@ export class Lease {
   readonly idempotencyKey: string;
   /** Fires (with a LeaseLostError as its reason) when the lease is lost or released. */
   readonly signal: AbortSignal;
-  /** @internal liveness key the lease was taken under */
-  readonly holderKey: string | null;
+  readonly #control: LeaseControl;
 
-  private state: State = 'held';
-  private expiry: Date;
-  private readonly ttlMs: number;
-  private readonly controller = new AbortController();
-  private deadlineTimer: NodeJS.Timeout | undefined;
-  /** performance.now() at which the lease counts as lost without a confirmed renewal. */
-  private deadline = 0;
-  private heartbeatTimer: NodeJS.Timeout | undefined;
-  private lostError: LeaseLostError | undefined;
-
-  constructor(
-    grant: LeaseGrant,
-    private readonly runtime: LeaseRuntime,
-  ) {
+  private constructor(control: LeaseControl) {
+    const { grant } = control;
+    this.#control = control;
     this.name = grant.name;
     this.token = grant.token;
     this.fence = grant.fence;
     this.holder = grant.holder;
-    this.holderKey = grant.holderKey;
     this.acquiredAt = grant.acquiredAt;
-    this.expiry = grant.expiresAt;
     this.slot = grant.slot;
-    this.ttlMs = grant.ttlMs;
-    this.signal = this.controller.signal;
+    this.signal = control.controller.signal;
     this.idempotencyKey = grant.slot ? `${grant.name}@${grant.slot.toISOString()}` : `${grant.name}#${grant.fence}`;
-    this.armDeadline(grant.sentAt + grant.ttlMs);
+  }
+
+  static {
+    construct = (control) => new Lease(control);
+    controlOf = (lease) => lease.#control;
   }
 
   /** Database time until which the lease is ours unless renewed (as last confirmed). */
   get expiresAt(): Date {
-    return this.expiry;
+    return this.#control.expiry;
   }
 
   /** True once the lease is known or presumed lost; see `lostReason`. */
   get lost(): boolean {
-    return this.state === 'lost';
+    return this.#control.state === 'lost';
   }
 
   get released(): boolean {
-    return this.state === 'released';
+    return this.#control.state === 'released';
   }
 
   /** Why the lease was lost, if it was. */
   get lostReason(): LeaseLostError | undefined {
-    return this.lostError;
-  }
-
-  /** @internal */
-  info(): LeaseInfo {
-    return { name: this.name, fence: this.fence, holder: this.holder, slot: this.slot };
+    return this.#control.lostError;
   }
 
   /**
@@ -134,41 +101,9 @@ export class Lease {
    * time (then it must be presumed lost: the renewal may or may not have happened).
    */
   async renew(ttl?: Duration): Promise<Date> {
-    this.throwIfNotHeld();
-    const ttlMs = ttl === undefined ? this.ttlMs : parseBoundedDuration(ttl, 'ttl', MIN_TTL_MS, MAX_TTL_MS);
-    const sentAt = performance.now();
-    let row: { renewed: boolean; expires_at: Date | null; reason: string; database_time: Date } | undefined;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        const attemptSent = performance.now();
-        const result = await timedQuery<{ renewed: boolean; expires_at: Date | null; reason: string; database_time: Date }>(
-          this.runtime.renewPool,
-          'select renewed, expires_at, reason, database_time from leasehold.renew($1, $2, $3::interval)',
-          [this.name, this.token, `${ttlMs} milliseconds`],
-          Math.min(this.runtime.queryTimeoutMs, Math.max(ttlMs / 3, 50)),
-          this.runtime.where,
-        );
-        row = result.rows[0];
-        if (row) this.runtime.clock.observe(row.database_time, attemptSent, performance.now());
-        break;
-      } catch (error) {
-        // A broken pooled connection (say the server restarted) gets one immediate retry on
-        // a fresh connection; a timeout does not, because its outcome is unknown.
-        const retry = attempt === 1 && !(error instanceof QueryTimeoutError) && isConnectionError((error as { cause?: unknown }).cause ?? error);
-        if (retry && this.state === 'held') continue;
-        this.markLost(error instanceof QueryTimeoutError ? 'renew-timeout' : 'renew-failed', error);
-        throw this.lostError;
-      }
-    }
-    if (this.state !== 'held') throw this.lostError ?? new LeaseLostError(this.name, this.fence, 'released');
-    if (!row?.renewed || !row.expires_at) {
-      this.markLost(renewReason(row?.reason));
-      throw this.lostError;
-    }
-    this.expiry = row.expires_at;
-    this.armDeadline(sentAt + ttlMs);
-    this.runtime.events.emit('lease:renewed', { ...this.info(), expiresAt: row.expires_at });
-    return row.expires_at;
+    this.#control.throwIfNotHeld();
+    const ttlMs = ttl === undefined ? this.#control.grant.ttlMs : parseBoundedDuration(ttl, 'ttl', MIN_TTL_MS, MAX_TTL_MS);
+    return renewOne(this.#control, ttlMs);
   }
 
   /**
@@ -177,22 +112,18 @@ export class Lease {
    * the database cannot be reached (the lease then ends by its TTL or liveness).
    */
   async release(): Promise<boolean> {
-    if (this.state === 'released') return false;
-    const wasHeld = this.state === 'held';
-    this.stopTimers();
-    this.state = 'released';
-    this.runtime.forget(this);
-    if (wasHeld) this.controller.abort(new LeaseLostError(this.name, this.fence, 'released'));
+    const control = this.#control;
+    if (!control.endHere()) return false;
+    const { runtime } = control;
     const { rows } = await timedQuery<{ released: boolean }>(
-      this.runtime.controlPool,
+      runtime.controlPool,
       'select leasehold.release($1, $2) as released',
       [this.name, this.token],
-      this.runtime.queryTimeoutMs,
-      this.runtime.where,
+      runtime.queryTimeoutMs,
+      runtime.where,
     );
     const released = rows[0]?.released === true;
-    this.runtime.events.emit('lease:released', this.info(), released);
-    this.runtime.logger.debug({ event: 'lease:released', lease: this.name, fence: this.fence, released }, 'lease released');
+    if (runtime.events.wants('lease:released')) runtime.events.emit('lease:released', control.info(), released);
     return released;
   }
 
@@ -210,39 +141,43 @@ export class Lease {
    * OutcomeUnknownError when the COMMIT was sent but no answer came.
    */
   async transaction<T>(fn: (client: pg.PoolClient) => Promise<T>, options: TransactionOptions = {}): Promise<T> {
-    this.throwIfNotHeld();
+    const control = this.#control;
+    control.throwIfNotHeld();
     checkTransactionOptions(options);
-    const idleMs =
-      options.idleTimeout === undefined ? this.ttlMs : parseBoundedDuration(options.idleTimeout, 'idleTimeout', 100, MAX_TTL_MS);
+    const { ttlMs } = control.grant;
+    const idleMs = options.idleTimeout === undefined ? ttlMs : parseBoundedDuration(options.idleTimeout, 'idleTimeout', 100, MAX_TTL_MS);
     const statementMs =
-      options.statementTimeout === undefined ? this.ttlMs : parseBoundedDuration(options.statementTimeout, 'statementTimeout', 50, MAX_TTL_MS);
+      options.statementTimeout === undefined ? ttlMs : parseBoundedDuration(options.statementTimeout, 'statementTimeout', 50, MAX_TTL_MS);
     const started = performance.now();
-    const finished = (error: unknown) =>
-      this.runtime.events.emit('transaction:finished', {
-        ...this.info(),
+    const { events } = control.runtime;
+    const finished = (error: unknown) => {
+      if (!events.wants('transaction:finished')) return;
+      events.emit('transaction:finished', {
+        ...control.info(),
         outcome: error === undefined ? 'committed' : 'failed',
         error: error === undefined ? null : error instanceof Error ? `${error.name}: ${error.message}` : String(error),
         durationMs: performance.now() - started,
       });
+    };
     const result = runFencedTransaction(
       {
         name: this.name,
         token: this.token,
         fence: this.fence,
-        isHeld: () => this.state === 'held',
+        isHeld: () => control.held,
         refused: (error, detail) => {
-          this.markLost('fence-mismatch', error, detail);
-          return this.lostError ?? new LeaseLostError(this.name, this.fence, 'fence-mismatch');
+          control.markLost('fence-mismatch', error, detail);
+          return control.lostError ?? new LeaseLostError(this.name, this.fence, 'fence-mismatch');
         },
         reconfirm: async () => {
           await this.renew();
-          this.runtime.logger.info(
+          control.runtime.logger.info(
             { event: 'lease:reconfirmed', lease: this.name, fence: this.fence },
             `lease "${this.name}" renewed after a database failover; running its fenced transaction again`,
           );
         },
       },
-      this.runtime,
+      control.runtime,
       { idleMs, statementMs },
       fn,
     );
@@ -259,98 +194,13 @@ export class Lease {
     );
   }
 
-  /**
-   * @internal the lease was released by another statement (the scheduler's finish_run):
-   * stop heartbeats and fire the signal without a round trip of its own.
-   */
-  releasedRemotely(): void {
-    if (this.state === 'released') return;
-    const wasHeld = this.state === 'held';
-    this.stopTimers();
-    this.state = 'released';
-    this.runtime.forget(this);
-    if (wasHeld) this.controller.abort(new LeaseLostError(this.name, this.fence, 'released'));
-  }
-
-  /** @internal heartbeat every `intervalMs` until the lease ends. */
-  startHeartbeat(intervalMs: number): void {
-    const beat = () => {
-      if (this.state !== 'held') return;
-      this.renew()
-        .catch(() => undefined) // renew() has already marked the lease lost and logged it
-        .finally(() => {
-          if (this.state === 'held') {
-            this.heartbeatTimer = setTimeout(beat, intervalMs);
-            this.heartbeatTimer.unref();
-          }
-        });
-    };
-    this.heartbeatTimer = setTimeout(beat, intervalMs);
-    this.heartbeatTimer.unref();
-  }
-
-  /** @internal the lease stopped being ours: fire the signal once, log, stop timers. */
-  markLost(reason: LeaseLostReason, cause?: unknown, detail?: string): void {
-    if (this.state !== 'held') return;
-    this.state = 'lost';
-    this.stopTimers();
-    this.lostError = new LeaseLostError(
-      this.name,
-      this.fence,
-      reason,
-      `Lease "${this.name}" (fence ${this.fence}) is lost (${reason}${detail ? `: ${detail}` : ''}); ` +
-        'stop work that depends on it. Fenced writes under it will be refused.',
-      cause === undefined ? undefined : { cause },
-    );
-    this.runtime.forget(this);
-    this.controller.abort(this.lostError);
-    this.runtime.events.emit('lease:lost', this.info(), this.lostError);
-    this.runtime.logger.warn(
-      { event: 'lease:lost', lease: this.name, fence: this.fence, holder: this.holder, reason, detail },
-      `lease "${this.name}" lost (${reason})`,
-    );
-  }
-
-  /**
-   * @internal the database clock stepped (see DatabaseClock): the lease expires at its
-   * database expiry on the new time. Already past it: lost at once. Otherwise the local
-   * deadline moves earlier if the step brought the expiry closer.
-   */
-  clockStepped(databaseNow: Date, deltaMs: number): void {
-    if (this.state !== 'held') return;
-    const left = this.expiry.getTime() - databaseNow.getTime();
-    if (left <= 0) {
-      this.markLost('clock-step', undefined, `the database clock stepped ${deltaMs > 0 ? '+' : ''}${(deltaMs / 1000).toFixed(1)} s past its expiry`);
-      return;
-    }
-    const deadline = performance.now() + left;
-    if (deadline < this.deadline) this.armDeadline(deadline);
-  }
-
-  private armDeadline(monotonicDeadline: number): void {
-    clearTimeout(this.deadlineTimer);
-    this.deadline = monotonicDeadline;
-    this.deadlineTimer = setTimeout(() => this.markLost('expired'), Math.max(0, monotonicDeadline - performance.now()));
-    this.deadlineTimer.unref();
-  }
-
-  private stopTimers(): void {
-    clearTimeout(this.deadlineTimer);
-    clearTimeout(this.heartbeatTimer);
-  }
-
-  private throwIfNotHeld(): void {
-    if (this.state === 'lost') throw this.lostError;
-    if (this.state === 'released') throw new LeaseLostError(this.name, this.fence, 'released');
-  }
-
   async [Symbol.asyncDispose](): Promise<void> {
     await this.release().catch(() => undefined);
   }
 
   /** What logging a lease shows (JSON.stringify, pino, console.log): everything but the token. */
-  toJSON(): { name: string; fence: number; holder: string; acquiredAt: Date; expiresAt: Date; slot: Date | null; state: State } {
-    return { name: this.name, fence: this.fence, holder: this.holder, acquiredAt: this.acquiredAt, expiresAt: this.expiry, slot: this.slot, state: this.state };
+  toJSON(): { name: string; fence: number; holder: string; acquiredAt: Date; expiresAt: Date; slot: Date | null; state: 'held' | 'lost' | 'released' } {
+    return { name: this.name, fence: this.fence, holder: this.holder, acquiredAt: this.acquiredAt, expiresAt: this.expiresAt, slot: this.slot, state: this.#control.state };
   }
 
   [inspect.custom](): string {
@@ -358,13 +208,12 @@ export class Lease {
   }
 }
 
-function renewReason(reason: string | undefined): LeaseLostReason {
-  switch (reason) {
-    case 'expired':
-      return 'expired';
-    case 'released':
-      return 'released';
-    default:
-      return 'taken-over';
-  }
+/** The public face of a lease the library took (not exported from the package). */
+export function leaseOf(control: LeaseControl): Lease {
+  return construct(control);
+}
+
+/** The control of a lease (not exported from the package). */
+export function controlOfLease(lease: Lease): LeaseControl {
+  return controlOf(lease);
 }

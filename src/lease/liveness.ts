@@ -138,11 +138,7 @@ export class LivenessSession {
     (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
     client.end().catch(() => undefined);
     this.state = { kind: 'reconnecting', timer: undefined };
-    this.settings.logger.warn(
-      { event: 'liveness:lost', key, err: error.message },
-      'leasehold liveness session dropped; its leases are lost',
-    );
-    this.settings.onLost(key, error);
+    this.settings.onLost(key, error); // reported (and logged) as the 'liveness:lost' event
     this.scheduleReconnect();
   }
 

@@ -23,6 +23,4 @@ export interface LeaseRuntime {
   readonly where: string;
   readonly logger: Logger;
   readonly events: LeaseholdEmitter;
-  /** Called when a lease ends (released or lost), so the client stops tracking it. */
-  forget(lease: { readonly name: string }): void;
 }

@@ -21,7 +21,7 @@ export interface AcquireOptions {
   ttl: Duration;
   /** Claim this scheduled occurrence: succeeds only for a slot newer than the last claimed one and not in the future. */
   slot?: Date;
-  /** Renew automatically every `heartbeatInterval` until released or lost. @default false */
+  /** Renew automatically every `heartbeatInterval` (together with the client's other kept leases: one statement per beat) until released or lost. @default false */
   heartbeat?: boolean;
   /** @default ttl / 3 */
   heartbeatInterval?: Duration;

@@ -68,6 +68,11 @@ export class LeaseholdEmitter {
     return () => this.emitter.off(event, listener as (...args: unknown[]) => void);
   }
 
+  /** Whether anyone listens to `event`: check it before building a costly payload. */
+  wants(event: keyof LeaseholdEvents): boolean {
+    return this.emitter.listenerCount(event) > 0;
+  }
+
   emit<E extends keyof LeaseholdEvents>(event: E, ...args: LeaseholdEvents[E]): void {
     for (const listener of this.emitter.listeners(event)) {
       try {

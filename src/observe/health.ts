@@ -4,6 +4,7 @@
 import { checkSchema } from '../db/migrations.js';
 import type { Worker } from '../worker/worker.js';
 import type { EndpointReply } from './http-endpoint.js';
+import { trackerOf } from '../lease/tracker.js';
 
 export interface HealthCheck {
   ok: boolean;
@@ -28,11 +29,11 @@ export interface WorkerHealth {
 const PROBE_QUERY_TIMEOUT_MS = 800;
 
 export function workerHealth(worker: Worker): WorkerHealth {
-  const internals = worker.leasehold.internals();
-  const pool = internals.runtime.controlPool;
+  const tracker = trackerOf(worker.leasehold);
+  const pool = tracker.runtime.controlPool;
   // Without a liveness session (liveness: false) there is no key to require. startWorker()
   // returns once the session is up, so a key now means one is expected from here on.
-  let sessionExpected = internals.livenessKey() !== null;
+  let sessionExpected = tracker.livenessKey() !== null;
   worker.on('liveness:ready', () => (sessionExpected = true));
 
   const withTimeout = <T>(work: Promise<T>): Promise<T> =>
@@ -73,7 +74,7 @@ export function workerHealth(worker: Worker): WorkerHealth {
       checks.database = { ok: false, detail: message(error) };
       if (withSchema) checks.schema = { ok: false, detail: 'not checked: no database' };
     }
-    const key = internals.livenessKey();
+    const key = tracker.livenessKey();
     checks.session = !sessionExpected
       ? { ok: true, detail: 'liveness is off' }
       : key === null

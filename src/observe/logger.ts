@@ -7,14 +7,16 @@ export interface Logger {
   info(fields: object, message?: string): void;
   warn(fields: object, message?: string): void;
   error(fields: object, message?: string): void;
+  /** pino's level check; when present, the library builds no log line for a level that is off. */
+  isLevelEnabled?(level: string): boolean;
 }
 
-const LEVELS = ['debug', 'info', 'warn', 'error', 'silent'] as const;
-export type LogLevel = (typeof LEVELS)[number];
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error' | 'silent';
+const LEVELS: readonly LogLevel[] = ['debug', 'info', 'warn', 'error', 'silent'];
 
 export function silentLogger(): Logger {
   const ignore = () => undefined;
-  return { debug: ignore, info: ignore, warn: ignore, error: ignore };
+  return { debug: ignore, info: ignore, warn: ignore, error: ignore, isLevelEnabled: () => false };
 }
 
 /** JSON lines on stderr at or above `level`. */
@@ -26,7 +28,13 @@ export function stderrLogger(level: LogLevel = envLevel()): Logger {
     const line = typeof fields === 'string' ? { msg: fields } : { msg: message, ...fields };
     process.stderr.write(`${JSON.stringify({ level: at, time: new Date().toISOString(), ...line })}\n`);
   };
-  return { debug: write('debug'), info: write('info'), warn: write('warn'), error: write('error') };
+  return {
+    debug: write('debug'),
+    info: write('info'),
+    warn: write('warn'),
+    error: write('error'),
+    isLevelEnabled: (at) => threshold <= LEVELS.indexOf(at as LogLevel) && at !== 'silent',
+  };
 }
 
 function envLevel(): LogLevel {

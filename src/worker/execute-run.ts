@@ -1,12 +1,13 @@
-// One run of a claimed slot: adopt the lease the claim created (heartbeat every ttl/3), call
-// the handler with its context, retry if configured, then record the outcome and release the
-// lease in one statement (finish_run).
+// One run of a claimed slot: adopt the lease the claim created (kept alive by the client's
+// shared heartbeat), call the handler with its context, retry if configured, then record the
+// outcome and release the lease in one statement (finish_run). Start and end are events (the
+// logger is one of their subscribers); the handler's logger is made only if it asks for it.
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { inTransaction } from '../db/transaction.js';
 import { LeaseLostError, ShutdownError } from '../errors.js';
 import type { Lease } from '../lease/lease.js';
-import type { Leasehold } from '../lease/leasehold.js';
+import { releasedRemotely, type LeaseTracker } from '../lease/tracker.js';
 import { childLogger, type JobLogger } from '../observe/child-logger.js';
 import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
@@ -19,7 +20,7 @@ import type { RunOutcome } from './run-outcomes.js';
 export type { RunOutcome };
 
 export interface RunEnvironment {
-  internals: ReturnType<Leasehold['internals']>;
+  tracker: LeaseTracker;
   finisher: FinishQueue;
   logger: Logger;
   events: LeaseholdEmitter;
@@ -69,9 +70,9 @@ export async function executeRun(
     return { job: job.name, slot, fence, outcome: 'aborted', error: errorText, durationMs: 0, nextBufferedSlot: null };
   }
   const signal = lease ? AbortSignal.any([lease.signal, env.shutdown]) : env.shutdown;
-  const log = childLogger(env.logger, { job: job.name, slot: slot.toISOString(), fence });
-  env.events.emit('run:started', { job: job.name, slot, fence, holder: env.holder });
-  log.info({ event: 'run:started' }, `run of "${job.name}" started (fence ${fence})`);
+  let logger: JobLogger | undefined;
+  const log = () => (logger ??= childLogger(env.logger, { job: job.name, slot: slot.toISOString(), fence }));
+  if (env.events.wants('run:started')) env.events.emit('run:started', { job: job.name, slot, fence, holder: env.holder });
 
   let outcome: RunOutcome = 'succeeded';
   let error: unknown;
@@ -86,7 +87,7 @@ export async function executeRun(
     } catch (caught) {
       error = caught;
       if (attempt >= job.retry.attempts || signal.aborted) break;
-      log.warn({ event: 'run:retry', attempt, err: String(caught) }, `run of "${job.name}" failed; retrying`);
+      log().warn({ event: 'run:retry', attempt, err: String(caught) }, `run of "${job.name}" failed; retrying`);
       if (!(await pause(job.retry.delayMs, signal))) break;
     }
   }
@@ -98,27 +99,24 @@ export async function executeRun(
   try {
     // A lost lease's token is passed too: if the lease is in fact still ours (say the liveness
     // session dropped), this frees it at once; if not, the release matches nothing.
+    if (lease) env.tracker.stopRenewing(lease);
     const finished = await env.finisher.finish({ job: job.name, fence, token: lease?.token ?? null, outcome, error: errorText, attempts: attempt });
     nextBufferedSlot = finished.nextBufferedSlot;
   } catch (finishError) {
-    log.error({ event: 'run:finish-failed', err: String(finishError) }, 'could not record the run; its lease ends by its TTL');
+    log().error({ event: 'run:finish-failed', err: String(finishError) }, 'could not record the run; its lease ends by its TTL');
   } finally {
-    lease?.releasedRemotely();
+    if (lease) releasedRemotely(lease);
   }
   const durationMs = performance.now() - started;
   const report: RunReport = { job: job.name, slot, fence, outcome, error: errorText, durationMs, nextBufferedSlot };
   env.events.emit('run:finished', report);
-  const line = `run of "${job.name}" ${outcome} after ${Math.round(durationMs)} ms (fence ${fence})`;
-  if (outcome === 'succeeded') log.info({ event: 'run:finished', outcome, durationMs }, line);
-  else if (outcome === 'failed') log.error({ event: 'run:finished', outcome, durationMs, err: errorText }, line);
-  else log.warn({ event: 'run:finished', outcome, durationMs, err: errorText }, line);
   return report;
 }
 
 /** The lease the claim created (null under overlap 'allow'), with its heartbeat running. */
 function adoptLease(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, holderKey: string | null, sentAt: number): Lease | null {
   if (!claim.token || !claim.expires_at) return null;
-  return env.internals.adopt(
+  return env.tracker.adopt(
     {
       name: job.name,
       token: claim.token,
@@ -131,7 +129,6 @@ function adoptLease(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, ho
       ttlMs: job.ttlMs,
       sentAt,
     },
-    job.ttlMs / 3,
     claim.took_over,
   );
 }
@@ -144,7 +141,7 @@ function context(
   fence: number,
   signal: AbortSignal,
   attempt: number,
-  log: JobLogger,
+  log: () => JobLogger,
 ): JobContext {
   return {
     job: job.name,
@@ -153,10 +150,12 @@ function context(
     idempotencyKey: `${job.name}@${slot.toISOString()}`,
     signal,
     attempt,
-    log,
+    get log() {
+      return log();
+    },
     lease,
     // without a lease (overlap 'allow') there is nothing to fence against
-    transaction: lease ? (fn) => lease.transaction(fn) : (fn) => inTransaction(env.internals.runtime.workPool, env.internals.runtime.where, fn),
+    transaction: lease ? (fn) => lease.transaction(fn) : (fn) => inTransaction(env.tracker.runtime.workPool, env.tracker.runtime.where, fn),
   };
 }
 

@@ -7,6 +7,7 @@ import { constants } from 'node:os';
 import type { Command } from 'commander';
 import { createLeasehold, describeSkip, type Leasehold } from '../../lease/leasehold.js';
 import type { Lease } from '../../lease/lease.js';
+import { releasedRemotely } from '../../lease/tracker.js';
 import type { NotAcquired } from '../../lease/types.js';
 import { stderrLogger } from '../../observe/logger.js';
 import { finishHeldRun, startHeldRun, type HeldRunOutcome } from '../../lease/run-history.js';
@@ -198,7 +199,7 @@ async function runGuarded(
   // statement: a lease force-released between two heartbeats is recorded (and reported) lost
   const finished = settings.history ? await finishHeldRun(leasehold.pool, lease, outcome, outcome === 'succeeded' ? null : detail) : null;
   // without history, a release that finds another token tells the same (an error tells nothing)
-  const released = finished ? (lease.releasedRemotely(), true) : await lease.release().catch(() => null);
+  const released = finished ? (releasedRemotely(lease), true) : await lease.release().catch(() => null);
   if ((finished?.outcome === 'lost' || released === false) && !lost) {
     lost = true;
     outcome = 'lost';

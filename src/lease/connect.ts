@@ -1,0 +1,125 @@
+// Opening a client: pools, schema check or migration, replication check, liveness session,
+// the database clock, the event emitter with the logger subscribed, and the lease tracker.
+import { randomBytes } from 'node:crypto';
+import { hostname } from 'node:os';
+import type pg from 'pg';
+import { createOwnedPool, describeConnection, resolveConnectionString, unavailable } from '../db/connection.js';
+import { checkSchema, migrate } from '../db/migrations.js';
+import { InvalidArgumentError } from '../errors.js';
+import { LeaseholdEmitter } from '../observe/events.js';
+import { logEvents } from '../observe/log-events.js';
+import { stderrLogger, type Logger } from '../observe/logger.js';
+import { DatabaseClock } from '../schedule/database-clock.js';
+import { parseBoundedDuration } from '../validate/duration.js';
+import { checkHolder } from '../validate/names.js';
+import { checkOptionKeys } from '../validate/options.js';
+import type { LeaseholdOptions } from './leasehold.js';
+import { LivenessSession } from './liveness.js';
+import { LEASEHOLD_OPTION_KEYS } from './option-keys.js';
+import { checkReplication, type ReplicationReport } from './replication.js';
+import { LeaseTracker } from './tracker.js';
+
+/** Everything a Leasehold is made of. */
+export interface ClientParts {
+  holder: string;
+  tracker: LeaseTracker;
+  liveness: LivenessSession | undefined;
+  ownedPools: pg.Pool[];
+  replication: ReplicationReport | null;
+  logger: Logger;
+  events: LeaseholdEmitter;
+}
+
+function defaultHolder(): string {
+  return `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
+}
+
+export async function openClient(options: LeaseholdOptions): Promise<ClientParts> {
+  checkOptionKeys(options, LEASEHOLD_OPTION_KEYS, 'createLeasehold()');
+  const connectionString = resolveConnectionString(options);
+  if (!connectionString && !options.pool) {
+    throw new InvalidArgumentError(
+      'connectionString',
+      'No database given: set DATABASE_URL, or pass { connectionString } or { pool } to createLeasehold().',
+    );
+  }
+  const holder = checkHolder(options.holder ?? defaultHolder());
+  const queryTimeoutMs = parseBoundedDuration(options.queryTimeout ?? '5s', 'queryTimeout', 50, 10 * 60_000);
+  const connectTimeoutMs = parseBoundedDuration(options.connectTimeout ?? '5s', 'connectTimeout', 50, 10 * 60_000);
+  const poolSize = options.poolSize ?? 10;
+  if (!Number.isInteger(poolSize) || poolSize < 1 || poolSize > 1000) {
+    throw new InvalidArgumentError('poolSize', `poolSize must be an integer from 1 to 1000 (got ${poolSize}).`);
+  }
+  const logger = options.logger ?? stderrLogger();
+  const events = new LeaseholdEmitter(logger);
+  logEvents(events, logger);
+  const where = describeConnection(connectionString);
+  const onPoolError = (error: Error) =>
+    logger.warn({ event: 'connection:error', err: error.message }, 'idle PostgreSQL connection failed; it will be replaced');
+  const ownedPools: pg.Pool[] = [];
+  const own = (max: number) => {
+    const pool = createOwnedPool(connectionString, { max, connectTimeoutMs, applicationName: 'leasehold', onError: onPoolError });
+    ownedPools.push(pool);
+    return pool;
+  };
+  // Lease calls get their own small pool so that user work holding every connection of the
+  // work pool cannot delay a heartbeat past the TTL.
+  const controlPool = connectionString ? own(3) : (options.pool as pg.Pool);
+  // Renewals get two connections of their own: the process's own acquire and claim bursts
+  // queue on the control pool and would otherwise delay heartbeats past the TTL.
+  const renewPool = connectionString ? own(2) : (options.pool as pg.Pool);
+  let tracker: LeaseTracker | undefined;
+  const clock = new DatabaseClock(renewPool, queryTimeoutMs, where, { onStep: (step) => tracker?.clockStepped(step) });
+  const workPool = options.pool ?? own(poolSize);
+
+  let client: pg.PoolClient | undefined;
+  let replication: ReplicationReport | null = null;
+  try {
+    try {
+      client = await controlPool.connect();
+    } catch (error) {
+      throw unavailable(where, error);
+    }
+    if (options.migrate === false) await checkSchema(client);
+    else await migrate(controlPool);
+    replication = await checkReplication(client).catch(() => null);
+  } catch (error) {
+    client?.release();
+    client = undefined;
+    await Promise.allSettled(ownedPools.map((pool) => pool.end()));
+    throw error;
+  } finally {
+    client?.release();
+  }
+
+  let liveness: LivenessSession | undefined;
+  if (options.liveness !== false) {
+    const livenessUrl = typeof options.liveness === 'object' ? options.liveness.connectionString : connectionString;
+    liveness = new LivenessSession({
+      connectionString: livenessUrl,
+      applicationName: 'leasehold',
+      connectTimeoutMs,
+      checkIntervalMs: Math.max(1_000, Math.min(5_000, queryTimeoutMs)),
+      queryTimeoutMs,
+      logger,
+      onLost: (key, error) => {
+        tracker?.livenessLost(key);
+        events.emit('liveness:lost', error);
+      },
+      onReady: (key) => events.emit('liveness:ready', key),
+      onClockSample: (databaseTime, sent, received) => clock.observe(databaseTime, sent, received),
+    });
+    try {
+      await liveness.start();
+    } catch (error) {
+      await Promise.allSettled(ownedPools.map((pool) => pool.end()));
+      throw error;
+    }
+  }
+  const session = liveness;
+  tracker = new LeaseTracker(
+    { controlPool, renewPool, clock, workPool, queryTimeoutMs, where, logger, events },
+    () => session?.key ?? null,
+  );
+  return { holder, tracker, liveness, ownedPools, replication, logger, events };
+}

@@ -1,0 +1,145 @@
+// The inside of a held lease: its state, local deadline and AbortController, and the ways it
+// ends (lost, released here, released by another statement). The public Lease reads it; the
+// tracker and the worker drive it. Not part of the published API.
+//
+// The local deadline is measured on the monotonic clock from the moment the last confirmed
+// acquire or renewal was *sent*; the server set expires_at = its now() + ttl at some later
+// moment, so the local deadline never outlives the server's. When it passes without a
+// confirmed renewal, the lease counts as lost and the signal fires, whatever the network does.
+import { performance } from 'node:perf_hooks';
+import { LeaseLostError, type LeaseLostReason } from '../errors.js';
+import type { LeaseInfo } from '../observe/events.js';
+import type { LeaseRuntime } from './runtime.js';
+
+export interface LeaseGrant {
+  name: string;
+  token: string;
+  fence: number;
+  holder: string;
+  holderKey: string | null;
+  acquiredAt: Date;
+  expiresAt: Date;
+  slot: Date | null;
+  ttlMs: number;
+  /** performance.now() when the acquire was sent. */
+  sentAt: number;
+}
+
+type LeaseState = 'held' | 'lost' | 'released';
+
+export class LeaseControl {
+  state: LeaseState = 'held';
+  expiry: Date;
+  lostError: LeaseLostError | undefined;
+  readonly controller = new AbortController();
+  /** performance.now() at which the lease counts as lost without a confirmed renewal. */
+  private deadline = 0;
+  private deadlineTimer: NodeJS.Timeout | undefined;
+  /** Called once when the lease ends (lost or released): the tracker stops renewing it. */
+  onEnd: (() => void) | undefined;
+
+  constructor(
+    readonly grant: LeaseGrant,
+    readonly runtime: LeaseRuntime,
+  ) {
+    this.expiry = grant.expiresAt;
+    this.armDeadline(grant.sentAt + grant.ttlMs);
+  }
+
+  get held(): boolean {
+    return this.state === 'held';
+  }
+
+  info(): LeaseInfo {
+    const { name, fence, holder, slot } = this.grant;
+    return { name, fence, holder, slot };
+  }
+
+  /** A renewal sent at `sentAt` (performance.now()) for `ttlMs` was confirmed until `expiresAt`. */
+  confirmed(expiresAt: Date, sentAt: number, ttlMs: number): void {
+    if (this.state !== 'held') return;
+    this.expiry = expiresAt;
+    this.armDeadline(sentAt + ttlMs);
+    const { events } = this.runtime;
+    if (events.wants('lease:renewed')) events.emit('lease:renewed', { ...this.info(), expiresAt });
+  }
+
+  /** The lease stopped being ours: fire the signal once, report it, stop the deadline. */
+  markLost(reason: LeaseLostReason, cause?: unknown, detail?: string): void {
+    if (this.state !== 'held') return;
+    const { name, fence } = this.grant;
+    this.state = 'lost';
+    this.lostError = new LeaseLostError(
+      name,
+      fence,
+      reason,
+      `Lease "${name}" (fence ${fence}) is lost (${reason}${detail ? `: ${detail}` : ''}); ` +
+        'stop work that depends on it. Fenced writes under it will be refused.',
+      cause === undefined ? undefined : { cause },
+    );
+    this.end();
+    this.controller.abort(this.lostError);
+    this.runtime.events.emit('lease:lost', this.info(), this.lostError);
+  }
+
+  /**
+   * This process stops holding the lease (a release, or another statement such as the
+   * scheduler's finish_run released it): stop the timers and fire the signal without a round
+   * trip. Returns false when it had already ended.
+   */
+  endHere(): boolean {
+    if (this.state === 'released') return false;
+    const wasHeld = this.state === 'held';
+    this.state = 'released';
+    this.end();
+    if (wasHeld) this.controller.abort(new LeaseLostError(this.grant.name, this.grant.fence, 'released'));
+    return true;
+  }
+
+  /**
+   * The database clock stepped (see DatabaseClock): the lease expires at its database expiry
+   * on the new time. Already past it: lost at once. Otherwise the local deadline moves earlier
+   * if the step brought the expiry closer.
+   */
+  clockStepped(databaseNow: Date, deltaMs: number): void {
+    if (this.state !== 'held') return;
+    const left = this.expiry.getTime() - databaseNow.getTime();
+    if (left <= 0) {
+      this.markLost('clock-step', undefined, `the database clock stepped ${deltaMs > 0 ? '+' : ''}${(deltaMs / 1000).toFixed(1)} s past its expiry`);
+      return;
+    }
+    const deadline = performance.now() + left;
+    if (deadline < this.deadline) this.armDeadline(deadline);
+  }
+
+  throwIfNotHeld(): void {
+    if (this.state === 'lost') throw this.lostError;
+    if (this.state === 'released') throw new LeaseLostError(this.grant.name, this.grant.fence, 'released');
+  }
+
+  private armDeadline(monotonicDeadline: number): void {
+    clearTimeout(this.deadlineTimer);
+    this.deadline = monotonicDeadline;
+    this.deadlineTimer = setTimeout(() => this.markLost('expired'), Math.max(0, monotonicDeadline - performance.now()));
+    this.deadlineTimer.unref();
+  }
+
+  private end(): void {
+    clearTimeout(this.deadlineTimer);
+    const onEnd = this.onEnd;
+    this.onEnd = undefined;
+    onEnd?.();
+  }
+}
+
+/** What renew's `reason` means for a lease that was not renewed. */
+export function renewReason(reason: string | undefined): LeaseLostReason {
+  switch (reason) {
+    case 'expired':
+      return 'expired';
+    case 'released':
+      return 'released';
+    default:
+      return 'taken-over';
+  }
+}

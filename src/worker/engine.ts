@@ -1,0 +1,239 @@
+// The worker's claim loop: one timer per worker (not one per job). It sleeps until the earliest
+// due slot on the database-corrected clock (at most 30 s at a time, then recomputes), claims
+// every job due at that moment with ONE claim_slots() statement, and starts the runs it won.
+// Any number of workers may run the same jobs: the database decides which worker runs each
+// slot, and each slot runs at most once.
+import { performance } from 'node:perf_hooks';
+import type { LeaseTracker } from '../lease/tracker.js';
+import type { LeaseholdEmitter } from '../observe/events.js';
+import type { Logger } from '../observe/logger.js';
+import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
+import { slotsBetween } from '../schedule/schedule.js';
+import { MAX_MISSED_RECORDED } from './catch-up.js';
+import type { ClaimRequest, ClaimRow, SchedulerStore } from './claims.js';
+import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-steps.js';
+import { FinishQueue } from './finish-queue.js';
+import type { JobDefinition } from './job.js';
+import { RunSet, type JobState } from './runs.js';
+
+const MAX_SLEEP_MS = 30_000;
+// Fire a little after the slot so that the database (whose now() decides) agrees it is due.
+const FIRE_MARGIN_MS = 3;
+const RETRY_DELAYS_MS = [25, 100, 400];
+
+export interface EngineParts {
+  tracker: LeaseTracker;
+  store: SchedulerStore;
+  clock: DatabaseClock;
+  events: LeaseholdEmitter;
+  logger: Logger;
+  holder: string;
+}
+
+export class ClaimEngine {
+  readonly states: JobState[];
+  readonly finisher: FinishQueue;
+  readonly runs: RunSet;
+  /** Fires when the worker begins to stop; running handlers see it through their signal. */
+  readonly shutdown = new AbortController();
+  private readonly byName: Map<string, JobState>;
+  private readonly tracker: LeaseTracker;
+  private readonly store: SchedulerStore;
+  private readonly clock: DatabaseClock;
+  private readonly events: LeaseholdEmitter;
+  private readonly logger: Logger;
+  private readonly holder: string;
+  /** Windows of forward database clock steps, stored in the database. */
+  private readonly steps: StepRecorder;
+  /** Claims in flight: stopping waits for them, so that no run is claimed behind its back. */
+  private readonly claiming = new Set<Promise<void>>();
+  private readonly retryTimers = new Set<NodeJS.Timeout>();
+  private timer: NodeJS.Timeout | undefined;
+  private running = true;
+
+  constructor(parts: EngineParts, jobs: readonly JobDefinition[]) {
+    ({ tracker: this.tracker, store: this.store, clock: this.clock, events: this.events, logger: this.logger, holder: this.holder } = parts);
+    this.states = jobs.map((job) => ({ job, nextSlot: null, running: 0 }));
+    this.byName = new Map(this.states.map((state) => [state.job.name, state]));
+    this.steps = new StepRecorder(this.store, this.holder, this.logger);
+    this.finisher = new FinishQueue(this.store);
+    this.runs = new RunSet({ ...parts, finisher: this.finisher, shutdown: this.shutdown.signal });
+  }
+
+  /** Starts the loop; `catchUp` claims go out on the next turn of the event loop. */
+  start(catchUp: ClaimRequest[]): void {
+    // Claimed on the next turn of the event loop, so that the caller of startWorker() has
+    // attached its listeners before the catch-up runs' events fire.
+    if (catchUp.length > 0) setImmediate(() => this.claimOrLog(catchUp, 'claiming catch-up slots failed'));
+    this.schedule();
+  }
+
+  /** Stops claiming and waits for claims in flight. */
+  async stopClaiming(): Promise<void> {
+    this.running = false;
+    clearTimeout(this.timer);
+    for (const timer of this.retryTimers) clearTimeout(timer);
+    await Promise.allSettled([...this.claiming]);
+  }
+
+  /** Sleeps until the earliest next slot, then claims every job due by then. */
+  private schedule(): void {
+    if (!this.running) return;
+    clearTimeout(this.timer);
+    let earliest: number | null = null;
+    for (const state of this.states) {
+      const at = state.nextSlot?.getTime();
+      if (at !== undefined && (earliest === null || at < earliest)) earliest = at;
+    }
+    if (earliest === null) return;
+    const wait = Math.min(Math.max(0, earliest - this.clock.now().getTime() + FIRE_MARGIN_MS), MAX_SLEEP_MS);
+    this.timer = setTimeout(() => void this.tick(), wait);
+  }
+
+  private async tick(): Promise<void> {
+    if (!this.running) return;
+    const now = this.clock.now();
+    const due: ClaimRequest[] = [];
+    for (const state of this.states) {
+      if (!state.nextSlot || state.nextSlot > now) continue;
+      // If this worker slept through several slots (a blocked event loop, a suspended VM),
+      // claim only the latest: the others ran elsewhere or are recorded as missed.
+      const slots = slotsBetween(state.job.schedule, new Date(state.nextSlot.getTime() - 1), now, MAX_MISSED_RECORDED);
+      const latest = slots[slots.length - 1] ?? state.nextSlot;
+      state.nextSlot = state.job.schedule.next(now);
+      if (now.getTime() - latest.getTime() > state.job.startingDeadlineMs) {
+        this.logger.warn({ event: 'slot:late', job: state.job.name, slot: latest.toISOString() }, `slot of "${state.job.name}" is past its starting deadline; not claiming it`);
+        continue;
+      }
+      due.push({ job: state.job, slot: latest });
+    }
+    try {
+      if (due.length > 0) await this.claim(due, 0);
+    } catch (error) {
+      this.logger.error({ event: 'claim:failed', err: String(error), jobs: due.length }, 'claiming slots failed; retrying at the next slot');
+    } finally {
+      this.schedule();
+    }
+  }
+
+  private claimOrLog(requests: ClaimRequest[], message: string, attempt = 0): void {
+    this.claim(requests, attempt).catch((error: unknown) => this.logger.error({ event: 'claim:failed', err: String(error) }, message));
+  }
+
+  /** Claims `requests` in one statement; retries the transient refusals a few times. */
+  private claim(requests: ClaimRequest[], attempt: number): Promise<void> {
+    if (!this.running || requests.length === 0) return Promise.resolve();
+    const claiming = this.claimOnce(requests, attempt);
+    this.claiming.add(claiming);
+    return claiming.finally(() => this.claiming.delete(claiming));
+  }
+
+  private async claimOnce(requests: ClaimRequest[], attempt: number): Promise<void> {
+    const holderKey = this.tracker.livenessKey();
+    const sentAt = performance.now();
+    const rows = await this.store.claim(requests, this.holder, holderKey);
+    // the claim's database time is a clock sample: a step shows here before the rows are used
+    if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
+    if (!this.running) return this.handBack(rows);
+    const retry: ClaimRequest[] = [];
+    for (const row of rows) {
+      const state = this.byName.get(row.job);
+      if (!state) continue;
+      const { job } = state;
+      if (row.claimed) {
+        this.runs.launch(state, row, holderKey, sentAt, (report) => {
+          // buffer-one / buffer-all (and catch-up): the next waiting slot starts as soon as we release
+          if (report.nextBufferedSlot) this.claimOrLog([{ job, slot: report.nextBufferedSlot }], 'claiming the buffered slot failed');
+        });
+        if (row.previous_slot) void this.recordMissed(job, row.previous_slot, row.slot);
+      } else if (row.reason === 'held') {
+        if (row.skip_recorded) this.reportSkip(job, row);
+      } else if (row.reason === 'slot-not-due' && (attempt >= RETRY_DELAYS_MS.length || this.clock.now() < row.slot)) {
+        // Not due by the database clock, and not just a hair early: the database clock is
+        // behind our estimate (it stepped back). Claim it again when it is due on that time.
+        this.rearm(state, row.slot, row.database_time);
+      } else if (row.reason === 'holder-committing' || row.reason === 'slot-not-due') {
+        retry.push({ job, slot: row.slot });
+      } else if (row.reason === 'unknown-job') {
+        await this.store.register([job], this.holder);
+        retry.push({ job, slot: row.slot });
+      }
+    }
+    if (retry.length > 0 && attempt < RETRY_DELAYS_MS.length) {
+      const timer = setTimeout(() => {
+        this.retryTimers.delete(timer);
+        this.claimOrLog(retry, 'claiming slots failed', attempt + 1);
+      }, RETRY_DELAYS_MS[attempt]);
+      this.retryTimers.add(timer);
+    }
+  }
+
+  /** Stopping began while the claim ran: hand back what it claimed, unrun. */
+  private async handBack(rows: ClaimRow[]): Promise<void> {
+    const claimed = rows.filter((row) => row.claimed);
+    if (claimed.length === 0) return;
+    await this.store
+      .finishMany(claimed.map((row) => ({ job: row.job, fence: Number(row.fence), token: row.token, outcome: 'aborted', error: 'the worker was stopping', attempts: 0 })))
+      .catch((error: unknown) => this.logger.warn({ event: 'claim:return-failed', err: String(error) }, 'could not hand back slots claimed while stopping; their leases end by TTL'));
+  }
+
+  private reportSkip(job: JobDefinition, row: ClaimRow): void {
+    if (!this.events.wants('slot:skipped')) return;
+    this.events.emit('slot:skipped', {
+      job: job.name,
+      slot: row.slot,
+      holder: row.holder,
+      holderFence: Number(row.holder_fence),
+      holderSlot: row.holder_slot,
+      heldMs: row.holder_since ? row.database_time.getTime() - row.holder_since.getTime() : null,
+      buffered: row.buffered,
+    });
+  }
+
+  /** Slots between the previous claim and this one that neither ran nor were skipped. */
+  // Slots inside a stored clock step window are dropped by record_missed() itself; so the
+  // windows this worker saw are stored first (missed slots are not recorded until they are).
+  private async recordMissed(job: JobDefinition, previous: Date, claimed: Date): Promise<void> {
+    const between = slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED);
+    if (between.length === 0) return;
+    if (!(await this.steps.flush())) {
+      this.logger.warn({ event: 'slot:missed-record-failed', job: job.name }, 'not recording missed slots: a clock step window is not stored yet');
+      return;
+    }
+    try {
+      const recorded = await this.store.recordMissed(job.name, between, 'no worker claimed it in time (downtime or past its starting deadline)', this.holder);
+      if (recorded > 0) this.events.emit('slot:missed', { job: job.name, slots: between.slice(0, recorded) });
+    } catch (error) {
+      this.logger.warn({ event: 'slot:missed-record-failed', err: String(error) }, 'could not record missed slots');
+    }
+  }
+
+  /** The database clock stepped: follow it (see clock-steps.ts). */
+  clockStepped(step: ClockStep): void {
+    if (!this.running) return;
+    const now = this.clock.now();
+    if (step.deltaMs > 0) {
+      const requests = followForwardStep(this.states, step, now, this.store, this.logger);
+      // The window goes to the database first, so that neither this worker nor one started
+      // later records the jumped-over slots as missed; the claims wait for it.
+      void this.steps.add(step.expected, now).then(() => {
+        if (requests.length > 0) this.claimOrLog(requests, 'claiming slots after a clock step failed');
+      });
+    } else {
+      reportBackwardStep(this.states, step, this.logger);
+    }
+    this.schedule();
+  }
+
+  /** A claim came back "not due": try that slot again when it is due on the database's time. */
+  private rearm(state: JobState, slot: Date, databaseTime: Date): void {
+    if (!this.running) return;
+    const { job } = state;
+    if (!state.nextSlot || slot < state.nextSlot) state.nextSlot = slot;
+    this.logger.info(
+      { event: 'slot:not-due', job: job.name, slot: slot.toISOString(), databaseTime: databaseTime.toISOString() },
+      `slot ${slot.toISOString()} of "${job.name}" is not due yet by the database clock (${databaseTime.toISOString()}); claiming it when it is`,
+    );
+    void this.clock.sync().catch(() => undefined).finally(() => this.schedule());
+  }
+}

@@ -1,0 +1,78 @@
+// The runs a worker has started and not yet finished: launching a claimed slot (executeRun),
+// counting it per job, and at shutdown recording those still running as aborted.
+import type { LeaseholdEmitter } from '../observe/events.js';
+import type { Logger } from '../observe/logger.js';
+import type { LeaseTracker } from '../lease/tracker.js';
+import type { ClaimRow, SchedulerStore } from './claims.js';
+import { executeRun, type HandlerWrapper, type RunReport } from './execute-run.js';
+import type { FinishQueue } from './finish-queue.js';
+import type { JobDefinition } from './job.js';
+
+export interface JobState {
+  job: JobDefinition;
+  /** The next slot this worker will try to claim. */
+  nextSlot: Date | null;
+  running: number;
+}
+
+export interface RunSetSettings {
+  tracker: LeaseTracker;
+  store: SchedulerStore;
+  finisher: FinishQueue;
+  events: LeaseholdEmitter;
+  logger: Logger;
+  holder: string;
+  /** Fires when the worker begins to stop: handlers see it through their signal. */
+  shutdown: AbortSignal;
+}
+
+export class RunSet {
+  private readonly runs = new Set<Promise<RunReport>>();
+  /** job, fence and token of runs whose handler has not settled. */
+  private readonly pending = new Map<string, { job: string; fence: number; token: string | null }>();
+  /** Worker.wrapHandlers(): every handler call from now on runs inside it (undefined: none). */
+  wrapHandler: HandlerWrapper | undefined;
+
+  constructor(private readonly settings: RunSetSettings) {}
+
+  get size(): number {
+    return this.runs.size;
+  }
+
+  /** Starts the run of a claimed slot; `settled` gets its report (not called if it failed outside its handler). */
+  launch(state: JobState, row: ClaimRow, holderKey: string | null, sentAt: number, settled: (report: RunReport) => void): void {
+    const { job } = state;
+    state.running++;
+    const key = `${job.name}#${row.fence}`;
+    this.pending.set(key, { job: job.name, fence: Number(row.fence), token: row.token });
+    const { tracker, finisher, events, logger, holder, shutdown } = this.settings;
+    const run = executeRun({ tracker, finisher, logger, events, holder, shutdown, wrapHandler: this.wrapHandler }, job, row, holderKey, sentAt);
+    this.runs.add(run);
+    void run
+      .then(settled)
+      .catch((error: unknown) => logger.error({ event: 'run:error', job: job.name, err: String(error) }, 'a run failed outside its handler'))
+      .finally(() => {
+        this.runs.delete(run);
+        this.pending.delete(key);
+        state.running--;
+      });
+  }
+
+  /** Resolves when every run started so far has settled. */
+  async settled(): Promise<void> {
+    await Promise.allSettled([...this.runs]);
+  }
+
+  /**
+   * After the grace period: record still-running runs as aborted and release their leases
+   * (their handlers may still be running, but their fenced writes are now refused). When a
+   * handler settles later, its own finish_run finds the run already recorded and does nothing.
+   */
+  async abandon(): Promise<void> {
+    await Promise.allSettled(
+      [...this.pending.values()].map(({ job, fence, token }) =>
+        this.settings.store.finish(job, fence, token, 'aborted', 'did not stop within the shutdown grace period', 1),
+      ),
+    );
+  }
+}

@@ -1,0 +1,132 @@
+// What the published declarations show a user: the .d.ts files the build emits for the
+// package's entry points, read with the TypeScript compiler. They must export exactly the
+// documented API (the allow-lists below), and nothing reachable from it may be marked
+// @internal, be typed `any`, or be a library type the entry points do not export (a public
+// signature that mentions an internal type publishes that type).
+import { execFile } from 'node:child_process';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import ts from 'typescript';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+
+const ROOT = fileURLToPath(new URL('../', import.meta.url));
+const TSC = join(ROOT, 'node_modules/typescript/bin/tsc');
+
+/** The API each entry point of package.json's "exports" offers (README, docs/ and the JSDoc of these exports describe it). */
+const ALLOWED: Record<string, string[]> = {
+  '.': [
+    'AcquireOptions', 'AcquireResult', 'CREEP_WARNING_RATIO', 'CatchUpPolicy', 'ClosedError', 'ConnectionOptions', 'Dashboard', 'DashboardOptions',
+    'DatabaseUnavailableError', 'Duration', 'EventSource', 'FenceRangeError', 'HistoryEntry', 'InvalidArgumentError', 'JobContext', 'JobDefinition',
+    'JobLogFn', 'JobLogger', 'JobOptions', 'JobStatus', 'JobTimeline', 'Lease', 'LeaseInfo', 'LeaseLostError', 'LeaseLostReason', 'LeaseStatus',
+    'Leasehold', 'LeaseholdError', 'LeaseholdErrorCode', 'LeaseholdEvents', 'LeaseholdMetrics', 'LeaseholdOptions', 'LogLevel', 'Logger',
+    'MAX_HOLDER_LENGTH', 'MAX_NAME_LENGTH', 'MAX_TTL_MS', 'MIN_TTL_MS', 'MetricsOptions', 'MetricsSource', 'Migration', 'MigrationResult',
+    'NotAcquired', 'OVERLAP_POLICIES', 'OutcomeUnknownError', 'OverlapPolicy', 'PermissionDeniedError', 'ReplicationReport', 'RunContext',
+    'RunOptions', 'RunOutcome', 'RunReport', 'RunResult', 'Schedule', 'ScheduleSpec', 'SchemaVersionError', 'ShutdownError', 'SkipInfo',
+    'SkipReason', 'TimelineMissed', 'TimelineRun', 'TimelineSkip', 'TransactionControlError', 'TransactionFailedError', 'TransactionFailure',
+    'TransactionOptions', 'UnscheduledLease', 'Worker', 'WorkerOptions', 'checkSchema', 'createLeasehold', 'createMetrics', 'defineJob',
+    'describeSkip', 'formatDuration', 'installScript', 'jobHistory', 'jobStatus', 'jobTimeline', 'latestVersion', 'migrate', 'migrations',
+    'parseDuration', 'parseSchedule', 'schemaVersion', 'silentLogger', 'slotsBetween', 'startDashboard', 'startWorker', 'stderrLogger',
+    'unscheduledLeases',
+  ],
+  './testing': ['EmbeddedPostgres', 'EmbeddedPostgresOptions', 'createTestDatabase', 'freePort', 'startEmbeddedPostgres'],
+};
+
+let out: string;
+let program: ts.Program;
+const entries: Record<string, string> = {};
+
+beforeAll(async () => {
+  out = await mkdtemp(join(tmpdir(), 'leasehold-dts-'));
+  // the declarations exactly as `npm run build` emits them (tsconfig.build.json), into a scratch directory
+  await promisify(execFile)(process.execPath, [TSC, '-p', join(ROOT, 'tsconfig.build.json'), '--emitDeclarationOnly', '--outDir', out], { cwd: ROOT });
+  const pkg = JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { exports: Record<string, { import?: { types: string } } | string> };
+  for (const [entry, target] of Object.entries(pkg.exports)) {
+    if (typeof target === 'string' || !target.import) continue;
+    entries[entry] = join(out, relative('dist', target.import.types));
+  }
+  program = ts.createProgram(Object.values(entries), { module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, types: ['node'], skipLibCheck: true });
+}, 120_000);
+
+afterAll(async () => {
+  if (out) await rm(out, { recursive: true, force: true });
+});
+
+const resolve = (checker: ts.TypeChecker, symbol: ts.Symbol) => (symbol.flags & ts.SymbolFlags.Alias ? checker.getAliasedSymbol(symbol) : symbol);
+
+function exportsOf(program: ts.Program, file: string): ts.Symbol[] {
+  const source = program.getSourceFile(file);
+  const symbol = source && program.getTypeChecker().getSymbolAtLocation(source);
+  if (!symbol) throw new Error(`no declarations in ${file}`);
+  return program.getTypeChecker().getExportsOfModule(symbol);
+}
+
+/**
+ * Walks every declaration of the library (files under `dir`) reachable from the exports of
+ * `entryFiles`: what is wrong with them, and the library types reached that no entry exports.
+ */
+function walk(program: ts.Program, entryFiles: string[], dir: string): { problems: string[]; leaked: string[] } {
+  const checker = program.getTypeChecker();
+  const where = (node: ts.Node) => {
+    const file = node.getSourceFile();
+    return `${relative(dir, file.fileName)}:${file.getLineAndCharacterOfPosition(node.getStart()).line + 1}`;
+  };
+  const exported = new Set<ts.Symbol>(entryFiles.flatMap((file) => exportsOf(program, file).map((symbol) => resolve(checker, symbol))));
+  const problems: string[] = [];
+  const leaked: string[] = [];
+  const queue: ts.Symbol[] = [...exported];
+  const seen = new Set<ts.Symbol>();
+  while (queue.length > 0) {
+    const symbol = queue.pop()!;
+    if (seen.has(symbol) || symbol.flags & ts.SymbolFlags.TypeParameter) continue;
+    seen.add(symbol);
+    for (const declaration of symbol.declarations ?? []) {
+      if (!declaration.getSourceFile().fileName.startsWith(dir)) continue;
+      if (!exported.has(symbol)) leaked.push(`${symbol.name} (${where(declaration)})`);
+      const visit = (node: ts.Node): void => {
+        // private members are emitted without types: nothing of them is published
+        if (ts.canHaveModifiers(node) && ts.getModifiers(node)?.some((m) => m.kind === ts.SyntaxKind.PrivateKeyword)) return;
+        if (ts.getJSDocTags(node).some((tag) => tag.tagName.text === 'internal')) problems.push(`@internal: ${where(node)}`);
+        if (node.kind === ts.SyntaxKind.AnyKeyword) problems.push(`any: ${where(node)}`);
+        const name = ts.isTypeReferenceNode(node) ? node.typeName : ts.isTypeQueryNode(node) ? node.exprName : ts.isExpressionWithTypeArguments(node) ? node.expression : undefined;
+        const target = name && checker.getSymbolAtLocation(name);
+        if (target) queue.push(resolve(checker, target));
+        ts.forEachChild(node, visit);
+      };
+      visit(declaration);
+    }
+  }
+  return { problems, leaked };
+}
+
+describe('the published declarations', () => {
+  it('export exactly the documented API from each entry point', () => {
+    expect(Object.keys(entries).sort()).toEqual(Object.keys(ALLOWED).sort());
+    for (const [entry, allowed] of Object.entries(ALLOWED)) {
+      const names = exportsOf(program, entries[entry]!).map((symbol) => symbol.name).sort();
+      expect(names, `exports of "${entry}"`).toEqual([...allowed].sort());
+    }
+  });
+
+  it('show nothing @internal, no `any`, and no library type the entry points do not export', () => {
+    expect(walk(program, Object.values(entries), out)).toEqual({ problems: [], leaked: [] });
+  });
+
+  it('can fail: an @internal member, an `any` and an internal type in a public signature are all found', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'leasehold-dts-probe-'));
+    try {
+      await writeFile(join(dir, 'inner.d.ts'), 'export interface Inner {\n  secret: string;\n}\n');
+      await writeFile(
+        join(dir, 'index.d.ts'),
+        "import type { Inner } from './inner.js';\nexport declare class Probe {\n  /** @internal */\n  hidden(): void;\n  loose: any;\n  inner(): Inner;\n  private ok;\n}\n",
+      );
+      const probe = ts.createProgram([join(dir, 'index.d.ts')], { module: ts.ModuleKind.NodeNext, moduleResolution: ts.ModuleResolutionKind.NodeNext, types: [] });
+      expect(walk(probe, [join(dir, 'index.d.ts')], dir)).toEqual({ problems: ['@internal: index.d.ts:4', 'any: index.d.ts:5'], leaked: ['Inner (inner.d.ts:1)'] });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
+});
