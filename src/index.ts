@@ -38,7 +38,8 @@ export {
   type JobOptions,
   type OverlapPolicy,
 } from './worker/job.js';
-export type { HandlerWrapper, RunOutcome, RunReport } from './worker/execute-run.js';
+export type { HandlerWrapper, RunReport } from './worker/execute-run.js';
+export { RUN_OUTCOMES, type RunOutcome, type RunState } from './worker/run-outcomes.js';
 export { parseSchedule, slotsBetween, type Schedule, type ScheduleSpec } from './schedule/schedule.js';
 export {
   CREEP_WARNING_RATIO,

@@ -16,6 +16,7 @@ import { parseDuration } from '../src/validate/duration.js';
 import { startCli, type CliProcess } from './support/cli.js';
 import { client, freshDatabase, rawPool, waitFor } from './support/db.js';
 import { trackerOf } from '../src/lease/tracker.js';
+import { HEALTH_PATHS } from '../src/observe/health.js';
 
 const EXAMPLES = fileURLToPath(new URL('../examples/kubernetes/', import.meta.url));
 let url: string;
@@ -211,8 +212,7 @@ describe('example manifests', () => {
     expect(container.livenessProbe.httpGet.path).toBe('/healthz');
     expect(container.readinessProbe.httpGet.path).toBe('/readyz');
     // the routes the probes name are the ones the worker serves
-    const routes = Object.keys(workerHealthRoutes());
-    expect(routes).toEqual(['/healthz', '/readyz']);
+    expect([HEALTH_PATHS.live, HEALTH_PATHS.ready]).toEqual(['/healthz', '/readyz']);
     const graceSeconds = parseDuration(String(values.get('--grace')), '--grace') / 1000;
     expect(pod.terminationGracePeriodSeconds).toBeGreaterThan(graceSeconds);
   });
@@ -246,11 +246,3 @@ describe('example manifests', () => {
     expect(args).toContain('--');
   });
 });
-
-/** The route table of a worker's health endpoint, without a worker (only the keys are read). */
-function workerHealthRoutes(): Record<string, unknown> {
-  const fake = { leasehold: { internals: () => ({ runtime: { controlPool: null }, livenessKey: () => null }) }, on: () => () => undefined, stopping: false };
-  return workerHealth(fake as unknown as Parameters<typeof workerHealth>[0]).routes();
-}
-
-

@@ -31,7 +31,9 @@ const ALLOWED: Record<string, string[]> = {
     'describeSkip', 'formatDuration', 'installScript', 'jobHistory', 'jobStatus', 'jobTimeline', 'latestVersion', 'migrate', 'migrations',
     'parseDuration', 'parseSchedule', 'schemaVersion', 'silentLogger', 'slotsBetween', 'startDashboard', 'startWorker', 'stderrLogger',
     'unscheduledLeases',
+    'EndpointReply', 'HandlerWrapper', 'HealthCheck', 'HealthReport', 'RUN_OUTCOMES', 'RunState', 'WorkerHealth', 'workerHealth',
   ],
+  './opentelemetry': ['InstrumentOptions', 'Instrumentable', 'instrument'],
   './testing': ['EmbeddedPostgres', 'EmbeddedPostgresOptions', 'createTestDatabase', 'freePort', 'startEmbeddedPostgres'],
 };
 

@@ -25,6 +25,9 @@ export interface WorkerHealth {
   routes(): Record<string, () => Promise<EndpointReply>>;
 }
 
+/** Where the probes are served (next to /metrics, or on the health port). */
+export const HEALTH_PATHS = { live: '/healthz', ready: '/readyz' } as const;
+
 /** Each probe query waits at most this long (a probe's own timeout is usually 1 s or more). */
 const PROBE_QUERY_TIMEOUT_MS = 800;
 
@@ -100,7 +103,7 @@ export function workerHealth(worker: Worker): WorkerHealth {
     const result = await check();
     return { status: result.ok ? 200 : 503, type: 'application/json; charset=utf-8', body: `${JSON.stringify(result)}\n` };
   };
-  return { live, ready, routes: () => ({ '/healthz': asReply(live), '/readyz': asReply(ready) }) };
+  return { live, ready, routes: () => ({ [HEALTH_PATHS.live]: asReply(live), [HEALTH_PATHS.ready]: asReply(ready) }) };
 }
 
 class ProbeTimeout extends Error {

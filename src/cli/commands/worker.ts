@@ -1,7 +1,7 @@
 // leasehold worker ./jobs.js: start the runtime for the jobs a module exports (see
 // ../load-jobs.ts for the accepted shapes: job options or defineJob() results).
 import type { Command } from 'commander';
-import { workerHealth } from '../../observe/health.js';
+import { HEALTH_PATHS, workerHealth } from '../../observe/health.js';
 import { serveEndpoints, type EndpointServer } from '../../observe/http-endpoint.js';
 import { createMetrics, serveMetrics, type MetricsServer } from '../../observe/metrics.js';
 import { startWorker } from '../../worker/worker.js';
@@ -37,8 +37,8 @@ export function registerWorker(program: Command, io: Io): void {
         let health: ReturnType<typeof workerHealth> | undefined;
         const notStarted = async () => ({ status: 503, type: 'application/json; charset=utf-8', body: '{"ok":false,"checks":{"started":{"ok":false,"detail":"starting"}}}\n' });
         const routes = {
-          '/healthz': () => (health ? health.routes()['/healthz']!() : notStarted()),
-          '/readyz': () => (health ? health.routes()['/readyz']!() : notStarted()),
+          [HEALTH_PATHS.live]: () => (health ? health.routes()[HEALTH_PATHS.live]!() : notStarted()),
+          [HEALTH_PATHS.ready]: () => (health ? health.routes()[HEALTH_PATHS.ready]!() : notStarted()),
         };
         const metrics = metricsPort === undefined ? undefined : createMetrics();
         if (metrics && metricsPort !== undefined) server = await serveMetrics(metrics, { port: metricsPort, host: options.metricsHost, routes });

@@ -1,0 +1,1836 @@
+-- leasehold schema version 7: complete install script.
+-- Generated from the migrations in sql/ (leasehold migrate --dry-run prints it for a database).
+-- Apply it in ONE transaction, as the role that is to own the schema (not a superuser if you can):
+--   psql --single-transaction -v ON_ERROR_STOP=1 -f this-file.sql
+-- or as one migration of Flyway, Liquibase, Alembic (op.execute) or Django (RunSQL).
+-- Afterwards grant your application roles access: see docs/security.md (leasehold grant --print).
+
+select pg_advisory_xact_lock(7810756276994469740);
+
+create schema if not exists leasehold;
+create table if not exists leasehold.migrations (
+  version    integer primary key,
+  name       text not null,
+  breaking   boolean not null default false,
+  applied_at timestamptz not null default now()
+);
+
+do $$ begin
+  if (select coalesce(max(version), 0) from leasehold.migrations) <> 0 then
+    raise exception 'this script upgrades the leasehold schema from version 0 to 7, but the database is at version %',
+      (select coalesce(max(version), 0) from leasehold.migrations);
+  end if;
+end $$;
+
+-- 0001_leases
+-- leasehold migration 0001: the lease protocol.
+--
+-- Glossary
+--   lease   one row per job name: who may run the job now, and until when.
+--   token   random secret of one acquisition; renew, release and fenced writes present it.
+--   fence   bigint that grows on every acquisition of a name and never goes back, even across
+--           a failover: next_fence() folds the epoch into it. A write checked against it
+--           cannot come from an older holder.
+--   epoch   the server's WAL timeline. It grows on every promotion of a standby, so a grant
+--           made on a promoted server is told apart from anything the old primary issued.
+--   incarnation  epoch and postmaster start time: one run of one server. Advisory locks
+--           (liveness evidence) exist only in the incarnation that took them.
+--   holder  human-readable identity of the acquirer (host:pid:id), for logs and skips.
+--   holder_key  bigint of the holder's liveness session: a session-level advisory lock the
+--           holder keeps while its process lives. When the lock is gone the lease is free.
+--   slot    the scheduled occurrence a claim is for; each slot is claimed at most once.
+--
+-- Time: every decision uses the database clock (now()), never the caller's.
+-- Errors: custom SQLSTATEs LH001 (bad name), LH002 (bad ttl), LH003 (lease lost),
+-- LH004 (bad holder). See docs/sql-api.md for the contract.
+
+-- check_characters: describes the first character a name or holder must not contain, or null.
+-- Refused: C0/C1 controls and line separators, bidirectional controls (they reorder what a
+-- terminal or page shows: 'invoice\u202Egnp.exe' renders as 'invoiceexe.png') and invisible
+-- format characters (zero-width space, joiners, BOM, fillers, tags: 'pay\u200Bments' would look
+-- like 'payments'). Positions count code points from 0, as the TypeScript client does.
+create function leasehold.check_characters(p_text text) returns text
+language sql immutable strict as $$
+  select format('U+%s, %s, at position %s',
+                upper(lpad(to_hex(ascii(m.c)), greatest(4, length(to_hex(ascii(m.c)))), '0')),
+                case
+                  when m.c ~ '[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]' then 'a bidirectional control'
+                  when m.c ~ '[\u0001-\u001f\u007f-\u009f\u2028\u2029]' then 'a control character'
+                  else 'an invisible character'
+                end,
+                strpos(p_text, m.c) - 1)
+    from (select substring(p_text from
+            '[\u0001-\u001f\u007f-\u009f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f]'
+          ) as c) m
+   where m.c is not null;
+$$;
+
+create table leasehold.leases (
+  name        text primary key,
+  token       uuid,
+  fence       bigint not null default 0,
+  holder      text,
+  holder_key  bigint,
+  acquired_at timestamptz,
+  expires_at  timestamptz,
+  last_slot   timestamptz,
+  released_at timestamptz,
+  ttl         interval,
+  -- the epoch in which the current grant or its latest renewal was confirmed
+  epoch       integer,
+  -- the incarnation whose advisory lock table holds holder_key's lock
+  holder_incarnation text,
+  created_at  timestamptz not null default now(),
+  constraint leases_name_valid
+    check (char_length(name) between 1 and 200 and leasehold.check_characters(name) is null),
+  -- A lease is held exactly when it has a token, and then it always has an expiry.
+  constraint leases_token_has_expiry check ((token is null) = (expires_at is null))
+);
+
+comment on table leasehold.leases is
+  'One row per lease name. Write it only through the leasehold.* functions.';
+
+-- Argument checks shared by every entry point, so psql, Python and TypeScript callers get
+-- the same answer with the same SQLSTATE.
+create function leasehold.check_name(p_name text) returns void
+language plpgsql immutable as $$
+declare
+  v_bad text := leasehold.check_characters(p_name);
+begin
+  if p_name is null or char_length(p_name) = 0 then
+    raise exception 'lease name must not be empty'
+      using errcode = 'LH001', hint = 'Name the job, e.g. ''nightly-report''.';
+  end if;
+  if char_length(p_name) > 200 then
+    raise exception 'lease name must be 1-200 characters (got %)', char_length(p_name)
+      using errcode = 'LH001', hint = 'Use a shorter name.';
+  end if;
+  if v_bad is not null then
+    raise exception 'lease name must not contain control, bidirectional or invisible characters (found %)', v_bad
+      using errcode = 'LH001', hint = 'Remove the character: names are shown to operators and must read as they are.';
+  end if;
+end $$;
+
+create function leasehold.check_ttl(p_ttl interval) returns void
+language plpgsql immutable as $$
+begin
+  if p_ttl is null or p_ttl <= interval '0' then
+    raise exception 'ttl must be positive (got %)', p_ttl
+      using errcode = 'LH002', hint = 'Pass an interval such as ''30 seconds''.';
+  end if;
+  if p_ttl < interval '100 milliseconds' or p_ttl > interval '7 days' then
+    raise exception 'ttl must be between 100 milliseconds and 7 days (got %)', p_ttl
+      using errcode = 'LH002',
+            hint = 'The ttl bounds how long a stalled holder blocks others; heartbeats renew it while the job runs.';
+  end if;
+end $$;
+
+create function leasehold.check_holder(p_holder text) returns void
+language plpgsql immutable as $$
+declare
+  v_bad text := leasehold.check_characters(p_holder);
+begin
+  if p_holder is null or char_length(p_holder) = 0 or char_length(p_holder) > 200 then
+    raise exception 'holder must be 1-200 characters (got %)', coalesce(char_length(p_holder), 0)
+      using errcode = 'LH004', hint = 'Use something like host:pid.';
+  end if;
+  if v_bad is not null then
+    raise exception 'holder must not contain control, bidirectional or invisible characters (found %)', v_bad
+      using errcode = 'LH004', hint = 'Use something like host:pid.';
+  end if;
+end $$;
+
+-- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves to
+-- the new timeline the moment a standby is promoted; pg_control_checkpoint() only after the
+-- end-of-recovery checkpoint, which can come seconds later (measured: docs/high-availability.md).
+-- During recovery (a standby, read-only) the replayed timeline is reported, for status views.
+create function leasehold.epoch() returns integer
+language sql volatile as $$
+  select case
+    when pg_is_in_recovery() then (pg_control_checkpoint()).timeline_id
+    else ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer
+  end;
+$$;
+
+-- incarnation: one run of one server. A restart changes the start time, a promotion the
+-- timeline; session advisory locks do not survive either.
+create function leasehold.incarnation() returns text
+language sql volatile as $$
+  select leasehold.epoch() || '@' || to_char(pg_postmaster_start_time() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US');
+$$;
+
+-- next_fence: the one rule for every new fence (acquire, claim_slots, force_release).
+-- Epoch e grants fences from (e - 1) << 40 up, so the first grant on a promoted server is
+-- above every fence the old primary can have issued, even ones lost with it (as long as a
+-- name is granted fewer than 2^40 times in one epoch). Timeline 1 keeps fences 1, 2, 3, ...
+-- Fences stay below 2^53 (exact in JavaScript numbers) up to timeline 8192.
+create function leasehold.next_fence(p_old bigint) returns bigint
+language sql volatile as $$
+  select greatest(coalesce(p_old, 0) + 1, (leasehold.epoch() - 1)::bigint << 40);
+$$;
+
+-- pin_synchronous_commit: lease-changing functions call it first. A role or session with
+-- synchronous_commit = off (or local) would otherwise acknowledge a grant before a
+-- synchronous standby has it. Transaction-local, so it still holds at COMMIT (a function's
+-- SET clause would be reverted on return, before the commit).
+create function leasehold.pin_synchronous_commit() returns void
+language sql volatile as $$
+  select set_config('synchronous_commit', 'on', true)
+   where current_setting('synchronous_commit') not in ('on', 'remote_write', 'remote_apply');
+$$;
+
+-- holder_gone: true when nobody holds the liveness lock `p_key` any more. One lock-table probe
+-- (pg_try_advisory_xact_lock_shared succeeds only when no session holds the exclusive lock);
+-- only when it succeeds, a second look makes sure the lock is not held by this very session: an
+-- advisory lock never conflicts with its own session, and behind a transaction pooler a
+-- misrouted liveness lock can sit on the server connection an acquire runs on. CASE fixes the
+-- evaluation order, so the common path (holder alive) costs the probe alone.
+create function leasehold.holder_gone(p_key bigint) returns boolean
+language sql volatile as $$
+  select case
+    when p_key is null then false
+    when pg_try_advisory_xact_lock_shared(p_key) then not exists (
+      select 1 from pg_locks
+       where pid = pg_backend_pid() and locktype = 'advisory' and objsubid = 1 and granted
+         and mode = 'ExclusiveLock' and ((classid::bigint << 32) | objid::bigint) = p_key)
+    else false
+  end;
+$$;
+
+-- liveness_incarnation: the incarnation to record with a grant under liveness key p_key: the
+-- current one when the key's lock is held on this server right now, else null (the TTL then
+-- governs). A client does not notice at once that its liveness session went with an old
+-- primary; a grant recorded with that key as if it lived here would look "holder gone" at once.
+create function leasehold.liveness_incarnation(p_key bigint) returns text
+language sql volatile as $$
+  select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.incarnation() end;
+$$;
+
+-- is_free: the one rule for "anyone may take this lease now".
+--   * never held or released;
+--   * expired by the database clock; a lease last confirmed in an earlier epoch (before a
+--     failover) gets a grace of one more ttl, because with asynchronous replication the
+--     holder's latest renewals may be lost with the old primary while it still runs;
+--   * its holder's liveness lock is gone, asked only on the incarnation where the lock was
+--     taken: after a restart or promotion no advisory lock exists, which proves nothing.
+create function leasehold.is_free(l leasehold.leases) returns boolean
+language sql volatile as $$
+  select case
+    when l.token is null then true
+    when l.epoch is not distinct from leasehold.epoch() and l.expires_at <= now() then true
+    when l.epoch is distinct from leasehold.epoch()
+         and l.expires_at + coalesce(l.ttl, interval '0') <= now() then true
+    when l.holder_incarnation is not distinct from leasehold.incarnation() then leasehold.holder_gone(l.holder_key)
+    else false
+  end;
+$$;
+
+-- confirm: the one rule by which a holder keeps its lease: while its token matches and the
+-- lease has not expired, extend it by p_ttl and confirm it in this epoch (after a failover
+-- this is what makes its fenced writes acceptable again). Returns the row, or a row of nulls
+-- when the lease is not (or no longer) the caller's. Used by renew and by acquire's adoption
+-- of a grant whose answer was lost.
+create function leasehold.confirm(p_name text, p_token uuid, p_ttl interval) returns leasehold.leases
+language plpgsql volatile as $$
+declare
+  r leasehold.leases;
+begin
+  update leasehold.leases l
+     set expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch()
+   where l.name = p_name and l.token = p_token and l.expires_at > now()
+  returning l.* into r;
+  return r;
+end $$;
+
+-- acquire: one call, one round trip, never waits for a row lock.
+--
+-- Takes the lease where it is free (is_free). Sets a token, the next fence (next_fence),
+-- now() + ttl and the current epoch and incarnation.
+-- With p_slot, the claim also needs p_slot newer than the last claimed slot and not in
+-- the future, so each scheduled occurrence is claimed once across a fleet.
+-- p_token: the caller's own random token for this acquisition (null: the server makes one).
+-- A retry whose first answer was lost passes the same token; while the lease is held with
+-- it, the answer is 'acquired' again with the same fence (the caller adopts its own grant)
+-- instead of 'held' by itself. Never reuse a token for a second acquisition.
+--
+-- Why this shape (measured, see docs/design.md): the losing path must write nothing. A
+-- SELECT ... FOR UPDATE whose WHERE is false locks nothing, takes no transaction id and
+-- writes no WAL; INSERT ... ON CONFLICT DO UPDATE would lock the row on every losing call.
+-- SKIP LOCKED makes racing acquirers lose at once instead of queueing, and makes a lease
+-- whose holder is inside a fenced transaction (FOR KEY SHARE) report 'holder-committing'.
+create function leasehold.acquire(
+  p_name       text,
+  p_ttl        interval,
+  p_holder     text,
+  p_holder_key bigint default null,
+  p_slot       timestamptz default null,
+  p_token      uuid default null
+) returns table (
+  acquired       boolean,
+  token          uuid,
+  fence          bigint,
+  expires_at     timestamptz,
+  holder         text,
+  acquired_at    timestamptz,
+  last_slot      timestamptz,
+  reason         text,
+  database_time  timestamptz,
+  took_over      boolean
+)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+#variable_conflict use_column
+declare
+  r leasehold.leases;
+  candidate text;
+  previous_token uuid;
+  key_share_free boolean;
+  why text;
+begin
+  perform leasehold.check_name(p_name);
+  perform leasehold.check_ttl(p_ttl);
+  perform leasehold.check_holder(p_holder);
+  perform leasehold.pin_synchronous_commit();
+
+  if p_token is not null then
+    -- the retry of an acquisition whose answer was lost: still ours, so hand it back
+    -- (renewed and confirmed in this epoch), with the fence it was granted
+    r := leasehold.confirm(p_name, p_token, p_ttl);
+    if r.name is not null then
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                          r.last_slot, 'acquired'::text, now(), false;
+      return;
+    end if;
+  end if;
+
+  select l.name, l.token into candidate, previous_token
+    from leasehold.leases l
+   where l.name = p_name
+     and leasehold.is_free(l)
+     and (p_slot is null or ((l.last_slot is null or p_slot > l.last_slot) and p_slot <= now()))
+     for update skip locked;
+
+  if found then
+    update leasehold.leases l
+       set token = coalesce(p_token, gen_random_uuid()), fence = leasehold.next_fence(l.fence),
+           holder = p_holder, holder_key = p_holder_key, acquired_at = now(),
+           expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch(),
+           holder_incarnation = leasehold.liveness_incarnation(p_holder_key),
+           released_at = null, last_slot = coalesce(p_slot, l.last_slot)
+     where l.name = p_name
+    returning l.* into r;
+    -- took_over: the previous holder never released (expired, or its liveness lock is gone)
+    return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                        r.last_slot, 'acquired'::text, now(), previous_token is not null;
+    return;
+  end if;
+
+  select * into r from leasehold.leases l where l.name = p_name;
+  if not found then
+    if p_slot is not null and p_slot > now() then
+      return query select false, null::uuid, 0::bigint, null::timestamptz, null::text,
+                          null::timestamptz, null::timestamptz, 'slot-not-due'::text, now(), false;
+      return;
+    end if;
+    -- First use of this name. Concurrent creators are resolved by the primary key: one
+    -- inserts, the others do nothing and report the winner below.
+    insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at,
+                                      last_slot, ttl, epoch, holder_incarnation)
+    values (p_name, coalesce(p_token, gen_random_uuid()), leasehold.next_fence(0), p_holder, p_holder_key,
+            now(), now() + p_ttl, p_slot, p_ttl, leasehold.epoch(), leasehold.liveness_incarnation(p_holder_key))
+    on conflict (name) do nothing
+    returning l.* into r;
+    if found then
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                          r.last_slot, 'acquired'::text, now(), false;
+      return;
+    end if;
+  end if;
+
+  -- Lost. When the row is free by the rules but was locked, find out by whom before
+  -- reading it: a fenced transaction holds FOR KEY SHARE (which a KEY SHARE probe passes),
+  -- a concurrent acquirer holds FOR UPDATE (which it does not). Read the row after the
+  -- probe, so an acquirer that committed meanwhile is reported as the holder.
+  select * into r from leasehold.leases l where l.name = p_name;
+  if leasehold.is_free(r) and (p_slot is null or r.last_slot is null or p_slot > r.last_slot) then
+    perform 1 from leasehold.leases l where l.name = p_name for key share skip locked;
+    key_share_free := found;
+    select * into r from leasehold.leases l where l.name = p_name;
+  end if;
+
+  -- Our own first attempt may have committed since the token check at the top: adopt it.
+  if p_token is not null and r.token = p_token then
+    r := leasehold.confirm(p_name, p_token, p_ttl);
+    if r.name is not null then
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                          r.last_slot, 'acquired'::text, now(), false;
+      return;
+    end if;
+    select * into r from leasehold.leases l where l.name = p_name;
+  end if;
+
+  why := case
+      when p_slot is not null and p_slot > now() then 'slot-not-due'
+      when p_slot is not null and r.last_slot is not null and p_slot <= r.last_slot then 'slot-taken'
+      when not leasehold.is_free(r) then 'held'
+      -- free by the rules but locked by another acquirer taking it right now: the row
+      -- still names the previous holder, which must not be reported
+      when key_share_free is false then 'being-acquired'
+      -- locked by its holder's fenced transaction, which is committing
+      else 'holder-committing'
+    end;
+  if why = 'being-acquired' then
+    return query select false, null::uuid, r.fence, null::timestamptz, null::text, null::timestamptz,
+                        r.last_slot, why, now(), false;
+  else
+    return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at,
+                        r.last_slot, why, now(), false;
+  end if;
+end $$;
+
+-- renew: extends the lease while the token matches and it has not expired, and confirms it
+-- in the current epoch: after a failover, a live holder's first renewal on the new primary
+-- makes its fenced writes valid again (assert_lease refuses leases of an earlier epoch).
+create function leasehold.renew(p_name text, p_token uuid, p_ttl interval)
+returns table (renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+#variable_conflict use_column
+declare
+  r leasehold.leases;
+begin
+  perform leasehold.check_name(p_name);
+  perform leasehold.check_ttl(p_ttl);
+  perform leasehold.pin_synchronous_commit();
+  r := leasehold.confirm(p_name, p_token, p_ttl);
+  if r.name is not null then
+    return query select true, r.expires_at, r.fence, 'renewed'::text, now();
+    return;
+  end if;
+  select * into r from leasehold.leases l where l.name = p_name;
+  return query select false, r.expires_at, r.fence,
+    case
+      when r.name is null then 'unknown'
+      when r.token = p_token then 'expired'
+      when r.token is null then 'released'
+      else 'taken-over'
+    end, now();
+end $$;
+
+-- release: frees the lease only for the matching token. A late release from an old holder
+-- matches nothing, changes nothing and returns false.
+create function leasehold.release(p_name text, p_token uuid) returns boolean
+language sql volatile
+set lock_timeout = '2s'
+as $$
+  select leasehold.pin_synchronous_commit();
+  with released as (
+    update leasehold.leases l
+       set token = null, expires_at = null, holder_key = null, released_at = now()
+     where l.name = p_name and l.token = p_token
+    returning 1
+  )
+  select exists (select 1 from released);
+$$;
+
+-- holds_lease: the fence check, as a boolean for WHERE clauses and triggers (assert_lease below
+-- raises LH003 where it is false, start_run calls assert_lease):
+--   update results set ... where id = $1 and leasehold.holds_lease('job', $token, $fence);
+create function leasehold.holds_lease(p_name text, p_token uuid, p_fence bigint) returns boolean
+language plpgsql volatile as $$
+begin
+  perform 1 from leasehold.leases l
+   where l.name = p_name and l.token = p_token and l.fence = p_fence and l.expires_at > now()
+     and l.epoch = leasehold.epoch()
+     for key share;
+  return found;
+end $$;
+
+-- assert_lease: the fence check for the caller's own transaction. Locks the lease row (holds_lease)
+-- FOR KEY SHARE where name, token and fence match, the lease is unexpired and it was
+-- confirmed in the current epoch (a release or takeover lost in a failover must not let the
+-- old token write again; the live holder's next renewal re-confirms it), so no
+-- takeover (which needs FOR UPDATE) can happen before this transaction ends, while the
+-- holder's own renewals (plain UPDATEs of non-key columns) still go through. Raises LH003
+-- otherwise. Returns the fence.
+create function leasehold.assert_lease(p_name text, p_token uuid, p_fence bigint) returns bigint
+language plpgsql volatile as $$
+declare
+  r leasehold.leases;
+  v_detail text;
+begin
+  -- the rule and the lock are holds_lease's; this function only explains a refusal
+  if leasehold.holds_lease(p_name, p_token, p_fence) then
+    return p_fence;
+  end if;
+  select * into r from leasehold.leases l where l.name = p_name;
+  v_detail := case
+      when r.name is null then 'no such lease'
+      when r.fence <> p_fence and r.token is null then format('the lease was force-released (fence is now %s, held by nobody)', r.fence)
+      when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, r.holder)
+      when r.token is null then 'the lease was released'
+      when r.expires_at <= now() then 'the lease expired'
+      -- a wrong token is no failover, whatever the row's epoch says
+      when r.token <> p_token then 'the token does not match the lease'
+    end;
+  if v_detail is not null then
+    raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
+      using errcode = 'LH003', detail = v_detail,
+            hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
+  end if;
+  -- Not lost as far as this server knows, only unconfirmed since a failover. The DETAIL's
+  -- first words are part of the contract: clients recognise this case by them, renew, and
+  -- run the transaction again.
+  raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
+    using errcode = 'LH003',
+          detail = format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
+                          'renew it, or roll back if it is lost', r.epoch, leasehold.epoch()),
+          hint = 'Roll back, renew the lease (leasehold.renew) and run the transaction again; if the renewal fails, the lease is lost.';
+end $$;
+
+-- force_release: for operators. Frees the lease whoever holds it and bumps the fence, so the
+-- old holder's fenced writes fail. Waits for an open fenced transaction to end (FOR UPDATE):
+-- once it returns, no write under the old fence can commit.
+create function leasehold.force_release(p_name text)
+returns table (released boolean, previous_holder text, previous_fence bigint, fence bigint)
+language plpgsql volatile as $$
+#variable_conflict use_column
+declare
+  old leasehold.leases;
+  r leasehold.leases;
+begin
+  perform leasehold.pin_synchronous_commit();
+  select * into old from leasehold.leases l where l.name = p_name for update;
+  if not found then
+    return query select false, null::text, null::bigint, null::bigint;
+    return;
+  end if;
+  update leasehold.leases l
+     set token = null, expires_at = null, holder_key = null, released_at = now(),
+         fence = leasehold.next_fence(l.fence)
+   where l.name = p_name
+  returning l.* into r;
+  return query select old.token is not null, old.holder, old.fence, r.fence;
+end $$;
+
+-- register_liveness: run once on the holder's dedicated session. Takes a session-level
+-- advisory lock on a fresh random key and returns it; pass the key to acquire. When the
+-- session ends (process killed, connection lost) the lock goes, and so does every lease
+-- recorded with that key. Keys are non-negative so lease_status can match pg_locks.
+create function leasehold.register_liveness() returns bigint
+language plpgsql volatile as $$
+declare
+  k bigint;
+begin
+  loop
+    k := floor(random() * 9.2e18)::bigint;
+    if pg_try_advisory_lock(k) then
+      return k;
+    end if;
+  end loop;
+end $$;
+
+-- lease_status: every lease, for people and dashboards (not for the claim path: it reads
+-- pg_locks to show whether each holder's liveness session is still there).
+create view leasehold.lease_status as
+select l.name,
+       case
+         when l.token is null then 'free'
+         when l.expires_at <= now() then 'expired'
+         else 'held'
+       end as state,
+       l.holder,
+       l.fence,
+       l.acquired_at,
+       l.expires_at,
+       case when l.token is null then null
+            else greatest(extract(epoch from l.expires_at - now()), 0)::double precision
+       end as seconds_left,
+       -- liveness locks exist only on the incarnation that took them: elsewhere, unknown
+       case when l.token is null or l.holder_key is null
+                 or l.holder_incarnation is distinct from leasehold.incarnation() then null
+            else exists (
+              select 1 from pg_locks k
+               where k.locktype = 'advisory' and k.objsubid = 1 and k.granted
+                 and k.database = (select oid from pg_database where datname = current_database())
+                 and k.mode = 'ExclusiveLock'
+                 and ((k.classid::bigint << 32) | k.objid::bigint) = l.holder_key)
+       end as holder_alive,
+       l.last_slot,
+       l.released_at,
+       l.epoch,
+       -- the liveness session's advisory lock key (visible in pg_locks anyway), so a dashboard
+       -- can group leases by worker without reading the table
+       l.holder_key
+  from leasehold.leases l;
+
+insert into leasehold.migrations (version, name, breaking) values (1, '0001_leases', false);
+
+-- 0002_scheduler
+-- leasehold migration 0002: scheduled jobs, batched slot claims and run history.
+--
+-- A job's lease row (leasehold.leases, name = job name) carries last_slot: the newest
+-- scheduled occurrence anyone claimed. claim_slots() claims many jobs' slots in one call with
+-- a fixed number of set-based statements, whatever the number of jobs, and records each skip
+-- once per (job, slot) however many workers notice it.
+
+create table leasehold.jobs (
+  name             text primary key,
+  schedule         text not null,
+  timezone         text,
+  interval_ms      bigint,
+  ttl_ms           bigint not null,
+  overlap          text not null,
+  catch_up         text not null,
+  registered_by    text not null,
+  registered_at    timestamptz not null default now()
+);
+comment on table leasehold.jobs is 'The latest definition of each scheduled job, as registered by a worker.';
+
+create table leasehold.runs (
+  id          bigserial primary key,
+  job         text not null,
+  slot        timestamptz not null,
+  fence       bigint not null,
+  holder      text not null,
+  started_at  timestamptz not null default now(),
+  finished_at timestamptz,
+  outcome     text not null default 'running'
+              check (outcome in ('running', 'succeeded', 'failed', 'lost', 'aborted')),
+  error       text,
+  attempts    integer not null default 1
+);
+create unique index runs_job_fence on leasehold.runs (job, fence);
+create index runs_job_started on leasehold.runs (job, started_at desc);
+create index runs_running on leasehold.runs (job) where outcome = 'running';
+
+create table leasehold.skips (
+  job          text not null,
+  slot         timestamptz not null,
+  holder       text,
+  holder_fence bigint,
+  holder_slot  timestamptz,
+  held_for     interval,
+  recorded_by  text not null,
+  recorded_at  timestamptz not null default now(),
+  primary key (job, slot)
+);
+
+create table leasehold.missed (
+  job         text not null,
+  slot        timestamptz not null,
+  reason      text not null,
+  recorded_by text not null,
+  recorded_at timestamptz not null default now(),
+  primary key (job, slot)
+);
+
+-- Windows (from_time, to_time] of database time that a forward step of the database clock
+-- jumped over, as the workers that noticed it measured them. Slots inside never existed in
+-- real time: record_missed() does not record them, whichever worker (started before or after
+-- the step) asks. Kept as long as the history (prune_history) and at most 1,000 windows.
+create table leasehold.clock_steps (
+  id          bigint generated always as identity primary key,
+  from_time   timestamptz not null,
+  to_time     timestamptz not null check (to_time > from_time),
+  recorded_by text not null,
+  recorded_at timestamptz not null default now()
+);
+
+-- Slots waiting for the running one to finish (overlap policies buffer-one and buffer-all).
+create table leasehold.buffered (
+  job         text not null,
+  slot        timestamptz not null,
+  buffered_at timestamptz not null default now(),
+  primary key (job, slot)
+);
+
+-- register_jobs: upserts job definitions and makes sure each has a lease row. Returns each
+-- job's last claimed slot, so a starting worker can apply its catch-up policy. When a job's
+-- schedule or timezone changes, its last slot moves up to now(): the slots between the old
+-- schedule's last run and now never existed, so they are neither caught up nor recorded missed.
+create function leasehold.register_jobs(
+  p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
+  p_overlaps text[], p_catch_ups text[], p_holder text
+) returns table (name text, last_slot timestamptz, database_time timestamptz)
+language plpgsql volatile as $$
+#variable_conflict use_column
+begin
+  perform leasehold.check_name(n) from unnest(p_names) as n;
+  insert into leasehold.leases (name) select n from unnest(p_names) as n on conflict do nothing;
+  update leasehold.leases l
+     set last_slot = greatest(l.last_slot, now())
+    from unnest(p_names, p_schedules, p_timezones) as i(name, schedule, timezone)
+    join leasehold.jobs j on j.name = i.name
+   where l.name = i.name and l.last_slot is not null
+     and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
+  insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
+  select * , p_holder from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups)
+  on conflict (name) do update
+     set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
+         ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
+         registered_by = excluded.registered_by, registered_at = now()
+   where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up)
+         is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap, excluded.catch_up);
+  return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
+end $$;
+
+-- claim_slots: claims the given (job, slot) pairs for p_holder in one call.
+--
+-- p_modes: 'exclusive' (skip / buffer policies: only a free lease), 'replace' (take it from a
+-- running holder: its token changes, so its renewals and fenced writes fail) or 'allow' (no
+-- exclusivity: only the slot guard and a new fence). p_buffer_caps: how many skipped slots
+-- to keep for later (0 skip, 1 buffer-one, n buffer-all). A job with buffered slots claims its
+-- oldest buffered slot first and buffers the new one, so buffered slots run in order.
+--
+-- Every claim needs slot > last_slot and slot <= now(): each occurrence is claimed at most
+-- once across all workers, and a worker whose clock runs ahead cannot claim early.
+--
+-- Returns one row per input job: claimed or the reason not, the holder that blocked it, and
+-- whether this call recorded the skip (exactly one caller does per slot).
+create function leasehold.claim_slots(
+  p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_buffer_caps integer[],
+  p_holder text, p_holder_key bigint default null
+) returns table (
+  job            text,
+  slot           timestamptz,
+  claimed        boolean,
+  reason         text,
+  token          uuid,
+  fence          bigint,
+  expires_at     timestamptz,
+  previous_slot  timestamptz,
+  holder         text,
+  holder_fence   bigint,
+  holder_slot    timestamptz,
+  holder_since   timestamptz,
+  skip_recorded  boolean,
+  buffered       boolean,
+  database_time  timestamptz,
+  took_over      boolean
+)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+#variable_conflict use_column
+begin
+  perform leasehold.check_holder(p_holder);
+  -- the same bounds as acquire: a caller must not hold a job for a century
+  perform leasehold.check_ttl(t) from unnest(p_ttls) as t;
+  perform leasehold.pin_synchronous_commit();
+
+  -- 1. Claim. Rows are locked in random order with SKIP LOCKED, so workers claiming the same
+  --    tick share the jobs instead of queueing behind one another.
+  return query
+  with input as materialized (
+    select i.job, i.slot, i.ttl, i.mode, i.cap,
+           (select min(b.slot) from leasehold.buffered b
+             where b.job = i.job
+               and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
+           ) as buffered_slot
+      from unnest(p_jobs, p_slots, p_ttls, p_modes, p_buffer_caps) as i(job, slot, ttl, mode, cap)
+  ),
+  wanted as (
+    select i.*, least(i.slot, coalesce(i.buffered_slot, i.slot)) as claim_slot from input i
+  ),
+  candidates as (
+    select l.name, l.last_slot as previous_slot, l.token as previous_token, w.claim_slot, w.ttl, w.mode
+      from leasehold.leases l
+      join wanted w on w.job = l.name
+     where w.claim_slot <= now()
+       and (l.last_slot is null or w.claim_slot > l.last_slot)
+       -- under overlap 'skip' a recorded skip is final: a late tick, a retry or a catch-up
+       -- claim must not run the slot after its holder releases
+       and not (w.mode = 'exclusive' and w.cap = 0
+                and exists (select 1 from leasehold.skips k where k.job = w.job and k.slot = w.claim_slot))
+       and (w.mode in ('replace', 'allow') or leasehold.is_free(l))
+     order by random()
+       for update of l skip locked
+  ),
+  claimed as (
+    update leasehold.leases l
+       set fence = leasehold.next_fence(l.fence),
+           last_slot = c.claim_slot,
+           token = case when c.mode = 'allow' then l.token else gen_random_uuid() end,
+           holder = case when c.mode = 'allow' then l.holder else p_holder end,
+           holder_key = case when c.mode = 'allow' then l.holder_key else p_holder_key end,
+           acquired_at = case when c.mode = 'allow' then l.acquired_at else now() end,
+           expires_at = case when c.mode = 'allow' then l.expires_at else now() + c.ttl end,
+           released_at = case when c.mode = 'allow' then l.released_at else null end,
+           ttl = case when c.mode = 'allow' then l.ttl else c.ttl end,
+           epoch = case when c.mode = 'allow' then l.epoch else leasehold.epoch() end,
+           holder_incarnation = case when c.mode = 'allow' then l.holder_incarnation else leasehold.liveness_incarnation(p_holder_key) end
+      from candidates c
+     where l.name = c.name
+    returning l.name, c.claim_slot, c.mode, c.previous_slot, c.previous_token, l.token, l.fence, l.expires_at
+  ),
+  started as (
+    insert into leasehold.runs (job, slot, fence, holder)
+    select c.name, c.claim_slot, c.fence, p_holder from claimed c
+  ),
+  -- A run still 'running' under an older fence lost its lease when this one took it (its
+  -- holder died, expired or was replaced); 'allow' runs overlap by design and stay running.
+  superseded as (
+    update leasehold.runs r
+       set outcome = 'lost', finished_at = now(), error = 'lease taken over by ' || p_holder
+      from claimed c
+     where r.job = c.name and c.mode <> 'allow' and r.outcome = 'running' and r.fence < c.fence
+  ),
+  unbuffered as (
+    delete from leasehold.buffered b using claimed c where b.job = c.name and b.slot <= c.claim_slot
+  ),
+  rebuffered as (
+    -- the slot that came in behind a buffered one waits its turn (within the cap)
+    insert into leasehold.buffered (job, slot)
+    select w.job, w.slot from wanted w join claimed c on c.name = w.job
+     where w.claim_slot < w.slot
+       and (select count(*) from leasehold.buffered b where b.job = w.job and b.slot > w.claim_slot) < w.cap
+    on conflict do nothing
+  )
+  select c.name, c.claim_slot, true, 'claimed'::text, case when c.mode = 'allow' then null else c.token end,
+         c.fence, case when c.mode = 'allow' then null else c.expires_at end, c.previous_slot,
+         p_holder, null::bigint, null::timestamptz, null::timestamptz, false, false, now(),
+         c.mode <> 'allow' and c.previous_token is not null
+    from claimed c;
+
+  -- 2. Everything not claimed above: say why, record a real skip once per slot, buffer it
+  --    if the policy says so. Lease rows claimed by step 1 are the ones this transaction
+  --    wrote (xmin = our transaction id): an O(1) test per row. (Call claim_slots in a
+  --    transaction of its own, as the client does; inside a savepoint the test misses and the
+  --    claimed jobs are reported a second time, as slot-taken.)
+  return query
+  with input as (
+    select i.job, i.slot, i.mode, i.cap
+      from unnest(p_jobs, p_slots, p_modes, p_buffer_caps) as i(job, slot, mode, cap)
+  ),
+  pending as (
+    select i.*, l.holder as l_holder, l.fence as l_fence, l.last_slot as l_last_slot,
+           l.acquired_at as l_acquired_at, l.expires_at as l_expires_at,
+           case
+             when l.name is null then 'unknown-job'
+             when i.slot > now() then 'slot-not-due'
+             when l.last_slot is not null and i.slot <= l.last_slot then 'slot-taken'
+             when i.mode = 'exclusive' and i.cap = 0
+                  and exists (select 1 from leasehold.skips k where k.job = i.job and k.slot = i.slot) then 'slot-skipped'
+             -- replace and allow only fail on a row lock: a transient state, not a skip
+             when i.mode in ('replace', 'allow') then 'holder-committing'
+             when not leasehold.is_free(l) then 'held'
+             else 'holder-committing'
+           end as why
+      from input i
+      left join leasehold.leases l on l.name = i.job
+     where l.xmin is distinct from xid(pg_current_xact_id_if_assigned())
+  ),
+  skipped as (
+    insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
+    select p.job, p.slot, p.l_holder, p.l_fence, p.l_last_slot, now() - p.l_acquired_at, p_holder
+      from pending p where p.why = 'held'
+    on conflict do nothing
+    returning skips.job, skips.slot
+  ),
+  buffering as (
+    insert into leasehold.buffered (job, slot)
+    select p.job, p.slot from pending p
+     where p.why = 'held' and p.cap > 0
+       and (select count(*) from leasehold.buffered b where b.job = p.job) < p.cap
+    on conflict do nothing
+    returning buffered.job, buffered.slot
+  )
+  select p.job, p.slot, false, p.why, null::uuid, null::bigint, null::timestamptz, null::timestamptz,
+         p.l_holder, p.l_fence, p.l_last_slot, p.l_acquired_at,
+         exists (select 1 from skipped s where s.job = p.job and s.slot = p.slot),
+         exists (select 1 from buffering b where b.job = p.job and b.slot = p.slot),
+         now(), false
+    from pending p;
+end $$;
+
+-- finish_run: records a run's outcome and, for a leased run, releases the lease (only for the
+-- matching token). Returns the oldest buffered slot of the job, which the caller should claim
+-- at once (buffer policies start the next slot as soon as the holder releases).
+create function leasehold.finish_run(
+  p_job text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_attempts integer default 1
+) returns table (recorded boolean, released boolean, next_buffered_slot timestamptz)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+#variable_conflict use_column
+declare
+  v_recorded boolean;
+  v_released boolean := false;
+begin
+  perform leasehold.pin_synchronous_commit();
+  if p_outcome not in ('succeeded', 'failed', 'lost', 'aborted') then
+    raise exception 'outcome must be succeeded, failed, lost or aborted (got %)', p_outcome using errcode = '22023';
+  end if;
+  update leasehold.runs r
+     set outcome = p_outcome, finished_at = now(), error = left(p_error, 4000), attempts = p_attempts
+   where r.job = p_job and r.fence = p_fence and r.outcome = 'running';
+  v_recorded := found;
+  if p_token is not null then
+    v_released := leasehold.release(p_job, p_token);
+  end if;
+  -- buffered slots at or before the last claimed one can never be claimed: drop them
+  delete from leasehold.buffered b
+   using leasehold.leases l
+   where b.job = p_job and l.name = p_job and b.slot <= l.last_slot;
+  return query select v_recorded, v_released,
+    (select min(b.slot) from leasehold.buffered b where b.job = p_job);
+end $$;
+
+-- finish_runs: finish_run for many runs in one statement (a worker batches the runs that end
+-- at about the same moment). Returns, per job, whether the run was recorded and released and
+-- the job's oldest buffered slot.
+create function leasehold.finish_runs(
+  p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[]
+) returns table (job text, fence bigint, recorded boolean, released boolean, next_buffered_slot timestamptz)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+#variable_conflict use_column
+begin
+  perform leasehold.pin_synchronous_commit();
+  if exists (select 1 from unnest(p_outcomes) o where o not in ('succeeded', 'failed', 'lost', 'aborted')) then
+    raise exception 'outcome must be succeeded, failed, lost or aborted' using errcode = '22023';
+  end if;
+  return query
+  with input as materialized (
+    select * from unnest(p_jobs, p_fences, p_tokens, p_outcomes, p_errors, p_attempts)
+      as i(job, fence, token, outcome, error, attempts)
+  ),
+  recorded as (
+    update leasehold.runs r
+       set outcome = i.outcome, finished_at = now(), error = left(i.error, 4000), attempts = i.attempts
+      from input i
+     where r.job = i.job and r.fence = i.fence and r.outcome = 'running'
+    returning r.job, r.fence
+  ),
+  released as (
+    update leasehold.leases l
+       set token = null, expires_at = null, holder_key = null, released_at = now()
+      from input i
+     where i.token is not null and l.name = i.job and l.token = i.token
+    returning l.name, l.last_slot
+  ),
+  stale_buffers as (
+    delete from leasehold.buffered b using leasehold.leases l, input i
+     where b.job = i.job and l.name = i.job and b.slot <= l.last_slot
+    returning b.job, b.slot
+  )
+  select i.job, i.fence,
+         exists (select 1 from recorded r where r.job = i.job and r.fence = i.fence),
+         exists (select 1 from released x where x.name = i.job),
+         (select min(b.slot) from leasehold.buffered b
+           where b.job = i.job
+             and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
+             and not exists (select 1 from stale_buffers s where s.job = b.job and s.slot = b.slot))
+    from input i;
+end $$;
+
+-- enqueue_slots: queues slots to run in order, one at a time, as soon as the lease is free
+-- (catch-up policy { all: n }). Slots at or before the last claimed one are ignored.
+create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
+language sql volatile as $$
+  with inserted as (
+    insert into leasehold.buffered (job, slot)
+    select p_job, s from unnest(p_slots) as s
+     where s > coalesce((select l.last_slot from leasehold.leases l where l.name = p_job), '-infinity')
+    on conflict do nothing
+    returning 1
+  )
+  select count(*)::integer from inserted;
+$$;
+
+-- record_clock_step: a forward step of the database clock jumped from p_from to p_to (database
+-- times, as the caller measured them). Overlapping windows merge into one, so a fleet of
+-- workers noticing the same step stores one window. Returns true if a new window was stored.
+create function leasehold.record_clock_step(p_from timestamptz, p_to timestamptz, p_holder text)
+returns boolean
+language plpgsql volatile as $$
+begin
+  if p_from is null or p_to is null or not isfinite(p_from) or not isfinite(p_to) or p_to <= p_from then
+    raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to
+      using errcode = '22023';
+  end if;
+  perform leasehold.check_holder(p_holder);
+  -- one writer at a time, so that concurrent reports of the same step merge instead of racing
+  perform pg_advisory_xact_lock(7308604897068083571);
+  update leasehold.clock_steps
+     set from_time = least(from_time, p_from), to_time = greatest(to_time, p_to)
+   where from_time <= p_to and p_from <= to_time;
+  if found then
+    return false;
+  end if;
+  insert into leasehold.clock_steps (from_time, to_time, recorded_by) values (p_from, p_to, p_holder);
+  -- bounded: the oldest windows go (their slots are long recorded or pruned)
+  delete from leasehold.clock_steps
+   where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
+  return true;
+end $$;
+
+-- record_missed: slots no worker ran (downtime beyond the catch-up policy), once each.
+-- Slots that were skipped (a skip row exists) or ran are not missed, nor are slots inside a
+-- window a forward database clock step jumped over (they never existed).
+create function leasehold.record_missed(p_job text, p_slots timestamptz[], p_reason text, p_holder text)
+returns integer
+language sql volatile as $$
+  with inserted as (
+    insert into leasehold.missed (job, slot, reason, recorded_by)
+    select p_job, s, p_reason, p_holder from unnest(p_slots) as s
+     where not exists (select 1 from leasehold.skips k where k.job = p_job and k.slot = s)
+       and not exists (select 1 from leasehold.runs r where r.job = p_job and r.slot = s)
+       and not exists (select 1 from leasehold.clock_steps w where s > w.from_time and s <= w.to_time)
+    on conflict do nothing
+    returning 1
+  )
+  select count(*)::integer from inserted;
+$$;
+
+-- prune_history: deletes finished runs, skips and missed slots older than p_keep. Returns the
+-- number of rows deleted. Safe to call from every worker: only one prunes at a time.
+create function leasehold.prune_history(p_keep interval) returns bigint
+language plpgsql volatile as $$
+declare
+  n bigint := 0;
+  c bigint;
+begin
+  if not pg_try_advisory_xact_lock(7308604897068083570) then
+    return 0;
+  end if;
+  delete from leasehold.runs where outcome <> 'running' and finished_at < now() - p_keep;
+  get diagnostics c = row_count; n := n + c;
+  delete from leasehold.skips where recorded_at < now() - p_keep;
+  get diagnostics c = row_count; n := n + c;
+  delete from leasehold.missed where recorded_at < now() - p_keep;
+  get diagnostics c = row_count; n := n + c;
+  delete from leasehold.clock_steps where recorded_at < now() - p_keep;
+  get diagnostics c = row_count; n := n + c;
+  return n;
+end $$;
+
+-- run_history: runs, skips and missed slots of every job in one timeline. A skipped slot that
+-- was buffered and ran later has outcome 'buffered' (and a run row of its own).
+--   select * from leasehold.run_history where job = 'nightly-report' limit 20;
+create view leasehold.run_history as
+select job, slot, 'run' as kind, outcome, fence, holder, started_at as at, finished_at,
+       extract(epoch from finished_at - started_at)::double precision as duration_seconds, error as detail
+  from leasehold.runs
+union all
+select k.job, k.slot, 'skip', case when ran.fence is null then 'skipped' else 'buffered' end,
+       k.holder_fence, k.holder, k.recorded_at, null, null,
+       -- a lease taken without a slot (leasehold exec, run(), psql) has none to name
+       format('held by %s (fence %s%s) for %ss%s', k.holder, k.holder_fence,
+              coalesce(', slot ' || to_char(k.holder_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
+              round(extract(epoch from k.held_for)::numeric, 1),
+              case when ran.fence is null then '' else format('; buffered, ran later (fence %s)', ran.fence) end)
+  from leasehold.skips k
+  left join lateral (select r.fence from leasehold.runs r where r.job = k.job and r.slot = k.slot limit 1) ran on true
+union all
+select job, slot, 'missed', 'missed', null, null, recorded_at, null, null, reason
+  from leasehold.missed;
+
+insert into leasehold.migrations (version, name, breaking) values (2, '0002_scheduler', false);
+
+-- 0003_job_status
+-- leasehold migration 0003: job_status, the operator's view of every scheduled job.
+--
+-- One row per registered job: its schedule, who holds its lease and for how long, the last
+-- run and its outcome, run durations over the last 24 hours against the interval (a job whose
+-- p95 duration creeps toward its interval is about to start skipping), and skips and missed
+-- slots in the last 24 hours.
+create view leasehold.job_status as
+with recent as (
+  select job,
+         percentile_cont(0.5) within group (order by extract(epoch from finished_at - started_at)) as p50,
+         percentile_cont(0.95) within group (order by extract(epoch from finished_at - started_at)) as p95,
+         count(*) as runs,
+         count(*) filter (where outcome = 'failed') as failed,
+         count(*) filter (where outcome = 'lost') as lost
+    from leasehold.runs
+   where finished_at is not null and started_at > now() - interval '24 hours'
+   group by job
+),
+last_run as (
+  select distinct on (job) job, slot, outcome, started_at, finished_at, error, holder
+    from leasehold.runs
+   order by job, started_at desc
+),
+skips as (
+  select job, count(*) as n from leasehold.skips where recorded_at > now() - interval '24 hours' group by job
+),
+missed as (
+  select job, count(*) as n from leasehold.missed where recorded_at > now() - interval '24 hours' group by job
+)
+select j.name as job,
+       j.schedule,
+       j.timezone,
+       j.interval_ms,
+       j.ttl_ms,
+       j.overlap,
+       j.catch_up,
+       case when l.token is null then 'idle' when l.expires_at <= now() then 'expired' else 'running' end as state,
+       case when l.token is null then null else l.holder end as holder,
+       case when l.token is null then null else extract(epoch from now() - l.acquired_at)::double precision end as lease_age_seconds,
+       l.fence,
+       l.last_slot,
+       r.slot as last_run_slot,
+       r.outcome as last_outcome,
+       r.started_at as last_started_at,
+       r.finished_at as last_finished_at,
+       r.error as last_error,
+       coalesce(rc.runs, 0)::integer as runs_24h,
+       coalesce(rc.failed, 0)::integer as failed_24h,
+       coalesce(rc.lost, 0)::integer as lost_24h,
+       rc.p50::double precision as p50_seconds,
+       rc.p95::double precision as p95_seconds,
+       case when j.interval_ms > 0 and rc.p95 is not null then (rc.p95 * 1000 / j.interval_ms)::double precision end as p95_interval_ratio,
+       coalesce(s.n, 0)::integer as skips_24h,
+       coalesce(m.n, 0)::integer as missed_24h
+  from leasehold.jobs j
+  left join leasehold.leases l on l.name = j.name
+  left join last_run r on r.job = j.name
+  left join recent rc on rc.job = j.name
+  left join skips s on s.job = j.name
+  left join missed m on m.job = j.name;
+
+comment on view leasehold.job_status is
+  'One row per scheduled job: lease holder, last run, p50/p95 duration and their ratio to the interval over 24 h, skips and missed slots over 24 h.';
+
+insert into leasehold.migrations (version, name, breaking) values (3, '0003_job_status', false);
+
+-- 0004_exec
+-- leasehold migration 0004: history for runs that are not scheduled by a leasehold worker
+-- (`leasehold exec` under system cron, a Kubernetes CronJob, a CI schedule; or any client that
+-- takes a plain lease and wants it in the history).
+
+-- register_external_job: makes a job visible in job_status without a schedule leasehold runs.
+create function leasehold.register_external_job(p_name text, p_interval_ms bigint, p_ttl_ms bigint, p_holder text)
+returns void
+language sql volatile as $$
+  insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
+  values (p_name, 'external', null, p_interval_ms, p_ttl_ms, 'skip', 'none', p_holder)
+  on conflict (name) do update
+     set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
+   where j.schedule = 'external';
+$$;
+
+-- start_run: records a run under a lease the caller holds, checked by assert_lease (name, token
+-- and fence match an unexpired lease confirmed in the current epoch; LH003 otherwise). The slot
+-- is the database's now() unless given.
+create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null)
+returns timestamptz
+language plpgsql volatile as $$
+declare
+  v_slot timestamptz := coalesce(p_slot, now());
+  v_holder text;
+begin
+  perform leasehold.assert_lease(p_name, p_token, p_fence);
+  select l.holder into v_holder from leasehold.leases l where l.name = p_name;
+  insert into leasehold.runs (job, slot, fence, holder) values (p_name, v_slot, p_fence, v_holder)
+  on conflict (job, fence) do nothing;
+  return v_slot;
+end $$;
+
+-- record_skip: records that a caller declined to run `p_name` because it was held, naming the
+-- holder as leasehold.acquire reported it. One row per (job, slot); returns false if the slot
+-- already had one.
+create function leasehold.record_skip(p_name text, p_recorded_by text, p_slot timestamptz default null)
+returns boolean
+language sql volatile as $$
+  with inserted as (
+    insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
+    select l.name, coalesce(p_slot, now()), l.holder, l.fence, l.last_slot, now() - l.acquired_at, p_recorded_by
+      from leasehold.leases l where l.name = p_name
+    on conflict do nothing
+    returning 1
+  )
+  select exists (select 1 from inserted);
+$$;
+
+-- finish_held_run: finish_run for a run started with start_run, checking the lease first. A run
+-- whose lease was force-released, expired or taken over before it finished is recorded 'lost'
+-- (whatever the caller saw: a command can finish between two heartbeats without noticing),
+-- so the history never shows a success that was not exclusive. With p_release (the default) it
+-- also releases the lease, as finish_run does. Returns the recorded outcome.
+create function leasehold.finish_held_run(
+  p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
+)
+returns table (outcome text, recorded boolean, released boolean)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+declare
+  v_held boolean;
+  v_outcome text := p_outcome;
+  v_error text := p_error;
+  f record;
+begin
+  -- the row lock keeps the lease as it is seen here until finish_run releases it
+  select l.token = p_token and l.fence = p_fence and l.expires_at > now() into v_held
+    from leasehold.leases l where l.name = p_name for update;
+  if not coalesce(v_held, false) and p_outcome in ('succeeded', 'failed') then
+    v_outcome := 'lost';
+    v_error := concat_ws('; ', 'the lease was no longer held when the run finished (released by force, expired or taken over)', p_error);
+  end if;
+  select * into f from leasehold.finish_run(p_name, p_fence, case when p_release then p_token end, v_outcome, v_error);
+  return query select v_outcome, f.recorded, f.released;
+end $$;
+
+insert into leasehold.migrations (version, name, breaking) values (4, '0004_exec', false);
+
+-- 0005_privileges
+-- leasehold migration 0005: the privilege model (see docs/security.md).
+--
+-- Every function of the schema runs with its owner's rights (SECURITY DEFINER) and a pinned
+-- search_path (pg_catalog first, then leasehold, pg_temp last), so that
+--   * an application role needs no privilege on the tables: it cannot read another holder's
+--     token, change a fence or write a lease row except through the functions;
+--   * objects that others may create in their own schemas (an operator public.*, a function
+--     shadowing a built-in) are never picked up by the protocol.
+-- Nothing is executable or readable by PUBLIC. Deployments grant one of three levels to their
+-- roles (leasehold.access says which object belongs to which level):
+--   reader    dashboards and metrics: the views (no tokens), schema_version()
+--   client    reader + taking leases, fenced writes, running scheduled jobs and `leasehold exec`
+--   operator  reader + force_release and prune_history
+-- secure_schema() applies all of this generically; the migration runner (and the install
+-- script) call it after every migration, so a function added later is covered too.
+
+create table leasehold.access (
+  object text primary key,
+  level  text not null check (level in ('reader', 'client', 'operator', 'owner'))
+);
+comment on table leasehold.access is
+  'Which level may use each function, view or table of the schema (owner: nobody but the schema owner).';
+
+insert into leasehold.access (object, level) values
+  ('schema_version', 'reader'), ('breaking_since', 'reader'), ('holder_gone', 'reader'),
+  ('check_name', 'reader'), ('check_ttl', 'reader'), ('check_holder', 'reader'),
+  ('lease_status', 'reader'), ('job_status', 'reader'), ('run_history', 'reader'),
+  -- history tables (no tokens) that the timeline of `leasehold runs` and the dashboard read
+  ('runs', 'reader'), ('skips', 'reader'), ('missed', 'reader'), ('clock_steps', 'reader'),
+  -- job definitions (schedules, no secrets), for the dashboard's paging and next-run times
+  ('jobs', 'reader'), ('check_characters', 'reader'),
+  -- lease_status calls incarnation(); a view's function calls are checked against its reader
+  ('epoch', 'reader'), ('incarnation', 'reader'),
+  ('acquire', 'client'), ('renew', 'client'), ('release', 'client'), ('assert_lease', 'client'),
+  ('holds_lease', 'client'), ('register_liveness', 'client'), ('register_jobs', 'client'),
+  ('claim_slots', 'client'), ('finish_run', 'client'), ('finish_runs', 'client'),
+  ('enqueue_slots', 'client'), ('record_missed', 'client'), ('register_external_job', 'client'),
+  ('start_run', 'client'), ('record_skip', 'client'), ('finish_held_run', 'client'),
+  ('record_clock_step', 'client'),
+  ('force_release', 'operator'), ('prune_history', 'operator'),
+  -- internal steps of the protocol functions, never called directly
+  ('next_fence', 'owner'), ('is_free', 'owner'), ('confirm', 'owner'), ('pin_synchronous_commit', 'owner'),
+  ('liveness_incarnation', 'owner'),
+  ('secure_schema', 'owner'), ('grant_statements', 'owner'), ('grant_access', 'owner'),
+  ('revoke_access', 'owner');
+
+-- Roles granted a level through grant_access(); secure_schema() grants them what later
+-- migrations add, so an upgrade never takes a working role's access away.
+create table leasehold.grants (
+  role       text not null,
+  level      text not null check (level in ('reader', 'client', 'operator')),
+  granted_at timestamptz not null default now(),
+  primary key (role, level)
+);
+
+-- schema_version: the installed version, for every level (clients check it at start without
+-- reading leasehold.migrations).
+create function leasehold.schema_version() returns integer
+language sql stable as $$
+  select coalesce(max(version), 0)::integer from leasehold.migrations;
+$$;
+
+-- breaking_since: whether a migration newer than p_version changed the SQL contract. A client
+-- that knows p_version may run against a newer schema when this is false (rolling deploys).
+create function leasehold.breaking_since(p_version integer) returns boolean
+language sql stable as $$
+  select coalesce(bool_or(breaking), false) from leasehold.migrations where version > p_version;
+$$;
+
+-- grant_statements: the exact statements that give p_role the level p_level (client and
+-- operator include reader). Changes nothing.
+create function leasehold.grant_statements(p_role text, p_level text) returns setof text
+language plpgsql stable as $$
+begin
+  if p_level is null or p_level not in ('reader', 'client', 'operator') then
+    raise exception 'level must be reader, client or operator (got %)', coalesce(p_level, 'null')
+      using errcode = '22023';
+  end if;
+  if p_role is null or p_role = '' or lower(p_role) = 'public' then
+    raise exception 'name a role (not PUBLIC) to grant leasehold access to' using errcode = '22023';
+  end if;
+  return next format('grant usage on schema leasehold to %I', p_role);
+  return query
+    select format('grant execute on function leasehold.%I(%s) to %I',
+                  p.proname, pg_get_function_identity_arguments(p.oid), p_role)
+      from pg_proc p
+      join leasehold.access a on a.object = p.proname
+     where p.pronamespace = 'leasehold'::regnamespace and a.level in ('reader', p_level)
+     order by a.level desc, p.proname, 1;
+  return query
+    select format('grant select on table leasehold.%I to %I', c.relname, p_role)
+      from pg_class c
+      join leasehold.access a on a.object = c.relname
+     where c.relnamespace = 'leasehold'::regnamespace and c.relkind in ('r', 'v', 'm')
+       and a.level in ('reader', p_level)
+     order by c.relname;
+end $$;
+
+-- grant_access: applies grant_statements and remembers the role, so that later migrations
+-- extend its grants. Returns the statements it ran.
+create function leasehold.grant_access(p_role text, p_level text) returns setof text
+language plpgsql volatile as $$
+declare
+  s text;
+begin
+  if to_regrole(quote_ident(p_role)) is null then
+    raise exception 'role "%" does not exist', p_role
+      using errcode = '42704', hint = 'Create it first, e.g. create role ... login password ''...''.';
+  end if;
+  for s in select * from leasehold.grant_statements(p_role, p_level) loop
+    execute s;
+    return next s;
+  end loop;
+  insert into leasehold.grants (role, level) values (p_role, p_level) on conflict do nothing;
+end $$;
+
+-- revoke_access: takes the level away (and everything else in the schema), then grants the
+-- role's remaining levels again. Returns the number of levels left.
+create function leasehold.revoke_access(p_role text, p_level text) returns integer
+language plpgsql volatile as $$
+declare
+  s text;
+  n integer := 0;
+  r record;
+begin
+  if to_regrole(quote_ident(p_role)) is null then
+    raise exception 'role "%" does not exist', p_role using errcode = '42704';
+  end if;
+  delete from leasehold.grants g where g.role = p_role and g.level = p_level;
+  execute format('revoke all on all routines in schema leasehold from %I', p_role);
+  execute format('revoke all on all tables in schema leasehold from %I', p_role);
+  execute format('revoke all on schema leasehold from %I', p_role);
+  for r in select g.level from leasehold.grants g where g.role = p_role loop
+    n := n + 1;
+    for s in select * from leasehold.grant_statements(p_role, r.level) loop
+      execute s;
+    end loop;
+  end loop;
+  return n;
+end $$;
+
+-- secure_schema: the generic pass, idempotent. Run after every migration.
+create function leasehold.secure_schema() returns void
+language plpgsql volatile as $$
+declare
+  f record;
+  r record;
+  s text;
+begin
+  -- Only the owner may create objects in the schema: a function or operator planted here
+  -- would be found by every pinned search_path.
+  revoke all on schema leasehold from public;
+  for r in select a.grantee::regrole::text as grantee
+             from pg_namespace n, aclexplode(n.nspacl) a
+            where n.nspname = 'leasehold' and a.privilege_type = 'CREATE'
+              and a.grantee <> n.nspowner and a.grantee <> 0 loop
+    execute format('revoke create on schema leasehold from %s', r.grantee);
+  end loop;
+  for f in select p.proname, pg_get_function_identity_arguments(p.oid) as args
+             from pg_proc p
+            where p.pronamespace = 'leasehold'::regnamespace and p.prokind in ('f', 'p') loop
+    execute format('alter routine leasehold.%I(%s) security definer set search_path = pg_catalog, leasehold, pg_temp',
+                   f.proname, f.args);
+  end loop;
+  revoke all on all routines in schema leasehold from public;
+  revoke all on all tables in schema leasehold from public;
+  revoke all on all sequences in schema leasehold from public;
+  for r in select g.role, g.level from leasehold.grants g where to_regrole(quote_ident(g.role)) is not null loop
+    for s in select * from leasehold.grant_statements(r.role, r.level) loop
+      execute s;
+    end loop;
+  end loop;
+end $$;
+
+insert into leasehold.migrations (version, name, breaking) values (5, '0005_privileges', false);
+
+-- 0006_contract
+-- leasehold migration 0006: each protocol rule in one place, and a claim that is safe anywhere.
+--
+-- Additive (not breaking): every function of schema 5 keeps its signature and its answers.
+--   * run_outcomes(): the one list of run outcomes (the runs table's check and the finish
+--     functions read it; src/worker/run-outcomes.ts mirrors it, checked by a test).
+--   * release_matching(): the one token-checked release (release and finish_runs use it).
+--   * finish_run is finish_runs for one run.
+--   * liveness_locks(): the one reading of pg_locks for liveness keys (holder_gone,
+--     lease_status, the dashboard's worker list).
+--   * claim(): claim_slots' successor. One composite argument (leasehold.slot_claim[]) instead of
+--     parallel arrays; it tells its own claims apart without xmin, so it works inside any
+--     transaction or savepoint; and a slot is either run or recorded skipped, never both.
+--     claim_slots() stays, as a thin wrapper, for SQL callers of schema 5.
+--   * The batch functions plan every statement for the arrays they are given
+--     (plan_cache_mode = force_custom_plan): PostgreSQL's generic plan, chosen after five
+--     calls on a connection, guesses the size of unnest() and made a 10,000-run finish
+--     ~40x slower while the finished jobs' lease rows stayed locked.
+
+-- run_outcomes: every value leasehold.runs.outcome may hold. 'running' until the run ends.
+create function leasehold.run_outcomes() returns text[]
+language sql immutable as $$
+  select array['running', 'succeeded', 'failed', 'lost', 'aborted'];
+$$;
+
+alter table leasehold.runs
+  drop constraint runs_outcome_check,
+  add constraint runs_outcome_known check (outcome = any (leasehold.run_outcomes()));
+
+-- release_matching: the one rule by which a lease is released: only for its current token.
+-- A late release from an old holder matches nothing and changes nothing. Returns the names
+-- released (a null token releases nothing).
+create function leasehold.release_matching(p_names text[], p_tokens uuid[]) returns setof text
+language sql volatile as $$
+  update leasehold.leases l
+     set token = null, expires_at = null, holder_key = null, released_at = now()
+    from unnest(p_names, p_tokens) as i(name, token)
+   where l.name = i.name and l.token = i.token
+  returning l.name;
+$$;
+
+create or replace function leasehold.release(p_name text, p_token uuid) returns boolean
+language sql volatile
+set lock_timeout = '2s'
+as $$
+  select leasehold.pin_synchronous_commit();
+  select exists (select 1 from leasehold.release_matching(array[p_name], array[p_token]));
+$$;
+
+-- liveness_locks: the liveness locks held in this database right now: session-level advisory
+-- locks taken with one bigint key (objsubid 1), exclusive and granted, with the backend that
+-- holds each. The key is the bigint register_liveness() returned.
+create function leasehold.liveness_locks() returns table (pid integer, key bigint)
+language sql volatile as $$
+  select k.pid, (k.classid::bigint << 32) | k.objid::bigint
+    from pg_locks k
+   where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.mode = 'ExclusiveLock'
+     and k.database = (select d.oid from pg_database d where d.datname = current_database());
+$$;
+
+create or replace function leasehold.holder_gone(p_key bigint) returns boolean
+language sql volatile as $$
+  select case
+    when p_key is null then false
+    when pg_try_advisory_xact_lock_shared(p_key) then not exists (
+      select 1 from leasehold.liveness_locks() k where k.pid = pg_backend_pid() and k.key = p_key)
+    else false
+  end;
+$$;
+
+create or replace view leasehold.lease_status as
+select l.name,
+       case
+         when l.token is null then 'free'
+         when l.expires_at <= now() then 'expired'
+         else 'held'
+       end as state,
+       l.holder,
+       l.fence,
+       l.acquired_at,
+       l.expires_at,
+       case when l.token is null then null
+            else greatest(extract(epoch from l.expires_at - now()), 0)::double precision
+       end as seconds_left,
+       -- liveness locks exist only on the incarnation that took them: elsewhere, unknown
+       case when l.token is null or l.holder_key is null
+                 or l.holder_incarnation is distinct from leasehold.incarnation() then null
+            else l.holder_key in (select k.key from leasehold.liveness_locks() k)
+       end as holder_alive,
+       l.last_slot,
+       l.released_at,
+       l.epoch,
+       l.holder_key
+  from leasehold.leases l;
+
+-- finish_runs: records the outcome of many runs in one call and, for each run given a token,
+-- releases its lease (release_matching). Returns, per run, whether it was recorded and its
+-- lease released, and the job's oldest buffered slot (buffer policies claim it at once).
+create or replace function leasehold.finish_runs(
+  p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[]
+) returns table (job text, fence bigint, recorded boolean, released boolean, next_buffered_slot timestamptz)
+language plpgsql volatile
+set lock_timeout = '2s'
+set plan_cache_mode = force_custom_plan
+as $$
+#variable_conflict use_column
+declare
+  v_bad text;
+  v_released text[];
+begin
+  perform leasehold.pin_synchronous_commit();
+  select o into v_bad from unnest(p_outcomes) o
+   where o is null or o = 'running' or not (o = any (leasehold.run_outcomes())) limit 1;
+  if found then
+    raise exception 'outcome must be one of % (got %)',
+      array_to_string(array_remove(leasehold.run_outcomes(), 'running'), ', '), coalesce(v_bad, 'null')
+      using errcode = '22023';
+  end if;
+  select coalesce(array_agg(r), '{}') into v_released
+    from leasehold.release_matching(
+      array(select i.job from unnest(p_jobs, p_tokens) i(job, token) where i.token is not null),
+      array(select i.token from unnest(p_jobs, p_tokens) i(job, token) where i.token is not null)) r;
+  return query
+  with input as materialized (
+    select * from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts)
+      as i(job, fence, outcome, error, attempts)
+  ),
+  recorded as (
+    update leasehold.runs r
+       set outcome = i.outcome, finished_at = now(), error = left(i.error, 4000), attempts = i.attempts
+      from input i
+     where r.job = i.job and r.fence = i.fence and r.outcome = 'running'
+    returning r.job, r.fence
+  ),
+  -- buffered slots at or before the last claimed one can never be claimed: drop them
+  stale_buffers as (
+    delete from leasehold.buffered b using leasehold.leases l, input i
+     where b.job = i.job and l.name = i.job and b.slot <= l.last_slot
+    returning b.job, b.slot
+  )
+  select i.job, i.fence,
+         (i.job, i.fence) in (select r.job, r.fence from recorded r),
+         i.job in (select unnest(v_released)),
+         (select min(b.slot) from leasehold.buffered b
+           where b.job = i.job
+             and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
+             and not exists (select 1 from stale_buffers s where s.job = b.job and s.slot = b.slot))
+    from input i;
+end $$;
+
+-- finish_run: finish_runs for one run.
+create or replace function leasehold.finish_run(
+  p_job text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_attempts integer default 1
+) returns table (recorded boolean, released boolean, next_buffered_slot timestamptz)
+language sql volatile as $$
+  select f.recorded, f.released, f.next_buffered_slot
+    from leasehold.finish_runs(array[p_job], array[p_fence], array[p_token], array[p_outcome], array[p_error], array[p_attempts]) f;
+$$;
+
+-- slot_claim: one (job, slot) a worker wants to claim.
+--   mode        'exclusive' (skip and buffer policies: only a free lease), 'replace' (take it
+--               from a running holder: its token changes, so its renewals and fenced writes
+--               fail) or 'allow' (no exclusivity: only the slot guard and a new fence)
+--   buffer_cap  how many skipped slots to keep for later (0 skip, 1 buffer-one, n buffer-all)
+create type leasehold.slot_claim as (job text, slot timestamptz, ttl interval, mode text, buffer_cap integer);
+
+-- claim: claims the given (job, slot) pairs for p_holder in one call.
+--
+-- A job with buffered slots claims its oldest buffered slot first and buffers the new one, so
+-- buffered slots run in order. Every claim needs slot > last_slot and slot <= now(): each
+-- occurrence is claimed at most once across all workers, and a worker whose clock runs ahead
+-- cannot claim early.
+--
+-- Returns one row per input job: claimed or the reason not, the holder that blocked it, and
+-- whether this call recorded the skip (exactly one caller does per slot).
+--
+-- A slot is run or recorded skipped, never both. Both decisions are taken under the lease
+-- row's lock, each after the other's lock is gone: a claim locks the row FOR UPDATE (step 1)
+-- and then, with a fresh snapshot, refuses a slot with a recorded skip (step 2); a skip is
+-- recorded only under FOR SHARE (which a claim's FOR UPDATE cannot pass) and only while the
+-- newest row version still shows the lease held and the slot unclaimed (step 4). FOR SHARE,
+-- not FOR KEY SHARE: a key-share lock passes the holder's release (a non-key update) and then
+-- waits on the newer version's claimer, SKIP LOCKED or not, and would lock the old version.
+-- Nothing here depends on the caller's transaction: claimed rows are told apart by name, not
+-- by xmin, so the function works in a savepoint or after other writes.
+create function leasehold.claim(
+  p_claims leasehold.slot_claim[], p_holder text, p_holder_key bigint default null
+) returns table (
+  job            text,
+  slot           timestamptz,
+  claimed        boolean,
+  reason         text,
+  token          uuid,
+  fence          bigint,
+  expires_at     timestamptz,
+  previous_slot  timestamptz,
+  holder         text,
+  holder_fence   bigint,
+  holder_slot    timestamptz,
+  holder_since   timestamptz,
+  skip_recorded  boolean,
+  buffered       boolean,
+  database_time  timestamptz,
+  took_over      boolean
+)
+language plpgsql volatile
+set lock_timeout = '2s'
+set plan_cache_mode = force_custom_plan
+as $$
+#variable_conflict use_column
+declare
+  v_names text[];
+  v_slots timestamptz[];
+begin
+  perform leasehold.check_holder(p_holder);
+  -- the same bounds as acquire: a caller must not hold a job for a century
+  perform leasehold.check_ttl(c.ttl) from unnest(p_claims) c;
+  perform leasehold.pin_synchronous_commit();
+
+  -- 1. Lock the lease rows this call may claim. Random order with SKIP LOCKED, so workers
+  --    claiming the same tick share the jobs instead of queueing behind one another.
+  select coalesce(array_agg(x.name), '{}'), coalesce(array_agg(x.claim_slot), '{}') into v_names, v_slots
+    from (
+      select l.name, w.claim_slot
+        from leasehold.leases l
+        join (
+          select c.job, c.mode, c.buffer_cap,
+                 least(c.slot, coalesce(
+                   (select min(b.slot) from leasehold.buffered b
+                     where b.job = c.job
+                       and b.slot > coalesce((select l2.last_slot from leasehold.leases l2 where l2.name = c.job), '-infinity')),
+                   c.slot)) as claim_slot
+            from unnest(p_claims) c
+        ) w on w.job = l.name
+       where w.claim_slot <= now()
+         and (l.last_slot is null or w.claim_slot > l.last_slot)
+         -- under overlap 'skip' a recorded skip is final: a late tick, a retry or a catch-up
+         -- claim must not run the slot after its holder releases
+         and not (w.mode = 'exclusive' and w.buffer_cap = 0
+                  and exists (select 1 from leasehold.skips k where k.job = w.job and k.slot = w.claim_slot))
+         and (w.mode in ('replace', 'allow') or leasehold.is_free(l))
+       order by random()
+         for update of l skip locked
+    ) x;
+
+  -- 2. A skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock
+  --    committed before it: this statement's snapshot sees it, the lock of step 1 did not.
+  select coalesce(array_agg(k.name), '{}'), coalesce(array_agg(k.claim_slot), '{}') into v_names, v_slots
+    from unnest(v_names, v_slots) k(name, claim_slot)
+    join unnest(p_claims) c on c.job = k.name
+   where not (c.mode = 'exclusive' and c.buffer_cap = 0
+              and exists (select 1 from leasehold.skips s where s.job = k.name and s.slot = k.claim_slot));
+
+  -- 3. Claim what is locked and still claimable.
+  return query
+  with claiming as (
+    select k.name, k.claim_slot, c.slot, c.ttl, c.mode, c.buffer_cap as cap
+      from unnest(v_names, v_slots) k(name, claim_slot)
+      join unnest(p_claims) c on c.job = k.name
+  ),
+  claimed as (
+    update leasehold.leases l
+       set fence = leasehold.next_fence(l.fence),
+           last_slot = c.claim_slot,
+           token = case when c.mode = 'allow' then l.token else gen_random_uuid() end,
+           holder = case when c.mode = 'allow' then l.holder else p_holder end,
+           holder_key = case when c.mode = 'allow' then l.holder_key else p_holder_key end,
+           acquired_at = case when c.mode = 'allow' then l.acquired_at else now() end,
+           expires_at = case when c.mode = 'allow' then l.expires_at else now() + c.ttl end,
+           released_at = case when c.mode = 'allow' then l.released_at else null end,
+           ttl = case when c.mode = 'allow' then l.ttl else c.ttl end,
+           epoch = case when c.mode = 'allow' then l.epoch else leasehold.epoch() end,
+           holder_incarnation = case when c.mode = 'allow' then l.holder_incarnation else leasehold.liveness_incarnation(p_holder_key) end
+      from claiming c
+     where l.name = c.name
+    -- the row as it was (previous_slot, previous_token) comes from the locked version
+    returning l.name, c.claim_slot, c.slot as wanted_slot, c.cap, c.mode, l.token, l.fence, l.expires_at
+  ),
+  previous as (
+    select l.name, l.last_slot as previous_slot, l.token as previous_token
+      from leasehold.leases l join claiming c on c.name = l.name
+  ),
+  started as (
+    insert into leasehold.runs (job, slot, fence, holder)
+    select c.name, c.claim_slot, c.fence, p_holder from claimed c
+  ),
+  -- A run still 'running' under an older fence lost its lease when this one took it (its
+  -- holder died, expired or was replaced); 'allow' runs overlap by design and stay running.
+  superseded as (
+    update leasehold.runs r
+       set outcome = 'lost', finished_at = now(), error = 'lease taken over by ' || p_holder
+      from claimed c
+     where r.job = c.name and c.mode <> 'allow' and r.outcome = 'running' and r.fence < c.fence
+  ),
+  unbuffered as (
+    delete from leasehold.buffered b using claimed c where b.job = c.name and b.slot <= c.claim_slot
+  ),
+  rebuffered as (
+    -- the slot that came in behind a buffered one waits its turn (within the cap)
+    insert into leasehold.buffered (job, slot)
+    select c.name, c.wanted_slot from claimed c
+     where c.claim_slot < c.wanted_slot
+       and (select count(*) from leasehold.buffered b where b.job = c.name and b.slot > c.claim_slot) < c.cap
+    on conflict do nothing
+  )
+  select c.name, c.claim_slot, true, 'claimed'::text, case when c.mode = 'allow' then null else c.token end,
+         c.fence, case when c.mode = 'allow' then null else c.expires_at end, p.previous_slot,
+         p_holder, null::bigint, null::timestamptz, null::timestamptz, false, false, now(),
+         c.mode <> 'allow' and p.previous_token is not null
+    from claimed c join previous p on p.name = c.name;
+
+  -- 4. Everything not claimed above: say why, record a real skip once per slot, buffer it
+  --    if the policy says so.
+  return query
+  with pending as (
+    select c.job, c.slot, c.mode, c.buffer_cap as cap, l.holder as l_holder, l.fence as l_fence,
+           l.last_slot as l_last_slot, l.acquired_at as l_acquired_at,
+           case
+             when l.name is null then 'unknown-job'
+             when c.slot > now() then 'slot-not-due'
+             when l.last_slot is not null and c.slot <= l.last_slot then 'slot-taken'
+             when c.mode = 'exclusive' and c.buffer_cap = 0
+                  and exists (select 1 from leasehold.skips k where k.job = c.job and k.slot = c.slot) then 'slot-skipped'
+             -- replace and allow only fail on a row lock: a transient state, not a skip
+             when c.mode in ('replace', 'allow') then 'holder-committing'
+             when not leasehold.is_free(l) then 'held'
+             else 'holder-committing'
+           end as why
+      from unnest(p_claims) c
+      left join leasehold.leases l on l.name = c.job
+     where c.job not in (select unnest(v_names))
+  ),
+  -- held, as the newest row version says under a lock no claim can pass; a row a claimer has
+  -- locked (SKIP LOCKED) or that changed meanwhile is reported holder-committing: ask again
+  held as (
+    select p.job, p.slot, p.cap, l.holder, l.fence, l.last_slot, l.acquired_at
+      from pending p join leasehold.leases l on l.name = p.job
+     where p.why = 'held'
+       and (l.last_slot is null or p.slot > l.last_slot)
+       and not leasehold.is_free(l)
+       for share of l skip locked
+  ),
+  skipped as (
+    insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
+    select h.job, h.slot, h.holder, h.fence, h.last_slot, now() - h.acquired_at, p_holder
+      from held h
+    on conflict do nothing
+    returning skips.job, skips.slot
+  ),
+  buffering as (
+    insert into leasehold.buffered (job, slot)
+    select h.job, h.slot from held h
+     where h.cap > 0
+       and (select count(*) from leasehold.buffered b where b.job = h.job) < h.cap
+    on conflict do nothing
+    returning buffered.job, buffered.slot
+  )
+  select p.job, p.slot, false,
+         case when p.why = 'held' and not exists (select 1 from held h where h.job = p.job) then 'holder-committing' else p.why end,
+         null::uuid, null::bigint, null::timestamptz, null::timestamptz,
+         p.l_holder, p.l_fence, p.l_last_slot, p.l_acquired_at,
+         exists (select 1 from skipped s where s.job = p.job and s.slot = p.slot),
+         exists (select 1 from buffering b where b.job = p.job and b.slot = p.slot),
+         now(), false
+    from pending p;
+end $$;
+
+-- claim_slots: claim() with parallel arrays, as schema 5 had it.
+create or replace function leasehold.claim_slots(
+  p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_buffer_caps integer[],
+  p_holder text, p_holder_key bigint default null
+) returns table (
+  job            text,
+  slot           timestamptz,
+  claimed        boolean,
+  reason         text,
+  token          uuid,
+  fence          bigint,
+  expires_at     timestamptz,
+  previous_slot  timestamptz,
+  holder         text,
+  holder_fence   bigint,
+  holder_slot    timestamptz,
+  holder_since   timestamptz,
+  skip_recorded  boolean,
+  buffered       boolean,
+  database_time  timestamptz,
+  took_over      boolean
+)
+language sql volatile as $$
+  select * from leasehold.claim(
+    array(select row(i.job, i.slot, i.ttl, i.mode, i.cap)::leasehold.slot_claim
+            from unnest(p_jobs, p_slots, p_ttls, p_modes, p_buffer_caps) as i(job, slot, ttl, mode, cap)),
+    p_holder, p_holder_key);
+$$;
+
+-- register_jobs is a batch too
+alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text)
+  set plan_cache_mode = force_custom_plan;
+
+insert into leasehold.access (object, level) values
+  ('claim', 'client'), ('liveness_locks', 'reader'),
+  ('slot_claim', 'client'), ('run_outcomes', 'reader'), ('release_matching', 'owner');
+
+insert into leasehold.migrations (version, name, breaking) values (6, '0006_contract', false);
+
+-- 0007_renew_batch
+-- leasehold migration 0007: renewing many leases with one statement.
+--
+-- A client that holds many leases (a worker running thousands of short jobs) renews them all
+-- in one round trip per heartbeat instead of one statement per lease. The renewal rule itself
+-- stays in leasehold.renew: this function only calls it once per element, in order.
+
+-- lease_renewal: one element of a batch renewal: the lease, our token, the new ttl.
+create type leasehold.lease_renewal as (name text, token uuid, ttl interval);
+
+-- renew_leases: leasehold.renew for each element, in one statement (one transaction, one
+-- now()). One row per element, in the order given, with the element's name; an element that
+-- was not renewed is reported (renewed false, with renew's reason), not raised. Argument
+-- errors (LH001, LH002) and a lock timeout (55P03) fail the whole statement: nothing is renewed.
+create function leasehold.renew_leases(p_leases leasehold.lease_renewal[])
+returns table (name text, renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+#variable_conflict use_column
+declare
+  e leasehold.lease_renewal;
+begin
+  if p_leases is null then
+    return;
+  end if;
+  foreach e in array p_leases loop
+    return query select e.name, r.renewed, r.expires_at, r.fence, r.reason, r.database_time
+                   from leasehold.renew(e.name, e.token, e.ttl) r;
+  end loop;
+end $$;
+
+insert into leasehold.access (object, level) values ('renew_leases', 'client');
+
+-- grant_statements (0005) printed argument types as they read on its own pinned search_path,
+-- which includes this schema: renew_leases' argument came out as a bare lease_renewal[], and
+-- that GRANT fails when run elsewhere (`leasehold grant --print`). The same statements, with
+-- the argument types of this schema qualified (pg_catalog's types read as before).
+create or replace function leasehold.grant_statements(p_role text, p_level text) returns setof text
+language plpgsql stable as $$
+begin
+  if p_level is null or p_level not in ('reader', 'client', 'operator') then
+    raise exception 'level must be reader, client or operator (got %)', coalesce(p_level, 'null')
+      using errcode = '22023';
+  end if;
+  if p_role is null or p_role = '' or lower(p_role) = 'public' then
+    raise exception 'name a role (not PUBLIC) to grant leasehold access to' using errcode = '22023';
+  end if;
+  -- local to this call: the function's own search_path comes back when it returns
+  perform set_config('search_path', 'pg_catalog, pg_temp', true);
+  return next format('grant usage on schema leasehold to %I', p_role);
+  return query
+    select format('grant execute on function leasehold.%I(%s) to %I',
+                  p.proname, pg_get_function_identity_arguments(p.oid), p_role)
+      from pg_proc p
+      join leasehold.access a on a.object = p.proname
+     where p.pronamespace = 'leasehold'::regnamespace and a.level in ('reader', p_level)
+     order by a.level desc, p.proname, 1;
+  return query
+    select format('grant select on table leasehold.%I to %I', c.relname, p_role)
+      from pg_class c
+      join leasehold.access a on a.object = c.relname
+     where c.relnamespace = 'leasehold'::regnamespace and c.relkind in ('r', 'v', 'm')
+       and a.level in ('reader', p_level)
+     order by c.relname;
+end $$;
+
+insert into leasehold.migrations (version, name, breaking) values (7, '0007_renew_batch', false);
+
+do $$ begin
+  if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
+end $$;
