@@ -39,6 +39,7 @@ export {
   type OverlapPolicy,
 } from './worker/job.js';
 export type { RunOutcome, RunReport } from './worker/execute-run.js';
+export { leased, type LeasedFunction, type LeasedOptions, type LeasedResult, type LeasedSkipReason } from './integrations/leased.js';
 export { parseSchedule, slotsBetween, type Schedule, type ScheduleSpec } from './schedule/schedule.js';
 export {
   CREEP_WARNING_RATIO,
