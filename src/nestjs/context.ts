@@ -1,15 +1,8 @@
 // The running job's context for code the method calls, without passing it down: inject
 // LeaseContext and read `current` (AsyncLocalStorage, so concurrent runs do not mix).
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { Injectable } from '@nestjs/common';
 import type { JobContext } from '../worker/job.js';
-
-const storage = new AsyncLocalStorage<JobContext>();
-
-/** @internal runs `fn` with `context` as the current one. */
-export function withContext<T>(context: JobContext, fn: () => T): T {
-  return storage.run(context, fn);
-}
+import { contextStorage as storage } from './registry.js';
 
 export class LeaseContext {
   /** The context of the run this code is part of; throws outside a @Leased() or @LeaseholdJob() method. */

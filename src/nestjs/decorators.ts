@@ -3,37 +3,13 @@
 // the explorer (explorer.ts) binds them to the client when the application starts.
 import type { JobContext, JobOptions } from '../worker/job.js';
 import type { LeasedOptions, LeasedResult } from '../integrations/leased.js';
+import { boundGuards, JOB_KEY, LEASED_KEY, metadata, type LeasedMetadata } from './registry.js';
 
 /** Options of @Leased(): the schedule is read from @Cron()/@Interval() unless given here. */
 export type LeasedMethodOptions = Partial<LeasedOptions>;
 
 /** Options of @LeaseholdJob(): a job definition without its handler (the method is the handler). */
 export type LeaseholdJobOptions = Omit<JobOptions, 'handler' | 'name'> & { name?: string };
-
-/** @internal the metadata keys (strings: they live on the method function, where @nestjs/schedule reads its own) */
-export const LEASED_KEY = 'leasehold:leased';
-/** @internal */
-export const JOB_KEY = 'leasehold:job';
-
-/** @internal what @Leased() stores on the wrapper it puts in place of the method. */
-export interface LeasedMetadata {
-  options: LeasedMethodOptions;
-  original: (this: unknown, ...args: unknown[]) => unknown;
-}
-
-type Bound = (...args: unknown[]) => Promise<LeasedResult>;
-/** @internal instance → method name → its guarded call, filled by the explorer at module init. */
-export const boundGuards = new WeakMap<object, Map<string | symbol, Bound>>();
-
-// @nestjs/common loads reflect-metadata; these are its functions, typed for what is used here.
-interface ReflectMetadata {
-  getOwnMetadataKeys(target: object): unknown[];
-  getOwnMetadata(key: unknown, target: object): unknown;
-  defineMetadata(key: unknown, value: unknown, target: object): void;
-  getMetadata(key: unknown, target: object): unknown;
-}
-/** @internal */
-export const metadata = Reflect as unknown as ReflectMetadata;
 
 /**
  * Runs the method once per scheduled occurrence across all replicas. Put it beside

@@ -11,8 +11,8 @@ import { leased, type LeasedFunction, type LeasedOptions } from '../integrations
 import type { Leasehold } from '../lease/leasehold.js';
 import type { JobContext, JobOptions } from '../worker/job.js';
 import { startWorker, type Worker } from '../worker/worker.js';
-import { withContext } from './context.js';
-import { boundGuards, JOB_KEY, LEASED_KEY, metadata, type LeasedMetadata, type LeaseholdJobOptions } from './decorators.js';
+import type { LeaseholdJobOptions } from './decorators.js';
+import { boundGuards, JOB_KEY, LEASED_KEY, metadata, withContext, type LeasedMetadata } from './registry.js';
 import { LEASEHOLD_CLIENT, LEASEHOLD_SETTINGS, type LeaseholdSettings } from './tokens.js';
 
 // @nestjs/schedule's metadata keys (its schedule.constants): the schedule a @Leased() method fires on.
