@@ -1,0 +1,77 @@
+// leased() with croner, toad-scheduler and setInterval: two replicas (two clients, two
+// holders) in this process, each with its own timer firing every second at its own offset;
+// every second-slot runs once across them or is recorded skipped, never twice.
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Cron } from 'croner';
+import { SimpleIntervalJob, AsyncTask, ToadScheduler } from 'toad-scheduler';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { leased, type JobContext, type Leasehold, type LeasedFunction } from '../src/index.js';
+import { client, freshDatabase, rawPool } from './support/db.js';
+
+let url: string;
+let replicas: Leasehold[];
+
+beforeAll(async () => {
+  url = await freshDatabase();
+  replicas = [await client(url, { holder: 'replica-1' }), await client(url, { holder: 'replica-2' })];
+  await rawPool(url, 2).query('create table sched_witness (job text, slot timestamptz, holder text)');
+});
+
+const handler = (job: string, holder: string) => async (ctx: JobContext) => {
+  // every third slot overruns, so the next one is skipped
+  if (ctx.slot.getTime() % 3_000 === 0) await sleep(1_400, undefined, { signal: ctx.signal });
+  await ctx.transaction((c) => c.query('insert into sched_witness values ($1, $2, $3)', [job, ctx.slot, holder]));
+};
+
+/** Starts the schedulers, waits, stops them; then checks every slot of the window against the history. */
+async function check(job: string, start: (fn: LeasedFunction, replica: number) => () => void): Promise<void> {
+  const fns = replicas.map((r, i) => leased(r, { name: job, every: '1s', ttl: '5s' }, handler(job, `replica-${i + 1}`)));
+  const stops: Array<() => void> = [];
+  for (const [i, fn] of fns.entries()) {
+    stops.push(start(fn, i));
+    await sleep(350); // the second replica's timer runs at another offset
+  }
+  const from = new Date(Math.ceil(Date.now() / 1000) * 1000 + 1000);
+  await sleep(5_500);
+  const until = new Date(Math.floor(Date.now() / 1000) * 1000 - 2000);
+  for (const stop of stops) stop();
+  await Promise.all(fns.map((fn) => fn.stop()));
+  const db = rawPool(url, 2);
+  const count = async (table: string) => {
+    const { rows } = await db.query<{ slot: Date; n: string }>(`select slot, count(*) n from ${table} where job = $1 and slot between $2 and $3 group by slot`, [job, from, until]);
+    return new Map(rows.map((r) => [r.slot.getTime(), Number(r.n)]));
+  };
+  const [witness, runs, skips] = [await count('sched_witness'), await count('leasehold.runs'), await count('leasehold.skips')];
+  let skipped = 0;
+  for (let t = from.getTime(); t <= until.getTime(); t += 1000) {
+    const at = `${job} ${new Date(t).toISOString()}`;
+    expect(witness.get(t) ?? 0, at).toBeLessThanOrEqual(1);
+    expect((runs.get(t) ?? 0) + (skips.get(t) ?? 0), at).toBe(1);
+    skipped += skips.get(t) ?? 0;
+  }
+  expect(skipped).toBeGreaterThan(0);
+}
+
+describe('leased() with other schedulers, two replicas', () => {
+  it('croner', { timeout: 60_000 }, async () => {
+    await check('croner-job', (fn) => {
+      const job = new Cron('* * * * * *', () => void fn());
+      return () => job.stop();
+    });
+  });
+
+  it('toad-scheduler', { timeout: 60_000 }, async () => {
+    await check('toad-job', (fn) => {
+      const scheduler = new ToadScheduler();
+      scheduler.addSimpleIntervalJob(new SimpleIntervalJob({ seconds: 1 }, new AsyncTask('report', () => fn().then(() => undefined))));
+      return () => scheduler.stop();
+    });
+  });
+
+  it('setInterval', { timeout: 60_000 }, async () => {
+    await check('interval-job', (fn) => {
+      const timer = setInterval(() => void fn(), 1_000);
+      return () => clearInterval(timer);
+    });
+  });
+});
