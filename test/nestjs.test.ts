@@ -11,7 +11,7 @@ import { Cron, Interval } from '@nestjs/schedule';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { client, freshDatabase, rawPool } from './support/db.js';
 import { HolderProcess, type Line } from './support/processes.js';
-import { Leased, LeaseholdModule } from '../src/nestjs/index.js';
+import { Leased, LeaseholdModule, nestLogger } from '../src/nestjs/index.js';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const APP = fileURLToPath(new URL('./fixtures/nest/app.ts', import.meta.url));
@@ -63,6 +63,15 @@ describe('decorators', () => {
     await expect(method.call({})).rejects.toThrow(/import LeaseholdModule\.forRoot/);
   });
 
+  it('nestLogger writes leasehold lines to a Nest LoggerService', () => {
+    const seen: string[] = [];
+    const service = { log: (m: unknown) => seen.push(`log ${String(m)}`), warn: (m: unknown) => seen.push(`warn ${String(m)}`), error: (m: unknown) => seen.push(`error ${String(m)}`) };
+    const logger = nestLogger(service);
+    logger.warn({ event: 'slot:skipped' }, 'skipped "x" slot …');
+    logger.info({ event: 'run:started' });
+    expect(seen).toEqual(['warn skipped "x" slot …', 'log run:started']);
+  });
+
   it('refuses unknown module options with the closest valid one', () => {
     expect(() => LeaseholdModule.forRoot({ conectionString: 'x' } as never)).toThrow(/unknown option 'conectionString' \(did you mean 'connectionString'\?\)/);
     expect(() => LeaseholdModule.forRootAsync({ useFactory: () => ({}), injects: [] } as never)).toThrow(/unknown option 'injects'/);
@@ -80,6 +89,11 @@ describe('a NestJS application in three processes', () => {
     const start = (i: number) => HolderProcess.start(process.execPath, ['--import', 'tsx', APP], { DATABASE_URL: url, HOLDER: `nest-${i}`, LOG: 'json', TSX_TSCONFIG_PATH: APP_TSCONFIG }, undefined, 60_000);
     const apps = await Promise.all([1, 2, 3].map(start));
     children.push(...apps);
+    for (const app of apps) {
+      // the client is injectable by its class and by LEASEHOLD_CLIENT, configured by forRootAsync
+      const ready = app.lines.find((l) => l.event === 'ready');
+      expect(ready).toMatchObject({ clientHolder: app.holderName, sameClient: true });
+    }
     const db = rawPool(url, 2);
     const dbNow = async () => (await db.query<{ now: Date }>('select clock_timestamp() as now')).rows[0]!.now;
     const from = new Date(Math.ceil((await dbNow()).getTime() / 1000) * 1000 + 1000);

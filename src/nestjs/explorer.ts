@@ -52,8 +52,9 @@ export class LeaseholdExplorer implements OnModuleInit, OnApplicationBootstrap, 
   }
 
   private bind(instance: object, key: string, method: Method, meta: LeasedMetadata, defaultName: string): void {
-    const options: LeasedOptions = { ...scheduleOf(method, defaultName), ...meta.options, name: meta.options.name ?? defaultName };
-    if (options.cron !== undefined) delete options.every;
+    // a schedule given to @Leased() wins over the one @Cron()/@Interval() carry
+    const own = meta.options.cron !== undefined || meta.options.every !== undefined;
+    const options: LeasedOptions = { ...(own ? {} : scheduleOf(method, defaultName)), ...meta.options, name: meta.options.name ?? defaultName };
     if (options.shutdownGrace === undefined && this.settings.shutdownGrace !== undefined) options.shutdownGrace = this.settings.shutdownGrace;
     const guard = leased(this.client, options, (ctx) => withContext(ctx, async () => meta.original.call(instance, ctx)));
     this.guards.push(guard);
