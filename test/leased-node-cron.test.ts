@@ -1,6 +1,7 @@
 // leased() under node-cron: three replicas fire every second on their own timers; with the
 // wrapper each slot runs once across them or is recorded as skipped (the handler overruns every
 // 4th second); in the same test three replicas without it run every slot three times.
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -47,11 +48,20 @@ describe('occurrence mapping', () => {
   });
 });
 
+// libfaketime (Debian's faketime package, which .ci/run installs) skews the leased replicas'
+// clocks, so node-cron fires on each at a different moment; without it they share the clock.
+const libfaketime = ['/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1', '/usr/lib/faketime/libfaketime.so.1'].find(existsSync);
+const SKEWS = ['+0.35', '0', '-0.35'];
+const skew = (i: number): Record<string, string> =>
+  libfaketime && SKEWS[i] !== '0' ? { LD_PRELOAD: libfaketime, FAKETIME: SKEWS[i]!, DONT_FAKE_MONOTONIC: '1' } : {};
+
 describe('three node-cron replicas every second, a handler that overruns every 4th second', () => {
   it('with leased(): each slot runs exactly once or is recorded skipped; without it: three times', { timeout: 120_000 }, async () => {
     const started = await Promise.all(
       ['leased', 'control'].flatMap((mode) =>
-        [1, 2, 3].map((i) => HolderProcess.startFixture(url, { MODE: mode, HOLDER: `${mode}-${i}`, JOB: 'cron-every-second' }, REPLICA)),
+        [0, 1, 2].map((i) =>
+          HolderProcess.startFixture(url, { MODE: mode, HOLDER: `${mode}-${i + 1}`, JOB: 'cron-every-second', ...(mode === 'leased' ? skew(i) : {}) }, REPLICA),
+        ),
       ),
     );
     children.push(...started);
@@ -88,6 +98,13 @@ describe('three node-cron replicas every second, a handler that overruns every 4
       expect(slot.missed, at).toBe(0);
     }
     const ran = accounted.filter((s) => s.ran === 1).length;
+    // whatever each replica's clock says, no run started before its slot by the database clock
+    const { rows: lateness } = await db.query<{ ms: number }>(
+      `select extract(epoch from started_at - slot) * 1000 as ms from leasehold.runs where job = 'cron-every-second' and ${window}`,
+      [from, until],
+    );
+    for (const { ms } of lateness) expect(Number(ms)).toBeGreaterThanOrEqual(0);
+    const holders = (await db.query<{ holder: string }>(`select distinct holder from leasehold.runs where job = 'cron-every-second' and ${window}`, [from, until])).rows;
     const skipped = accounted.filter((s) => s.skipped === 1).length;
     expect(skipped).toBeGreaterThan(0); // the overruns did make slots skip
     const controlRuns = seconds.map((t) => control.get(t) ?? 0);
@@ -97,6 +114,6 @@ describe('three node-cron replicas every second, a handler that overruns every 4
     expect(Math.max(...controlRuns)).toBe(3);
     const skipHolders = (await db.query<{ holder: string }>("select distinct holder from leasehold.skips where job = 'cron-every-second'")).rows.map((r) => r.holder);
     for (const h of skipHolders) expect(h).toMatch(/^leased-[123]$/);
-    console.log(JSON.stringify({ slots: seconds.length, leased: { ran, skipped, missed: 0, duplicates: 0 }, control: { executions: controlTotal, perSlot: controlTotal / seconds.length } }));
+    console.log(JSON.stringify({ skewed: Boolean(libfaketime), slots: seconds.length, leased: { ran, skipped, missed: 0, duplicates: 0, holders: holders.length, maxLateMs: Math.round(Math.max(...lateness.map((l) => Number(l.ms)))) }, control: { executions: controlTotal, perSlot: controlTotal / seconds.length } }));
   });
 });
