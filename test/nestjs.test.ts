@@ -65,11 +65,11 @@ describe('decorators', () => {
 
   it('nestLogger writes leasehold lines to a Nest LoggerService', () => {
     const seen: string[] = [];
-    const service = { log: (m: unknown) => seen.push(`log ${String(m)}`), warn: (m: unknown) => seen.push(`warn ${String(m)}`), error: (m: unknown) => seen.push(`error ${String(m)}`) };
+    const service = { log: (m: unknown) => seen.push(`log ${String(m)}`), debug: (m: unknown) => seen.push(`debug ${String(m)}`), warn: (m: unknown) => seen.push(`warn ${String(m)}`), error: (m: unknown) => seen.push(`error ${String(m)}`) };
     const logger = nestLogger(service);
     logger.warn({ event: 'slot:skipped' }, 'skipped "x" slot …');
     logger.info({ event: 'run:started' });
-    expect(seen).toEqual(['warn skipped "x" slot …', 'log run:started']);
+    expect(seen).toEqual(['warn skipped "x" slot …', 'debug run:started']);
   });
 
   it('refuses unknown module options with the closest valid one', () => {
