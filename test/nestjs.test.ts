@@ -7,7 +7,10 @@ import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { setTimeout as sleep } from 'node:timers/promises';
 import 'reflect-metadata';
-import { Cron, Interval } from '@nestjs/schedule';
+import { Injectable, Module } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import { Cron, Interval, ScheduleModule } from '@nestjs/schedule';
+import { silentLogger } from '../src/observe/logger.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { client, freshDatabase, rawPool } from './support/db.js';
 import { HolderProcess, type Line } from './support/processes.js';
@@ -79,6 +82,46 @@ describe('decorators', () => {
 
   it('the fixture application type-checks with experimentalDecorators (as Nest projects compile)', { timeout: 120_000 }, async () => {
     await promisify(execFile)(process.execPath, [`${ROOT}node_modules/typescript/bin/tsc`, '-p', APP_TSCONFIG], { cwd: ROOT });
+  });
+});
+
+describe('in one process', () => {
+  it('@Interval(ms) becomes `every`, and @Leased({ every }) overrides a @Cron schedule', { timeout: 60_000 }, async () => {
+    class Ticks {
+      seen: Array<{ job: string; slot: Date }> = [];
+      async interval(ctx: { job: string; slot: Date }): Promise<void> {
+        this.seen.push(ctx);
+      }
+      async overridden(ctx: { job: string; slot: Date }): Promise<void> {
+        this.seen.push(ctx);
+      }
+    }
+    const apply = (key: 'interval' | 'overridden', decorators: MethodDecorator[]) => {
+      const descriptor = Object.getOwnPropertyDescriptor(Ticks.prototype, key)!;
+      for (const decorator of [...decorators].reverse()) decorator(Ticks.prototype, key, descriptor);
+      Object.defineProperty(Ticks.prototype, key, descriptor);
+    };
+    apply('interval', [Interval(1_000), Leased({ ttl: '5s' })]);
+    apply('overridden', [Leased({ ttl: '5s', every: '2s' }), Cron('* * * * * *')]);
+    Injectable()(Ticks);
+    class AppModule {}
+    Module({ imports: [ScheduleModule.forRoot(), LeaseholdModule.forRoot({ connectionString: url, holder: 'in-process', logger: silentLogger() })], providers: [Ticks] })(AppModule);
+    const app = await NestFactory.createApplicationContext(AppModule, { logger: false });
+    await app.init();
+    await sleep(4_500);
+    await app.close();
+    const seen = app.get(Ticks).seen;
+    const interval = seen.filter((s) => s.job === 'Ticks.interval');
+    const overridden = seen.filter((s) => s.job === 'Ticks.overridden');
+    expect(interval.length).toBeGreaterThanOrEqual(2);
+    expect(overridden.length).toBeGreaterThanOrEqual(1);
+    for (const s of interval) expect(s.slot.getTime() % 1_000).toBe(0);
+    for (const s of overridden) expect(s.slot.getTime() % 2_000).toBe(0);
+    const { rows } = await rawPool(url, 2).query<{ name: string; schedule: string }>("select name, schedule from leasehold.jobs where name like 'Ticks.%' order by name");
+    expect(rows).toEqual([
+      { name: 'Ticks.interval', schedule: '1s' },
+      { name: 'Ticks.overridden', schedule: '2s' },
+    ]);
   });
 });
 
