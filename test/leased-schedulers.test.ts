@@ -75,3 +75,41 @@ describe('leased() with other schedulers, two replicas', () => {
     });
   });
 });
+
+describe('what a call resolves to', () => {
+  it('one of two replicas calling for the same occurrence runs it; the other is told slot-taken', async () => {
+    const [a, b] = replicas.map((r) => leased(r, { name: 'same-occurrence', every: '1h', tolerance: 0, ttl: '5s' }, async () => undefined));
+    // (an hourly schedule: both calls surely fall in the same occurrence, however slow each one's first connection is)
+    const results = await Promise.all([a!(), b!()]);
+    expect(results.filter((r) => r.ran)).toHaveLength(1);
+    expect(results.find((r) => !r.ran)).toMatchObject({ ran: false, reason: 'slot-taken' });
+    expect(results[0]!.slot).toEqual(results[1]!.slot);
+  });
+
+  it('a handler that throws is a failed run, not a rejection', async () => {
+    const fn = leased(replicas[0]!, { name: 'throws', every: '1s', ttl: '5s' }, async () => {
+      throw new Error('report service down');
+    });
+    const result = await fn();
+    expect(result).toMatchObject({ ran: true, outcome: 'failed' });
+    expect(result.ran && result.error).toMatch(/report service down/);
+  });
+
+  it('stop() aborts a running handler, records it aborted, and refuses later calls', async () => {
+    let started!: () => void;
+    const running = new Promise<void>((resolve) => (started = resolve));
+    const fn = leased(replicas[0]!, { name: 'stopped', every: '1s', ttl: '5s', shutdownGrace: '5s' }, async (ctx) => {
+      started();
+      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+      ctx.signal.throwIfAborted();
+    });
+    const call = fn();
+    await running;
+    await fn.stop();
+    const result = await call;
+    expect(result).toMatchObject({ ran: true, outcome: 'aborted' });
+    const { rows } = await rawPool(url, 2).query<{ outcome: string }>("select outcome from leasehold.runs where job = 'stopped'");
+    expect(rows).toEqual([{ outcome: 'aborted' }]);
+    expect(await fn()).toMatchObject({ ran: false, reason: 'stopped' });
+  });
+});

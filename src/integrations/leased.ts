@@ -53,6 +53,8 @@ export type LeasedSkipReason =
   | 'slot-skipped'
   /** The lease row stayed locked by a fenced transaction through the retries. */
   | 'holder-committing'
+  /** The database clock still put the occurrence in the future after the retries (it is behind this process's estimate). */
+  | 'slot-not-due'
   /** stop() was called. */
   | 'stopped'
   /** The schedule has no occurrence at or before now. */
@@ -204,7 +206,10 @@ class SlotGuard {
       return this.claim(slot, attempt + 1);
     }
     if (row.reason === 'held' && row.skip_recorded) this.reportSkip(row);
-    const reason: LeasedSkipReason = row.reason === 'held' || row.reason === 'slot-taken' || row.reason === 'slot-skipped' ? row.reason : 'holder-committing';
+    const reason: LeasedSkipReason = row.reason === 'unknown-job' || row.reason === 'claimed' ? 'error' : row.reason;
+    if (reason === 'slot-not-due' || reason === 'error') {
+      this.logger.warn({ event: 'claim:refused', job: this.job.name, slot: slot.toISOString(), reason: row.reason }, `"${this.job.name}" slot ${slot.toISOString()} was not claimed: ${row.reason}`);
+    }
     return { ran: false, slot, reason, holder: row.holder, skipRecorded: row.skip_recorded };
   }
 
