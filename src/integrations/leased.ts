@@ -9,7 +9,7 @@ import { InvalidArgumentError, ShutdownError } from '../errors.js';
 import type { Leasehold } from '../lease/leasehold.js';
 import type { Logger } from '../observe/logger.js';
 import { slotsBetween } from '../schedule/schedule.js';
-import { parseBoundedDuration, type Duration } from '../validate/duration.js';
+import { formatDuration, parseBoundedDuration, parseDuration, type Duration } from '../validate/duration.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { SchedulerStore, type ClaimRow } from '../worker/claims.js';
 import { executeRun, type RunEnvironment, type RunOutcome } from '../worker/execute-run.js';
@@ -113,8 +113,7 @@ export function leased(leasehold: Leasehold, options: LeasedOptions, handler: (c
   }
   const { tolerance, shutdownGrace, ...jobOptions } = options;
   const job = defineJob({ ...jobOptions, handler });
-  const toleranceMs =
-    tolerance === undefined ? defaultToleranceMs(job.schedule) : parseBoundedDuration(tolerance, `leased "${job.name}": tolerance`, 0, job.schedule.nominalIntervalMs);
+  const toleranceMs = tolerance === undefined ? defaultToleranceMs(job.schedule) : parseTolerance(tolerance, job);
   const graceMs = parseBoundedDuration(shutdownGrace ?? '30s', `leased "${job.name}": shutdownGrace`, 1, 24 * 3_600_000);
   const guard = new SlotGuard(leasehold, job, toleranceMs, graceMs);
   const fn = ((..._ignored: unknown[]) => guard.fire()) as LeasedFunction;
@@ -289,6 +288,16 @@ class SlotGuard {
     }
     await this.finisher.drain();
   }
+}
+
+/** 0 (calls count only for occurrences at or before them) up to the schedule's interval. */
+function parseTolerance(tolerance: Duration, job: JobDefinition): number {
+  const where = `leased "${job.name}": tolerance`;
+  const ms = parseDuration(tolerance, where);
+  if (!(ms >= 0 && ms <= job.schedule.nominalIntervalMs)) {
+    throw new InvalidArgumentError('tolerance', `${where} must be from 0 to the schedule's interval, ${formatDuration(job.schedule.nominalIntervalMs)} (got ${String(tolerance)}).`);
+  }
+  return ms;
 }
 
 function notRun(slot: Date | null, reason: LeasedSkipReason): LeasedResult {
