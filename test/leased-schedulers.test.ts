@@ -1,12 +1,15 @@
 // leased() with croner, toad-scheduler and setInterval: two replicas (two clients, two
 // holders) in this process, each with its own timer firing every second at its own offset;
-// every second-slot runs once across them or is recorded skipped, never twice.
+// every second-slot runs once across them or is recorded skipped, never twice. Then bree in two
+// processes, and what a call resolves to.
 import { setTimeout as sleep } from 'node:timers/promises';
+import { fileURLToPath } from 'node:url';
 import { Cron } from 'croner';
 import { SimpleIntervalJob, AsyncTask, ToadScheduler } from 'toad-scheduler';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { leased, type JobContext, type Leasehold, type LeasedFunction } from '../src/index.js';
 import { client, freshDatabase, rawPool } from './support/db.js';
+import { HolderProcess } from './support/processes.js';
 
 let url: string;
 let replicas: Leasehold[];
@@ -111,5 +114,28 @@ describe('what a call resolves to', () => {
     const { rows } = await rawPool(url, 2).query<{ outcome: string }>("select outcome from leasehold.runs where job = 'stopped'");
     expect(rows).toEqual([{ outcome: 'aborted' }]);
     expect(await fn()).toMatchObject({ ran: false, reason: 'stopped' });
+  });
+});
+
+describe('bree (each run in a new worker thread with its own client)', () => {
+  it('two bree processes: no occurrence runs twice', { timeout: 120_000 }, async () => {
+    const main = fileURLToPath(new URL('./fixtures/bree/main.ts', import.meta.url));
+    await rawPool(url, 2).query('create table bree_witness (slot timestamptz, holder text)');
+    const procs = await Promise.all(['bree-1', 'bree-2'].map((holder) => HolderProcess.startFixture(url, { HOLDER: holder }, main)));
+    try {
+      await sleep(10_000);
+    } finally {
+      for (const p of procs) p.signal('SIGTERM');
+      await Promise.all(procs.map((p) => p.exited));
+    }
+    for (const p of procs) expect(p.lines.filter((l) => l.event === 'error'), p.stderr.join('')).toEqual([]);
+    const db = rawPool(url, 2);
+    const witness = (await db.query<{ slot: Date; n: string }>('select slot, count(*) n from bree_witness group by slot')).rows;
+    const runs = (await db.query<{ slot: Date; n: string }>("select slot, count(*) n from leasehold.runs where job = 'bree-report' group by slot")).rows;
+    expect(witness.length).toBeGreaterThanOrEqual(2);
+    for (const row of [...witness, ...runs]) expect(Number(row.n), row.slot.toISOString()).toBe(1);
+    const calls = procs.flatMap((p) => p.lines.filter((l) => l.event === 'job'));
+    // both processes called for the occurrences; one of them ran each
+    expect(calls.length).toBeGreaterThan(witness.length);
   });
 });
