@@ -13,7 +13,8 @@ import type { JobContext, JobOptions } from '../worker/job.js';
 import { startWorker, type Worker } from '../worker/worker.js';
 import type { LeaseholdJobOptions } from './decorators.js';
 import { boundGuards, JOB_KEY, LEASED_KEY, metadata, withContext, type LeasedMetadata } from './registry.js';
-import { LEASEHOLD_CLIENT, LEASEHOLD_SETTINGS, type LeaseholdSettings } from './tokens.js';
+import { LEASEHOLD_SETTINGS, type LeaseholdSettings } from './registry.js';
+import { LEASEHOLD_CLIENT } from './tokens.js';
 
 // @nestjs/schedule's metadata keys (its schedule.constants): the schedule a @Leased() method fires on.
 const CRON_OPTIONS = 'SCHEDULE_CRON_OPTIONS';

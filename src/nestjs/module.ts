@@ -11,7 +11,8 @@ import { InvalidArgumentError } from '../errors.js';
 import { LeaseContext } from './context.js';
 import { LeaseholdExplorer } from './explorer.js';
 import { toLeaseholdLogger } from './logger.js';
-import { LEASEHOLD_CLIENT, LEASEHOLD_SETTINGS, type LeaseholdSettings } from './tokens.js';
+import { LEASEHOLD_SETTINGS, type LeaseholdSettings } from './registry.js';
+import { LEASEHOLD_CLIENT } from './tokens.js';
 
 export interface LeaseholdModuleOptions extends Omit<LeaseholdOptions, 'logger'> {
   /** A Nest LoggerService or a pino-shaped logger. @default new Logger('Leasehold') */

@@ -2,6 +2,9 @@
 // from leasehold/nestjs): metadata keys, the guards bound to instances, the running context.
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { LeasedResult } from '../integrations/leased.js';
+import type { LeaseholdOptions } from '../lease/leasehold.js';
+import type { Logger } from '../observe/logger.js';
+import type { Duration } from '../validate/duration.js';
 import type { JobContext } from '../worker/job.js';
 import type { LeasedMethodOptions } from './decorators.js';
 
@@ -33,4 +36,14 @@ export const contextStorage = new AsyncLocalStorage<JobContext>();
 /** Runs `fn` with `context` as the current one (LeaseContext.current). */
 export function withContext<T>(context: JobContext, fn: () => T): T {
   return contextStorage.run(context, fn);
+}
+
+/** The settings the module derives from its options, and their token. */
+export const LEASEHOLD_SETTINGS = 'leasehold:settings';
+
+export interface LeaseholdSettings {
+  clientOptions: Omit<LeaseholdOptions, 'logger'>;
+  logger: Logger;
+  shutdownGrace: Duration | undefined;
+  worker: { shutdownGrace?: Duration; historyRetention?: Duration; clockSyncInterval?: Duration };
 }
