@@ -1,7 +1,7 @@
 // Builds the package: ES modules and declarations with tsc into dist/, then a CommonJS copy of
 // the library (not the CLI, which is ES-only) into dist/cjs/ for require() on Node 20.
 import { spawnSync } from 'node:child_process';
-import { cpSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, existsSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { join, relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -49,4 +49,16 @@ for (const file of libraryFiles(dist, '.d.ts')) {
   const rel = relative(dist, file);
   if (rel.startsWith(`cjs${sep}`)) continue;
   cpSync(file, join(cjs, rel));
+}
+
+// Every subpath the package exports (., ./testing, ./nestjs) must exist in both builds.
+const { exports: subpaths } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+for (const [subpath, conditions] of Object.entries(subpaths)) {
+  if (typeof conditions !== 'object') continue;
+  for (const target of [conditions.import?.default, conditions.import?.types, conditions.require?.default, conditions.require?.types]) {
+    if (target && !existsSync(join(root, target))) {
+      console.error(`build: ${subpath} points to ${target}, which the build did not produce`);
+      process.exit(1);
+    }
+  }
 }

@@ -40,6 +40,7 @@ export {
 } from './worker/job.js';
 export type { HandlerWrapper, RunReport } from './worker/execute-run.js';
 export { RUN_OUTCOMES, type RunOutcome, type RunState } from './worker/run-outcomes.js';
+export { leased, type LeasedFunction, type LeasedOptions, type LeasedResult, type LeasedSkipReason } from './integrations/leased.js';
 export { parseSchedule, slotsBetween, type Schedule, type ScheduleSpec } from './schedule/schedule.js';
 export {
   CREEP_WARNING_RATIO,

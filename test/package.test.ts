@@ -115,7 +115,7 @@ afterAll(async () => {
 describe('the tarball', () => {
   it('holds both builds with their declarations and no source maps without sources', async () => {
     const installed = join(esmDir, 'node_modules/leasehold');
-    for (const file of ['dist/index.js', 'dist/index.d.ts', 'dist/cjs/index.js', 'dist/cjs/index.d.ts', 'dist/cjs/testing.js', 'dist/cli/main.js', 'sql']) {
+    for (const file of ['dist/index.js', 'dist/index.d.ts', 'dist/cjs/index.js', 'dist/cjs/index.d.ts', 'dist/cjs/testing.js', 'dist/nestjs/index.js', 'dist/nestjs/index.d.ts', 'dist/cjs/nestjs/index.js', 'dist/cjs/nestjs/index.d.ts', 'dist/cli/main.js', 'sql']) {
       expect(existsSync(join(installed, file)), file).toBe(true);
     }
     expect(JSON.parse(readFileSync(join(installed, 'dist/cjs/package.json'), 'utf8'))).toEqual({ type: 'commonjs' });
@@ -153,7 +153,7 @@ describe('the tarball', () => {
     const dist = join(esmDir, 'node_modules/leasehold/dist');
     // Every declaration file reachable from the two entry points.
     const reached = new Set<string>();
-    const queue = ['index.d.ts', 'testing.d.ts', 'opentelemetry.d.ts'];
+    const queue = ['index.d.ts', 'testing.d.ts', 'opentelemetry.d.ts', 'nestjs/index.d.ts'];
     while (queue.length > 0) {
       const file = queue.pop()!;
       if (reached.has(file)) continue;
@@ -226,6 +226,48 @@ describe('leasehold/opentelemetry', () => {
     expect(esm.stdout.trim()).toBe('function');
     const cjs = await run(process.execPath, ['-e', "console.log(typeof require('leasehold/opentelemetry').instrument)"], { cwd: cjsDir });
     expect(cjs.stdout.trim()).toBe('function');
+  });
+});
+
+describe('leasehold/nestjs', () => {
+  const NEST = ['@nestjs/common@^12', '@nestjs/core@^12', '@nestjs/schedule@^12', 'reflect-metadata@^0.2', 'rxjs@^7'];
+  const EXPORTS = 'LEASEHOLD_CLIENT,LeaseContext,Leased,LeaseholdJob,LeaseholdModule,nestLogger';
+
+  it('the main entry loads no Nest package, in either build', async () => {
+    // CommonJS: nothing of Nest in the module cache after require('leasehold') (Nest is not even installed here)
+    const script = "require('leasehold'); console.log(Object.keys(require.cache).filter((k) => /@nestjs|reflect-metadata|rxjs/.test(k)).length)";
+    expect((await run(process.execPath, ['-e', script], { cwd: cjsDir })).stdout.trim()).toBe('0');
+    // ES modules: no file reachable from dist/index.js imports one
+    const dist = join(cjsDir, 'node_modules/leasehold/dist');
+    const reached = new Set<string>();
+    const queue = ['index.js'];
+    while (queue.length > 0) {
+      const file = queue.pop()!;
+      if (reached.has(file)) continue;
+      reached.add(file);
+      const text = readFileSync(join(dist, file), 'utf8');
+      expect(text, file).not.toMatch(/from '(@nestjs|reflect-metadata|rxjs)/);
+      for (const [, target] of text.matchAll(/from '(\.[^']+\.js)'/g)) queue.push(join(file, '..', target!));
+    }
+    expect(reached.size).toBeGreaterThan(10);
+  });
+
+  it('without Nest installed, importing it names the missing package', async () => {
+    const failed = await run(process.execPath, ['-e', "require('leasehold/nestjs')"], { cwd: cjsDir }).catch((error: Error) => error);
+    expect(String(failed)).toMatch(/@nestjs\/common|reflect-metadata/);
+  });
+
+  it('with Nest from the registry, import and require both give the module and decorators', { timeout: 180_000 }, async () => {
+    await run('npm', ['install', ...NEST, ...NPM_QUIET], { cwd: esmDir });
+    const esm = await run(process.execPath, ['--input-type=module', '-e', "import * as n from 'leasehold/nestjs'; console.log(Object.keys(n).sort().join(','))"], { cwd: esmDir });
+    expect(esm.stdout.trim()).toBe(EXPORTS);
+    const cjs = await run(process.execPath, ['-e', "console.log(Object.keys(require('leasehold/nestjs')).sort().join(','))"], { cwd: esmDir });
+    expect(cjs.stdout.trim()).toBe(EXPORTS);
+    // the types resolve for both conditions, strict
+    const typed = "import { LeaseholdModule, Leased, type LeasedContext } from 'leasehold/nestjs';\nimport type { DynamicModule } from '@nestjs/common';\nexport const m: DynamicModule = LeaseholdModule.forRoot({ holder: 'typed' });\nexport const d: MethodDecorator = Leased({ ttl: '1m' });\nexport const use = (ctx: LeasedContext): string => ctx.idempotencyKey;\n";
+    await writeFile(join(esmDir, 'nest-typed.ts'), typed);
+    await writeFile(join(esmDir, 'tsconfig.nest.json'), JSON.stringify({ ...TSCONFIG, files: ['nest-typed.ts'] }));
+    await run(process.execPath, [TSC, '-p', 'tsconfig.nest.json', '--noEmit'], { cwd: esmDir });
   });
 });
 
