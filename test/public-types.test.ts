@@ -31,9 +31,14 @@ const ALLOWED: Record<string, string[]> = {
     'describeSkip', 'formatDuration', 'installScript', 'jobHistory', 'jobStatus', 'jobTimeline', 'latestVersion', 'migrate', 'migrations',
     'parseDuration', 'parseSchedule', 'schemaVersion', 'silentLogger', 'slotsBetween', 'startDashboard', 'startWorker', 'stderrLogger',
     'unscheduledLeases',
+    'LeasedFunction', 'LeasedOptions', 'LeasedResult', 'LeasedSkipReason', 'leased',
     'EndpointReply', 'HandlerWrapper', 'HealthCheck', 'HealthReport', 'RUN_OUTCOMES', 'RunState', 'WorkerHealth', 'workerHealth',
   ],
   './opentelemetry': ['InstrumentOptions', 'Instrumentable', 'instrument'],
+  './nestjs': [
+    'LEASEHOLD_CLIENT', 'LeaseContext', 'Leased', 'LeasedContext', 'LeasedMethodOptions', 'LeaseholdJob', 'LeaseholdJobOptions', 'LeaseholdModule',
+    'LeaseholdModuleAsyncOptions', 'LeaseholdModuleOptions', 'nestLogger',
+  ],
   './testing': ['EmbeddedPostgres', 'EmbeddedPostgresOptions', 'createTestDatabase', 'freePort', 'startEmbeddedPostgres'],
 };
 
