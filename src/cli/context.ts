@@ -32,6 +32,15 @@ export class CliError extends Error {
   }
 }
 
+/** A flag's integer value within `bounds`, or a usage error that names the flag and the bounds. */
+export function integerFlag(text: string, bounds: { min: number; max: number }, flag: string): number {
+  const n = Number(text);
+  if (!/^\s*-?\d+\s*$/.test(text) || !Number.isInteger(n) || n < bounds.min || n > bounds.max) {
+    throw new CliError(`${flag} must be an integer from ${bounds.min} to ${bounds.max} (got ${text})`, EXIT.usage);
+  }
+  return n;
+}
+
 export function databaseUrl(option: string | undefined): string {
   const url = option ?? process.env.DATABASE_URL;
   if (!url) throw new CliError('No database: set DATABASE_URL or pass --database-url postgres://…', EXIT.usage);

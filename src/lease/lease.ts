@@ -16,7 +16,7 @@ import { checkOptionKeys } from '../validate/options.js';
 import { runFencedTransaction } from './fenced-transaction.js';
 import { TRANSACTION_OPTION_KEYS } from './option-keys.js';
 import type { LeaseRuntime } from './runtime.js';
-import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
+import { ACQUIRE_DEFAULTS, TRANSACTION_DEFAULTS } from './defaults.js';
 
 export interface LeaseGrant {
   name: string;
@@ -135,7 +135,7 @@ export class Lease {
    */
   async renew(ttl?: Duration): Promise<Date> {
     this.throwIfNotHeld();
-    const ttlMs = ttl === undefined ? this.ttlMs : parseBoundedDuration(ttl, 'ttl', MIN_TTL_MS, MAX_TTL_MS);
+    const ttlMs = ttl === undefined ? this.ttlMs : parseBoundedDuration(ttl, 'ttl', ACQUIRE_DEFAULTS.ttl.minMs, ACQUIRE_DEFAULTS.ttl.maxMs);
     const sentAt = performance.now();
     let row: { renewed: boolean; expires_at: Date | null; reason: string; database_time: Date } | undefined;
     for (let attempt = 1; ; attempt++) {
@@ -213,9 +213,9 @@ export class Lease {
     this.throwIfNotHeld();
     checkTransactionOptions(options);
     const idleMs =
-      options.idleTimeout === undefined ? this.ttlMs : parseBoundedDuration(options.idleTimeout, 'idleTimeout', 100, MAX_TTL_MS);
+      options.idleTimeout === undefined ? this.ttlMs : parseBoundedDuration(options.idleTimeout, 'idleTimeout', TRANSACTION_DEFAULTS.idleTimeout.minMs, TRANSACTION_DEFAULTS.idleTimeout.maxMs);
     const statementMs =
-      options.statementTimeout === undefined ? this.ttlMs : parseBoundedDuration(options.statementTimeout, 'statementTimeout', 50, MAX_TTL_MS);
+      options.statementTimeout === undefined ? this.ttlMs : parseBoundedDuration(options.statementTimeout, 'statementTimeout', TRANSACTION_DEFAULTS.statementTimeout.minMs, TRANSACTION_DEFAULTS.statementTimeout.maxMs);
     return runFencedTransaction(
       {
         name: this.name,

@@ -21,13 +21,14 @@ import { DatabaseClock, type ClockStep } from '../schedule/database-clock.js';
 import { callAcquire, type AcquireRow } from './acquire-call.js';
 import { parseFence } from './fence.js';
 import { Lease, type LeaseGrant } from './lease.js';
-import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 import { LivenessSession } from './liveness.js';
 import { checkReplication, type ReplicationReport } from './replication.js';
 import type { LeaseRuntime } from './runtime.js';
 import { runRecorder } from './run-history.js';
 import { ACQUIRE_OPTION_KEYS, LEASEHOLD_OPTION_KEYS, RUN_OPTION_KEYS } from './option-keys.js';
 import { checkOptionKeys } from '../validate/options.js';
+import { durationSetting, integerSetting } from '../validate/settings.js';
+import { ACQUIRE_DEFAULTS, LEASEHOLD_DEFAULTS } from './defaults.js';
 import type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './types.js';
 
 export interface LeaseholdOptions extends ConnectionOptions {
@@ -134,15 +135,15 @@ export class Leasehold {
     checkLeaseName(name);
     if (!options || typeof options !== 'object') throw new InvalidArgumentError('options', 'acquire(name, { ttl }) needs a ttl, e.g. { ttl: "30s" }.');
     checkOptionKeys(options, ACQUIRE_OPTION_KEYS, 'acquire()');
-    const ttlMs = parseBoundedDuration(options.ttl, 'ttl', MIN_TTL_MS, MAX_TTL_MS);
+    const ttlMs = parseBoundedDuration(options.ttl, 'ttl', ACQUIRE_DEFAULTS.ttl.minMs, ACQUIRE_DEFAULTS.ttl.maxMs);
     const slot = options.slot ?? null;
     if (slot !== null && (!(slot instanceof Date) || Number.isNaN(slot.getTime()))) {
       throw new InvalidArgumentError('slot', `slot must be a valid Date (got ${String(slot)}).`);
     }
     const heartbeatMs =
       options.heartbeatInterval === undefined
-        ? ttlMs / 3
-        : parseBoundedDuration(options.heartbeatInterval, 'heartbeatInterval', 10, ttlMs);
+        ? ttlMs / ACQUIRE_DEFAULTS.heartbeatDivisor
+        : parseBoundedDuration(options.heartbeatInterval, 'heartbeatInterval', ACQUIRE_DEFAULTS.heartbeatInterval.minMs, ttlMs);
     if (options.heartbeat && heartbeatMs * 2 > ttlMs) {
       throw new InvalidArgumentError(
         'heartbeatInterval',
@@ -211,7 +212,7 @@ export class Leasehold {
   ): Promise<RunResult<T>> {
     if (typeof handler !== 'function') throw new InvalidArgumentError('handler', 'run(name, options, handler) needs a handler function.');
     checkOptionKeys(options, RUN_OPTION_KEYS, 'run()');
-    const { history = true, ...acquireOptions } = options ?? ({} as RunOptions);
+    const { history = ACQUIRE_DEFAULTS.history.default, ...acquireOptions } = options ?? ({} as RunOptions);
     const result = await this.acquire(name, { ...acquireOptions, heartbeat: true });
     if (!result.acquired) {
       this.settings.logger.warn(
@@ -425,12 +426,9 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
     );
   }
   const holder = checkHolder(options.holder ?? defaultHolder());
-  const queryTimeoutMs = parseBoundedDuration(options.queryTimeout ?? '5s', 'queryTimeout', 50, 10 * 60_000);
-  const connectTimeoutMs = parseBoundedDuration(options.connectTimeout ?? '5s', 'connectTimeout', 50, 10 * 60_000);
-  const poolSize = options.poolSize ?? 10;
-  if (!Number.isInteger(poolSize) || poolSize < 1 || poolSize > 1000) {
-    throw new InvalidArgumentError('poolSize', `poolSize must be an integer from 1 to 1000 (got ${poolSize}).`);
-  }
+  const queryTimeoutMs = durationSetting(options.queryTimeout, LEASEHOLD_DEFAULTS.queryTimeout, 'queryTimeout');
+  const connectTimeoutMs = durationSetting(options.connectTimeout, LEASEHOLD_DEFAULTS.connectTimeout, 'connectTimeout');
+  const poolSize = integerSetting(options.poolSize, LEASEHOLD_DEFAULTS.poolSize, 'poolSize');
   const logger = options.logger ?? stderrLogger();
   const events = new LeaseholdEmitter(logger);
   const where = describeConnection(connectionString);

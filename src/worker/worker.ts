@@ -12,7 +12,9 @@ import { LeaseholdEmitter, type LeaseholdEvents } from '../observe/events.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
 import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
 import { slotsBetween } from '../schedule/schedule.js';
-import { parseBoundedDuration, type Duration } from '../validate/duration.js';
+import type { Duration } from '../validate/duration.js';
+import { durationSetting } from '../validate/settings.js';
+import { WORKER_DEFAULTS } from './defaults.js';
 import { SchedulerStore, type ClaimRequest, type ClaimRow } from './claims.js';
 import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-steps.js';
 import { executeRun, type RunReport } from './execute-run.js';
@@ -472,9 +474,9 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     if (seen.has(job.name)) throw new InvalidArgumentError('jobs', `job "${job.name}" is defined twice in this worker; job names must be unique.`);
     seen.add(job.name);
   }
-  const graceMs = parseBoundedDuration(options.shutdownGrace ?? '30s', 'shutdownGrace', 1, 24 * 3_600_000);
-  const retentionMs = parseBoundedDuration(options.historyRetention ?? '30d', 'historyRetention', 60_000, 3_650 * 86_400_000);
-  const clockSyncMs = parseBoundedDuration(options.clockSyncInterval ?? '5m', 'clockSyncInterval', 1_000, 86_400_000);
+  const graceMs = durationSetting(options.shutdownGrace, WORKER_DEFAULTS.shutdownGrace, 'shutdownGrace');
+  const retentionMs = durationSetting(options.historyRetention, WORKER_DEFAULTS.historyRetention, 'historyRetention');
+  const clockSyncMs = durationSetting(options.clockSyncInterval, WORKER_DEFAULTS.clockSyncInterval, 'clockSyncInterval');
   const logger = options.logger ?? stderrLogger();
   // the client gets the connection options only; the worker's own are not its business
   const clientOptions = Object.fromEntries(Object.entries(options).filter(([key]) => LEASEHOLD_OPTION_KEYS.includes(key))) as LeaseholdOptions;
@@ -490,7 +492,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       { event: 'worker:started', holder: leasehold.holder, jobs: jobs.length, clockOffsetMs: Math.round(clock.localOffsetMs()) },
       `worker ${leasehold.holder} started with ${jobs.length} job(s)`,
     );
-    await worker.start(lastSlots, options.handleSignals ?? true);
+    await worker.start(lastSlots, options.handleSignals ?? WORKER_DEFAULTS.handleSignals.default);
     return worker;
   } catch (error) {
     await leasehold.close();

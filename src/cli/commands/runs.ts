@@ -2,7 +2,8 @@
 import type { Command } from 'commander';
 import type pg from 'pg';
 import { jobHistory } from '../../observe/status.js';
-import { CliError, databaseUrl, openPool, report, type Io } from '../context.js';
+import { CliError, databaseUrl, integerFlag, openPool, report, type Io } from '../context.js';
+import { RUNS_DEFAULTS, shown } from '../defaults.js';
 import { inert, seconds, table, time } from '../format.js';
 import { EXIT } from '../exit-codes.js';
 
@@ -11,13 +12,12 @@ export function registerRuns(program: Command, io: Io): void {
     .command('runs')
     .description("list a job's runs, skips and missed slots, newest first")
     .argument('<name>', 'job name')
-    .option('--limit <n>', 'how many entries', '20')
+    .option('--limit <n>', `how many entries (${RUNS_DEFAULTS.limit.min} to ${RUNS_DEFAULTS.limit.max})`, shown(RUNS_DEFAULTS.limit))
     .option('--json', 'print JSON')
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
     .action(async (name: string, options: { limit: string; json?: boolean; databaseUrl?: string }) => {
       try {
-        const limit = Number(options.limit);
-        if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new CliError(`--limit must be an integer from 1 to 10000 (got ${options.limit})`, EXIT.usage);
+        const limit = integerFlag(options.limit, RUNS_DEFAULTS.limit, '--limit');
         const pool = await openPool(databaseUrl(options.databaseUrl));
         try {
           const [entries, [lease]] = await Promise.all([jobHistory(pool, { job: name, limit }), leaseOf(pool, name)]);
