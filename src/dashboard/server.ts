@@ -16,7 +16,9 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pg from 'pg';
-import type { Duration } from '../validate/duration.js';
+import { QueryTimeoutError } from '../db/connection.js';
+import { dbHandle } from '../db/handle.js';
+import { formatDuration, type Duration } from '../validate/duration.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { durationSetting, integerSetting } from '../validate/settings.js';
 import { DASHBOARD_DEFAULTS, DASHBOARD_LIMITS } from './defaults.js';
@@ -90,6 +92,9 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   const loopbackOnly = isLoopback(host);
   const allowedHosts = new Set((options.allowedHosts ?? []).map((h) => h.toLowerCase()));
   const limiter = new Limiter(maxConcurrent);
+  // every statement through the handle: one that outlives queryTimeout fails, and its connection is closed
+  const db = dbHandle(pool, { where: 'the database', timeoutMs: queryTimeoutMs });
+  const tooSlow = () => new HttpError(504, `the database did not answer within ${formatDuration(queryTimeoutMs)}`);
 
   // An idle pooled connection that breaks emits 'error' on the pool, which kills the process
   // when nobody listens. Listen while the dashboard runs if the owner of the pool does not.
@@ -101,7 +106,8 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     limiter.run(
       () =>
         new Promise<T>((resolve, reject) => {
-          const timer = setTimeout(() => reject(new HttpError(504, `the database did not answer within ${queryTimeoutMs} ms`)), queryTimeoutMs);
+          // a backstop for work of several statements (and /metrics); each statement has its own timeout
+          const timer = setTimeout(() => reject(tooSlow()), queryTimeoutMs);
           work().then(
             (value) => {
               clearTimeout(timer);
@@ -109,7 +115,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
             },
             (error: unknown) => {
               clearTimeout(timer);
-              reject(error);
+              reject(error instanceof QueryTimeoutError ? tooSlow() : error);
             },
           );
         }),
@@ -121,7 +127,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   let summaryCache: { at: number; value: Promise<{ summary: FleetSummary; workers: { total: number; workers: LiveWorker[] } }> } | undefined;
   const summary = () => {
     if (!summaryCache || Date.now() - summaryCache.at > summaryTtlMs) {
-      const value = timed(async () => ({ summary: await fleetSummary(pool), workers: await liveWorkers(pool, 50) }));
+      const value = timed(async () => ({ summary: await fleetSummary(db), workers: await liveWorkers(db, 50) }));
       summaryCache = { at: Date.now(), value };
       value.catch(() => {
         if (summaryCache?.value === value) summaryCache = undefined;
@@ -135,7 +141,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     const limit = numberParam(params, 'limit', 50, 1, MAX_PAGE_SIZE, true);
     const search = searchParam(params, 'q');
     const filter = choiceParam(params, 'filter', JOB_FILTERS, 'all');
-    const page = await timed(() => jobPage(pool, { offset, limit, filter, light, ...(search ? { search } : {}) }));
+    const page = await timed(() => jobPage(db, { offset, limit, filter, light, ...(search ? { search } : {}) }));
     const jobs = page.jobs.map((job) => ({
       ...job,
       nextRunAt: nextRun(storedSchedule(job.schedule, job.timezone), page.now, job.lastSlot),
@@ -156,14 +162,14 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         onlyParams(params, ['job', 'hours']);
         const jobs = jobListParam(params, 'job', MAX_TIMELINE_JOBS);
         const hours = numberParam(params, 'hours', 1, 0.01, MAX_FLEET_HISTORY_HOURS);
-        const timeline = await timed(() => timelinesFor(pool, jobs, hours, 3000));
+        const timeline = await timed(() => timelinesFor(db, jobs, hours, 3000));
         return { hours, ...timeline };
       }
       case '/api/history': {
         onlyParams(params, ['job', 'hours']);
         const job = jobParam(params, 'job');
         const hours = numberParam(params, 'hours', 1, 0.01, job ? MAX_HISTORY_HOURS : MAX_FLEET_HISTORY_HOURS);
-        const timeline = await timed(() => jobTimeline(pool, { ...(job ? { job } : {}), hours }));
+        const timeline = await timed(() => jobTimeline(pool, { ...(job ? { job } : {}), hours, timeout: queryTimeoutMs }));
         return { job: job ?? null, hours, ...timeline };
       }
       case '/api/runs': {
@@ -171,7 +177,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         const job = jobParam(params, 'job');
         if (!job) throw new HttpError(400, 'job is required');
         const limit = numberParam(params, 'limit', 50, 1, 500, true);
-        return { job, entries: await timed(() => jobHistory(pool, { job, limit })) };
+        return { job, entries: await timed(() => jobHistory(pool, { job, limit, timeout: queryTimeoutMs })) };
       }
       default:
         throw new HttpError(404, `not found: ${path}`);
@@ -238,7 +244,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       case '/healthz': {
         refuseCrossSite(req);
         try {
-          await timed(() => pool.query('select 1'));
+          await timed(() => db.query('select 1'));
           sendJson(res, 200, { ok: true, database: 'ok' });
         } catch (error) {
           if (error instanceof HttpError && error.status === 503) throw error;

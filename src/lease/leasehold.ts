@@ -8,10 +8,10 @@ import {
   describeConnection,
   resolveConnectionString,
   timedQuery,
-  unavailable,
   type ConnectionOptions,
 } from '../db/connection.js';
-import { checkSchema, migrate } from '../db/migrations.js';
+import { connectAndCheck } from '../db/connect-check.js';
+import { dbHandle } from '../db/handle.js';
 import { ClosedError, InvalidArgumentError } from '../errors.js';
 import { LeaseholdEmitter, type LeaseholdEvents } from '../observe/events.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
@@ -22,7 +22,7 @@ import { callAcquire, type AcquireRow } from './acquire-call.js';
 import { parseFence } from './fence.js';
 import { Lease, type LeaseGrant } from './lease.js';
 import { LivenessSession } from './liveness.js';
-import { checkReplication, type ReplicationReport } from './replication.js';
+import type { ReplicationReport } from './replication.js';
 import type { LeaseRuntime } from './runtime.js';
 import { runRecorder } from './run-history.js';
 import { ACQUIRE_OPTION_KEYS, LEASEHOLD_OPTION_KEYS, RUN_OPTION_KEYS } from './option-keys.js';
@@ -450,24 +450,13 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
   const clock = new DatabaseClock(renewPool, queryTimeoutMs, where, { onStep: (step) => leasehold?.clockStepped(step) });
   const workPool = options.pool ?? own(poolSize);
 
-  let client: pg.PoolClient | undefined;
   let replication: ReplicationReport | null = null;
   try {
-    try {
-      client = await controlPool.connect();
-    } catch (error) {
-      throw unavailable(where, error);
-    }
-    if (options.migrate === false) await checkSchema(client);
-    else await migrate(controlPool);
-    replication = await checkReplication(client).catch(() => null);
+    const schema = options.migrate === false ? 'check' : 'migrate';
+    ({ replication } = await connectAndCheck(dbHandle(controlPool, { where, timeoutMs: queryTimeoutMs }), schema));
   } catch (error) {
-    client?.release();
-    client = undefined;
     await Promise.allSettled(ownedPools.map((pool) => pool.end()));
     throw error;
-  } finally {
-    client?.release();
   }
 
   let liveness: LivenessSession | undefined;

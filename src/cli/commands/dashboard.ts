@@ -4,7 +4,7 @@ import type { Command } from 'commander';
 import { startDashboard } from '../../dashboard/server.js';
 import { createMetrics } from '../../observe/metrics.js';
 import { durationSetting } from '../../validate/settings.js';
-import { CliError, databaseUrl, integerFlag, openPool, report, type Io } from '../context.js';
+import { CliError, databaseUrl, integerFlag, openDatabase, report, type Io } from '../context.js';
 import { DASHBOARD_CLI_DEFAULTS, range, shown } from '../defaults.js';
 import { EXIT } from '../exit-codes.js';
 
@@ -23,7 +23,7 @@ export function registerDashboard(program: Command, io: Io): void {
         // checked before connecting, with the flags' names in the messages
         durationSetting(options.refresh, DASHBOARD_CLI_DEFAULTS.refresh, '--refresh');
         durationSetting(options.queryTimeout, DASHBOARD_CLI_DEFAULTS.queryTimeout, '--query-timeout');
-        const pool = await openPool(databaseUrl(options.databaseUrl));
+        const { pool } = await openDatabase(databaseUrl(options.databaseUrl));
         const metrics = createMetrics();
         metrics.observeDatabase(pool);
         let dashboard;

@@ -5,6 +5,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { constants } from 'node:os';
 import type { Command } from 'commander';
+import { dbHandle } from '../../db/handle.js';
 import { createLeasehold, describeSkip, type Leasehold } from '../../lease/leasehold.js';
 import type { Lease } from '../../lease/lease.js';
 import type { NotAcquired } from '../../lease/types.js';
@@ -13,7 +14,7 @@ import { finishHeldRun, startHeldRun, type HeldRunOutcome } from '../../lease/ru
 import { formatDuration, parseBoundedDuration, parseDuration } from '../../validate/duration.js';
 import { durationSetting } from '../../validate/settings.js';
 import { CliError, databaseUrl, integerFlag, report, type Io } from '../context.js';
-import { EXEC_DEFAULTS, range, shown } from '../defaults.js';
+import { CLI_CONNECTION, EXEC_DEFAULTS, range, shown } from '../defaults.js';
 import { EXIT } from '../exit-codes.js';
 import { inert } from '../format.js';
 
@@ -120,7 +121,8 @@ async function acquireWithin(leasehold: Leasehold, name: string, ttlMs: number, 
 
 async function history(leasehold: Leasehold, text: string, values: unknown[]): Promise<void> {
   // History is informative: a failure to write it must not stop the guarded command.
-  await leasehold.pool.query(text, values).catch(() => undefined);
+  const db = dbHandle(leasehold.pool, { where: 'the database', timeoutMs: durationSetting(undefined, CLI_CONNECTION.queryTimeout, 'queryTimeout') });
+  await db.query(text, values).catch(() => undefined);
 }
 
 // What the command learns about its lease. Without the token it can still tell which run it is
