@@ -17,6 +17,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pg from 'pg';
 import { QueryTimeoutError } from '../db/connection.js';
+import { DatabaseUnavailableError } from '../errors.js';
 import { dbHandle } from '../db/handle.js';
 import { formatDuration, type Duration } from '../validate/duration.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
@@ -340,7 +341,9 @@ function sendJson(res: http.ServerResponse, status: number, value: unknown, head
 
 // A plain description of an unexpected failure: connection problems by their code, database
 // errors by SQLSTATE only (their text may quote the request's input), anything else by name.
-function internalSummary(error: unknown): string {
+function internalSummary(failure: unknown): string {
+  // the handle wraps driver errors (DatabaseUnavailableError); describe what it wrapped
+  const error = failure instanceof DatabaseUnavailableError && failure.cause !== undefined ? failure.cause : failure;
   const code = (error as { code?: unknown } | null)?.code;
   if (typeof code === 'string' && /^E[A-Z]+$/.test(code)) return `cannot reach the database (${code})`;
   if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return `the database refused the query (SQLSTATE ${code})`;
