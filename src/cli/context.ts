@@ -74,13 +74,16 @@ function checkUrl(url: string, where: string): void {
  * schema version. Close it with `db.pool.end()`.
  */
 export async function openDatabase(url: string, options: { checkSchema?: boolean } = {}): Promise<DbHandle & { replication: ReplicationReport | null }> {
+  const timeoutMs = durationSetting(undefined, CLI_CONNECTION.queryTimeout, 'queryTimeout');
   const pool = createOwnedPool(url, {
     max: CLI_CONNECTION.poolSize,
     connectTimeoutMs: durationSetting(undefined, CLI_CONNECTION.connectTimeout, 'connectTimeout'),
     applicationName: 'leasehold cli',
     onError: () => undefined,
+    // the server gives up on a stuck statement too, a little before the client stops waiting
+    statementTimeoutMs: timeoutMs * 0.9,
   });
-  const db = dbHandle(pool, { where: describeConnection(url), timeoutMs: durationSetting(undefined, CLI_CONNECTION.queryTimeout, 'queryTimeout') });
+  const db = dbHandle(pool, { where: describeConnection(url), timeoutMs });
   try {
     const check = await connectAndCheck(db, options.checkSchema === false ? 'none' : 'check');
     connectedRole = check.role;
