@@ -18,7 +18,7 @@ let locker: pg.Client;
 beforeAll(async () => {
   url = await freshDatabase();
   await (await client(url, { liveness: false })).close();
-  [locker] = await connections(url, 1);
+  locker = (await connections(url, 1))[0]!;
 });
 
 afterAll(async () => {
