@@ -147,5 +147,6 @@ describe('the dashboard through the handle', () => {
     await expect(startDashboard({ pool: rawPool(url, 1), port: 0, refresh: 100 })).rejects.toThrow(/refresh must be between 250ms and 1h \(got 100ms\)/);
     await expect(startDashboard({ pool: rawPool(url, 1), port: 0, queryTimeout: 'soon' })).rejects.toThrow(InvalidArgumentError);
     await expect(startDashboard({ pool: rawPool(url, 1), port: 0, refreshMs: 1000 } as never)).rejects.toThrow(/unknown option 'refreshMs' \(did you mean 'refresh'\?\)/);
+    await expect(startDashboard({ pool: rawPool(url, 1), port: 0, queryTimeoutMs: 1000 } as never)).rejects.toThrow(/unknown option 'queryTimeoutMs' \(did you mean 'queryTimeout'\?\)/);
   });
 });
