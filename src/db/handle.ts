@@ -130,7 +130,7 @@ export async function timedQuery<R extends pg.QueryResultRow>(
 ): Promise<pg.QueryResult<R>> {
   for (let attempt = 1; ; attempt++) {
     try {
-      return await queryOnce<R>(pool, text, values, timeoutMs, where);
+      return await queryOnce<R>(pool, { text, values, timeoutMs, where });
     } catch (error) {
       // A pooled connection whose backend was terminated (server restart, failover,
       // pg_terminate_backend) fails with 57P01/57P02 before or while running the statement;
@@ -145,10 +145,7 @@ export async function timedQuery<R extends pg.QueryResultRow>(
 
 async function queryOnce<R extends pg.QueryResultRow>(
   pool: pg.Pool,
-  text: string,
-  values: unknown[],
-  timeoutMs: number,
-  where: string,
+  { text, values, timeoutMs, where }: { text: string; values: unknown[]; timeoutMs: number; where: string },
 ): Promise<pg.QueryResult<R>> {
   const client = await checkout(pool, checkoutTimeout(timeoutMs), where);
   const onError = () => undefined; // errors while checked out surface through the query
