@@ -9,8 +9,10 @@ import { QueryTimeoutError } from '../src/db/connection.js';
 import { dbHandle } from '../src/db/handle.js';
 import { inTransaction } from '../src/db/transaction.js';
 import { DatabaseUnavailableError, InvalidArgumentError } from '../src/errors.js';
+import { silentLogger } from '../src/observe/logger.js';
 import { jobHistory, jobStatus, unscheduledLeases } from '../src/observe/status.js';
-import { client, connections, freshDatabase, rawPool } from './support/db.js';
+import { startWorker } from '../src/worker/worker.js';
+import { client, connections, freshDatabase, rawPool, waitFor } from './support/db.js';
 
 let url: string;
 let locker: pg.Client;
@@ -118,6 +120,37 @@ describe('transactions through the handle', () => {
     }
     const handle = dbHandle(pool, { where: 'the test database', timeoutMs: 5_000 });
     expect(await handle.transaction(async (c) => (await c.query<{ n: number }>('select count(*)::int as n from leasehold.jobs')).rows[0]!.n)).toBe(0);
+  });
+});
+
+describe("a job's plain transaction (overlap 'allow')", () => {
+  it("times its statements out after the job's ttl", { timeout: 60_000 }, async () => {
+    const failures: unknown[] = [];
+    const worker = await startWorker({
+      connectionString: url,
+      logger: silentLogger(),
+      handleSignals: false,
+      shutdownGrace: '2s',
+      jobs: [
+        {
+          name: 'sleepy-allow',
+          every: '1s',
+          ttl: '400ms',
+          overlap: 'allow',
+          handler: async (ctx) => {
+            if (failures.length > 0) return;
+            await ctx.transaction((c) => c.query('select pg_sleep(30)')).catch((error: unknown) => failures.push(error));
+          },
+        },
+      ],
+    });
+    try {
+      await waitFor(() => failures.length > 0, 30_000, 50);
+      expect(failures[0]).toBeInstanceOf(QueryTimeoutError);
+      expect((failures[0] as Error).message).toMatch(/did not answer within 400 ms/);
+    } finally {
+      await worker.stop();
+    }
   });
 });
 
