@@ -205,6 +205,12 @@ describe('the CLI help shows the tables’ defaults and bounds', () => {
     expect(EXEC_DEFAULTS.ttl.maxMs).toBe(ACQUIRE_DEFAULTS.ttl.maxMs);
     expectDefault(text, '--grace', EXEC_DEFAULTS.grace.default);
     expectDefault(text, '--skipped-exit-code', EXEC_DEFAULTS.skippedExitCode.default);
+    // and docs/cli.md's table of exec's options says the same
+    const page = readFileSync(new URL('../docs/cli.md', import.meta.url), 'utf8');
+    const cell = (flag: string) => bare(page.match(new RegExp(`^\\| \`${flag} [^|]*\\| ([^|]+) \\|`, 'm'))?.[1]?.trim() ?? 'missing');
+    expect(cell('--ttl')).toBe(EXEC_DEFAULTS.ttl.default);
+    expect(cell('--grace')).toBe(EXEC_DEFAULTS.grace.default);
+    expect(cell('--skipped-exit-code')).toBe(String(EXEC_DEFAULTS.skippedExitCode.default));
   });
 
   it('worker: the grace is startWorker’s shutdownGrace', () => {
