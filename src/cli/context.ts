@@ -80,8 +80,6 @@ export async function openDatabase(url: string, options: { checkSchema?: boolean
     connectTimeoutMs: durationSetting(undefined, CLI_CONNECTION.connectTimeout, 'connectTimeout'),
     applicationName: 'leasehold cli',
     onError: () => undefined,
-    // the server gives up on a stuck statement too, a little before the client stops waiting
-    statementTimeoutMs: timeoutMs * 0.9,
   });
   const db = dbHandle(pool, { where: describeConnection(url), timeoutMs });
   try {

@@ -31,11 +31,6 @@ export interface PoolSettings {
   connectTimeoutMs: number;
   applicationName: string;
   onError: (error: Error) => void;
-  /**
-   * The server's statement_timeout for every session of the pool: the server cancels a stuck
-   * statement (one waiting on a lock, say) itself, where a client-side timeout only stops waiting.
-   */
-  statementTimeoutMs?: number;
 }
 
 /**
@@ -50,7 +45,6 @@ export function createOwnedPool(connectionString: string | undefined, settings: 
     application_name: settings.applicationName,
     idleTimeoutMillis: 30_000,
     keepAlive: true,
-    ...(settings.statementTimeoutMs === undefined ? {} : { statement_timeout: Math.round(settings.statementTimeoutMs) }),
   });
   pool.on('error', settings.onError);
   return pool;
