@@ -1,7 +1,7 @@
 // Connect-and-check, for every entry point that opens the database (createLeasehold, the CLI):
 // a first connection (an unreachable server is a DatabaseUnavailableError naming it), the schema
-// migrated or checked, the connecting role, and the replication report. One transaction on the
-// handle, so every statement has its timeout.
+// migrated or checked, the connecting role, and the replication report. Through the handle, so
+// every statement has its timeout.
 import { checkReplication, type ReplicationReport } from '../lease/replication.js';
 import type { DbHandle } from './handle.js';
 import { checkSchema, migrate } from './migrations.js';
@@ -17,13 +17,15 @@ export interface ConnectionCheck {
 }
 
 export async function connectAndCheck(db: DbHandle, schema: SchemaPolicy): Promise<ConnectionCheck> {
-  return db.transaction(async (client) => {
-    // migrate() takes connections of its own (and a lock); this one proves the server answers first
-    if (schema === 'migrate') await migrate(db.pool);
-    else if (schema === 'check') await checkSchema(client);
-    const { rows } = await client.query<{ role: string }>('select current_user::text as role');
+  // the first statement: an unreachable server fails here, with a message naming it
+  const { rows } = await db.query<{ role: string }>('select current_user::text as role');
+  // migrate() takes a connection (and a lock) of its own while nothing of ours is held: through a
+  // transaction pooler with one server connection, an open transaction here would wait on itself
+  if (schema === 'migrate') await migrate(db.pool);
+  const replication = await db.transaction(async (client) => {
+    if (schema === 'check') await checkSchema(client);
     // last: a failing read aborts the transaction, and nothing comes after it
-    const replication = await checkReplication(client).catch(() => null);
-    return { role: rows[0]?.role ?? 'ROLE', replication };
+    return checkReplication(client).catch(() => null);
   });
+  return { role: rows[0]?.role ?? 'ROLE', replication };
 }
