@@ -2,7 +2,7 @@
 // src/dashboard/defaults.ts, src/cli/defaults.ts): each setting's default next to its bounds, so
 // the code that applies them, the CLI's help and the JSDoc `@default`s read one value.
 import { InvalidArgumentError } from '../errors.js';
-import { formatDuration, parseBoundedDuration, type Duration } from './duration.js';
+import { parseBoundedDuration, type Duration } from './duration.js';
 
 /** A duration setting: its default (as written in docs) and inclusive bounds in milliseconds. */
 export interface DurationSetting {
@@ -30,9 +30,4 @@ export function integerSetting(value: number | undefined, setting: IntegerSettin
     throw new InvalidArgumentError(argument, `${what} must be an integer from ${setting.min} to ${setting.max} (got ${String(n)}).`);
   }
   return n;
-}
-
-/** "between 100ms and 7d", for help texts. */
-export function durationBounds(setting: DurationSetting): string {
-  return `${formatDuration(setting.minMs)}–${formatDuration(setting.maxMs)}`;
 }
