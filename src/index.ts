@@ -51,6 +51,7 @@ export {
   type HistoryEntry,
   type JobStatus,
   type JobTimeline,
+  type ReadOptions,
   type TimelineMissed,
   type TimelineRun,
   type TimelineSkip,

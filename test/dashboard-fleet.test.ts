@@ -44,7 +44,7 @@ describe.skipIf(!haveChromium)(
     it('paints a useful first page within 1 s, never blocks the main thread 200 ms, never overlaps refreshes; hostile text stays inert', { timeout: 120_000, retry: 2 }, async () => {
       const { chromium } = await import('playwright-core');
       await dashboard?.close(); // from a previous attempt
-      dashboard = await startDashboard({ pool, port: 0, refreshMs: 1000 });
+      dashboard = await startDashboard({ pool, port: 0, refresh: 1000 });
       const d = dashboard;
       const browser = await chromium.launch({
         executablePath: CHROMIUM,

@@ -325,7 +325,7 @@ describe('dashboard HTTP API', () => {
     const d = await dashboard();
     await expect(startDashboard({ pool, port: d.port })).rejects.toThrow(`port ${d.port} on 127.0.0.1 is already in use`);
     await expect(startDashboard({ pool, port: 0, colour: 'blue' } as never)).rejects.toThrow(InvalidArgumentError);
-    await expect(startDashboard({ pool, port: 0, colour: 'blue' } as never)).rejects.toThrow(/unknown dashboard option colour: valid options are pool, port/);
+    await expect(startDashboard({ pool, port: 0, colour: 'blue' } as never)).rejects.toThrow(/startDashboard\(\): unknown option 'colour'; valid options are pool, port/);
     const result = await cli(['dashboard', '--port', String(d.port)], { DATABASE_URL: url });
     expect(result.code).toBe(69);
     expect(result.stderr).toMatch(/already in use \(choose another port\)/);
@@ -342,7 +342,7 @@ describe('dashboard in a browser', () => {
       const { chromium } = await import('playwright-core');
       // the seeded running lease expires 20 s after seeding; on a slow machine this test starts later
       await pool.query(`update leasehold.leases set expires_at = now() + interval '10 minutes' where name = 'report'`);
-      const d = await dashboard({ refreshMs: 1000 });
+      const d = await dashboard({ refresh: 1000 });
       const browser = await chromium.launch({
         executablePath: CHROMIUM,
         headless: true,

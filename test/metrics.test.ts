@@ -180,7 +180,7 @@ describe('metrics from the CLI setup', () => {
       bad.child.stdin.end();
       const refused = await bad.done;
       expect(refused.code).toBe(2);
-      expect(refused.stderr).toMatch(/--metrics-port must be 0-65535/);
+      expect(refused.stderr).toMatch(/--metrics-port must be an integer from 0 to 65535/);
     } finally {
       blocker.close();
       rmSync(dir, { recursive: true, force: true });

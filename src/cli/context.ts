@@ -1,11 +1,14 @@
 // What every command shares: where to write, the database URL, JSON or human output, and the
 // mapping of errors to exit codes and messages.
-import pg from 'pg';
-import { createOwnedPool, describeConnection, unavailable } from '../db/connection.js';
-import { checkSchema } from '../db/migrations.js';
+import { connectAndCheck } from '../db/connect-check.js';
+import { createOwnedPool, describeConnection } from '../db/connection.js';
+import { dbHandle, type DbHandle } from '../db/handle.js';
+import type { ReplicationReport } from '../lease/replication.js';
 import { permissionDenied } from '../db/permissions.js';
 import { DatabaseUnavailableError, InvalidArgumentError, LeaseholdError, PermissionDeniedError, SchemaVersionError } from '../errors.js';
 import { EXIT } from './exit-codes.js';
+import { durationSetting } from '../validate/settings.js';
+import { CLI_CONNECTION } from './defaults.js';
 import { inert } from './format.js';
 
 export interface Io {
@@ -32,6 +35,15 @@ export class CliError extends Error {
   }
 }
 
+/** A flag's integer value within `bounds`, or a usage error that names the flag and the bounds. */
+export function integerFlag(text: string, bounds: { min: number; max: number }, flag: string): number {
+  const n = Number(text);
+  if (!/^\s*-?\d+\s*$/.test(text) || !Number.isInteger(n) || n < bounds.min || n > bounds.max) {
+    throw new CliError(`${flag} must be an integer from ${bounds.min} to ${bounds.max} (got ${text})`, EXIT.usage);
+  }
+  return n;
+}
+
 export function databaseUrl(option: string | undefined): string {
   const url = option ?? process.env.DATABASE_URL;
   if (!url) throw new CliError('No database: set DATABASE_URL or pass --database-url postgres://…', EXIT.usage);
@@ -56,26 +68,27 @@ function checkUrl(url: string, where: string): void {
   }
 }
 
-/** A small pool on the database, checked to be reachable and at this library's schema version. */
-export async function openPool(url: string, options: { checkSchema?: boolean } = {}): Promise<pg.Pool> {
-  const pool = createOwnedPool(url, { max: 2, connectTimeoutMs: 5_000, applicationName: 'leasehold cli', onError: () => undefined });
-  let client: pg.PoolClient | undefined;
+/**
+ * A small pool on the database behind a handle (every statement and checkout has a timeout:
+ * CLI_CONNECTION), checked to be reachable and, unless `checkSchema: false`, at this library's
+ * schema version. Close it with `db.pool.end()`.
+ */
+export async function openDatabase(url: string, options: { checkSchema?: boolean } = {}): Promise<DbHandle & { replication: ReplicationReport | null }> {
+  const timeoutMs = durationSetting(undefined, CLI_CONNECTION.queryTimeout, 'queryTimeout');
+  const pool = createOwnedPool(url, {
+    max: CLI_CONNECTION.poolSize,
+    connectTimeoutMs: durationSetting(undefined, CLI_CONNECTION.connectTimeout, 'connectTimeout'),
+    applicationName: 'leasehold cli',
+    onError: () => undefined,
+  });
+  const db = dbHandle(pool, { where: describeConnection(url), timeoutMs });
   try {
-    try {
-      client = await pool.connect();
-    } catch (error) {
-      throw unavailable(describeConnection(url), error);
-    }
-    connectedRole = (await client.query<{ role: string }>('select current_user::text as role')).rows[0]?.role ?? connectedRole;
-    if (options.checkSchema !== false) await checkSchema(client);
-    return pool;
+    const check = await connectAndCheck(db, options.checkSchema === false ? 'none' : 'check');
+    connectedRole = check.role;
+    return { ...db, replication: check.replication };
   } catch (error) {
-    client?.release();
-    client = undefined;
     await pool.end();
     throw error;
-  } finally {
-    client?.release();
   }
 }
 

@@ -1,7 +1,7 @@
 // The dashboard's own read queries, shaped for a fleet of thousands of jobs: fleet-wide
 // summaries are single aggregates, the job table is read a page at a time (per-job figures
 // through index lookups for that page only), timelines only for the jobs a page shows.
-import type pg from 'pg';
+import type { Queryable } from '../db/handle.js';
 import { CREEP_WARNING_RATIO, toJobStatus, type JobStatus, type JobStatusRow } from '../observe/status.js';
 
 export type JobFilter = 'all' | 'running' | 'expired' | 'failing' | 'creeping';
@@ -54,7 +54,7 @@ select (select count(*) from leasehold.jobs)::int as jobs,
        (select count(*) from leasehold.skips where recorded_at > now() - interval '24 hours')::int as skips_24h,
        (select count(*) from leasehold.missed where recorded_at > now() - interval '24 hours')::int as missed_24h`;
 
-export async function fleetSummary(db: pg.Pool | pg.ClientBase): Promise<FleetSummary> {
+export async function fleetSummary(db: Queryable): Promise<FleetSummary> {
   const { rows } = await db.query<Record<string, number>>(SUMMARY_SQL, [CREEP_WARNING_RATIO]);
   const r = rows[0]!;
   return {
@@ -141,7 +141,7 @@ export interface JobPage {
   jobs: JobStatus[];
 }
 
-export async function jobPage(db: pg.Pool | pg.ClientBase, query: JobPageQuery): Promise<JobPage> {
+export async function jobPage(db: Queryable, query: JobPageQuery): Promise<JobPage> {
   const { rows } = await db.query<PageRow>(PAGE_SQL(query.filter, query.light === true), [query.search || null, query.limit, query.offset]);
   let total = rows[0]?.total;
   let now = rows[0]?.db_now;
@@ -179,7 +179,7 @@ export interface LiveWorker {
  * Live liveness sessions: connections that hold a session-level advisory lock and call
  * themselves '… liveness', with the leases recorded under their key. At most `limit`.
  */
-export async function liveWorkers(db: pg.Pool | pg.ClientBase, limit = 200): Promise<{ workers: LiveWorker[]; total: number }> {
+export async function liveWorkers(db: Queryable, limit = 200): Promise<{ workers: LiveWorker[]; total: number }> {
   const { rows } = await db.query<{
     pid: number;
     application: string;

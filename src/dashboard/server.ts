@@ -16,7 +16,13 @@
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pg from 'pg';
-import { InvalidArgumentError } from '../errors.js';
+import { QueryTimeoutError } from '../db/connection.js';
+import { DatabaseUnavailableError } from '../errors.js';
+import { dbHandle } from '../db/handle.js';
+import { formatDuration, type Duration } from '../validate/duration.js';
+import { checkOptionKeys, optionKeys } from '../validate/options.js';
+import { durationSetting, integerSetting } from '../validate/settings.js';
+import { DASHBOARD_DEFAULTS, DASHBOARD_LIMITS } from './defaults.js';
 import { CREEP_WARNING_RATIO, jobHistory, jobTimeline } from '../observe/status.js';
 import { API_HEADER, checkSameOrigin, choiceParam, HttpError, jobListParam, jobParam, Limiter, numberParam, onlyParams, searchParam } from './guard.js';
 import { dashboardPage, type PageData } from './page.js';
@@ -32,22 +38,26 @@ export interface MetricsSource {
 
 export interface DashboardOptions {
   pool: pg.Pool;
-  /** @default 8080; 0 picks a free port */
+  /** TCP port; 0 picks a free port. @default 8080 */
   port?: number;
   /** Interface to bind. @default '127.0.0.1' (this machine only) */
   host?: string;
   /** Served at /metrics when given. */
   metricsRegistry?: MetricsSource;
-  /** How often the page refreshes itself. @default 5000 */
-  refreshMs?: number;
+  /** How often the page refreshes itself: milliseconds or a string such as '5s' (250 ms to 1 h). @default '5s' */
+  refresh?: Duration;
   /**
    * Host names (Host header, without port) accepted besides loopback names when the server is
    * bound to a loopback address, e.g. the name a local reverse proxy forwards. Requests naming
    * any other host are refused (403): a web page cannot read the dashboard through DNS rebinding.
    */
   allowedHosts?: string[];
-  /** Longest a database query may take before the request answers 504. @default 10000 */
-  queryTimeoutMs?: number;
+  /**
+   * Longest a database query may take before the request answers 504: milliseconds or a string
+   * such as '10s' (50 ms to 10 min). The query's connection is then closed, not reused.
+   * @default '10s'
+   */
+  queryTimeout?: Duration;
   /** Database-backed requests served at once; more are answered 503 with Retry-After. @default 4 */
   maxConcurrentQueries?: number;
 }
@@ -59,32 +69,33 @@ export interface Dashboard {
   close(): Promise<void>;
 }
 
-/** Longest history window the API serves for one job (the default history retention is 30 days). */
-export const MAX_HISTORY_HOURS = 24 * 31;
-/** Longest window for every job at once, and for a page of timelines. */
-export const MAX_FLEET_HISTORY_HOURS = 24;
-/** How long the page waits for the full first table page before sending a lighter one. */
-const SSR_BUDGET_MS = 200;
-/** Rows per page of the job table, at most. */
-export const MAX_PAGE_SIZE = 200;
+const { historyHours: MAX_HISTORY_HOURS, fleetHistoryHours: MAX_FLEET_HISTORY_HOURS, pageSize: MAX_PAGE_SIZE, ssrBudgetMs: SSR_BUDGET_MS } = DASHBOARD_LIMITS;
 
-const OPTION_KEYS = ['pool', 'port', 'host', 'metricsRegistry', 'refreshMs', 'allowedHosts', 'queryTimeoutMs', 'maxConcurrentQueries'];
+const OPTION_KEYS = optionKeys<DashboardOptions>({
+  pool: true,
+  port: true,
+  host: true,
+  metricsRegistry: true,
+  refresh: true,
+  allowedHosts: true,
+  queryTimeout: true,
+  maxConcurrentQueries: true,
+});
 
 export async function startDashboard(options: DashboardOptions): Promise<Dashboard> {
-  const unknown = Object.keys(options).filter((key) => !OPTION_KEYS.includes(key));
-  if (unknown.length) throw new InvalidArgumentError(unknown[0]!, `unknown dashboard option ${unknown.join(', ')}: valid options are ${OPTION_KEYS.join(', ')}`);
-  const host = options.host ?? '127.0.0.1';
-  const port = options.port ?? 8080;
-  const refreshMs = options.refreshMs ?? 5000;
-  const queryTimeoutMs = options.queryTimeoutMs ?? 10_000;
-  const maxConcurrent = options.maxConcurrentQueries ?? 4;
-  if (!Number.isInteger(port) || port < 0 || port > 65535) throw new RangeError(`port must be an integer 0–65535 (got ${port})`);
-  if (!(Number.isFinite(refreshMs) && refreshMs >= 250)) throw new RangeError(`refreshMs must be at least 250 (got ${refreshMs})`);
-  if (!(Number.isInteger(maxConcurrent) && maxConcurrent >= 1)) throw new RangeError(`maxConcurrentQueries must be a positive integer (got ${maxConcurrent})`);
+  checkOptionKeys(options, OPTION_KEYS, 'startDashboard()');
+  const host = options.host ?? DASHBOARD_DEFAULTS.host.default;
+  const port = integerSetting(options.port, DASHBOARD_DEFAULTS.port, 'port');
+  const refreshMs = durationSetting(options.refresh, DASHBOARD_DEFAULTS.refresh, 'refresh');
+  const queryTimeoutMs = durationSetting(options.queryTimeout, DASHBOARD_DEFAULTS.queryTimeout, 'queryTimeout');
+  const maxConcurrent = integerSetting(options.maxConcurrentQueries, DASHBOARD_DEFAULTS.maxConcurrentQueries, 'maxConcurrentQueries');
   const { pool, metricsRegistry } = options;
   const loopbackOnly = isLoopback(host);
   const allowedHosts = new Set((options.allowedHosts ?? []).map((h) => h.toLowerCase()));
   const limiter = new Limiter(maxConcurrent);
+  // every statement through the handle: one that outlives queryTimeout fails, and its connection is closed
+  const db = dbHandle(pool, { where: 'the database', timeoutMs: queryTimeoutMs });
+  const tooSlow = () => new HttpError(504, `the database did not answer within ${formatDuration(queryTimeoutMs)}`);
 
   // An idle pooled connection that breaks emits 'error' on the pool, which kills the process
   // when nobody listens. Listen while the dashboard runs if the owner of the pool does not.
@@ -96,7 +107,8 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     limiter.run(
       () =>
         new Promise<T>((resolve, reject) => {
-          const timer = setTimeout(() => reject(new HttpError(504, `the database did not answer within ${queryTimeoutMs} ms`)), queryTimeoutMs);
+          // a backstop for work of several statements (and /metrics); each statement has its own timeout
+          const timer = setTimeout(() => reject(tooSlow()), queryTimeoutMs);
           work().then(
             (value) => {
               clearTimeout(timer);
@@ -104,7 +116,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
             },
             (error: unknown) => {
               clearTimeout(timer);
-              reject(error);
+              reject(error instanceof QueryTimeoutError ? tooSlow() : error);
             },
           );
         }),
@@ -112,11 +124,11 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
 
   // Every open page asks for the summary on each refresh. It is the one fleet-wide aggregate (a
   // pass over 24 h of runs), so one query serves every page for 5 seconds.
-  const summaryTtlMs = 5_000;
+  const summaryTtlMs = DASHBOARD_LIMITS.summaryTtlMs;
   let summaryCache: { at: number; value: Promise<{ summary: FleetSummary; workers: { total: number; workers: LiveWorker[] } }> } | undefined;
   const summary = () => {
     if (!summaryCache || Date.now() - summaryCache.at > summaryTtlMs) {
-      const value = timed(async () => ({ summary: await fleetSummary(pool), workers: await liveWorkers(pool, 50) }));
+      const value = timed(async () => ({ summary: await fleetSummary(db), workers: await liveWorkers(db, 50) }));
       summaryCache = { at: Date.now(), value };
       value.catch(() => {
         if (summaryCache?.value === value) summaryCache = undefined;
@@ -130,7 +142,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     const limit = numberParam(params, 'limit', 50, 1, MAX_PAGE_SIZE, true);
     const search = searchParam(params, 'q');
     const filter = choiceParam(params, 'filter', JOB_FILTERS, 'all');
-    const page = await timed(() => jobPage(pool, { offset, limit, filter, light, ...(search ? { search } : {}) }));
+    const page = await timed(() => jobPage(db, { offset, limit, filter, light, ...(search ? { search } : {}) }));
     const jobs = page.jobs.map((job) => ({
       ...job,
       nextRunAt: nextRun(storedSchedule(job.schedule, job.timezone), page.now, job.lastSlot),
@@ -151,14 +163,14 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         onlyParams(params, ['job', 'hours']);
         const jobs = jobListParam(params, 'job', MAX_TIMELINE_JOBS);
         const hours = numberParam(params, 'hours', 1, 0.01, MAX_FLEET_HISTORY_HOURS);
-        const timeline = await timed(() => timelinesFor(pool, jobs, hours, 3000));
+        const timeline = await timed(() => timelinesFor(db, jobs, hours, 3000));
         return { hours, ...timeline };
       }
       case '/api/history': {
         onlyParams(params, ['job', 'hours']);
         const job = jobParam(params, 'job');
         const hours = numberParam(params, 'hours', 1, 0.01, job ? MAX_HISTORY_HOURS : MAX_FLEET_HISTORY_HOURS);
-        const timeline = await timed(() => jobTimeline(pool, { ...(job ? { job } : {}), hours }));
+        const timeline = await timed(() => jobTimeline(pool, { ...(job ? { job } : {}), hours, timeout: queryTimeoutMs }));
         return { job: job ?? null, hours, ...timeline };
       }
       case '/api/runs': {
@@ -166,7 +178,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         const job = jobParam(params, 'job');
         if (!job) throw new HttpError(400, 'job is required');
         const limit = numberParam(params, 'limit', 50, 1, 500, true);
-        return { job, entries: await timed(() => jobHistory(pool, { job, limit })) };
+        return { job, entries: await timed(() => jobHistory(pool, { job, limit, timeout: queryTimeoutMs })) };
       }
       default:
         throw new HttpError(404, `not found: ${path}`);
@@ -233,7 +245,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
       case '/healthz': {
         refuseCrossSite(req);
         try {
-          await timed(() => pool.query('select 1'));
+          await timed(() => db.query('select 1'));
           sendJson(res, 200, { ok: true, database: 'ok' });
         } catch (error) {
           if (error instanceof HttpError && error.status === 503) throw error;
@@ -329,7 +341,9 @@ function sendJson(res: http.ServerResponse, status: number, value: unknown, head
 
 // A plain description of an unexpected failure: connection problems by their code, database
 // errors by SQLSTATE only (their text may quote the request's input), anything else by name.
-function internalSummary(error: unknown): string {
+function internalSummary(failure: unknown): string {
+  // the handle wraps driver errors (DatabaseUnavailableError); describe what it wrapped
+  const error = failure instanceof DatabaseUnavailableError && failure.cause !== undefined ? failure.cause : failure;
   const code = (error as { code?: unknown } | null)?.code;
   if (typeof code === 'string' && /^E[A-Z]+$/.test(code)) return `cannot reach the database (${code})`;
   if (typeof code === 'string' && /^[0-9A-Z]{5}$/.test(code)) return `the database refused the query (SQLSTATE ${code})`;

@@ -1,13 +1,13 @@
 // Timelines for the jobs one page of the table shows: runs, skips and missed slots of up to
 // MAX_TIMELINE_JOBS named jobs over a window, with a row cap per kind. Same shapes as
 // jobTimeline() in observe/status.ts, which serves one job or all.
-import type pg from 'pg';
+import type { Queryable } from '../db/handle.js';
 import type { JobTimeline } from '../observe/status.js';
 import { toJobTimeline, type MissedRow, type RunRow, type SkipRow } from '../observe/timeline-rows.js';
 
 export const MAX_TIMELINE_JOBS = 100;
 
-export async function timelinesFor(db: pg.Pool | pg.ClientBase, jobs: string[], hours: number, limit = 5000): Promise<JobTimeline> {
+export async function timelinesFor(db: Queryable, jobs: string[], hours: number, limit = 5000): Promise<JobTimeline> {
   const {
     rows: [window],
   } = await db.query<{ now: Date; since: Date }>(`select now() as now, now() - make_interval(secs => $1::double precision) as since`, [hours * 3600]);

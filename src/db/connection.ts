@@ -2,7 +2,6 @@
 // messages, and queries with a timeout that discards the connection when it fires.
 import pg from 'pg';
 import { DatabaseUnavailableError } from '../errors.js';
-import { permissionDenied } from './permissions.js';
 
 /** Connection settings shared by every entry point. */
 export interface ConnectionOptions {
@@ -80,61 +79,5 @@ export class QueryTimeoutError extends DatabaseUnavailableError {
   }
 }
 
-/**
- * Runs one statement with a client-side timeout. A timed-out statement may still run on the
- * server (the timeout only stops waiting), so its connection is destroyed rather than reused:
- * a blackholed connection would otherwise block every later query queued on it.
- */
-const MAX_TERMINATED_RETRIES = 5;
-
-export async function timedQuery<R extends pg.QueryResultRow>(
-  pool: pg.Pool,
-  text: string,
-  values: unknown[],
-  timeoutMs: number,
-  where: string,
-): Promise<pg.QueryResult<R>> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await queryOnce<R>(pool, text, values, timeoutMs, where);
-    } catch (error) {
-      // A pooled connection whose backend was terminated (server restart, failover,
-      // pg_terminate_backend) fails with 57P01/57P02 before or while running the statement;
-      // either way the server rolled it back, so retrying is safe. After a restart every idle
-      // connection of the pool is dead, so retry past a few of them.
-      const code = ((error as { cause?: { code?: string } }).cause ?? {}).code;
-      if (attempt < MAX_TERMINATED_RETRIES && (code === '57P01' || code === '57P02')) continue;
-      throw error;
-    }
-  }
-}
-
-async function queryOnce<R extends pg.QueryResultRow>(
-  pool: pg.Pool,
-  text: string,
-  values: unknown[],
-  timeoutMs: number,
-  where: string,
-): Promise<pg.QueryResult<R>> {
-  let client: pg.PoolClient;
-  try {
-    client = await pool.connect();
-  } catch (cause) {
-    throw unavailable(where, cause);
-  }
-  const onError = () => undefined; // errors while checked out surface through the query
-  client.on('error', onError);
-  try {
-    const result = await client.query<R>({ text, values, query_timeout: timeoutMs } as pg.QueryConfig);
-    client.off('error', onError);
-    client.release();
-    return result;
-  } catch (error) {
-    client.off('error', onError);
-    const broken = isConnectionError(error);
-    client.release(broken ? (error as Error) : undefined);
-    if (error instanceof Error && error.message === 'Query read timeout') throw new QueryTimeoutError(timeoutMs, { cause: error });
-    if (broken) throw unavailable(where, error);
-    throw permissionDenied(error, client.user ?? 'this role') ?? error;
-  }
-}
+// Statements with a timeout live with the database handle (./handle.ts).
+export { timedQuery } from './handle.js';

@@ -9,7 +9,6 @@ import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { SchemaVersionError } from '../errors.js';
 import { permissionDenied } from './permissions.js';
-import { unavailable } from './connection.js';
 import { inTransaction } from './transaction.js';
 
 export interface Migration {
@@ -214,6 +213,10 @@ export async function checkSchema(client: pg.ClientBase): Promise<number> {
  * that is current (or newer and compatible) is only read: no CREATE privilege is needed.
  * Refuses (and changes nothing) when the database is newer and a newer migration is breaking.
  */
+// Each migration statement, and the wait for another process's migration (the advisory lock),
+// may take this long: generous, since a stuck migration is rare and a failed one costs a restart.
+const MIGRATION_TIMEOUT_MS = 10 * 60_000;
+
 export async function migrate(pool: pg.Pool): Promise<MigrationResult> {
   const current = await withClient(pool, installed);
   if (current.version >= latestVersion()) {
@@ -241,22 +244,10 @@ export async function migrate(pool: pg.Pool): Promise<MigrationResult> {
         { cause: error },
       );
     }
-  });
+  }, MIGRATION_TIMEOUT_MS);
 }
 
-async function withClient<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-  let client: pg.PoolClient;
-  try {
-    client = await pool.connect();
-  } catch (error) {
-    throw unavailable('the database', error);
-  }
-  const onError = () => undefined;
-  client.on('error', onError);
-  try {
-    return await fn(client);
-  } finally {
-    client.off('error', onError);
-    client.release();
-  }
+// A read of the installed version, with a timeout like every library statement.
+function withClient<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+  return inTransaction(pool, 'the database', fn, MIGRATION_TIMEOUT_MS);
 }

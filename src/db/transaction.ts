@@ -1,29 +1,18 @@
-// A plain transaction on a pooled connection: checkout (a failure to connect is a
-// DatabaseUnavailableError), BEGIN, fn, COMMIT, ROLLBACK on any error, and an 'error' listener
-// while the connection is out of the pool (an idle checked-out client without one would crash
-// the process when the server goes away).
+// A plain transaction on a pooled connection, through the database handle (./handle.ts):
+// a bounded checkout (a failure to connect is a DatabaseUnavailableError), BEGIN, fn, COMMIT,
+// ROLLBACK on any error; every statement has a timeout, and a connection that timed out or
+// broke is destroyed, not reused.
 import type pg from 'pg';
-import { unavailable } from './connection.js';
+import { dbHandle } from './handle.js';
 
-export async function inTransaction<T>(pool: pg.Pool, where: string, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-  let client: pg.PoolClient;
-  try {
-    client = await pool.connect();
-  } catch (error) {
-    throw unavailable(where, error);
-  }
-  const onError = () => undefined;
-  client.on('error', onError);
-  try {
-    await client.query('begin');
-    const value = await fn(client);
-    await client.query('commit');
-    return value;
-  } catch (error) {
-    await client.query('rollback').catch(() => undefined);
-    throw error;
-  } finally {
-    client.off('error', onError);
-    client.release();
-  }
+/** Statement timeout of a plain transaction when the caller gives none. */
+export const DEFAULT_TRANSACTION_TIMEOUT_MS = 30_000;
+
+export async function inTransaction<T>(
+  pool: pg.Pool,
+  where: string,
+  fn: (client: pg.PoolClient) => Promise<T>,
+  timeoutMs = DEFAULT_TRANSACTION_TIMEOUT_MS,
+): Promise<T> {
+  return dbHandle(pool, { where, timeoutMs }).transaction(fn);
 }

@@ -3,20 +3,22 @@
 import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type pg from 'pg';
-import { createOwnedPool, describeConnection, resolveConnectionString, unavailable } from '../db/connection.js';
-import { checkSchema, migrate } from '../db/migrations.js';
+import { createOwnedPool, describeConnection, resolveConnectionString } from '../db/connection.js';
+import { connectAndCheck } from '../db/connect-check.js';
+import { dbHandle } from '../db/handle.js';
 import { InvalidArgumentError } from '../errors.js';
 import { LeaseholdEmitter } from '../observe/events.js';
 import { logEvents } from '../observe/log-events.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
 import { DatabaseClock } from '../schedule/database-clock.js';
-import { parseBoundedDuration } from '../validate/duration.js';
 import { checkHolder } from '../validate/names.js';
 import { checkOptionKeys } from '../validate/options.js';
+import { durationSetting, integerSetting } from '../validate/settings.js';
+import { LEASEHOLD_DEFAULTS } from './defaults.js';
 import type { LeaseholdOptions } from './leasehold.js';
 import { LivenessSession } from './liveness.js';
 import { LEASEHOLD_OPTION_KEYS } from './option-keys.js';
-import { checkReplication, type ReplicationReport } from './replication.js';
+import type { ReplicationReport } from './replication.js';
 import { LeaseTracker } from './tracker.js';
 
 /** Everything a Leasehold is made of. */
@@ -44,12 +46,9 @@ export async function openClient(options: LeaseholdOptions): Promise<ClientParts
     );
   }
   const holder = checkHolder(options.holder ?? defaultHolder());
-  const queryTimeoutMs = parseBoundedDuration(options.queryTimeout ?? '5s', 'queryTimeout', 50, 10 * 60_000);
-  const connectTimeoutMs = parseBoundedDuration(options.connectTimeout ?? '5s', 'connectTimeout', 50, 10 * 60_000);
-  const poolSize = options.poolSize ?? 10;
-  if (!Number.isInteger(poolSize) || poolSize < 1 || poolSize > 1000) {
-    throw new InvalidArgumentError('poolSize', `poolSize must be an integer from 1 to 1000 (got ${poolSize}).`);
-  }
+  const queryTimeoutMs = durationSetting(options.queryTimeout, LEASEHOLD_DEFAULTS.queryTimeout, 'queryTimeout');
+  const connectTimeoutMs = durationSetting(options.connectTimeout, LEASEHOLD_DEFAULTS.connectTimeout, 'connectTimeout');
+  const poolSize = integerSetting(options.poolSize, LEASEHOLD_DEFAULTS.poolSize, 'poolSize');
   const logger = options.logger ?? stderrLogger();
   const events = new LeaseholdEmitter(logger);
   logEvents(events, logger);
@@ -72,24 +71,13 @@ export async function openClient(options: LeaseholdOptions): Promise<ClientParts
   const clock = new DatabaseClock(renewPool, queryTimeoutMs, where, { onStep: (step) => tracker?.clockStepped(step) });
   const workPool = options.pool ?? own(poolSize);
 
-  let client: pg.PoolClient | undefined;
   let replication: ReplicationReport | null = null;
   try {
-    try {
-      client = await controlPool.connect();
-    } catch (error) {
-      throw unavailable(where, error);
-    }
-    if (options.migrate === false) await checkSchema(client);
-    else await migrate(controlPool);
-    replication = await checkReplication(client).catch(() => null);
+    const schema = options.migrate === false ? 'check' : 'migrate';
+    ({ replication } = await connectAndCheck(dbHandle(controlPool, { where, timeoutMs: queryTimeoutMs }), schema));
   } catch (error) {
-    client?.release();
-    client = undefined;
     await Promise.allSettled(ownedPools.map((pool) => pool.end()));
     throw error;
-  } finally {
-    client?.release();
   }
 
   let liveness: LivenessSession | undefined;

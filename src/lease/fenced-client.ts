@@ -36,10 +36,6 @@ export function transactionControlIn(text: string): string | undefined {
   return match?.[1]?.replace(/\s+/g, ' ').toUpperCase();
 }
 
-export function isReadTimeout(error: unknown): boolean {
-  return error instanceof Error && error.message === 'Query read timeout';
-}
-
 /**
  * Wraps `client` for user code. `refuse` builds the error for a refused statement;
  * `isBroken` tells which failures leave the session in an unknown state.

@@ -2,12 +2,14 @@
 // and fence still match), the caller's statements, COMMIT. A lease refused only because it was
 // last confirmed before a failover is renewed once and checked again. Every statement has a
 // read timeout, BEGIN included; a connection whose statement timed out or broke is destroyed,
-// never handed back to the pool, so the next transaction cannot queue behind a stuck one.
+// never handed back to the pool, so the next transaction cannot queue behind a stuck one
+// (the checkout and give-back rules of src/db/handle.ts).
 // Failures reach the caller as typed errors that say what happened to the lease and writes.
 import type pg from 'pg';
-import { isConnectionError, unavailable } from '../db/connection.js';
+import { isConnectionError } from '../db/connection.js';
+import { breaksSession, checkout, checkoutTimeout, giveBack, isReadTimeout } from '../db/handle.js';
 import { LeaseLostError, OutcomeUnknownError, TransactionControlError, TransactionFailedError, type TransactionFailure } from '../errors.js';
-import { guardClient, isReadTimeout, type GuardState } from './fenced-client.js';
+import { guardClient, type GuardState } from './fenced-client.js';
 import type { LeaseRuntime } from './runtime.js';
 
 export interface FencedLease {
@@ -69,7 +71,7 @@ export async function runFencedTransaction<T>(
   settings: FencedSettings,
   fn: (client: pg.PoolClient) => Promise<T>,
 ): Promise<T> {
-  const client = await checkout(runtime);
+  const client = await checkout(runtime.workPool, checkoutTimeout(runtime.queryTimeoutMs), runtime.where);
   const timeoutMs = runtime.queryTimeoutMs;
   let connectionError: Error | undefined;
   const onError = (error: Error) => {
@@ -118,7 +120,7 @@ export async function runFencedTransaction<T>(
         await lease.reconfirm(); // LeaseLostError when the renewal finds the lease lost
       }
     }
-    const guarded = guardClient(client, guard, settings.statementMs, controlError, (e) => isReadTimeout(e) || isConnectionError(e));
+    const guarded = guardClient(client, guard, settings.statementMs, controlError, breaksSession);
     let value: T;
     try {
       value = await fn(guarded);
@@ -135,7 +137,7 @@ export async function runFencedTransaction<T>(
     }
     return value;
   } catch (error) {
-    const broken = connectionError ?? guard.broken ?? (isReadTimeout(error) || isConnectionError(error) ? (error as Error) : undefined);
+    const broken = connectionError ?? guard.broken ?? (breaksSession(error) ? (error as Error) : undefined);
     if (broken || guard.violation) destroy = broken ?? new Error(`transaction control refused: ${guard.violation}`);
     if (committing && broken) {
       throw new OutcomeUnknownError(
@@ -157,28 +159,6 @@ export async function runFencedTransaction<T>(
   } finally {
     client.off('error', onError);
     // A session still inside a transaction (or one whose state we lost track of) is not reused.
-    if (!destroy && client.getTransactionStatus() !== 'I') destroy = new Error('session left inside a transaction');
-    client.release(destroy ?? connectionError);
-  }
-}
-
-// Opening a new connection can take a while on a loaded host; waiting longer than this is a hang.
-const CHECKOUT_MIN_MS = 5_000;
-
-/** A connection from the work pool, waiting no longer than queryTimeout (5 s at least). */
-async function checkout(runtime: LeaseRuntime): Promise<pg.PoolClient> {
-  const pending = runtime.workPool.connect();
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error('timeout exceeded when trying to connect')), Math.max(runtime.queryTimeoutMs, CHECKOUT_MIN_MS));
-  });
-  try {
-    return await Promise.race([pending, timeout]);
-  } catch (error) {
-    // a connection that arrives after we gave up goes straight back
-    pending.then((late) => late.release()).catch(() => undefined);
-    throw unavailable(runtime.where, error);
-  } finally {
-    clearTimeout(timer);
+    giveBack(client, destroy ?? connectionError);
   }
 }

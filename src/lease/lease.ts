@@ -10,7 +10,7 @@ import { checkOptionKeys } from '../validate/options.js';
 import { runFencedTransaction } from './fenced-transaction.js';
 import type { LeaseControl } from './lease-control.js';
 import { TRANSACTION_OPTION_KEYS } from './option-keys.js';
-import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
+import { ACQUIRE_DEFAULTS, TRANSACTION_DEFAULTS } from './defaults.js';
 import { renewOne } from './renewal.js';
 
 export interface TransactionOptions {
@@ -102,7 +102,7 @@ export class Lease {
    */
   async renew(ttl?: Duration): Promise<Date> {
     this.#control.throwIfNotHeld();
-    const ttlMs = ttl === undefined ? this.#control.grant.ttlMs : parseBoundedDuration(ttl, 'ttl', MIN_TTL_MS, MAX_TTL_MS);
+    const ttlMs = ttl === undefined ? this.#control.grant.ttlMs : parseBoundedDuration(ttl, 'ttl', ACQUIRE_DEFAULTS.ttl.minMs, ACQUIRE_DEFAULTS.ttl.maxMs);
     return renewOne(this.#control, ttlMs);
   }
 
@@ -145,9 +145,9 @@ export class Lease {
     control.throwIfNotHeld();
     checkTransactionOptions(options);
     const { ttlMs } = control.grant;
-    const idleMs = options.idleTimeout === undefined ? ttlMs : parseBoundedDuration(options.idleTimeout, 'idleTimeout', 100, MAX_TTL_MS);
+    const idleMs = options.idleTimeout === undefined ? ttlMs : parseBoundedDuration(options.idleTimeout, 'idleTimeout', TRANSACTION_DEFAULTS.idleTimeout.minMs, TRANSACTION_DEFAULTS.idleTimeout.maxMs);
     const statementMs =
-      options.statementTimeout === undefined ? ttlMs : parseBoundedDuration(options.statementTimeout, 'statementTimeout', 50, MAX_TTL_MS);
+      options.statementTimeout === undefined ? ttlMs : parseBoundedDuration(options.statementTimeout, 'statementTimeout', TRANSACTION_DEFAULTS.statementTimeout.minMs, TRANSACTION_DEFAULTS.statementTimeout.maxMs);
     const started = performance.now();
     const { events } = control.runtime;
     const finished = (error: unknown) => {

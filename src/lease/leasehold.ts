@@ -14,7 +14,7 @@ import { openClient, type ClientParts } from './connect.js';
 import { describeSkip, translateSqlError } from './describe-skip.js';
 import { parseFence } from './fence.js';
 import type { Lease } from './lease.js';
-import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
+import { ACQUIRE_DEFAULTS } from './defaults.js';
 import { ACQUIRE_OPTION_KEYS, RUN_OPTION_KEYS } from './option-keys.js';
 import type { ReplicationReport } from './replication.js';
 import { runRecorder } from './run-history.js';
@@ -162,7 +162,7 @@ export class Leasehold {
   async run<T>(name: string, options: RunOptions, handler: (context: RunContext) => Promise<T>): Promise<RunResult<T>> {
     if (typeof handler !== 'function') throw new InvalidArgumentError('handler', 'run(name, options, handler) needs a handler function.');
     checkOptionKeys(options, RUN_OPTION_KEYS, 'run()');
-    const { history = true, ...acquireOptions } = options ?? ({} as RunOptions);
+    const { history = ACQUIRE_DEFAULTS.history.default, ...acquireOptions } = options ?? ({} as RunOptions);
     this.#throwIfClosed();
     checkLeaseName(name);
     const parsed = parseAcquireOptions(acquireOptions, true);
@@ -293,13 +293,15 @@ interface ParsedAcquire {
 
 function parseAcquireOptions(options: Omit<AcquireOptions, 'heartbeat'>, heartbeat: boolean): ParsedAcquire {
   if (!options || typeof options !== 'object') throw new InvalidArgumentError('options', 'acquire(name, { ttl }) needs a ttl, e.g. { ttl: "30s" }.');
-  const ttlMs = parseBoundedDuration(options.ttl, 'ttl', MIN_TTL_MS, MAX_TTL_MS);
+  const ttlMs = parseBoundedDuration(options.ttl, 'ttl', ACQUIRE_DEFAULTS.ttl.minMs, ACQUIRE_DEFAULTS.ttl.maxMs);
   const slot = options.slot ?? null;
   if (slot !== null && (!(slot instanceof Date) || Number.isNaN(slot.getTime()))) {
     throw new InvalidArgumentError('slot', `slot must be a valid Date (got ${String(slot)}).`);
   }
   const heartbeatMs =
-    options.heartbeatInterval === undefined ? ttlMs / 3 : parseBoundedDuration(options.heartbeatInterval, 'heartbeatInterval', 10, ttlMs);
+    options.heartbeatInterval === undefined
+      ? ttlMs / ACQUIRE_DEFAULTS.heartbeatDivisor
+      : parseBoundedDuration(options.heartbeatInterval, 'heartbeatInterval', ACQUIRE_DEFAULTS.heartbeatInterval.minMs, ttlMs);
   if (heartbeat && heartbeatMs * 2 > ttlMs) {
     throw new InvalidArgumentError(
       'heartbeatInterval',

@@ -2,7 +2,7 @@
 // writes, through the SQL functions of migration 0004, so `leasehold status`, `leasehold runs`
 // and the dashboard show them. History is informative: failing to write it never fails the run.
 import type pg from 'pg';
-import { timedQuery } from '../db/connection.js';
+import { dbHandle, type DbHandle } from '../db/handle.js';
 import type { Logger } from '../observe/logger.js';
 import type { Lease } from './lease.js';
 
@@ -10,22 +10,26 @@ export type HeldRunOutcome = 'succeeded' | 'failed' | 'lost';
 
 const TIMEOUT_MS = 5_000;
 
+/** History statements go through the database handle: each has a timeout, a stuck connection is closed. */
+function history(pool: pg.Pool, timeoutMs: number): DbHandle {
+  return dbHandle(pool, { where: 'the database', timeoutMs });
+}
+
 /**
  * Makes the lease's name visible as a job (schedule 'external', unless a worker schedules it)
  * and records a running run under the lease. One round trip. Returns false if nothing was
  * recorded (the lease was already lost, or the statement failed).
  */
 export async function startHeldRun(pool: pg.Pool, lease: Lease, ttlMs: number, intervalMs: number | null = null, timeoutMs = TIMEOUT_MS): Promise<boolean> {
-  return timedQuery(
-    pool,
-    'select leasehold.register_external_job($1, $2, $3, $4), leasehold.start_run($1, $5, $6, $7)',
-    [lease.name, intervalMs, ttlMs, lease.holder, lease.token, lease.fence, lease.slot],
-    timeoutMs,
-    'the database',
-  ).then(
-    () => true,
-    () => false,
-  );
+  return history(pool, timeoutMs)
+    .query(
+      'select leasehold.register_external_job($1, $2, $3, $4), leasehold.start_run($1, $5, $6, $7)',
+      [lease.name, intervalMs, ttlMs, lease.holder, lease.token, lease.fence, lease.slot],
+    )
+    .then(
+      () => true,
+      () => false,
+    );
 }
 
 /**
@@ -41,16 +45,15 @@ export async function finishHeldRun(
   error: string | null,
   options: { release?: boolean; timeoutMs?: number } = {},
 ): Promise<{ outcome: HeldRunOutcome; recorded: boolean; released: boolean } | null> {
-  return timedQuery<{ outcome: HeldRunOutcome; recorded: boolean; released: boolean }>(
-    pool,
-    'select * from leasehold.finish_held_run($1, $2, $3, $4, $5, $6)',
-    [lease.name, lease.fence, lease.token, outcome, error, options.release ?? true],
-    options.timeoutMs ?? TIMEOUT_MS,
-    'the database',
-  ).then(
-    (result) => result.rows[0] ?? null,
-    () => null,
-  );
+  return history(pool, options.timeoutMs ?? TIMEOUT_MS)
+    .query<{ outcome: HeldRunOutcome; recorded: boolean; released: boolean }>(
+      'select * from leasehold.finish_held_run($1, $2, $3, $4, $5, $6)',
+      [lease.name, lease.fence, lease.token, outcome, error, options.release ?? true],
+    )
+    .then(
+      (result) => result.rows[0] ?? null,
+      () => null,
+    );
 }
 
 /**

@@ -3,6 +3,9 @@
 import client from 'prom-client';
 import type pg from 'pg';
 import { fleetSummary, liveWorkers, type FleetSummary } from '../dashboard/queries.js';
+import { queryable } from '../db/handle.js';
+import { parseDuration } from '../validate/duration.js';
+import { READ_DEFAULTS } from './defaults.js';
 import type { LeaseholdEvents } from './events.js';
 import { serveEndpoints, type EndpointReply } from './http-endpoint.js';
 import { jobStatus, type JobStatus } from './status.js';
@@ -118,10 +121,12 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
         at: Date.now(),
         value: Promise.all(
           pools.map(async (pool) => {
+            // through the handle, like jobStatus(): a scrape cannot hang on a blocked statement
+            const db = queryable(pool, parseDuration(READ_DEFAULTS.timeout.default, 'timeout'));
             const [summary, workers, outcomes] = await Promise.all([
-              fleetSummary(pool),
-              liveWorkers(pool, 1),
-              pool.query<{ succeeded: number; aborted: number }>(
+              fleetSummary(db),
+              liveWorkers(db, 1),
+              db.query<{ succeeded: number; aborted: number }>(
                 `select count(*) filter (where outcome = 'succeeded')::int as succeeded, count(*) filter (where outcome = 'aborted')::int as aborted
                    from leasehold.runs where finished_at is not null and started_at > now() - interval '24 hours'`,
               ),

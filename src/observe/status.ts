@@ -2,10 +2,29 @@
 // (leasehold.run_history). Shared by the CLI, the dashboard and metrics.
 import type pg from 'pg';
 import type { RunState } from '../worker/run-outcomes.js';
+import { queryable, type Queryable } from '../db/handle.js';
+import type { Duration } from '../validate/duration.js';
+import { durationSetting } from '../validate/settings.js';
+import { READ_DEFAULTS } from './defaults.js';
 import { toJobTimeline, type MissedRow, type RunRow, type SkipRow } from './timeline-rows.js';
 
 /** A job whose p95 duration passes this fraction of its interval is creeping toward overlap. */
 export const CREEP_WARNING_RATIO = 0.8;
+
+export interface ReadOptions {
+  /**
+   * Longest a statement may take: milliseconds or a string such as '10s' (50 ms to 10 min). A
+   * slower one fails with a DatabaseUnavailableError (QueryTimeoutError); on a pool its connection
+   * is closed rather than reused, on a connection you hold you should discard it.
+   * @default '10s'
+   */
+  timeout?: Duration;
+}
+
+/** The read models' statements, each with its timeout. */
+function reader(db: pg.Pool | pg.ClientBase, options: ReadOptions): Queryable {
+  return queryable(db, durationSetting(options.timeout, READ_DEFAULTS.timeout, 'timeout'));
+}
 
 export interface JobStatus {
   job: string;
@@ -63,8 +82,8 @@ export interface JobStatusRow {
   missed_24h: number;
 }
 
-export async function jobStatus(db: pg.Pool | pg.ClientBase, job?: string): Promise<JobStatus[]> {
-  const { rows } = await db.query<JobStatusRow>(
+export async function jobStatus(db: pg.Pool | pg.ClientBase, job?: string, options: ReadOptions = {}): Promise<JobStatus[]> {
+  const { rows } = await reader(db, options).query<JobStatusRow>(
     `select * from leasehold.job_status where $1::text is null or job = $1 order by job`,
     [job ?? null],
   );
@@ -131,8 +150,8 @@ export interface UnscheduledLease {
 }
 
 /** Every lease without a row in leasehold.jobs, held ones first. */
-export async function unscheduledLeases(db: pg.Pool | pg.ClientBase, name?: string): Promise<UnscheduledLease[]> {
-  const { rows } = await db.query<{
+export async function unscheduledLeases(db: pg.Pool | pg.ClientBase, name?: string, options: ReadOptions = {}): Promise<UnscheduledLease[]> {
+  const { rows } = await reader(db, options).query<{
     name: string;
     state: UnscheduledLease['state'];
     holder: string | null;
@@ -175,9 +194,9 @@ export interface HistoryEntry {
 /** A job's runs, skips and missed slots, newest first. */
 export async function jobHistory(
   db: pg.Pool | pg.ClientBase,
-  options: { job?: string; limit?: number; since?: Date } = {},
+  options: { job?: string; limit?: number; since?: Date } & ReadOptions = {},
 ): Promise<HistoryEntry[]> {
-  const { rows } = await db.query<{
+  const { rows } = await reader(db, options).query<{
     job: string;
     slot: Date;
     kind: HistoryEntry['kind'];
@@ -192,7 +211,7 @@ export async function jobHistory(
     `select * from leasehold.run_history
       where ($1::text is null or job = $1) and ($2::timestamptz is null or at >= $2)
       order by at desc, slot desc limit $3`,
-    [options.job ?? null, options.since ?? null, options.limit ?? 50],
+    [options.job ?? null, options.since ?? null, options.limit ?? READ_DEFAULTS.historyLimit],
   );
   return rows.map((row) => ({
     job: row.job,
@@ -262,20 +281,21 @@ export interface JobTimeline {
  */
 export async function jobTimeline(
   db: pg.Pool | pg.ClientBase,
-  options: { job?: string; hours: number; limit?: number },
+  options: { job?: string; hours: number; limit?: number } & ReadOptions,
 ): Promise<JobTimeline> {
   if (!(Number.isFinite(options.hours) && options.hours > 0)) throw new RangeError(`hours must be a positive number (got ${options.hours})`);
-  const limit = options.limit ?? 5000;
+  const limit = options.limit ?? READ_DEFAULTS.timelineLimit;
+  const q = reader(db, options);
   const job = options.job ?? null;
   const {
     rows: [window],
-  } = await db.query<{ now: Date; since: Date }>(
+  } = await q.query<{ now: Date; since: Date }>(
     `select now() as now, now() - make_interval(secs => $1::double precision) as since`,
     [options.hours * 3600],
   );
   const { now, since } = window!;
   const [runs, skips, missed] = await Promise.all([
-    db.query<RunRow>(
+    q.query<RunRow>(
       // A run that started more than a day before the window and is still open is 'running'
       // (found through runs_running); everything else is found through runs_job_started.
       `select job, slot, fence, holder, started_at, finished_at, outcome, error, attempts
@@ -288,7 +308,7 @@ export async function jobTimeline(
         limit $4`,
       [job, since, now, limit],
     ),
-    db.query<SkipRow>(
+    q.query<SkipRow>(
       `select job, slot, holder, holder_fence, holder_slot,
               extract(epoch from held_for)::double precision as held_for_seconds, recorded_by, recorded_at
          from leasehold.skips
@@ -297,7 +317,7 @@ export async function jobTimeline(
         limit $4`,
       [job, since, now, limit],
     ),
-    db.query<MissedRow>(
+    q.query<MissedRow>(
       `select job, slot, reason, recorded_by, recorded_at
          from leasehold.missed
         where ($1::text is null or job = $1) and slot >= $2 and slot <= $3

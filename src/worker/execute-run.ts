@@ -154,8 +154,9 @@ function context(
       return log();
     },
     lease,
-    // without a lease (overlap 'allow') there is nothing to fence against
-    transaction: lease ? (fn) => lease.transaction(fn) : (fn) => inTransaction(env.tracker.runtime.workPool, env.tracker.runtime.where, fn),
+    // without a lease (overlap 'allow') there is nothing to fence against; statements get the
+    // job's ttl as their timeout, as a fenced transaction's get the lease's
+    transaction: lease ? (fn) => lease.transaction(fn) : (fn) => inTransaction(env.tracker.runtime.workPool, env.tracker.runtime.where, fn, job.ttlMs),
   };
 }
 

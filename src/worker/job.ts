@@ -2,10 +2,11 @@
 import type pg from 'pg';
 import { InvalidArgumentError } from '../errors.js';
 import type { Lease } from '../lease/lease.js';
-import { MAX_TTL_MS, MIN_TTL_MS } from '../lease/limits.js';
 import type { JobLogger } from '../observe/child-logger.js';
 import { parseSchedule, type Schedule } from '../schedule/schedule.js';
 import { formatDuration, parseBoundedDuration, type Duration } from '../validate/duration.js';
+import { durationSetting, integerSetting } from '../validate/settings.js';
+import { JOB_DEFAULTS } from './defaults.js';
 import { checkLeaseName } from '../validate/names.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 
@@ -70,7 +71,12 @@ export interface JobOptions {
   /** How late a slot may start and still run (catch-up, slow timers). @default the schedule's interval, at most 1h */
   startingDeadline?: Duration;
   /** Retries of a failing handler within the same lease and slot. @default { attempts: 1 } (no retry) */
-  retry?: { attempts: number; delay?: Duration };
+  retry?: {
+    /** Attempts in all, the first included (1 to 100). @default 1 */
+    attempts: number;
+    /** Wait between attempts. @default '1s' */
+    delay?: Duration;
+  };
   handler: (context: JobContext) => Promise<unknown>;
 }
 
@@ -126,33 +132,32 @@ export function defineJob(options: JobOptions): JobDefinition {
   if (options.every !== undefined && options.timezone !== undefined) {
     throw new InvalidArgumentError('timezone', `${where}: timezone applies to cron schedules only.`);
   }
-  const ttlMs = parseBoundedDuration(options.ttl ?? '30s', `${where}: ttl`, MIN_TTL_MS, MAX_TTL_MS);
-  const overlap = options.overlap ?? 'skip';
+  const ttlMs = durationSetting(options.ttl, JOB_DEFAULTS.ttl, `${where}: ttl`);
+  const overlap = options.overlap ?? JOB_DEFAULTS.overlap.default;
   if (!OVERLAP_POLICIES.includes(overlap)) {
     throw new InvalidArgumentError('overlap', `${where}: overlap must be one of ${OVERLAP_POLICIES.join(', ')} (got '${String(overlap)}').`);
   }
-  const bufferLimit = options.bufferLimit ?? 10;
-  if (!Number.isInteger(bufferLimit) || bufferLimit < 1 || bufferLimit > 1000) {
-    throw new InvalidArgumentError('bufferLimit', `${where}: bufferLimit must be an integer from 1 to 1000 (got ${bufferLimit}).`);
-  }
-  const catchUp = options.catchUp ?? 'latest';
+  const bufferLimit = integerSetting(options.bufferLimit, JOB_DEFAULTS.bufferLimit, 'bufferLimit', `${where}: bufferLimit`);
+  const catchUp = options.catchUp ?? JOB_DEFAULTS.catchUp.default;
+  const { min: allMin, max: allMax } = JOB_DEFAULTS.catchUpAll;
   if (
     !(catchUp === 'latest' || catchUp === 'none') &&
-    !(typeof catchUp === 'object' && Number.isInteger(catchUp.all) && catchUp.all >= 1 && catchUp.all <= 1000)
+    !(typeof catchUp === 'object' && Number.isInteger(catchUp.all) && catchUp.all >= allMin && catchUp.all <= allMax)
   ) {
-    throw new InvalidArgumentError('catchUp', `${where}: catchUp must be 'latest', 'none' or { all: n } with n from 1 to 1000.`);
+    throw new InvalidArgumentError('catchUp', `${where}: catchUp must be 'latest', 'none' or { all: n } with n from ${allMin} to ${allMax}.`);
   }
+  const deadline = JOB_DEFAULTS.startingDeadline;
   const startingDeadlineMs =
     options.startingDeadline === undefined
-      ? Math.min(schedule.nominalIntervalMs, 3_600_000)
-      : parseBoundedDuration(options.startingDeadline, `${where}: startingDeadline`, 1, 366 * 86_400_000);
-  const attempts = options.retry?.attempts ?? 1;
-  if (!Number.isInteger(attempts) || attempts < 1 || attempts > 100) {
-    throw new InvalidArgumentError('retry', `${where}: retry.attempts must be an integer from 1 to 100 (got ${attempts}).`);
-  }
-  const delayMs = options.retry?.delay === undefined ? 1_000 : parseBoundedDuration(options.retry.delay, `${where}: retry.delay`, 1, MAX_TTL_MS);
-  if (ttlMs < 300) {
-    throw new InvalidArgumentError('ttl', `${where}: ttl must be at least 300ms for a scheduled job (got ${formatDuration(ttlMs)}): heartbeats run every ttl/3.`);
+      ? Math.min(schedule.nominalIntervalMs, deadline.capMs)
+      : parseBoundedDuration(options.startingDeadline, `${where}: startingDeadline`, deadline.minMs, deadline.maxMs);
+  const attempts = integerSetting(options.retry?.attempts, JOB_DEFAULTS.retryAttempts, 'retry', `${where}: retry.attempts`);
+  const delayMs = durationSetting(options.retry?.delay, JOB_DEFAULTS.retryDelay, `${where}: retry.delay`);
+  if (ttlMs < JOB_DEFAULTS.scheduledTtlMinMs) {
+    throw new InvalidArgumentError(
+      'ttl',
+      `${where}: ttl must be at least ${formatDuration(JOB_DEFAULTS.scheduledTtlMinMs)} for a scheduled job (got ${formatDuration(ttlMs)}): heartbeats run every ttl/3.`,
+    );
   }
   return Object.freeze({
     name,

@@ -7,7 +7,9 @@ import { trackerOf } from '../lease/tracker.js';
 import type { LeaseholdEvents } from '../observe/events.js';
 import type { DatabaseClock } from '../schedule/database-clock.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
-import { parseBoundedDuration, type Duration } from '../validate/duration.js';
+import type { Duration } from '../validate/duration.js';
+import { durationSetting } from '../validate/settings.js';
+import { WORKER_DEFAULTS } from './defaults.js';
 import { planStart } from './catch-up.js';
 import { SchedulerStore } from './claims.js';
 import { ClaimEngine } from './engine.js';
@@ -194,9 +196,9 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     if (seen.has(job.name)) throw new InvalidArgumentError('jobs', `job "${job.name}" is defined twice in this worker; job names must be unique.`);
     seen.add(job.name);
   }
-  const graceMs = parseBoundedDuration(options.shutdownGrace ?? '30s', 'shutdownGrace', 1, 24 * 3_600_000);
-  const retentionMs = parseBoundedDuration(options.historyRetention ?? '30d', 'historyRetention', 60_000, 3_650 * 86_400_000);
-  const clockSyncMs = parseBoundedDuration(options.clockSyncInterval ?? '5m', 'clockSyncInterval', 1_000, 86_400_000);
+  const graceMs = durationSetting(options.shutdownGrace, WORKER_DEFAULTS.shutdownGrace, 'shutdownGrace');
+  const retentionMs = durationSetting(options.historyRetention, WORKER_DEFAULTS.historyRetention, 'historyRetention');
+  const clockSyncMs = durationSetting(options.clockSyncInterval, WORKER_DEFAULTS.clockSyncInterval, 'clockSyncInterval');
   const logger = options.logger ?? stderrLogger();
   // the client gets the connection options only; the worker's own are not its business
   const clientOptions = Object.fromEntries(Object.entries(options).filter(([key]) => LEASEHOLD_OPTION_KEYS.includes(key))) as LeaseholdOptions;
@@ -214,7 +216,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
       { event: 'worker:started', holder: leasehold.holder, jobs: jobs.length, clockOffsetMs: Math.round(clock.localOffsetMs()) },
       `worker ${leasehold.holder} started with ${jobs.length} job(s)`,
     );
-    await start(worker, { lastSlots, handleSignals: options.handleSignals ?? true, retentionMs, clockSyncMs });
+    await start(worker, { lastSlots, handleSignals: options.handleSignals ?? WORKER_DEFAULTS.handleSignals.default, retentionMs, clockSyncMs });
     return worker;
   } catch (error) {
     await leasehold.close();

@@ -3,26 +3,32 @@
 import type { Command } from 'commander';
 import { startDashboard } from '../../dashboard/server.js';
 import { createMetrics } from '../../observe/metrics.js';
-import { CliError, databaseUrl, openPool, report, type Io } from '../context.js';
+import { durationSetting } from '../../validate/settings.js';
+import { CliError, databaseUrl, integerFlag, openDatabase, report, type Io } from '../context.js';
+import { DASHBOARD_CLI_DEFAULTS, range, shown } from '../defaults.js';
 import { EXIT } from '../exit-codes.js';
 
 export function registerDashboard(program: Command, io: Io): void {
   program
     .command('dashboard')
     .description('serve the dashboard page (jobs, timelines, duration vs interval) and /metrics')
-    .option('--port <port>', 'TCP port', '8080')
-    .option('--host <host>', 'interface to bind (default: this machine only)', '127.0.0.1')
+    .option('--port <port>', 'TCP port (0 picks a free one)', shown(DASHBOARD_CLI_DEFAULTS.port))
+    .option('--host <host>', 'interface to bind (this machine only by default)', DASHBOARD_CLI_DEFAULTS.host.default)
+    .option('--refresh <duration>', `how often the page reloads its data ${range(DASHBOARD_CLI_DEFAULTS.refresh)}`, shown(DASHBOARD_CLI_DEFAULTS.refresh))
+    .option('--query-timeout <duration>', `a request whose query takes longer answers 504 ${range(DASHBOARD_CLI_DEFAULTS.queryTimeout)}`, shown(DASHBOARD_CLI_DEFAULTS.queryTimeout))
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
-    .action(async (options: { port: string; host: string; databaseUrl?: string }) => {
+    .action(async (options: { port: string; host: string; refresh: string; queryTimeout: string; databaseUrl?: string }) => {
       try {
-        const port = Number(options.port);
-        if (!Number.isInteger(port) || port < 0 || port > 65_535) throw new CliError(`--port must be 0-65535 (got ${options.port})`, EXIT.usage);
-        const pool = await openPool(databaseUrl(options.databaseUrl));
+        const port = integerFlag(options.port, DASHBOARD_CLI_DEFAULTS.port, '--port');
+        // checked before connecting, with the flags' names in the messages
+        durationSetting(options.refresh, DASHBOARD_CLI_DEFAULTS.refresh, '--refresh');
+        durationSetting(options.queryTimeout, DASHBOARD_CLI_DEFAULTS.queryTimeout, '--query-timeout');
+        const { pool } = await openDatabase(databaseUrl(options.databaseUrl));
         const metrics = createMetrics();
         metrics.observeDatabase(pool);
         let dashboard;
         try {
-          dashboard = await startDashboard({ pool, port, host: options.host, metricsRegistry: metrics });
+          dashboard = await startDashboard({ pool, port, host: options.host, refresh: options.refresh, queryTimeout: options.queryTimeout, metricsRegistry: metrics });
         } catch (error) {
           // a busy port: close the pool so that the process exits with the error's code
           await pool.end();

@@ -5,14 +5,17 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { constants } from 'node:os';
 import type { Command } from 'commander';
+import { dbHandle } from '../../db/handle.js';
 import { createLeasehold, describeSkip, type Leasehold } from '../../lease/leasehold.js';
 import type { Lease } from '../../lease/lease.js';
 import { releasedRemotely } from '../../lease/tracker.js';
 import type { NotAcquired } from '../../lease/types.js';
 import { stderrLogger } from '../../observe/logger.js';
 import { finishHeldRun, startHeldRun, type HeldRunOutcome } from '../../lease/run-history.js';
-import { parseBoundedDuration, parseDuration } from '../../validate/duration.js';
-import { CliError, databaseUrl, report, type Io } from '../context.js';
+import { formatDuration, parseBoundedDuration, parseDuration } from '../../validate/duration.js';
+import { durationSetting } from '../../validate/settings.js';
+import { CliError, databaseUrl, integerFlag, report, type Io } from '../context.js';
+import { CLI_CONNECTION, EXEC_DEFAULTS, range, shown } from '../defaults.js';
 import { EXIT } from '../exit-codes.js';
 import { inert } from '../format.js';
 
@@ -36,11 +39,11 @@ export function registerExec(program: Command, io: Io): void {
     .command('exec')
     .description('run a command only if the lease NAME is free, holding it (with heartbeats) while the command runs')
     .requiredOption('-n, --name <name>', 'lease (job) name')
-    .option('--ttl <duration>', 'lease TTL, renewed every ttl/3', '30s')
+    .option('--ttl <duration>', `lease TTL, renewed every ttl/3 ${range(EXEC_DEFAULTS.ttl)}`, shown(EXEC_DEFAULTS.ttl))
     .option('--wait <duration>', 'if held, keep trying this long before skipping (default: skip at once)')
-    .option('--interval <duration>', "the job's schedule interval, for duration-vs-interval warnings in `status`")
-    .option('--grace <duration>', 'after SIGTERM, how long the command may take before SIGKILL', '10s')
-    .option('--skipped-exit-code <code>', 'exit code when the lease is held elsewhere', String(EXIT.skipped))
+    .option('--interval <duration>', `the job's schedule interval, for duration-vs-interval warnings in \`status\` ${range(EXEC_DEFAULTS.interval)}`)
+    .option('--grace <duration>', `after SIGTERM, how long the command may take before SIGKILL (at most ${formatDuration(EXEC_DEFAULTS.grace.maxMs)})`, shown(EXEC_DEFAULTS.grace))
+    .option('--skipped-exit-code <code>', 'exit code when the lease is held elsewhere', shown(EXEC_DEFAULTS.skippedExitCode))
     .option('--holder <name>', 'how this process names itself in the lease (default host:pid:random)')
     .option('--no-history', 'do not record the run or the skip in the history tables')
     .option('--no-token-env', 'do not give the command LEASEHOLD_TOKEN (it then cannot fence its writes, nor release or renew the lease)')
@@ -73,14 +76,12 @@ command stopped; 128+N the command died of signal N; ${EXIT.unavailable} databas
 }
 
 async function exec(command: string[], options: ExecOptions, io: Io): Promise<void> {
-  const skippedExitCode = Number(options.skippedExitCode);
-  if (!Number.isInteger(skippedExitCode) || skippedExitCode < 0 || skippedExitCode > 255) {
-    throw new CliError(`--skipped-exit-code must be an integer from 0 to 255 (got ${options.skippedExitCode})`, EXIT.usage);
-  }
+  const skippedExitCode = integerFlag(options.skippedExitCode, EXEC_DEFAULTS.skippedExitCode, '--skipped-exit-code');
   const waitMs = options.wait === undefined ? 0 : parseDuration(options.wait, '--wait');
-  const graceMs = parseBoundedDuration(options.grace, '--grace', 0.001, 3_600_000);
-  const intervalMs = options.interval === undefined ? null : parseBoundedDuration(options.interval, '--interval', 1_000, 366 * 86_400_000);
-  const ttlMs = parseBoundedDuration(options.ttl, '--ttl', 100, 7 * 86_400_000);
+  const graceMs = durationSetting(options.grace, EXEC_DEFAULTS.grace, '--grace');
+  const { interval } = EXEC_DEFAULTS;
+  const intervalMs = options.interval === undefined ? null : parseBoundedDuration(options.interval, '--interval', interval.minMs, interval.maxMs);
+  const ttlMs = durationSetting(options.ttl, EXEC_DEFAULTS.ttl, '--ttl');
   const event = (fields: Record<string, unknown>, human: string) => {
     const routine = fields.event === 'started' || (fields.event === 'finished' && fields.outcome === 'succeeded');
     if (routine && !options.json && !options.verbose) return;
@@ -121,7 +122,8 @@ async function acquireWithin(leasehold: Leasehold, name: string, ttlMs: number, 
 
 async function history(leasehold: Leasehold, text: string, values: unknown[]): Promise<void> {
   // History is informative: a failure to write it must not stop the guarded command.
-  await leasehold.pool.query(text, values).catch(() => undefined);
+  const db = dbHandle(leasehold.pool, { where: 'the database', timeoutMs: durationSetting(undefined, CLI_CONNECTION.queryTimeout, 'queryTimeout') });
+  await db.query(text, values).catch(() => undefined);
 }
 
 // What the command learns about its lease. Without the token it can still tell which run it is

@@ -2,7 +2,7 @@
 // one access level of the schema (docs/security.md). The statements come from the schema
 // (leasehold.grant_statements); run it as the schema owner.
 import { Option, type Command } from 'commander';
-import { databaseUrl, openPool, report, type Io } from '../context.js';
+import { databaseUrl, openDatabase, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
 
 const LEVELS = ['reader', 'client', 'operator'] as const;
@@ -27,23 +27,23 @@ export function registerGrant(program: Command, io: Io): void {
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL; connect as the schema owner)')
     .action(async (role: string, options: GrantOptions) => {
       try {
-        const pool = await openPool(databaseUrl(options.databaseUrl));
+        const db = await openDatabase(databaseUrl(options.databaseUrl));
         try {
           if (options.revoke) {
-            const { rows } = await pool.query<{ left: number }>('select leasehold.revoke_access($1, $2) as left', [role, options.as]);
+            const { rows } = await db.query<{ left: number }>('select leasehold.revoke_access($1, $2) as left', [role, options.as]);
             const left = rows[0]?.left ?? 0;
             if (options.json) io.out(JSON.stringify({ role, level: options.as, revoked: true, levelsLeft: left }));
             else io.out(`revoked leasehold ${options.as} access from ${role} (${left} other level${left === 1 ? '' : 's'} kept)`);
           } else {
             const fn = options.print ? 'grant_statements' : 'grant_access';
-            const { rows } = await pool.query<{ statement: string }>(`select s as statement from leasehold.${fn}($1, $2) s`, [role, options.as]);
+            const { rows } = await db.query<{ statement: string }>(`select s as statement from leasehold.${fn}($1, $2) s`, [role, options.as]);
             const statements = rows.map((row) => `${row.statement};`);
             if (options.json) io.out(JSON.stringify({ role, level: options.as, applied: !options.print, statements }, null, 2));
             else io.out(options.print ? statements.join('\n') : `${statements.join('\n')}\n-- granted leasehold ${options.as} access to ${role}`);
           }
           io.exit(EXIT.ok);
         } finally {
-          await pool.end();
+          await db.pool.end();
         }
       } catch (error) {
         report(io, error, options.json === true);

@@ -2,9 +2,8 @@
 // bumps the fence, so the old holder's fenced writes fail.
 import { createInterface } from 'node:readline/promises';
 import type { Command } from 'commander';
-import { timedQuery } from '../../db/connection.js';
 import { checkLeaseName } from '../../validate/names.js';
-import { CliError, databaseUrl, openPool, report, type Io } from '../context.js';
+import { CliError, databaseUrl, openDatabase, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
 import { inert } from '../format.js';
 
@@ -21,9 +20,9 @@ export function registerRelease(program: Command, io: Io): void {
       try {
         checkLeaseName(name);
         if (!options.force) throw new CliError('release takes the lease away from its holder: pass --force to do it.', EXIT.usage);
-        const pool = await openPool(databaseUrl(options.databaseUrl));
+        const db = await openDatabase(databaseUrl(options.databaseUrl));
         try {
-          const { rows } = await pool.query<{ state: string; holder: string | null; fence: string }>(
+          const { rows } = await db.query<{ state: string; holder: string | null; fence: string }>(
             'select state, holder, fence from leasehold.lease_status where name = $1',
             [name],
           );
@@ -40,12 +39,9 @@ export function registerRelease(program: Command, io: Io): void {
               return;
             }
           }
-          const result = await timedQuery<{ released: boolean; previous_holder: string | null; previous_fence: string | null; fence: string | null }>(
-            pool,
+          const result = await db.query<{ released: boolean; previous_holder: string | null; previous_fence: string | null; fence: string | null }>(
             'select * from leasehold.force_release($1)',
             [name],
-            30_000,
-            'the database',
           );
           const row = result.rows[0];
           if (options.json) io.out(JSON.stringify({ name, released: row?.released, previousHolder: row?.previous_holder, previousFence: Number(row?.previous_fence), fence: Number(row?.fence) }));
@@ -59,7 +55,7 @@ export function registerRelease(program: Command, io: Io): void {
             );
           io.exit(EXIT.ok);
         } finally {
-          await pool.end();
+          await db.pool.end();
         }
       } catch (error) {
         report(io, error, options.json === true);

@@ -1,8 +1,9 @@
 // leasehold runs NAME: a job's runs, skips and missed slots, newest first.
 import type { Command } from 'commander';
-import type pg from 'pg';
+import type { DbHandle } from '../../db/handle.js';
 import { jobHistory } from '../../observe/status.js';
-import { CliError, databaseUrl, openPool, report, type Io } from '../context.js';
+import { CliError, databaseUrl, integerFlag, openDatabase, report, type Io } from '../context.js';
+import { RUNS_DEFAULTS, shown } from '../defaults.js';
 import { inert, seconds, table, time } from '../format.js';
 import { EXIT } from '../exit-codes.js';
 
@@ -11,16 +12,15 @@ export function registerRuns(program: Command, io: Io): void {
     .command('runs')
     .description("list a job's runs, skips and missed slots, newest first")
     .argument('<name>', 'job name')
-    .option('--limit <n>', 'how many entries', '20')
+    .option('--limit <n>', `how many entries (${RUNS_DEFAULTS.limit.min} to ${RUNS_DEFAULTS.limit.max})`, shown(RUNS_DEFAULTS.limit))
     .option('--json', 'print JSON')
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
     .action(async (name: string, options: { limit: string; json?: boolean; databaseUrl?: string }) => {
       try {
-        const limit = Number(options.limit);
-        if (!Number.isInteger(limit) || limit < 1 || limit > 10_000) throw new CliError(`--limit must be an integer from 1 to 10000 (got ${options.limit})`, EXIT.usage);
-        const pool = await openPool(databaseUrl(options.databaseUrl));
+        const limit = integerFlag(options.limit, RUNS_DEFAULTS.limit, '--limit');
+        const db = await openDatabase(databaseUrl(options.databaseUrl));
         try {
-          const [entries, [lease]] = await Promise.all([jobHistory(pool, { job: name, limit }), leaseOf(pool, name)]);
+          const [entries, [lease]] = await Promise.all([jobHistory(db.pool, { job: name, limit, timeout: db.timeoutMs }), leaseOf(db, name)]);
           if (!lease && entries.length === 0) throw new CliError(`no job or lease named "${inert(name)}": \`leasehold status\` lists them all`, EXIT.error);
           if (options.json) io.out(JSON.stringify(entries, null, 2));
           else {
@@ -38,7 +38,7 @@ export function registerRuns(program: Command, io: Io): void {
           }
           io.exit(EXIT.ok);
         } finally {
-          await pool.end();
+          await db.pool.end();
         }
       } catch (error) {
         report(io, error, options.json === true);
@@ -55,8 +55,8 @@ interface LeaseRow {
   released_at: Date | null;
 }
 
-async function leaseOf(pool: pg.Pool, name: string): Promise<LeaseRow[]> {
-  const { rows } = await pool.query<LeaseRow>(
+async function leaseOf(db: DbHandle, name: string): Promise<LeaseRow[]> {
+  const { rows } = await db.query<LeaseRow>(
     'select state, holder, fence, acquired_at, expires_at, released_at from leasehold.lease_status where name = $1',
     [name],
   );

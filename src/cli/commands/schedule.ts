@@ -5,7 +5,8 @@ import type { Command } from 'commander';
 import { dstMark, localTime } from '../../schedule/dst.js';
 import { parseSchedule } from '../../schedule/schedule.js';
 import { parseBoundedDuration } from '../../validate/duration.js';
-import { CliError, report, type Io } from '../context.js';
+import { CliError, integerFlag, report, type Io } from '../context.js';
+import { range, SCHEDULE_DEFAULTS, shown } from '../defaults.js';
 import { table } from '../format.js';
 import { EXIT } from '../exit-codes.js';
 
@@ -15,15 +16,14 @@ export function registerSchedule(program: Command, io: Io): void {
     .command('preview')
     .description('print the next slots of a cron pattern (or --every interval), marking DST gaps and repeats')
     .argument('[cron]', "cron pattern, e.g. '30 2 * * *' (5 fields, or 6 with seconds first)")
-    .option('--every <duration>', 'an interval schedule instead of cron, e.g. 90s')
-    .option('--tz <zone>', 'IANA timezone of the cron pattern', 'UTC')
-    .option('--count <n>', 'how many slots', '10')
+    .option('--every <duration>', `an interval schedule instead of cron, e.g. 90s ${range(SCHEDULE_DEFAULTS.every)}`)
+    .option('--tz <zone>', 'IANA timezone of the cron pattern', SCHEDULE_DEFAULTS.tz.default)
+    .option('--count <n>', `how many slots (${SCHEDULE_DEFAULTS.count.min} to ${SCHEDULE_DEFAULTS.count.max})`, shown(SCHEDULE_DEFAULTS.count))
     .option('--from <iso-time>', 'start after this instant (default: now)')
     .option('--json', 'print JSON')
     .action((cron: string | undefined, options: { every?: string; tz: string; count: string; from?: string; json?: boolean }) => {
       try {
-        const count = Number(options.count);
-        if (!Number.isInteger(count) || count < 1 || count > 10_000) throw new CliError(`--count must be an integer from 1 to 10000 (got ${options.count})`, EXIT.usage);
+        const count = integerFlag(options.count, SCHEDULE_DEFAULTS.count, '--count');
         if (cron === undefined && options.every === undefined) throw new CliError("give a cron pattern such as '30 2 * * *', or --every 90s", EXIT.usage);
         if (cron !== undefined && options.every !== undefined) throw new CliError('give a cron pattern or --every, not both', EXIT.usage);
         try {
@@ -31,7 +31,7 @@ export function registerSchedule(program: Command, io: Io): void {
         } catch {
           throw new CliError(`--tz '${options.tz}' is not a timezone: use an IANA name such as Europe/Berlin or America/New_York`, EXIT.usage);
         }
-        const spec = cron !== undefined ? { cron, timezone: options.tz } : { every: parseBoundedDuration(options.every as string, '--every', 1_000, 366 * 86_400_000) };
+        const spec = cron !== undefined ? { cron, timezone: options.tz } : { every: parseBoundedDuration(options.every as string, '--every', SCHEDULE_DEFAULTS.every.minMs, SCHEDULE_DEFAULTS.every.maxMs) };
         // no job name: the messages speak of the pattern, --every or --tz the user typed
         const parsed = parseSchedule(spec);
         let at = options.from ? new Date(options.from) : new Date();

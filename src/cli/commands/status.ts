@@ -2,9 +2,8 @@
 // skips; a warning line for each job creeping toward (or past) overlap; and every other lease
 // (taken with acquire(), psql, Python, a shell script) with its holder, fence and expiry.
 import type { Command } from 'commander';
-import { checkReplication } from '../../lease/replication.js';
 import { jobStatus, unscheduledLeases, type JobStatus, type UnscheduledLease } from '../../observe/status.js';
-import { CliError, databaseUrl, openPool, report, type Io } from '../context.js';
+import { CliError, databaseUrl, openDatabase, report, type Io } from '../context.js';
 import { inert, percent, seconds, table, time } from '../format.js';
 import { EXIT } from '../exit-codes.js';
 
@@ -17,18 +16,19 @@ export function registerStatus(program: Command, io: Io): void {
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
     .action(async (options: { job?: string; json?: boolean; databaseUrl?: string }) => {
       try {
-        const pool = await openPool(databaseUrl(options.databaseUrl));
+        const db = await openDatabase(databaseUrl(options.databaseUrl));
+        const read = { timeout: db.timeoutMs };
         try {
-          const [jobs, leases] = await Promise.all([jobStatus(pool, options.job), unscheduledLeases(pool, options.job)]);
+          const [jobs, leases] = await Promise.all([jobStatus(db.pool, options.job, read), unscheduledLeases(db.pool, options.job, read)]);
           if (options.job !== undefined && jobs.length === 0 && leases.length === 0) {
             throw new CliError(`no job or lease named "${inert(options.job)}": \`leasehold status\` lists them all`, EXIT.error);
           }
-          const replication = options.json ? null : await checkReplication(pool).catch(() => null);
+          const replication = options.json ? null : db.replication;
           const text = options.json ? JSON.stringify({ jobs, leases }, null, 2) : render(jobs, leases);
           io.out(replication?.warning ? `${text}\nwarning: ${inert(replication.warning)}` : text);
           io.exit(EXIT.ok);
         } finally {
-          await pool.end();
+          await db.pool.end();
         }
       } catch (error) {
         report(io, error, options.json === true);

@@ -5,9 +5,11 @@ import { HEALTH_PATHS, workerHealth } from '../../observe/health.js';
 import { serveEndpoints, type EndpointServer } from '../../observe/http-endpoint.js';
 import { createMetrics, serveMetrics, type MetricsServer } from '../../observe/metrics.js';
 import { startWorker } from '../../worker/worker.js';
-import { CliError, databaseUrl, processIo, report, type Io } from '../context.js';
+import { databaseUrl, integerFlag, processIo, report, type Io } from '../context.js';
+import { range, shown, WORKER_CLI_DEFAULTS } from '../defaults.js';
 import { EXIT } from '../exit-codes.js';
-import { formatDuration, parseDuration } from '../../validate/duration.js';
+import { formatDuration } from '../../validate/duration.js';
+import { durationSetting } from '../../validate/settings.js';
 import { inert } from '../format.js';
 import { loadJobs } from '../load-jobs.js';
 
@@ -17,19 +19,19 @@ export function registerWorker(program: Command, io: Io): void {
     .description('run the jobs a module exports (export const jobs = [...] or module.exports = { jobs }); start it on as many hosts as you like')
     .argument('<module>', 'path to a .js/.mjs/.cjs module (or .ts, when tsx is installed)')
     .option('--holder <name>', 'how this worker names itself (default host:pid:random)')
-    .option('--grace <duration>', 'shutdown grace period for running handlers', '30s')
+    .option('--grace <duration>', `shutdown grace period for running handlers ${range(WORKER_CLI_DEFAULTS.grace)}`, shown(WORKER_CLI_DEFAULTS.grace))
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
     .option('--metrics-port <port>', 'serve this worker\'s Prometheus metrics at http://HOST:PORT/metrics (0 picks a free port)')
-    .option('--metrics-host <host>', 'interface for --metrics-port (default: this machine only)', '127.0.0.1')
+    .option('--metrics-host <host>', 'interface for --metrics-port (this machine only by default)', WORKER_CLI_DEFAULTS.metricsHost.default)
     .option('--health-port <port>', 'serve liveness at http://HOST:PORT/healthz and readiness at /readyz for container probes (also served next to --metrics-port)')
-    .option('--health-host <host>', 'interface for --health-port (0.0.0.0 for probes from outside the container)', '127.0.0.1')
+    .option('--health-host <host>', 'interface for --health-port (0.0.0.0 for probes from outside the container)', WORKER_CLI_DEFAULTS.healthHost.default)
     .action(async (modulePath: string, options: { holder?: string; grace: string; databaseUrl?: string; metricsPort?: string; metricsHost: string; healthPort?: string; healthHost: string }) => {
       let server: MetricsServer | undefined;
       let healthServer: EndpointServer | undefined;
       const closeServers = () => Promise.all([server?.close(), healthServer?.close()]);
       try {
-        const metricsPort = portOption('--metrics-port', options.metricsPort);
-        const healthPort = portOption('--health-port', options.healthPort);
+        const metricsPort = options.metricsPort === undefined ? undefined : integerFlag(options.metricsPort, WORKER_CLI_DEFAULTS.metricsPort, '--metrics-port');
+        const healthPort = options.healthPort === undefined ? undefined : integerFlag(options.healthPort, WORKER_CLI_DEFAULTS.healthPort, '--health-port');
         const jobs = await loadJobs(modulePath);
         const url = databaseUrl(options.databaseUrl);
         // Bind the ports before starting: a busy port fails the command before any job runs.
@@ -55,7 +57,7 @@ export function registerWorker(program: Command, io: Io): void {
         io.err(inert(`leasehold: worker ${worker.holder} running ${jobs.length} job(s)${serving.map((s) => `; ${s}`).join('')}; SIGTERM or Ctrl-C stops it`));
         // The worker stops itself on SIGTERM/SIGINT; say what it is doing, so a stop that takes
         // the grace period does not look like a hang.
-        const graceMs = parseDuration(options.grace, '--grace');
+        const graceMs = durationSetting(options.grace, WORKER_CLI_DEFAULTS.grace, '--grace');
         const onSignal = (signal: NodeJS.Signals) => {
           const running = worker.activeRuns;
           io.err(
@@ -84,11 +86,4 @@ export function registerWorker(program: Command, io: Io): void {
         report(io, error, false);
       }
     });
-}
-
-function portOption(flag: string, value: string | undefined): number | undefined {
-  if (value === undefined) return undefined;
-  const port = Number(value);
-  if (!(/^\d+$/.test(value) && port <= 65_535)) throw new CliError(`${flag} must be 0-65535 (got ${value})`, EXIT.usage);
-  return port;
 }

@@ -1,0 +1,26 @@
+// Defaults and limits of the dashboard (startDashboard, `leasehold dashboard`). One table: the
+// server applies these values, the JSDoc `@default`s on DashboardOptions state them
+// (test/defaults.test.ts checks that they agree), and `leasehold dashboard --help` shows them.
+import type { DurationSetting, IntegerSetting } from '../validate/settings.js';
+
+export const DASHBOARD_DEFAULTS = {
+  port: { default: 8080, min: 0, max: 65_535 } satisfies IntegerSetting,
+  host: { default: '127.0.0.1' },
+  refresh: { default: '5s', minMs: 250, maxMs: 3_600_000 } satisfies DurationSetting,
+  queryTimeout: { default: '10s', minMs: 50, maxMs: 10 * 60_000 } satisfies DurationSetting,
+  maxConcurrentQueries: { default: 4, min: 1, max: 1000 } satisfies IntegerSetting,
+} as const;
+
+/** What one request may ask for. */
+export const DASHBOARD_LIMITS = {
+  /** Longest history window for one job (the default history retention is 30 days). */
+  historyHours: 24 * 31,
+  /** Longest window for every job at once, and for a page of timelines. */
+  fleetHistoryHours: 24,
+  /** Rows per page of the job table, at most. */
+  pageSize: 200,
+  /** How long the page waits for the full first table page before sending a lighter one. */
+  ssrBudgetMs: 200,
+  /** How long one fleet summary serves every open page. */
+  summaryTtlMs: 5_000,
+} as const;

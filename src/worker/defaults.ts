@@ -1,0 +1,31 @@
+// Defaults and limits of startWorker() and of job definitions (defineJob). One table: the code
+// applies these values, the JSDoc `@default`s on WorkerOptions and JobOptions state them
+// (test/defaults.test.ts checks that they agree), and `leasehold worker --help` shows them.
+import { MAX_TTL_MS, MIN_TTL_MS } from '../lease/limits.js';
+import type { DurationSetting, IntegerSetting } from '../validate/settings.js';
+
+const DAY = 86_400_000;
+
+/** startWorker() options (the connection options are createLeasehold()'s: src/lease/defaults.ts). */
+export const WORKER_DEFAULTS = {
+  shutdownGrace: { default: '30s', minMs: 1, maxMs: DAY } satisfies DurationSetting,
+  handleSignals: { default: true },
+  historyRetention: { default: '30d', minMs: 60_000, maxMs: 3_650 * DAY } satisfies DurationSetting,
+  clockSyncInterval: { default: '5m', minMs: 1_000, maxMs: DAY } satisfies DurationSetting,
+} as const;
+
+/** Job options (defineJob, or the objects in startWorker({ jobs })). */
+export const JOB_DEFAULTS = {
+  ttl: { default: '30s', minMs: MIN_TTL_MS, maxMs: MAX_TTL_MS } satisfies DurationSetting,
+  /** A scheduled job heartbeats every ttl/3, so its TTL is at least this (the lease's own minimum is lower). */
+  scheduledTtlMinMs: 300,
+  overlap: { default: 'skip' },
+  bufferLimit: { default: 10, min: 1, max: 1000 } satisfies IntegerSetting,
+  catchUp: { default: 'latest' },
+  /** `catchUp: { all: n }`: the bounds of n. */
+  catchUpAll: { min: 1, max: 1000 },
+  /** Default: the schedule's interval, at most `capMs`. */
+  startingDeadline: { capMs: 3_600_000, minMs: 1, maxMs: 366 * DAY },
+  retryAttempts: { default: 1, min: 1, max: 100 } satisfies IntegerSetting,
+  retryDelay: { default: '1s', minMs: 1, maxMs: MAX_TTL_MS } satisfies DurationSetting,
+} as const;
