@@ -113,7 +113,7 @@ describe('worker health endpoints', () => {
     cli.child.stdin.end();
     const result = await cli.done;
     expect(result.code).toBe(EXIT.usage);
-    expect(result.stderr).toContain('--health-port must be 0-65535 (got http)');
+    expect(result.stderr).toContain('--health-port must be an integer from 0 to 65535 (got http)');
   });
 });
 

@@ -32,7 +32,7 @@ const ALLOWED: Record<string, string[]> = {
     'parseDuration', 'parseSchedule', 'schemaVersion', 'silentLogger', 'slotsBetween', 'startDashboard', 'startWorker', 'stderrLogger',
     'unscheduledLeases',
     'LeasedFunction', 'LeasedOptions', 'LeasedResult', 'LeasedSkipReason', 'leased',
-    'EndpointReply', 'HandlerWrapper', 'HealthCheck', 'HealthReport', 'RUN_OUTCOMES', 'RunState', 'WorkerHealth', 'workerHealth',
+    'EndpointReply', 'HandlerWrapper', 'ReadOptions', 'HealthCheck', 'HealthReport', 'RUN_OUTCOMES', 'RunState', 'WorkerHealth', 'workerHealth',
   ],
   './opentelemetry': ['InstrumentOptions', 'Instrumentable', 'instrument'],
   './nestjs': [
