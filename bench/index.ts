@@ -5,7 +5,8 @@
 //               latency, WAL per declined acquire, takeover after SIGKILL
 //   scheduler - 10,000 jobs due at the same tick on 4 worker processes (claims, statements,
 //               start latency, exactly-once in leasehold.runs), and an idle worker's RSS and CPU
-// Prints the tables, writes bench/results/*.json and regenerates bench/RESULTS.md.
+// Prints the tables, writes bench/results/*.json (local, ignored by git) and regenerates
+// bench/RESULTS.md (committed).
 // Settings: environment variables, see bench/lib/config.ts (BENCH_PARTS=scheduler runs one part).
 import { runBench } from './lib/run.js';
 
