@@ -150,6 +150,3 @@ export class Rng {
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, ms)));
-
-/** libfaketime as Debian's faketime package installs it, or undefined. */
-export const LIBFAKETIME_PATHS = ['/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1', '/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1', '/usr/lib/faketime/libfaketime.so.1'];

@@ -18,7 +18,8 @@
 // definition for comparison, sampled for RSS and CPU over `idleSeconds`.
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import { JsonChild, killAll } from './child.js';
+import { probeDatabaseClock } from '../../src/testing/database-clock.js';
+import { JsonLinesProcess, killAll } from '../../src/testing/json-lines.js';
 import type { SchedulerConfig } from './config.js';
 import { probeClaim, type ClaimProbeResult } from './claim-probe.js';
 import { Session } from './session.js';
@@ -126,37 +127,28 @@ export interface SchedulerResults {
   idleBaseline: IdleResult;
 }
 
-/** Local minus database clock, from the sample with the shortest round trip. */
+/** Local minus database clock, from the sample with the shortest round trip (epoch ms with sub-ms resolution). */
 async function measureClockOffset(session: Session): Promise<{ offsetMs: number; roundTripMs: number }> {
-  let best: { offsetMs: number; roundTripMs: number } | undefined;
-  for (let i = 0; i < 9; i++) {
-    const sent = performance.timeOrigin + performance.now();
-    const rows = await session.query<{ ms: string }>('select (extract(epoch from clock_timestamp()) * 1000)::text as ms');
-    const received = performance.timeOrigin + performance.now();
-    const roundTripMs = received - sent;
-    const offsetMs = (sent + received) / 2 - Number(rows[0]?.ms);
-    if (!best || roundTripMs < best.roundTripMs) best = { offsetMs, roundTripMs };
-  }
-  if (!best) throw new Error('could not read the database clock');
-  return best;
+  const probe = await probeDatabaseClock({ query: async (text) => ({ rows: await session.query(text) }) }, { samples: 9, now: () => performance.timeOrigin + performance.now() });
+  return { offsetMs: -probe.offsetMs, roundTripMs: probe.roundTripMs };
 }
 
-function spawnWorker(connectionString: string, holder: string, env: Record<string, string>): JsonChild {
-  return JsonChild.spawn(holder, TICK_WORKER, { DATABASE_URL: connectionString, HOLDER: holder, ...env }, ['--expose-gc']);
+function spawnWorker(connectionString: string, holder: string, env: Record<string, string>): JsonLinesProcess {
+  return JsonLinesProcess.nodeScript(TICK_WORKER, { label: holder, env: { DATABASE_URL: connectionString, HOLDER: holder, ...env }, nodeArgs: ['--expose-gc'] });
 }
 
-async function waitReady(child: JsonChild): Promise<{ at: number; startMs: number }> {
+async function waitReady(child: JsonLinesProcess): Promise<{ at: number; startMs: number }> {
   const line = await child.waitFor((l) => l.event === 'ready', START_TIMEOUT_MS);
   return { at: Number(line.at), startMs: Number(line.startMs) };
 }
 
-async function dump(child: JsonChild): Promise<WorkerDump> {
+async function dump(child: JsonLinesProcess): Promise<WorkerDump> {
   const answer = await child.send({ cmd: 'dump' }, 60_000);
   if (!isWorkerDump(answer)) throw new Error(`${child.label}: unexpected dump ${JSON.stringify(answer).slice(0, 200)}`);
   return answer;
 }
 
-async function usage(child: JsonChild, gc = false): Promise<UsageSample> {
+async function usage(child: JsonLinesProcess, gc = false): Promise<UsageSample> {
   const answer = await child.send({ cmd: 'usage', gc });
   if (!isUsageSample(answer)) throw new Error(`${child.label}: unexpected usage ${JSON.stringify(answer).slice(0, 200)}`);
   return answer;
