@@ -10,7 +10,7 @@ import { probeDatabaseClock } from '../src/testing/database-clock.js';
 import { fakeClockEnv, findLibfaketime } from '../src/testing/faketime.js';
 import { check, formatCounts } from './checker.js';
 import { HaCluster } from './cluster.js';
-import { mono, Rng, sleep, type FaultRecord, type HistoryLine, type ProcessRecord } from './common.js';
+import { mono, Rng, sleep, type FaultRecord, type HistoryLine } from './common.js';
 import { clusterControl, withRetry } from './control.js';
 import { installMutant } from './mutants.js';
 import { Nemesis } from './nemesis.js';

@@ -8,7 +8,8 @@ import { runAcquireSuite } from './acquire-suite.js';
 import { readConfig, type BenchPart } from './config.js';
 import { openBenchDatabase } from './database.js';
 import { describeMachine } from './machine.js';
-import { checkTargets, renderReport, writeResults, type BenchResults } from './report.js';
+import { checkTargets, renderReport } from './report.js';
+import { writeResults, type BenchResults } from './results.js';
 import { measureScheduler } from './scheduler.js';
 import { round } from './stats.js';
 

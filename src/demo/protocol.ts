@@ -108,28 +108,16 @@ const EVENT_TYPES: ReadonlySet<string> = new Set([
 ]);
 const COMMANDS: ReadonlySet<string> = new Set(['plan', 'stop']);
 
-function record(text: string): Record<string, unknown> | undefined {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
-}
-
-/** Parses one stdout line of a worker; undefined for anything that is not an event. */
-export function parseMessage(text: string): WorkerMessage | undefined {
-  const value = record(text);
-  if (!value || typeof value.type !== 'string' || !EVENT_TYPES.has(value.type)) return undefined;
+/** A worker's stdout line as an event; undefined for anything that is not one. */
+export function toMessage(value: Record<string, unknown>): WorkerMessage | undefined {
+  if (typeof value.type !== 'string' || !EVENT_TYPES.has(value.type)) return undefined;
   if (typeof value.worker !== 'string' || typeof value.at !== 'number') return undefined;
   return value as unknown as WorkerMessage;
 }
 
-/** Parses one stdin line of a worker; undefined for anything that is not a command. */
-export function parseCommand(text: string): WorkerCommand | undefined {
-  const value = record(text);
-  if (!value || typeof value.cmd !== 'string' || !COMMANDS.has(value.cmd)) return undefined;
+/** A worker's stdin line as a command; undefined for anything that is not one. */
+export function toCommand(value: Record<string, unknown>): WorkerCommand | undefined {
+  if (typeof value.cmd !== 'string' || !COMMANDS.has(value.cmd)) return undefined;
   if (value.cmd === 'plan' && (typeof value.job !== 'string' || typeof value.slot !== 'string' || typeof value.ms !== 'number')) return undefined;
   return value as unknown as WorkerCommand;
 }

@@ -3,7 +3,7 @@
 // (the line with the same id) or any unprompted event line, sends signals and always manages to
 // end it. The child (serveCommands, writeLine) reads commands and writes answers and events.
 // Used by the tests' fixtures, the demo, the fault suite and the benchmark.
-import { spawn, type ChildProcess, type ChildProcessWithoutNullStreams } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import { basename } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -63,10 +63,12 @@ export interface JsonLinesOptions {
 interface Waiter {
   match: (line: Line) => boolean;
   resolve: (line: Line) => void;
+  /** Waits for the answer to a command (not kept in `lines`). */
+  answer: boolean;
 }
 
 export class JsonLinesProcess {
-  /** Lines nobody was waiting for (events; answers go to their sender), unless keepLines is false. */
+  /** Every line but the answers to send() (those go to their sender only), unless keepLines is false. */
   readonly lines: Line[] = [];
   readonly exited: Promise<ExitStatus>;
   readonly label: string;
@@ -96,13 +98,11 @@ export class JsonLinesProcess {
           return;
         }
         options.onLine?.(line);
-        const waiter = this.waiters.find((w) => w.match(line));
-        if (waiter) {
-          this.waiters = this.waiters.filter((w) => w !== waiter);
-          waiter.resolve(line);
-        } else if (keep) {
-          this.lines.push(line);
-        }
+        // Every waiter it matches gets it; an answer to send() is not kept.
+        const matched = this.waiters.filter((w) => w.match(line));
+        this.waiters = this.waiters.filter((w) => !matched.includes(w));
+        for (const waiter of matched) waiter.resolve(line);
+        if (keep && !matched.some((w) => w.answer)) this.lines.push(line);
       });
     }
     child.stderr?.on('data', (chunk: Buffer) => this.appendStderr(chunk.toString()));
@@ -178,7 +178,7 @@ export class JsonLinesProcess {
   /** Sends a command and resolves with its answer (the line with the same id). */
   send(command: Line, timeoutMs = 30_000): Promise<Line> {
     const id = this.nextId++;
-    const answer = this.waitFor((line) => line.id === id, timeoutMs);
+    const answer = this.wait((line) => line.id === id, timeoutMs, true);
     this.write({ id, ...command });
     return answer;
   }
@@ -187,6 +187,10 @@ export class JsonLinesProcess {
   waitFor(match: (line: Line) => boolean, timeoutMs = 30_000): Promise<Line> {
     const seen = this.lines.find(match);
     if (seen) return Promise.resolve(seen);
+    return this.wait(match, timeoutMs, false);
+  }
+
+  private wait(match: (line: Line) => boolean, timeoutMs: number, answer: boolean): Promise<Line> {
     return new Promise((resolve, reject) => {
       const fail = (reason: string) => {
         this.waiters = this.waiters.filter((w) => w !== waiter);
@@ -195,6 +199,7 @@ export class JsonLinesProcess {
       const timer = setTimeout(() => fail(`no matching line within ${timeoutMs} ms`), timeoutMs);
       const waiter: Waiter = {
         match,
+        answer,
         resolve: (line) => {
           clearTimeout(timer);
           resolve(line);
