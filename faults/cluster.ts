@@ -10,7 +10,8 @@ import pg from 'pg';
 import { SteppedClock } from '../src/testing/faketime.js';
 import { mono, sleep } from './common.js';
 import { FaultProxy } from './proxy.js';
-import { ClusterTemplate, findBinaries, type PgServer, type ReplicationMode } from './replication.js';
+import { findBinaries, type PgServer } from './pg-server.js';
+import { ClusterTemplate, type ReplicationMode } from './replication.js';
 
 export interface HaClusterOptions {
   replication: ReplicationMode;
