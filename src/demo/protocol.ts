@@ -2,6 +2,7 @@
 // commands as JSON lines on the worker's stdin, events as JSON lines on its stdout. Also the
 // demo's jobs, shared by both sides so that the orchestrator knows the schedule it plans for.
 import type { LeaseLostReason } from '../errors.js';
+import type { EventJson } from '../testing/events.js';
 
 /** Runs every 2 s and usually takes less; a slow run makes the next slot skip. */
 export const REPORT_JOB = {
@@ -48,24 +49,15 @@ export type WorkerCommand =
 export type WorkerEvent =
   | { type: 'ready'; pid: number; holder: string }
   /** run:started; `tookOver` when the lease's previous holder never released it; `plannedMs` how long the handler will take. */
-  | { type: 'started'; job: string; slot: string; fence: number; tookOver: boolean; plannedMs: number }
+  | ({ type: 'started'; tookOver: boolean; plannedMs: number } & EventJson<'run:started'>)
   /** run:finished */
-  | { type: 'finished'; job: string; slot: string; fence: number; outcome: string; error: string | null; durationMs: number }
+  | ({ type: 'finished' } & EventJson<'run:finished'>)
   /** slot:skipped (only the worker that recorded the skip reports it) */
-  | {
-      type: 'skipped';
-      job: string;
-      slot: string;
-      holder: string | null;
-      holderFence: number;
-      holderSlot: string | null;
-      heldMs: number | null;
-      buffered: boolean;
-    }
+  | ({ type: 'skipped' } & EventJson<'slot:skipped'>)
   /** slot:missed */
-  | { type: 'missed'; job: string; slots: string[] }
-  /** lease:lost (a lease stopped being ours before we released it; its AbortSignal fired) */
-  | { type: 'lost'; job: string; fence: number; reason: LeaseLostReason }
+  | ({ type: 'missed' } & EventJson<'slot:missed'>)
+  /** lease:lost (a lease stopped being ours before we released it; its AbortSignal fired); `job` is the lease's name */
+  | ({ type: 'lost'; job: string } & EventJson<'lease:lost'>)
   /** The run's fenced write committed. */
   | { type: 'wrote'; job: string; slot: string; fence: number }
   /**

@@ -39,6 +39,9 @@ export const EVENT_JSON = {
 
 export type ReportedEvent = keyof typeof EVENT_JSON;
 
+/** The JSON form of `E`, e.g. EventJson<'slot:skipped'> for a skip line's fields. */
+export type EventJson<E extends ReportedEvent> = ReturnType<(typeof EVENT_JSON)[E]>;
+
 /**
  * Subscribes to `events` (event name → the tag its lines carry) and calls `write` with each
  * event's tag and JSON fields. Returns the function that unsubscribes.
