@@ -6,6 +6,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { existsSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
+import { waitUntilServerReady } from '../src/testing/server-ready.js';
 
 export interface Binaries {
   dir: string;
@@ -118,22 +119,7 @@ export class PgServer {
     child.once('exit', () => liveServers.delete(child));
     child.stdout?.on('data', (chunk: Buffer) => (this.log += chunk.toString()));
     child.stderr?.on('data', (chunk: Buffer) => (this.log += chunk.toString()));
-    const deadline = Date.now() + 30_000;
-    for (;;) {
-      if (!this.running) throw new Error(`${this.name} exited at start:\n${this.log}`);
-      const probe = new pg.Client({ connectionString: this.url(), connectionTimeoutMillis: 2_000 });
-      probe.on('error', () => undefined);
-      try {
-        await probe.connect();
-        await probe.query('select 1');
-        await probe.end();
-        return;
-      } catch (error) {
-        await probe.end().catch(() => undefined);
-        if (Date.now() > deadline) throw new Error(`${this.name} did not accept connections within 30 s: ${String(error)}\n${this.log}`);
-        await new Promise((resolve) => setTimeout(resolve, 50));
-      }
-    }
+    await waitUntilServerReady(this.url(), { what: this.name, timeoutMs: 30_000, alive: () => this.running, log: () => this.log });
   }
 
   /** The postmaster and every process it forked. */
