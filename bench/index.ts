@@ -7,7 +7,8 @@
 //               start latency, exactly-once in leasehold.runs), and an idle worker's RSS and CPU
 //   heartbeats - renewal statements per minute for 1,000 running leases on one client: the
 //               shared heartbeat against one statement per lease every ttl/3 (the baseline)
-// Prints the tables, writes bench/results/*.json and regenerates bench/RESULTS.md.
+// Prints the tables, writes bench/results/*.json (local, ignored by git) and regenerates
+// bench/RESULTS.md (committed).
 // Settings: environment variables, see bench/lib/config.ts (BENCH_PARTS=heartbeats runs one part).
 import { runBench } from './lib/run.js';
 

@@ -6,13 +6,12 @@
 // so that acknowledged commits are lost as they would be), promotes the standby, moves every proxy
 // to it, and then builds a fresh standby of the new primary with the backup API for the next
 // failover. In synchronous mode the new primary waits for that standby only once it has caught up.
-import { chmodSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
+import { SteppedClock } from '../src/testing/faketime.js';
 import { mono, sleep } from './common.js';
 import { FaultProxy } from './proxy.js';
-import { ClusterTemplate, findBinaries, type PgServer, type ReplicationMode } from './replication.js';
+import { findBinaries, type PgServer } from './pg-server.js';
+import { ClusterTemplate, type ReplicationMode } from './replication.js';
 
 export interface HaClusterOptions {
   replication: ReplicationMode;
@@ -44,36 +43,29 @@ export class HaCluster {
     readonly adminProxy: FaultProxy,
     private primary: PgServer,
     private standby: PgServer | undefined,
-    private readonly clockDir: string | undefined,
+    private readonly clock: SteppedClock | undefined,
   ) {}
 
   static async create(options: HaClusterOptions): Promise<HaCluster> {
     const binaries = await findBinaries('embedded');
     if (typeof binaries === 'string') throw new Error(binaries);
-    let clockDir: string | undefined;
+    let clock: SteppedClock | undefined;
     const template = await ClusterTemplate.create(binaries, options.prepare);
     try {
       if (options.libfaketime) {
-        clockDir = mkdtempSync(join(tmpdir(), 'leasehold-faults-clock-'));
-        chmodSync(clockDir, 0o755); // the servers may run as another OS user
-        template.environment = {
-          LD_PRELOAD: options.libfaketime,
-          FAKETIME_TIMESTAMP_FILE: join(clockDir, 'offset'),
-          FAKETIME_NO_CACHE: '1',
-          DONT_FAKE_MONOTONIC: '1',
-        };
-        writeOffset(clockDir, 0);
+        clock = SteppedClock.create(options.libfaketime, 'leasehold-faults-clock-');
+        template.environment = clock.env;
       }
       const adminProxy = new FaultProxy(1);
       await adminProxy.listen();
       const pair = await template.pair(options.replication, adminProxy);
-      const cluster = new HaCluster(template, options, adminProxy, pair.primary, pair.standby, clockDir);
+      const cluster = new HaCluster(template, options, adminProxy, pair.primary, pair.standby, clock);
       cluster.replicationProxy = pair.replicationProxy;
       cluster.proxies.push(adminProxy);
       return cluster;
     } catch (error) {
       template.close();
-      if (clockDir) rmSync(clockDir, { recursive: true, force: true });
+      clock?.close();
       throw error;
     }
   }
@@ -88,7 +80,7 @@ export class HaCluster {
   }
 
   get clockSteps(): boolean {
-    return this.clockDir !== undefined;
+    return this.clock !== undefined;
   }
 
   /** A proxy that must follow the primary across failovers. */
@@ -154,9 +146,9 @@ export class HaCluster {
 
   /** Steps both servers' clocks by `seconds` (cumulative); false when there is no libfaketime. */
   stepClock(seconds: number): boolean {
-    if (!this.clockDir) return false;
+    if (!this.clock) return false;
     this.offsetSeconds += seconds;
-    writeOffset(this.clockDir, this.offsetSeconds);
+    this.clock.set(`${this.offsetSeconds >= 0 ? '+' : ''}${this.offsetSeconds}s`);
     return true;
   }
 
@@ -169,13 +161,6 @@ export class HaCluster {
       await server.kill().catch(() => undefined);
     }
     this.template.close();
-    if (this.clockDir) rmSync(this.clockDir, { recursive: true, force: true });
+    this.clock?.close();
   }
-}
-
-/** Written aside and renamed: the servers read the file on every clock call. */
-function writeOffset(dir: string, seconds: number): void {
-  const file = join(dir, 'offset');
-  writeFileSync(`${file}.next`, `${seconds >= 0 ? '+' : ''}${seconds}s\n`, { mode: 0o644 });
-  renameSync(`${file}.next`, file);
 }

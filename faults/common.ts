@@ -1,10 +1,13 @@
 // Shared by the fault suite's driver, worker processes and checker: the history record
-// types, the common monotonic clock and a seeded random generator.
+// types (run and slot lines carry the fields of the shared JSON vocabulary, src/testing/events.ts),
+// the common monotonic clock and a seeded random generator.
 //
 // Time: every process on the machine reads the same CLOCK_MONOTONIC through
 // process.hrtime(), so worker events and nemesis faults share one timeline whatever the wall
 // clocks say (the skewed worker runs under libfaketime with DONT_FAKE_MONOTONIC=1, which
 // leaves CLOCK_MONOTONIC alone).
+
+import type { EventJson } from '../src/testing/events.js';
 
 /** Milliseconds on the machine-wide monotonic clock (CLOCK_MONOTONIC), shared by all processes. */
 export function mono(): number {
@@ -32,33 +35,13 @@ export type HistoryLine =
       afterLost: boolean;
       mono: number;
     }
-  | {
-      type: 'end';
-      worker: string;
-      job: string;
-      slot: string;
-      fence: number;
-      outcome: string;
-      error: string | null;
-      /** The run's token (replicated tier only, for the probes after a failover). */
-      token?: string;
-      mono: number;
-    }
-  | {
-      type: 'skip';
-      worker: string;
-      job: string;
-      slot: string;
-      holder: string | null;
-      holderFence: number;
-      holderSlot: string | null;
-      heldMs: number | null;
-      mono: number;
-    }
+  /** run:finished; `token`: the run's token (replicated tier only, for the probes after a failover). */
+  | ({ type: 'end'; worker: string; token?: string; mono: number } & Omit<EventJson<'run:finished'>, 'durationMs'>)
+  | ({ type: 'skip'; worker: string; mono: number } & Omit<EventJson<'slot:skipped'>, 'buffered'>)
   | { type: 'skip-log'; worker: string; job: string; slot: string; holder: string | null; msg: string; mono: number }
-  | { type: 'missed'; worker: string; job: string; slots: string[]; mono: number }
+  | ({ type: 'missed'; worker: string; mono: number } & EventJson<'slot:missed'>)
   | { type: 'lost'; worker: string; job: string; fence: number; reason: string; message: string; mono: number }
-  | { type: 'liveness-lost'; worker: string; error: string; mono: number }
+  | ({ type: 'liveness-lost'; worker: string; mono: number } & EventJson<'liveness:lost'>)
   | { type: 'stall'; worker: string; from: number; to: number; mono: number }
   | { type: 'stopped'; worker: string; mono: number }
   /**
@@ -150,6 +133,3 @@ export class Rng {
 }
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, Math.max(0, ms)));
-
-/** libfaketime as Debian's faketime package installs it, or undefined. */
-export const LIBFAKETIME_PATHS = ['/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1', '/usr/lib/aarch64-linux-gnu/faketime/libfaketime.so.1', '/usr/lib/faketime/libfaketime.so.1'];

@@ -23,6 +23,8 @@ import {
   type Logger,
   type Worker,
 } from '../src/index.js';
+import { EVENT_JSON, reportEvents } from '../src/testing/events.js';
+import { writeLine } from '../src/testing/json-lines.js';
 import { mono, Rng, sleep, type HistoryLine, type JobSpec, type WriteStatus } from './common.js';
 
 const workerName = process.env.WORKER ?? `w${process.pid}`;
@@ -35,8 +37,9 @@ const url = process.env.DATABASE_URL;
 const probeMs = process.env.PROBE_MS ? (process.env.PROBE_MS.split(',').map(Number) as [number, number]) : undefined;
 
 type Omit2<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
-function out(line: Omit2<HistoryLine, 'worker' | 'mono'>): void {
-  process.stdout.write(`${JSON.stringify({ ...line, worker: workerName, mono: mono() })}\n`);
+type HistoryEvent = Omit2<HistoryLine, 'worker' | 'mono'>;
+function out(line: HistoryEvent): void {
+  writeLine({ ...line, worker: workerName, mono: mono() });
 }
 
 // The library's log: skip lines become history (property (d) wants a log line naming the
@@ -221,31 +224,19 @@ for (let attempt = 1; !worker; attempt++) {
   }
 }
 const w = worker;
-w.on('lease:acquired', (lease) =>
-  out({ type: 'grant', job: lease.name, slot: lease.slot?.toISOString() ?? null, fence: lease.fence, tookOver: lease.tookOver }),
-);
+// The history's event lines: the shared JSON forms (src/testing/events.ts), under the
+// history's names; lease events also name their job.
+w.on('lease:acquired', (lease) => out({ type: 'grant', job: lease.name, ...EVENT_JSON['lease:acquired'](lease) }));
 w.on('run:finished', (run) => {
   // only a token whose release the database acknowledged is dead for sure
   const released = !unreleased.delete(runKey(run.job, run.fence));
   if (!released) tokens.delete(runKey(run.job, run.fence));
   const token = tokens.get(runKey(run.job, run.fence));
-  out({ type: 'end', job: run.job, slot: run.slot.toISOString(), fence: run.fence, outcome: run.outcome, error: run.error, ...(token ? { token } : {}) });
+  out({ type: 'end', ...EVENT_JSON['run:finished'](run), ...(token ? { token } : {}) });
   probeLater(run.job, run.fence);
 });
-w.on('slot:skipped', (skip) =>
-  out({
-    type: 'skip',
-    job: skip.job,
-    slot: skip.slot.toISOString(),
-    holder: skip.holder,
-    holderFence: skip.holderFence,
-    holderSlot: skip.holderSlot?.toISOString() ?? null,
-    heldMs: skip.heldMs,
-  }),
-);
-w.on('slot:missed', (missed) => out({ type: 'missed', job: missed.job, slots: missed.slots.map((s) => s.toISOString()) }));
-w.on('lease:lost', (lease, error) => out({ type: 'lost', job: lease.name, fence: lease.fence, reason: error.reason, message: error.message.slice(0, 300) }));
-w.on('liveness:lost', (error) => out({ type: 'liveness-lost', error: error.message.slice(0, 200) }));
+reportEvents(w, { 'slot:skipped': 'skip', 'slot:missed': 'missed', 'liveness:lost': 'liveness-lost' }, (type, fields) => out({ type, ...fields } as HistoryEvent));
+w.on('lease:lost', (lease, error) => out({ type: 'lost', job: lease.name, ...EVENT_JSON['lease:lost'](lease, error) }));
 out({ type: 'ready', pid: process.pid, wall: Date.now() });
 
 await w.stopped;

@@ -1,51 +1,36 @@
 // A forward database clock step is remembered by the database, not only by the workers that
 // saw it: a worker started after the step must not record the slots it jumped over as missed.
 // The server is a PostgreSQL of this test's own under libfaketime (offset read from a file).
-import { chmodSync, existsSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { startWorker, type Worker } from '../src/index.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/db/embedded.js';
 import { silentLogger } from '../src/observe/logger.js';
-import { LIBFAKETIME_PATHS } from '../faults/common.js';
+import { findLibfaketime, SteppedClock } from '../src/testing/faketime.js';
 import { waitFor } from './support/db.js';
 
 // libfaketime comes from Debian's faketime package, which .ci/run installs.
-const libfaketime = LIBFAKETIME_PATHS.find(existsSync);
+const libfaketime = findLibfaketime();
 
 let server: EmbeddedPostgres | undefined;
-let folder: string;
-let offsetFile: string;
-
-function setOffset(offset: string): void {
-  // renamed into place: the server reads the file on every clock call
-  writeFileSync(`${offsetFile}.next`, `${offset}\n`, { mode: 0o644 });
-  renameSync(`${offsetFile}.next`, offsetFile);
-}
+let clock: SteppedClock | undefined;
 
 beforeAll(async () => {
   if (!libfaketime) return;
-  folder = mkdtempSync(join(tmpdir(), 'leasehold-steps-'));
-  chmodSync(folder, 0o755); // the server may run as another OS user
-  offsetFile = join(folder, 'offset');
-  setOffset('+0s');
-  server = await startEmbeddedPostgres({
-    environment: { LD_PRELOAD: libfaketime, FAKETIME_TIMESTAMP_FILE: offsetFile, FAKETIME_NO_CACHE: '1', DONT_FAKE_MONOTONIC: '1' },
-  });
+  clock = SteppedClock.create(libfaketime, 'leasehold-steps-');
+  server = await startEmbeddedPostgres({ environment: clock.env });
 }, 120_000);
 
 afterAll(async () => {
   await server?.stop();
-  if (folder) rmSync(folder, { recursive: true, force: true });
+  clock?.close();
 });
 
 const STEP_S = 600;
 
 it.skipIf(!libfaketime)('a worker started after a forward step records none of the jumped-over slots as missed (uses libfaketime)', async () => {
   const url = server!.connectionString;
-  setOffset('+0s');
+  clock?.set('+0s');
   const pool = new pg.Pool({ connectionString: url, max: 2 });
   const workers: Worker[] = [];
   const start = async (job: string) => {
@@ -72,7 +57,7 @@ it.skipIf(!libfaketime)('a worker started after a forward step records none of t
     const b = await start('watch-b');
     await waitFor(async () => (await lastSlot('watch-a')) !== null && (await lastSlot('watch-b')) !== null, 15_000);
     const before = await lastSlot('late');
-    setOffset(`+${STEP_S}s`);
+    clock?.set(`+${STEP_S}s`);
     // both noticed it; the fleet stores one window
     const windows = async () =>
       (await pool.query<{ from_time: Date; to_time: Date; recorded_by: string }>('select from_time, to_time, recorded_by from leasehold.clock_steps')).rows;
@@ -118,6 +103,6 @@ it.skipIf(!libfaketime)('a worker started after a forward step records none of t
   } finally {
     await Promise.allSettled(workers.map((w) => w.stop()));
     await pool.end();
-    setOffset('+0s');
+    clock?.set('+0s');
   }
 }, 120_000);

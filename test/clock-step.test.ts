@@ -2,29 +2,17 @@
 // with its offset read from a file (changed while a worker and a lease holder are running).
 // The database clock is the authority: a +1 h step expires every lease at once and jumps over
 // 3,600 slots that never existed; a -30 s step must not stop scheduling.
-import { chmodSync, existsSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createLeasehold, createMetrics, startWorker, type Leasehold, type Logger, type Worker } from '../src/index.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/db/embedded.js';
-import { LIBFAKETIME_PATHS } from '../faults/common.js';
+import { findLibfaketime, SteppedClock } from '../src/testing/faketime.js';
 import { sleep, waitFor } from './support/db.js';
 
 // libfaketime comes from Debian's faketime package, which .ci/run installs.
-const libfaketime = LIBFAKETIME_PATHS.find(existsSync);
+const libfaketime = findLibfaketime();
 
 let server: EmbeddedPostgres | undefined;
-let folder: string;
-let offsetFile: string;
-
-/** Sets the server's clock offset from real time, e.g. '+3600s'. Read on every clock call. */
-function setOffset(offset: string): void {
-  // written aside and renamed: the server's processes read the file on every clock call and
-  // must never see it half-written
-  writeFileSync(`${offsetFile}.next`, `${offset}\n`, { mode: 0o644 });
-  renameSync(`${offsetFile}.next`, offsetFile);
-}
+let clock: SteppedClock | undefined;
 
 interface Line {
   level: string;
@@ -39,30 +27,21 @@ function collectingLogger(lines: Line[]): Logger {
 
 beforeAll(async () => {
   if (!libfaketime) return;
-  folder = mkdtempSync(join(tmpdir(), 'leasehold-clock-'));
-  chmodSync(folder, 0o755); // the server may run as another OS user
-  offsetFile = join(folder, 'offset');
-  setOffset('+0s');
-  server = await startEmbeddedPostgres({
-    environment: {
-      LD_PRELOAD: libfaketime,
-      FAKETIME_TIMESTAMP_FILE: offsetFile,
-      FAKETIME_NO_CACHE: '1',
-      DONT_FAKE_MONOTONIC: '1',
-    },
-  });
+  // the server's clock offset from real time, e.g. '+3600s': read on every clock call
+  clock = SteppedClock.create(libfaketime, 'leasehold-clock-');
+  server = await startEmbeddedPostgres({ environment: clock.env });
 }, 120_000);
 
 afterAll(async () => {
   await server?.stop();
-  if (folder) rmSync(folder, { recursive: true, force: true });
+  clock?.close();
 });
 
 // With liveness on, its ping notices the step; with liveness off (PgBouncer setups), the
 // client's clock probe and the worker's claims do.
 it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows +1 h and -30 s steps of the database clock while a worker runs, liveness $liveness (uses libfaketime)', async ({ liveness }) => {
   const url = server!.connectionString;
-  setOffset('+0s');
+  clock?.set('+0s');
   const suffix = liveness ? 'live' : 'nolive';
   const lines: Line[] = [];
   const logger = collectingLogger(lines);
@@ -117,7 +96,7 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
     // past the older one (slots are claimed once, in order)
     await until('a step away from the 10 s boundary', () => Date.now() % 10_000 >= 2_000 && Date.now() % 10_000 < 4_000, 15_000, 20);
     const stepped = Date.now();
-    setOffset('+3600s');
+    clock?.set('+3600s');
     await until('lease lost after +1h', () => lease.lost, 10_000, 20);
     const lostAfterMs = Date.now() - stepped;
     expect(lease.lostReason?.reason).toBe('clock-step');
@@ -147,7 +126,7 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
     // -30 seconds: slots already claimed come again later by the database clock; scheduling
     // must go on (pause ~30 s of slots that ran, then continue), not stop silently.
     const back = Date.now();
-    setOffset('+3570s');
+    clock?.set('+3570s');
     // (the holder has no lease left, so without liveness only the worker reads the clock now)
     await until('worker sees -30s', () => workerSteps.some((delta) => delta < -25_000 && delta > -35_000), 10_000);
     await until('step-back line', () => lines.some((l) => l.event === 'clock:step-back'), 10_000);

@@ -10,7 +10,8 @@
 import { describe, expect, it } from 'vitest';
 import { check, type CheckInput, type DbSnapshot } from '../faults/checker.js';
 import type { FaultRecord, HistoryLine } from '../faults/common.js';
-import { findLibfaketime, preset, RESULTS_DIR, runFaultSuite, type HaSetup, type SuiteReport } from '../faults/harness.js';
+import { findLibfaketime } from '../src/testing/faketime.js';
+import { preset, RESULTS_DIR, runFaultSuite, type HaSetup, type SuiteReport } from '../faults/harness.js';
 import type { FailoverMutantName } from '../faults/mutants.js';
 
 const skip = !!process.env.DATABASE_URL && process.env.FAULTS_FORCE !== '1';

@@ -10,7 +10,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { check, type CheckInput, type DbSnapshot } from '../faults/checker.js';
 import { FAULT_KINDS, HA_FAULT_KINDS, MUTANTS, type FaultKind, type FaultRecord, type HistoryLine } from '../faults/common.js';
-import { findLibfaketime, preset, RESULTS_DIR, runFaultSuite, type SuiteReport } from '../faults/harness.js';
+import { findLibfaketime } from '../src/testing/faketime.js';
+import { preset, RESULTS_DIR, runFaultSuite, type SuiteReport } from '../faults/harness.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/testing.js';
 
 const skip = !!process.env.DATABASE_URL && process.env.FAULTS_FORCE !== '1';

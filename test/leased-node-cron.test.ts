@@ -6,14 +6,14 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { client, freshDatabase, rawPool } from './support/db.js';
-import { HolderProcess } from './support/processes.js';
+import { JsonLinesProcess, startFixture } from './support/processes.js';
 import { leased } from '../src/index.js';
 import { parseSchedule } from '../src/schedule/schedule.js';
 import { occurrenceAtOrBefore, occurrenceFor } from '../src/integrations/occurrence.js';
 
 const REPLICA = fileURLToPath(new URL('./fixtures/node-cron-replica.ts', import.meta.url));
 let url: string;
-const children: HolderProcess[] = [];
+const children: JsonLinesProcess[] = [];
 
 beforeAll(async () => {
   url = await freshDatabase();
@@ -60,7 +60,7 @@ describe('three node-cron replicas every second, a handler that overruns every 4
     const started = await Promise.all(
       ['leased', 'control'].flatMap((mode) =>
         [0, 1, 2].map((i) =>
-          HolderProcess.startFixture(url, { MODE: mode, HOLDER: `${mode}-${i + 1}`, JOB: 'cron-every-second', ...(mode === 'leased' ? skew(i) : {}) }, REPLICA),
+          startFixture(url, { MODE: mode, HOLDER: `${mode}-${i + 1}`, JOB: 'cron-every-second', ...(mode === 'leased' ? skew(i) : {}) }, REPLICA),
         ),
       ),
     );

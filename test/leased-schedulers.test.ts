@@ -9,7 +9,7 @@ import { SimpleIntervalJob, AsyncTask, ToadScheduler } from 'toad-scheduler';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { leased, type JobContext, type Leasehold, type LeasedFunction } from '../src/index.js';
 import { client, freshDatabase, rawPool } from './support/db.js';
-import { HolderProcess } from './support/processes.js';
+import { JsonLinesProcess, startFixture } from './support/processes.js';
 
 let url: string;
 let replicas: Leasehold[];
@@ -124,14 +124,14 @@ describe('bree (each run in a new worker thread with its own client)', () => {
   it('two bree processes: no occurrence runs twice', { timeout: 120_000 }, async () => {
     const main = fileURLToPath(new URL('./fixtures/bree/main.ts', import.meta.url));
     await rawPool(url, 2).query('create table bree_witness (slot timestamptz, holder text)');
-    const procs = await Promise.all(['bree-1', 'bree-2'].map((holder) => HolderProcess.startFixture(url, { HOLDER: holder }, main)));
+    const procs = await Promise.all(['bree-1', 'bree-2'].map((holder) => startFixture(url, { HOLDER: holder }, main)));
     try {
       await sleep(10_000);
     } finally {
       for (const p of procs) p.signal('SIGTERM');
       await Promise.all(procs.map((p) => p.exited));
     }
-    for (const p of procs) expect(p.lines.filter((l) => l.event === 'error'), p.stderr.join('')).toEqual([]);
+    for (const p of procs) expect(p.lines.filter((l) => l.event === 'error'), p.stderr).toEqual([]);
     const db = rawPool(url, 2);
     const witness = (await db.query<{ slot: Date; n: string }>('select slot, count(*) n from bree_witness group by slot')).rows;
     const runs = (await db.query<{ slot: Date; n: string }>("select slot, count(*) n from leasehold.runs where job = 'bree-report' group by slot")).rows;

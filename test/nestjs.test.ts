@@ -13,14 +13,14 @@ import { Cron, Interval, ScheduleModule } from '@nestjs/schedule';
 import { silentLogger } from '../src/observe/logger.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { client, freshDatabase, rawPool } from './support/db.js';
-import { HolderProcess, type Line } from './support/processes.js';
+import { JsonLinesProcess, startFixture, type Line } from './support/processes.js';
 import { Leased, LeaseholdModule, nestLogger } from '../src/nestjs/index.js';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const APP = fileURLToPath(new URL('./fixtures/nest/app.ts', import.meta.url));
 const APP_TSCONFIG = fileURLToPath(new URL('./fixtures/nest/tsconfig.json', import.meta.url));
 let url: string;
-const children: HolderProcess[] = [];
+const children: JsonLinesProcess[] = [];
 
 beforeAll(async () => {
   url = await freshDatabase();
@@ -129,7 +129,7 @@ type Run = { slot: Date; holder: string; outcome: string; started_at: Date };
 
 describe('a NestJS application in three processes', () => {
   it('runs each @Cron occurrence once, records and logs skips, survives a SIGKILL on time, shuts down cleanly', { timeout: 180_000 }, async () => {
-    const start = (i: number) => HolderProcess.start(process.execPath, ['--import', 'tsx', APP], { DATABASE_URL: url, HOLDER: `nest-${i}`, LOG: 'json', TSX_TSCONFIG_PATH: APP_TSCONFIG }, undefined, 60_000);
+    const start = (i: number) => JsonLinesProcess.start(process.execPath, ['--import', 'tsx', APP], { DATABASE_URL: url, HOLDER: `nest-${i}`, LOG: 'json', TSX_TSCONFIG_PATH: APP_TSCONFIG }, undefined, 60_000);
     const apps = await Promise.all([1, 2, 3].map(start));
     children.push(...apps);
     for (const app of apps) {
@@ -143,7 +143,7 @@ describe('a NestJS application in three processes', () => {
     await sleep(7_000);
 
     // SIGKILL the replica holding nest-a right now (it may be in an overrun)
-    let victim: HolderProcess | undefined;
+    let victim: JsonLinesProcess | undefined;
     for (let i = 0; i < 100 && !victim; i++) {
       const { rows } = await db.query<{ holder: string }>("select holder from leasehold.leases where name = 'nest-a' and token is not null");
       victim = apps.find((a) => a.holderName === rows[0]?.holder);
@@ -159,7 +159,7 @@ describe('a NestJS application in three processes', () => {
     const survivors = apps.filter((a) => a !== victim);
     for (const s of survivors) s.signal('SIGTERM');
     await Promise.all(survivors.map((s) => s.exited));
-    for (const s of survivors) expect(s.lines.some((l) => l.event === 'closed'), s.stderr.join('')).toBe(true);
+    for (const s of survivors) expect(s.lines.some((l) => l.event === 'closed'), s.stderr).toBe(true);
 
     const runs = async (job: string) =>
       (await db.query<Run>('select slot, holder, outcome, started_at from leasehold.runs where job = $1 and slot >= $2 and slot <= $3 order by slot', [job, from, until])).rows;

@@ -5,13 +5,12 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeaseLostError } from '../src/index.js';
 import { client, freshDatabase, rawPool, sleep, waitFor } from './support/db.js';
-import { JsonLinesProcess } from './support/json-lines.js';
+import { JsonLinesProcess } from './support/processes.js';
 import { findPgBouncer, startPgBouncer, type PgBouncer } from './support/pgbouncer.js';
 
 const BINARY = findPgBouncer();
 const missing = BINARY ? '' : ' [SKIPPED: no pgbouncer binary on PATH or in /usr/sbin (Debian package pgbouncer)]';
 const HOLDER = fileURLToPath(new URL('./fixtures/pooled-holder.ts', import.meta.url));
-const TSX = fileURLToPath(new URL('../node_modules/tsx/dist/esm/index.mjs', import.meta.url));
 
 let direct: string;
 let bouncer: PgBouncer | undefined;
@@ -94,7 +93,7 @@ describe.concurrent('through PgBouncer (pool_mode = transaction)', () => {
         { holder: 'doomed-session', name: 'killed-session', ttl: '30s', liveness: bouncer!.url(`${database}_session`) },
         { holder: 'doomed-nolive', name: 'killed-ttl', ttl: '1500ms', liveness: 'off' },
       ];
-      const proc = await JsonLinesProcess.start(process.execPath, ['--import', TSX, HOLDER], { LEASE_URL: pooled, LEASES: JSON.stringify(leases) });
+      const proc = await JsonLinesProcess.startScript(HOLDER, { LEASE_URL: pooled, LEASES: JSON.stringify(leases) });
       started.push(proc);
       expect(proc.lines[0]).toEqual({ event: 'ready', fences: { 'killed-direct': 1, 'killed-session': 1, 'killed-ttl': 1 } });
       const heir = await client(pooled, { holder: 'heir', liveness: false });

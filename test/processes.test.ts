@@ -1,19 +1,19 @@
 // Separate processes against one database: killed, paused and clock-skewed holders,
 // psql sharing leases with the TypeScript client, and a lost-update fuzz test.
 import { execFile, spawn } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { fakeClockEnv, findLibfaketime } from '../src/testing/faketime.js';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { client, freshDatabase, rawPool, sleep, waitFor } from './support/db.js';
-import { HolderProcess } from './support/processes.js';
+import { startFixture, type JsonLinesProcess } from './support/processes.js';
 
 const run = promisify(execFile);
 let url: string;
-const started: HolderProcess[] = [];
+const started: JsonLinesProcess[] = [];
 
-async function holder(env: Record<string, string> = {}): Promise<HolderProcess> {
-  const child = await HolderProcess.startFixture(url, env);
+async function holder(env: Record<string, string> = {}): Promise<JsonLinesProcess> {
+  const child = await startFixture(url, env);
   started.push(child);
   return child;
 }
@@ -105,11 +105,11 @@ describe('a paused holder (SIGSTOP)', () => {
 });
 
 describe('a holder with a skewed clock', () => {
-  const libfaketime = ['/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1', '/usr/lib/faketime/libfaketime.so.1'].find(existsSync);
+  const libfaketime = findLibfaketime();
 
   // libfaketime comes from Debian's faketime package, which .ci/run installs.
   it.skipIf(!libfaketime)('gets the same expiry decisions: the database clock rules (uses libfaketime)', async () => {
-    const skew = (offset: string) => ({ LD_PRELOAD: libfaketime!, FAKETIME: offset, DONT_FAKE_MONOTONIC: '1' });
+    const skew = (offset: string) => fakeClockEnv(libfaketime!, offset);
     const fast = await holder({ HOLDER: 'fast', ...skew('+5m') });
     const slow = await holder({ HOLDER: 'slow', ...skew('-5m') });
     const fastNow = Number((await fast.send({ cmd: 'now' })).now);

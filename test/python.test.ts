@@ -6,7 +6,7 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeaseLostError, type Leasehold } from '../src/index.js';
 import { client, freshDatabase, rawPool, sleep, waitFor } from './support/db.js';
-import { JsonLinesProcess } from './support/json-lines.js';
+import { JsonLinesProcess } from './support/processes.js';
 
 // The Debian interpreter on purpose: python3-psycopg2 and python3-django belong to it, not to
 // another python3 that may come first on PATH.

@@ -1,13 +1,13 @@
 // Several scheduler worker processes on one database: no overlap, each slot once, killed and
 // stopped workers, skewed clocks. Checked against the run history in the database.
-import { existsSync } from 'node:fs';
+import { fakeClockEnv, findLibfaketime } from '../src/testing/faketime.js';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { client, freshDatabase, rawPool } from './support/db.js';
-import { HolderProcess, SCHEDULED_WORKER } from './support/processes.js';
+import { SCHEDULED_WORKER, startFixture, type JsonLinesProcess } from './support/processes.js';
 
 let url: string;
-const children: HolderProcess[] = [];
+const children: JsonLinesProcess[] = [];
 
 beforeAll(async () => {
   url = await freshDatabase();
@@ -19,9 +19,9 @@ afterEach(async () => {
   await Promise.all(children.splice(0).map((c) => c.kill()));
 });
 
-async function workers(count: number, jobs: object[], env: (i: number) => Record<string, string> = () => ({})): Promise<HolderProcess[]> {
+async function workers(count: number, jobs: object[], env: (i: number) => Record<string, string> = () => ({})): Promise<JsonLinesProcess[]> {
   const started = await Promise.all(
-    Array.from({ length: count }, (_, i) => HolderProcess.startFixture(url, { JOBS: JSON.stringify(jobs), HOLDER: `w${i + 1}`, ...env(i) }, SCHEDULED_WORKER)),
+    Array.from({ length: count }, (_, i) => startFixture(url, { JOBS: JSON.stringify(jobs), HOLDER: `w${i + 1}`, ...env(i) }, SCHEDULED_WORKER)),
   );
   children.push(...started);
   return started;
@@ -102,7 +102,7 @@ describe('graceful shutdown (SIGTERM)', () => {
     await sleep(200);
     const stoppedAt = Date.now();
     stopped.signal('SIGTERM');
-    expect(await stopped.exited).toBe(0);
+    expect((await stopped.exited).code).toBe(0);
     expect(Date.now() - stoppedAt).toBeLessThan(3_000);
     const finished = stopped.lines.find((l) => l.event === 'finished' && l.slot === first.line.slot);
     expect(finished).toMatchObject({ outcome: 'aborted' });
@@ -114,11 +114,11 @@ describe('graceful shutdown (SIGTERM)', () => {
 });
 
 describe('workers with clocks skewed by minutes', () => {
-  const libfaketime = ['/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1', '/usr/lib/faketime/libfaketime.so.1'].find(existsSync);
+  const libfaketime = findLibfaketime();
 
   // libfaketime comes from Debian's faketime package, which .ci/run installs.
   it.skipIf(!libfaketime)('run each slot on time by the database clock, neither early nor late (uses libfaketime)', async () => {
-    const skew = (offset: string) => ({ LD_PRELOAD: libfaketime!, FAKETIME: offset, DONT_FAKE_MONOTONIC: '1' });
+    const skew = (offset: string) => fakeClockEnv(libfaketime!, offset);
     await workers(2, [{ name: 'skewed', every: '1s', ttl: '5s' }], (i) => skew(i === 0 ? '+5m' : '-5m'));
     await sleep(4_500);
     const runs = await history('skewed');

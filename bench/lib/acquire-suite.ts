@@ -11,7 +11,7 @@ import { CONTESTED_TTL, compareContested, runContestedCell, type CellRun } from 
 import { leaseholdPattern } from './leasehold-sql.js';
 import { patternInfo, PATTERN_IDS, type ClaimConnection, type ClaimPattern, type PatternId, type PatternInfo } from './pattern.js';
 import { findRedisServer, redisPattern, RedisSession, startRedisServer, type RedisServer } from './redis.js';
-import type { AcquireResults, RedisStatus } from './report.js';
+import type { AcquireResults, RedisStatus } from './results.js';
 import { Session } from './session.js';
 import {
   advisoryScenario,

@@ -14,7 +14,7 @@ import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { Redis } from 'ioredis';
-import { killOnExit } from './child.js';
+import { killOnExit } from '../../src/testing/json-lines.js';
 import type { ClaimConnection, ClaimOutcome, ClaimPattern } from './pattern.js';
 import { sleep } from './stats.js';
 

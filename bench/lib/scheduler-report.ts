@@ -1,6 +1,7 @@
 // The scheduler part of the report: its target checks, tables and prose (text and markdown).
-import { MAX_CLAIM_RETRIES, type IdleResult, type SchedulerResults, type TickResult } from './scheduler.js';
-import type { TargetCheck } from './report.js';
+import { MAX_CLAIM_RETRIES, type IdleResult, type SchedulerResults } from './scheduler.js';
+import type { TickResult } from './tick-analysis.js';
+import type { TargetCheck } from './results.js';
 import { max, min } from './stats.js';
 import type { Table } from './table.js';
 

@@ -9,9 +9,9 @@
 //   Redis:                   SET NX PX by the holder; only the TTL frees it (Redis's clock).
 import { performance } from 'node:perf_hooks';
 import { fileURLToPath } from 'node:url';
-import { HolderProcess } from '../../test/support/processes.js';
+import { JsonLinesProcess } from '../../src/testing/json-lines.js';
+import { startFixture } from '../../test/support/processes.js';
 import { advisoryKey, TRY_ADVISORY_LOCK } from './advisory.js';
-import { JsonChild } from './child.js';
 import { COMPARE_AND_DELETE, redisKey, RedisSession } from './redis.js';
 import { Session } from './session.js';
 import { max, median, round, sleep } from './stats.js';
@@ -104,7 +104,7 @@ export async function leaseholdScenario(connectionString: string, liveness: bool
     ttlSeconds,
     freedBy: liveness ? 'the liveness lock ends with the holder\'s session' : 'the TTL (database clock)',
     async hold(name) {
-      const holder = await HolderProcess.startFixture(connectionString, liveness ? {} : { LIVENESS: 'off' });
+      const holder = await startFixture(connectionString, liveness ? {} : { LIVENESS: 'off' });
       try {
         const answer = await holder.send({ cmd: 'acquire', name, ttl: `${ttlSeconds}s` });
         if (answer.acquired !== true || typeof answer.expiresAt !== 'string') {
@@ -136,8 +136,8 @@ export async function leaseholdScenario(connectionString: string, liveness: bool
 }
 
 /** Starts bench/fixtures/lock-holder.ts and waits for its ready line. */
-async function startLockHolder(label: string, env: Record<string, string>): Promise<JsonChild> {
-  const holder = JsonChild.spawn(label, LOCK_HOLDER, env);
+async function startLockHolder(label: string, env: Record<string, string>): Promise<JsonLinesProcess> {
+  const holder = JsonLinesProcess.nodeScript(LOCK_HOLDER, { label, env });
   try {
     await holder.waitFor((line) => line.event === 'ready', 30_000);
     return holder;
@@ -147,7 +147,7 @@ async function startLockHolder(label: string, env: Record<string, string>): Prom
   }
 }
 
-async function holderAcquire(holder: JsonChild, name: string, ttlMs: number): Promise<void> {
+async function holderAcquire(holder: JsonLinesProcess, name: string, ttlMs: number): Promise<void> {
   const answer = await holder.send({ cmd: 'acquire', name, ttlMs });
   if (answer.acquired !== true) throw new Error(`the holder did not take "${name}": ${JSON.stringify(answer)}`);
 }

@@ -1,82 +1,68 @@
-// Spawns and drives demo worker processes (worker.ts): JSON-line events in, commands out,
-// signals, and a kill that always works (a stopped process is continued first).
+// Spawns and drives demo worker processes (worker.ts) through the JSON-lines toolkit
+// (src/testing/json-lines.ts): events in, commands out, signals, and a kill that always works.
 //
 // The worker runs from source (tsx) when this file does (a checkout: `npm run demo`), and as
 // plain JavaScript from dist/ otherwise (the installed package: `leasehold demo`).
-import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { parseMessage, type MessageOf, type WorkerCommand, type WorkerEvent, type WorkerMessage } from './protocol.js';
+import { JsonLinesProcess, type ExitStatus } from '../testing/json-lines.js';
+import { toMessage, type MessageOf, type WorkerCommand, type WorkerEvent, type WorkerMessage } from './protocol.js';
 
 const FROM_SOURCE = import.meta.url.endsWith('.ts');
 /** The package root: two levels up from src/demo/ or dist/demo/. */
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const WORKER = fileURLToPath(new URL(FROM_SOURCE ? './worker.ts' : './worker.js', import.meta.url));
 
-/** The command line that runs the worker with this Node.js. */
-function workerCommand(): { command: string; args: string[] } {
-  if (!FROM_SOURCE) return { command: process.execPath, args: [WORKER] };
-  const tsx = fileURLToPath(new URL('node_modules/tsx/dist/esm/index.mjs', new URL('../../', import.meta.url)));
-  return { command: process.execPath, args: ['--import', tsx, WORKER] };
-}
-
 export class WorkerProcess {
   /** True once we sent SIGSTOP and not yet SIGCONT. */
   frozen = false;
   /** Set before a kill or stop we asked for, so its exit is not reported as a crash. */
   exitExpected = false;
-  readonly exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
-  private stderrText = '';
 
   private constructor(
     readonly name: string,
-    readonly child: ChildProcessWithoutNullStreams,
-    onMessage: (message: WorkerMessage) => void,
-  ) {
-    createInterface({ input: child.stdout }).on('line', (text) => {
-      const message = parseMessage(text);
-      if (message) onMessage(message);
-    });
-    child.stderr.on('data', (chunk: Buffer) => {
-      this.stderrText = (this.stderrText + chunk.toString()).slice(-4000);
-    });
-    child.stdin.on('error', () => undefined); // writing to a worker that just died
-    this.exited = new Promise((resolve) => child.on('exit', (code, signal) => resolve({ code, signal })));
-  }
+    private readonly child: JsonLinesProcess,
+  ) {}
 
   static spawn(name: string, databaseUrl: string, onMessage: (message: WorkerMessage) => void): WorkerProcess {
-    const { command, args } = workerCommand();
-    const child = spawn(command, args, {
+    const child = JsonLinesProcess.nodeScript(WORKER, {
+      label: name,
       cwd: ROOT,
-      env: { ...process.env, DATABASE_URL: databaseUrl, WORKER_NAME: name },
-      stdio: ['pipe', 'pipe', 'pipe'],
+      env: { DATABASE_URL: databaseUrl, WORKER_NAME: name },
+      keepLines: false,
+      stderrLimit: 4_000,
+      onLine: (line) => {
+        const message = toMessage(line);
+        if (message) onMessage(message);
+      },
     });
-    // A failed spawn (say the executable is gone) emits 'error' and then 'exit'; the exit is reported.
-    child.on('error', () => undefined);
-    return new WorkerProcess(name, child, onMessage);
+    return new WorkerProcess(name, child);
+  }
+
+  get exited(): Promise<ExitStatus> {
+    return this.child.exited;
   }
 
   get pid(): number {
-    return this.child.pid ?? -1;
+    return this.child.pid;
   }
 
   get alive(): boolean {
-    return this.child.exitCode === null && this.child.signalCode === null;
+    return this.child.alive;
   }
 
   /** The last few KB the process wrote to stderr. */
   get stderr(): string {
-    return this.stderrText;
+    return this.child.stderr;
   }
 
   send(command: WorkerCommand): void {
-    if (this.alive) this.child.stdin.write(`${JSON.stringify(command)}\n`);
+    this.child.write(command);
   }
 
   signal(signal: 'SIGKILL' | 'SIGSTOP' | 'SIGCONT'): void {
     if (!this.alive) return;
     if (signal === 'SIGKILL') this.exitExpected = true;
-    this.child.kill(signal);
+    this.child.signal(signal);
     if (signal === 'SIGSTOP') this.frozen = true;
     if (signal === 'SIGCONT') this.frozen = false;
   }
@@ -85,8 +71,7 @@ export class WorkerProcess {
   killNow(): void {
     if (!this.alive) return;
     this.exitExpected = true;
-    this.child.kill('SIGCONT');
-    this.child.kill('SIGKILL');
+    this.child.killNow();
   }
 
   /** Asks the worker to finish its runs and exit; kills it after `graceMs`. */

@@ -2,6 +2,7 @@
 // commands as JSON lines on the worker's stdin, events as JSON lines on its stdout. Also the
 // demo's jobs, shared by both sides so that the orchestrator knows the schedule it plans for.
 import type { LeaseLostReason } from '../errors.js';
+import type { EventJson } from '../testing/events.js';
 
 /** Runs every 2 s and usually takes less; a slow run makes the next slot skip. */
 export const REPORT_JOB = {
@@ -48,24 +49,15 @@ export type WorkerCommand =
 export type WorkerEvent =
   | { type: 'ready'; pid: number; holder: string }
   /** run:started; `tookOver` when the lease's previous holder never released it; `plannedMs` how long the handler will take. */
-  | { type: 'started'; job: string; slot: string; fence: number; tookOver: boolean; plannedMs: number }
+  | ({ type: 'started'; tookOver: boolean; plannedMs: number } & EventJson<'run:started'>)
   /** run:finished */
-  | { type: 'finished'; job: string; slot: string; fence: number; outcome: string; error: string | null; durationMs: number }
+  | ({ type: 'finished' } & EventJson<'run:finished'>)
   /** slot:skipped (only the worker that recorded the skip reports it) */
-  | {
-      type: 'skipped';
-      job: string;
-      slot: string;
-      holder: string | null;
-      holderFence: number;
-      holderSlot: string | null;
-      heldMs: number | null;
-      buffered: boolean;
-    }
+  | ({ type: 'skipped' } & EventJson<'slot:skipped'>)
   /** slot:missed */
-  | { type: 'missed'; job: string; slots: string[] }
-  /** lease:lost (a lease stopped being ours before we released it; its AbortSignal fired) */
-  | { type: 'lost'; job: string; fence: number; reason: LeaseLostReason }
+  | ({ type: 'missed' } & EventJson<'slot:missed'>)
+  /** lease:lost (a lease stopped being ours before we released it; its AbortSignal fired); `job` is the lease's name */
+  | ({ type: 'lost'; job: string } & EventJson<'lease:lost'>)
   /** The run's fenced write committed. */
   | { type: 'wrote'; job: string; slot: string; fence: number }
   /**
@@ -108,28 +100,16 @@ const EVENT_TYPES: ReadonlySet<string> = new Set([
 ]);
 const COMMANDS: ReadonlySet<string> = new Set(['plan', 'stop']);
 
-function record(text: string): Record<string, unknown> | undefined {
-  let value: unknown;
-  try {
-    value = JSON.parse(text);
-  } catch {
-    return undefined;
-  }
-  return typeof value === 'object' && value !== null && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
-}
-
-/** Parses one stdout line of a worker; undefined for anything that is not an event. */
-export function parseMessage(text: string): WorkerMessage | undefined {
-  const value = record(text);
-  if (!value || typeof value.type !== 'string' || !EVENT_TYPES.has(value.type)) return undefined;
+/** A worker's stdout line as an event; undefined for anything that is not one. */
+export function toMessage(value: Record<string, unknown>): WorkerMessage | undefined {
+  if (typeof value.type !== 'string' || !EVENT_TYPES.has(value.type)) return undefined;
   if (typeof value.worker !== 'string' || typeof value.at !== 'number') return undefined;
   return value as unknown as WorkerMessage;
 }
 
-/** Parses one stdin line of a worker; undefined for anything that is not a command. */
-export function parseCommand(text: string): WorkerCommand | undefined {
-  const value = record(text);
-  if (!value || typeof value.cmd !== 'string' || !COMMANDS.has(value.cmd)) return undefined;
+/** A worker's stdin line as a command; undefined for anything that is not one. */
+export function toCommand(value: Record<string, unknown>): WorkerCommand | undefined {
+  if (typeof value.cmd !== 'string' || !COMMANDS.has(value.cmd)) return undefined;
   if (value.cmd === 'plan' && (typeof value.job !== 'string' || typeof value.slot !== 'string' || typeof value.ms !== 'number')) return undefined;
   return value as unknown as WorkerCommand;
 }

@@ -10,18 +10,19 @@
 // It prints nothing but JSON lines on stdout (see protocol.ts), from the worker's events; the
 // orchestrator (run.ts) tells the story. Commands come as JSON lines on stdin.
 // Environment: DATABASE_URL (the demo database), WORKER_NAME (its holder name).
-import { createInterface } from 'node:readline';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LeaseLostError } from '../errors.js';
 import { silentLogger } from '../observe/logger.js';
 import type { JobContext } from '../worker/job.js';
 import { startWorker, type Worker } from '../worker/worker.js';
-import { DEMO_JOBS, parseCommand, slotKey, type WorkerCommand, type WorkerEvent } from './protocol.js';
+import { EVENT_JSON } from '../testing/events.js';
+import { serveCommands, writeLine } from '../testing/json-lines.js';
+import { DEMO_JOBS, toCommand, slotKey, type WorkerCommand, type WorkerEvent } from './protocol.js';
 
 const name = process.env.WORKER_NAME ?? `worker-${process.pid}`;
 
 function emit(event: WorkerEvent): void {
-  process.stdout.write(`${JSON.stringify({ ...event, worker: name, at: Date.now() })}\n`);
+  writeLine({ ...event, worker: name, at: Date.now() });
 }
 
 /** `job@slot` → how long that run takes (ms). */
@@ -87,41 +88,13 @@ const tookOver = new Map<string, boolean>();
 worker.on('lease:acquired', (lease) => tookOver.set(`${lease.name}#${lease.fence}`, lease.tookOver));
 worker.on('run:started', (run) => {
   const key = `${run.job}#${run.fence}`;
-  emit({
-    type: 'started',
-    job: run.job,
-    slot: run.slot.toISOString(),
-    fence: run.fence,
-    tookOver: tookOver.get(key) ?? false,
-    plannedMs: plannedMs(run.job, run.slot),
-  });
+  emit({ type: 'started', ...EVENT_JSON['run:started'](run), tookOver: tookOver.get(key) ?? false, plannedMs: plannedMs(run.job, run.slot) });
   tookOver.delete(key);
 });
-worker.on('run:finished', (run) =>
-  emit({
-    type: 'finished',
-    job: run.job,
-    slot: run.slot.toISOString(),
-    fence: run.fence,
-    outcome: run.outcome,
-    error: run.error,
-    durationMs: Math.round(run.durationMs),
-  }),
-);
-worker.on('slot:skipped', (skip) =>
-  emit({
-    type: 'skipped',
-    job: skip.job,
-    slot: skip.slot.toISOString(),
-    holder: skip.holder,
-    holderFence: skip.holderFence,
-    holderSlot: skip.holderSlot?.toISOString() ?? null,
-    heldMs: skip.heldMs,
-    buffered: skip.buffered,
-  }),
-);
-worker.on('slot:missed', (missed) => emit({ type: 'missed', job: missed.job, slots: missed.slots.map((s) => s.toISOString()) }));
-worker.on('lease:lost', (lease, error) => emit({ type: 'lost', job: lease.name, fence: lease.fence, reason: error.reason }));
+worker.on('run:finished', (run) => emit({ type: 'finished', ...EVENT_JSON['run:finished'](run) }));
+worker.on('slot:skipped', (skip) => emit({ type: 'skipped', ...EVENT_JSON['slot:skipped'](skip) }));
+worker.on('slot:missed', (missed) => emit({ type: 'missed', ...EVENT_JSON['slot:missed'](missed) }));
+worker.on('lease:lost', (lease, error) => emit({ type: 'lost', job: lease.name, ...EVENT_JSON['lease:lost'](lease, error) }));
 
 /** Log fields as JSON can carry them (errors by their message). */
 function plain(fields: object): Record<string, unknown> {
@@ -155,12 +128,13 @@ function handle(command: WorkerCommand): void {
 process.on('SIGINT', () => void stop());
 process.on('SIGTERM', () => void stop());
 
-const input = createInterface({ input: process.stdin });
-input.on('line', (line) => {
-  const command = parseCommand(line);
-  if (command) handle(command);
-});
-// The orchestrator is gone: do not linger (liveness frees any lease at once when we exit).
-input.on('close', () => void stop());
+serveCommands(
+  (line) => {
+    const command = toCommand(line);
+    if (command) handle(command);
+  },
+  // The orchestrator is gone: do not linger (liveness frees any lease at once when we exit).
+  { onClose: () => void stop() },
+);
 
 emit({ type: 'ready', pid: process.pid, holder: worker.holder });

@@ -1,7 +1,7 @@
 // The failover test's checks: pure functions of what the client processes acknowledged (their
 // JSON lines, with wall-clock times of one machine) and of probes after the failover. Each
 // check is a count, so before/after numbers can be compared and a mutant must raise one.
-import type { Line } from './json-lines.js';
+import type { Line } from './processes.js';
 
 export interface Acquired {
   name: string;

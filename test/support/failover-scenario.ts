@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { installMutant, type FailoverMutantName } from '../../faults/mutants.js';
 import { FaultProxy } from '../../faults/proxy.js';
-import { JsonLinesProcess, type Line } from './json-lines.js';
+import { JsonLinesProcess, type Line } from './processes.js';
 import type { ClusterTemplate, ReplicatedPair, ReplicationMode } from '../../faults/replication.js';
 import {
   backwardFences,
@@ -24,7 +24,6 @@ import {
 } from './failover-checks.js';
 
 const CLIENT = fileURLToPath(new URL('../fixtures/failover-client.ts', import.meta.url));
-const TSX = fileURLToPath(new URL('../../node_modules/tsx/dist/esm/index.mjs', import.meta.url));
 
 export interface ScenarioOptions {
   mode: ReplicationMode;
@@ -83,7 +82,7 @@ export class Fleet {
     await proxy.listen();
     const url = `postgres://postgres@127.0.0.1:${proxy.port}/postgres`;
     const started = await Promise.allSettled(
-      Array.from({ length: count }, () => JsonLinesProcess.start(process.execPath, ['--import', TSX, CLIENT], { DATABASE_URL: url })),
+      Array.from({ length: count }, () => JsonLinesProcess.startScript(CLIENT, { DATABASE_URL: url })),
     );
     const clients = started.flatMap((r) => (r.status === 'fulfilled' ? [r.value] : []));
     const failed = started.find((r) => r.status === 'rejected');

@@ -4,8 +4,8 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { delimiter, join } from 'node:path';
-import pg from 'pg';
 import { freePort } from '../../src/db/embedded.js';
+import { waitUntilServerReady } from '../../src/testing/server-ready.js';
 
 /** The pgbouncer binary (Debian installs it in /usr/sbin, often not on a user's PATH), or undefined. */
 export function findPgBouncer(): string | undefined {
@@ -107,27 +107,11 @@ async function startOnce(binary: string, directUrl: string, port: number): Promi
   };
 
   // Ready when a query goes through it to the server.
-  const deadline = Date.now() + 10_000;
-  for (;;) {
-    if (!running) {
-      await stop();
-      throw new Error(`pgbouncer exited at start: ${log}`);
-    }
-    const probe = new pg.Client({ connectionString: url(), connectionTimeoutMillis: 2_000 });
-    probe.on('error', () => undefined);
-    try {
-      await probe.connect();
-      await probe.query('select 1');
-      await probe.end();
-      break;
-    } catch (error) {
-      await probe.end().catch(() => undefined);
-      if (Date.now() > deadline) {
-        await stop();
-        throw new Error(`pgbouncer on port ${port} did not pass a query within 10 s: ${String(error)}\n${log}`);
-      }
-      await new Promise((resolve) => setTimeout(resolve, 50));
-    }
+  try {
+    await waitUntilServerReady(url(), { what: `pgbouncer on port ${port}`, timeoutMs: 10_000, alive: () => running, log: () => log });
+  } catch (error) {
+    await stop();
+    throw error;
   }
   return { port, url, log: () => log, stop };
 }

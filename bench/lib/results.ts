@@ -1,0 +1,87 @@
+// One benchmark run's record: what it measured (the JSON written to bench/results/, local and
+// ignored by git) and where it goes. A run of every part also rewrites bench/RESULTS.md, the
+// committed page that ships in the package.
+import { mkdir, writeFile } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+import { BENCH_PARTS, type BenchPart } from './config.js';
+import type { CellResult, ContestedComparison } from './contested.js';
+import type { MachineInfo } from './machine.js';
+import type { PatternInfo } from './pattern.js';
+import { renderMarkdownPage } from './report.js';
+import type { HeartbeatResults } from './heartbeats.js';
+import type { SchedulerResults } from './scheduler.js';
+import type { TakeoverResult } from './takeover.js';
+import type { WalResult } from './wal.js';
+
+export interface BenchSettings {
+  cellSeconds: number;
+  rounds: number;
+  clientCounts: number[];
+  warmupSeconds: number;
+  contestedTtl: string;
+  walAttempts: number;
+  walTrials: number;
+  takeoverRuns: number;
+  pollIntervalMs: number;
+  /** Cells in the order they ran, e.g. "r1 classic×8". */
+  order: string[];
+}
+
+export interface TargetCheck {
+  what: string;
+  target: string;
+  measured: string;
+  met: boolean;
+}
+
+/** Whether the Redis patterns ran: on a private redis-server, or left out and why. */
+export type RedisStatus = { status: 'measured'; binary: string; version: string; port: number } | { status: 'skipped'; reason: string };
+
+export interface AcquireResults {
+  settings: BenchSettings;
+  /** The patterns measured, classic (the baseline) first, with what each guarantees. */
+  patterns: PatternInfo[];
+  redis: RedisStatus;
+  contested: { comparisons: ContestedComparison[]; cells: CellResult[] };
+  /** WAL per declined claim, for the PostgreSQL patterns. */
+  wal: WalResult[];
+  /** Takeover after a SIGKILLed holder, one entry per mechanism. */
+  takeover: TakeoverResult[];
+}
+
+export interface BenchResults {
+  benchmark: 'leasehold';
+  /** The parts this run measured. */
+  parts: BenchPart[];
+  machine: MachineInfo;
+  acquire?: AcquireResults;
+  scheduler?: SchedulerResults;
+  heartbeats?: HeartbeatResults;
+  targets: TargetCheck[];
+  /** os.loadavg() (1, 5, 15 min) when the run started and ended: other work on the machine skews the numbers. */
+  loadAverage: { start: number[]; end: number[] };
+  durationSeconds: number;
+}
+
+const BENCH_DIR = fileURLToPath(new URL('../', import.meta.url));
+
+const RESULTS_DIR = fileURLToPath(new URL('../results/', import.meta.url));
+
+/**
+ * Writes bench/results/<parts>-<date>.json; a run of every part also writes
+ * bench/results/latest.json and bench/RESULTS.md. Returns the files written.
+ */
+export async function writeResults(results: BenchResults): Promise<string[]> {
+  await mkdir(RESULTS_DIR, { recursive: true });
+  const complete = BENCH_PARTS.every((part) => results.parts.includes(part));
+  const jsonName = `${complete ? 'bench' : results.parts.join('-')}-${results.machine.date.replace(/[:.]/g, '-')}.json`;
+  const json = `${JSON.stringify(results, null, 2)}\n`;
+  const written = [`${RESULTS_DIR}${jsonName}`];
+  await writeFile(`${RESULTS_DIR}${jsonName}`, json);
+  if (complete) {
+    await writeFile(`${RESULTS_DIR}latest.json`, json);
+    await writeFile(`${BENCH_DIR}RESULTS.md`, renderMarkdownPage(results, jsonName));
+    written.push(`${RESULTS_DIR}latest.json`, `${BENCH_DIR}RESULTS.md`);
+  }
+  return written;
+}

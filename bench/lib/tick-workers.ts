@@ -1,0 +1,30 @@
+// The tick-worker processes of the scheduler benchmark (bench/fixtures/tick-worker.ts), driven
+// through the JSON-lines toolkit: start, wait until ready, ask for their records and usage.
+import { fileURLToPath } from 'node:url';
+import { JsonLinesProcess } from '../../src/testing/json-lines.js';
+import { isUsageSample, isWorkerDump, type UsageSample, type WorkerDump } from './tick-protocol.js';
+
+const TICK_WORKER = fileURLToPath(new URL('../fixtures/tick-worker.ts', import.meta.url));
+
+const START_TIMEOUT_MS = 240_000;
+
+export function spawnWorker(connectionString: string, holder: string, env: Record<string, string>): JsonLinesProcess {
+  return JsonLinesProcess.nodeScript(TICK_WORKER, { label: holder, env: { DATABASE_URL: connectionString, HOLDER: holder, ...env }, nodeArgs: ['--expose-gc'] });
+}
+
+export async function waitReady(child: JsonLinesProcess): Promise<{ at: number; startMs: number }> {
+  const line = await child.waitFor((l) => l.event === 'ready', START_TIMEOUT_MS);
+  return { at: Number(line.at), startMs: Number(line.startMs) };
+}
+
+export async function dump(child: JsonLinesProcess): Promise<WorkerDump> {
+  const answer = await child.send({ cmd: 'dump' }, 60_000);
+  if (!isWorkerDump(answer)) throw new Error(`${child.label}: unexpected dump ${JSON.stringify(answer).slice(0, 200)}`);
+  return answer;
+}
+
+export async function usage(child: JsonLinesProcess, gc = false): Promise<UsageSample> {
+  const answer = await child.send({ cmd: 'usage', gc });
+  if (!isUsageSample(answer)) throw new Error(`${child.label}: unexpected usage ${JSON.stringify(answer).slice(0, 200)}`);
+  return answer;
+}
