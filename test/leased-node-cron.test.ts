@@ -70,7 +70,7 @@ describe('three node-cron replicas every second, a handler that overruns every 4
     await sleep(12_000);
     const until = new Date(Math.floor(Date.now() / 1000) * 1000 - 2000);
     await Promise.all(started.map(async (c) => c.signal('SIGTERM')));
-    const codes = await Promise.all(started.map((c) => c.exited));
+    const codes = await Promise.all(started.map(async (c) => (await c.exited).code));
     expect(codes).toEqual([0, 0, 0, 0, 0, 0]);
     for (const c of started) expect(c.lines.filter((l) => l.event === 'error')).toEqual([]);
 
