@@ -1,8 +1,10 @@
-// The batch functions on one connection, call after call: claim_slots and finish_runs for
+// The batch functions on one connection, call after call: claim (OLD=1: claim_slots) and finish_runs for
 // JOBS jobs, CALLS times in a row. PostgreSQL switches a PL/pgSQL statement to a generic plan
-// after five calls; for the batch statements (unnest of arrays joined to indexes) a generic plan
-// was ~40x slower, and a slow finish keeps the finished jobs' lease rows locked. Prints each
-// call's time so a switch shows as a step after call 5.
+// after five calls when it estimates it no dearer; for the batch statements (unnest of arrays
+// joined to indexes) its estimate of the arrays' size is a guess, and issue 12 measured a
+// 10,000-run finish_runs at 8.7-9.3 s instead of ~0.2 s that way. The batch functions now force
+// custom plans (sql/0006_contract.sql); this prints each call's time, so a switch would show as
+// a step after call 5.
 //   DATABASE_URL=postgres://... npx tsx bench/batch-plans.ts [jobs=10000] [calls=8]
 import { openBenchDatabase } from './lib/database.js';
 import { Session } from './lib/session.js';
@@ -31,7 +33,7 @@ try {
         ? `select job, fence, token from leasehold.claim_slots($1, array_fill($2::timestamptz, array[$4::int]),
              array_fill(interval '1 minute', array[$4::int]), array_fill('exclusive'::text, array[$4::int]), array_fill(0, array[$4::int]), $3)
             where claimed`
-        : `select job, fence, token from leasehold.claim_slots(
+        : `select job, fence, token from leasehold.claim(
              array(select row(j, $2::timestamptz, interval '1 minute', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3)
             where claimed and $4::int > 0`,
       [names, slot, 'bench', n],
@@ -51,7 +53,7 @@ try {
   }
   const show = (ms: number[]) => ms.map((m) => m.toFixed(0)).join(', ');
   process.stdout.write(`${n} jobs, ${calls} calls on one connection (ms per call)\n`);
-  process.stdout.write(`claim_slots:  ${show(claimMs)}\nfinish_runs:  ${show(finishMs)}\n`);
+  process.stdout.write(`${process.env.OLD ? 'claim_slots' : 'claim'}:  ${show(claimMs)}\nfinish_runs:  ${show(finishMs)}\n`);
 } finally {
   await session.close();
   await database.close();

@@ -1371,9 +1371,9 @@ insert into leasehold.migrations (version, name, breaking) values (5, '0005_priv
 --     transaction or savepoint; and a slot is either run or recorded skipped, never both.
 --     claim_slots() stays, as a thin wrapper, for SQL callers of schema 5.
 --   * The batch functions plan every statement for the arrays they are given
---     (plan_cache_mode = force_custom_plan): PostgreSQL's generic plan, chosen after five
---     calls on a connection, guesses the size of unnest() and made a 10,000-run finish
---     ~40x slower while the finished jobs' lease rows stayed locked.
+--     (plan_cache_mode = force_custom_plan): PostgreSQL may switch a PL/pgSQL statement to a
+--     generic plan after five calls on a connection, and a generic plan guesses the size of
+--     unnest(); a slow finish keeps the finished jobs' lease rows locked.
 
 -- run_outcomes: every value leasehold.runs.outcome may hold. 'running' until the run ends.
 create function leasehold.run_outcomes() returns text[]
