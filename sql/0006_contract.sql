@@ -393,7 +393,9 @@ language sql volatile as $$
     p_holder, p_holder_key);
 $$;
 
--- register_jobs is a batch too
+-- register_jobs is a batch too. RESET ALL first, so that its settings come in the same order
+-- on an upgraded database as on a fresh one (secure_schema() adds search_path back after).
+alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) reset all;
 alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text)
   set plan_cache_mode = force_custom_plan;
 
