@@ -314,6 +314,7 @@ begin
   with pending as (
     select c.job, c.slot, c.mode, c.buffer_cap as cap, l.holder as l_holder, l.fence as l_fence,
            l.last_slot as l_last_slot, l.acquired_at as l_acquired_at,
+           exists (select 1 from leasehold.skips k where k.job = c.job and k.slot = c.slot) as skip_exists,
            case
              when l.name is null then 'unknown-job'
              when c.slot > now() then 'slot-not-due'
@@ -330,11 +331,12 @@ begin
      where c.job not in (select unnest(v_names))
   ),
   -- held, as the newest row version says under a lock no claim can pass; a row a claimer has
-  -- locked (SKIP LOCKED) or that changed meanwhile is reported holder-committing: ask again
+  -- locked (SKIP LOCKED) or that changed meanwhile is reported holder-committing: ask again.
+  -- A slot whose skip is recorded already needs no lock (and takes no lock, no xid).
   held as (
     select p.job, p.slot, p.cap, l.holder, l.fence, l.last_slot, l.acquired_at
       from pending p join leasehold.leases l on l.name = p.job
-     where p.why = 'held'
+     where p.why = 'held' and not p.skip_exists
        and (l.last_slot is null or p.slot > l.last_slot)
        and not leasehold.is_free(l)
        for share of l skip locked
@@ -355,7 +357,8 @@ begin
     returning buffered.job, buffered.slot
   )
   select p.job, p.slot, false,
-         case when p.why = 'held' and not exists (select 1 from held h where h.job = p.job) then 'holder-committing' else p.why end,
+         case when p.why = 'held' and not p.skip_exists and not exists (select 1 from held h where h.job = p.job)
+              then 'holder-committing' else p.why end,
          null::uuid, null::bigint, null::timestamptz, null::timestamptz,
          p.l_holder, p.l_fence, p.l_last_slot, p.l_acquired_at,
          exists (select 1 from skipped s where s.job = p.job and s.slot = p.slot),

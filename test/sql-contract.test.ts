@@ -92,6 +92,9 @@ describe('claim()', () => {
     const [a] = await claim(c, ['report'], t(0), 'worker-a');
     const [b] = await claim(c, ['report'], t(1), 'worker-b');
     expect([a!.claimed, b!.claimed, b!.reason, b!.skip_recorded]).toEqual([true, false, 'held', true]);
+    // another worker noticing the same skip: held, recorded once (by B)
+    const [again] = await claim(c, ['report'], t(1), 'worker-d');
+    expect([again!.claimed, again!.reason, again!.skip_recorded]).toEqual([false, 'held', false]);
     await finish(c, a!);
     const [late] = await claim(c, ['report'], t(1), 'worker-c');
     expect([late!.claimed, late!.reason]).toEqual([false, 'slot-skipped']);
