@@ -14,7 +14,10 @@
 --   * The batch functions plan every statement for the arrays they are given
 --     (plan_cache_mode = force_custom_plan): PostgreSQL may switch a PL/pgSQL statement to a
 --     generic plan after five calls on a connection, and a generic plan guesses the size of
---     unnest(); a slow finish keeps the finished jobs' lease rows locked.
+--     unnest(); a slow finish keeps the finished jobs' lease rows locked. And jit = off: the
+--     planner's row estimates for joins of unnest() run far above the real sizes, which made
+--     PostgreSQL compile a 10,000-job claim with JIT, for seconds of a statement that runs in
+--     a fraction of that (measured with auto_explain: bench/batch-plans.ts EXPLAIN=1).
 
 -- run_outcomes: every value leasehold.runs.outcome may hold. 'running' until the run ends.
 create function leasehold.run_outcomes() returns text[]
@@ -101,6 +104,7 @@ create or replace function leasehold.finish_runs(
 language plpgsql volatile
 set lock_timeout = '2s'
 set plan_cache_mode = force_custom_plan
+set jit = off
 as $$
 #variable_conflict use_column
 declare
@@ -205,6 +209,7 @@ create function leasehold.claim(
 language plpgsql volatile
 set lock_timeout = '2s'
 set plan_cache_mode = force_custom_plan
+set jit = off
 as $$
 #variable_conflict use_column
 declare
@@ -401,6 +406,8 @@ $$;
 alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) reset all;
 alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text)
   set plan_cache_mode = force_custom_plan;
+alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text)
+  set jit = off;
 
 insert into leasehold.access (object, level) values
   ('claim', 'client'), ('liveness_locks', 'reader'),
