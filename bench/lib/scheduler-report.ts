@@ -183,7 +183,7 @@ function warmupLine(results: SchedulerResults): string | null {
 export function schedulerText(results: SchedulerResults, render: (table: Table) => string): string[] {
   const lines = [
     `Scheduler: ${setupLine(results).replace(/`/g, '')}`,
-    'Claims: "tick -> last claim" ends when the last claim_slots statement that claimed a slot returned; batch = a worker\'s first (full) statement',
+    'Claims: "tick -> last claim" ends when the last claim statement that claimed a slot returned; batch = a worker\'s first (full) statement',
     render(claimsTable(results.ticks)),
     '',
     'Runs: start = handler start - slot; statements per worker = everything sent from 1 s before the tick to 1 s before the next',
@@ -194,7 +194,7 @@ export function schedulerText(results: SchedulerResults, render: (table: Table) 
   const failures = finishErrorsLine(results);
   if (failures) lines.push(failures);
   if (results.probe.runs.length > 0 || results.probe.note) {
-    lines.push('', `One claim of all ${integer(results.settings.jobs)} jobs (all free), alone on the database, with auto_explain timing the statements inside claim_slots`);
+    lines.push('', `One claim of all ${integer(results.settings.jobs)} jobs (all free), alone on the database, with auto_explain timing the statements inside leasehold.claim`);
     if (results.probe.runs.length > 0) lines.push(render(probeTable(results)));
     if (results.probe.note) lines.push(results.probe.note);
   }
