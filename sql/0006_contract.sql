@@ -213,7 +213,10 @@ set jit = off
 as $$
 #variable_conflict use_column
 declare
-  v_names text[];
+  -- the claims this call locked, and the slot each claims (an older buffered one may come
+  -- first); parallel arrays, so that no step joins two unnest()s (the planner's estimate of such
+  -- a join is the product of their sizes)
+  v_claims leasehold.slot_claim[];
   v_slots timestamptz[];
 begin
   perform leasehold.check_holder(p_holder);
@@ -223,12 +226,12 @@ begin
 
   -- 1. Lock the lease rows this call may claim. Random order with SKIP LOCKED, so workers
   --    claiming the same tick share the jobs instead of queueing behind one another.
-  select coalesce(array_agg(x.name), '{}'), coalesce(array_agg(x.claim_slot), '{}') into v_names, v_slots
+  select coalesce(array_agg(x.claim), '{}'), coalesce(array_agg(x.claim_slot), '{}') into v_claims, v_slots
     from (
-      select l.name, w.claim_slot
+      select w.claim, w.claim_slot
         from leasehold.leases l
         join (
-          select c.job, c.mode, c.buffer_cap,
+          select c.job, c.mode, c.buffer_cap, c as claim,
                  least(c.slot, coalesce(
                    (select min(b.slot) from leasehold.buffered b
                      where b.job = c.job
@@ -249,18 +252,17 @@ begin
 
   -- 2. A skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock
   --    committed before it: this statement's snapshot sees it, the lock of step 1 did not.
-  select coalesce(array_agg(k.name), '{}'), coalesce(array_agg(k.claim_slot), '{}') into v_names, v_slots
-    from unnest(v_names, v_slots) k(name, claim_slot)
-    join unnest(p_claims) c on c.job = k.name
-   where not (c.mode = 'exclusive' and c.buffer_cap = 0
-              and exists (select 1 from leasehold.skips s where s.job = k.name and s.slot = k.claim_slot));
+  select coalesce(array_agg(row(k.job, k.slot, k.ttl, k.mode, k.buffer_cap)::leasehold.slot_claim), '{}'),
+         coalesce(array_agg(k.claim_slot), '{}') into v_claims, v_slots
+    from unnest(v_claims, v_slots) k(job, slot, ttl, mode, buffer_cap, claim_slot)
+   where not (k.mode = 'exclusive' and k.buffer_cap = 0
+              and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot));
 
   -- 3. Claim what is locked and still claimable.
   return query
   with claiming as (
-    select k.name, k.claim_slot, c.slot, c.ttl, c.mode, c.buffer_cap as cap
-      from unnest(v_names, v_slots) k(name, claim_slot)
-      join unnest(p_claims) c on c.job = k.name
+    select k.job as name, k.claim_slot, k.slot, k.ttl, k.mode, k.buffer_cap as cap
+      from unnest(v_claims, v_slots) k(job, slot, ttl, mode, buffer_cap, claim_slot)
   ),
   claimed as (
     update leasehold.leases l
@@ -333,7 +335,7 @@ begin
            end as why
       from unnest(p_claims) c
       left join leasehold.leases l on l.name = c.job
-     where c.job not in (select unnest(v_names))
+     where c.job not in (select k.job from unnest(v_claims) k)
   ),
   -- held, as the newest row version says under a lock no claim can pass; a row a claimer has
   -- locked (SKIP LOCKED) or that changed meanwhile is reported holder-committing: ask again.
