@@ -1,58 +1,92 @@
-// The batch functions on one connection, call after call: claim_slots and finish_runs for
-// JOBS jobs, CALLS times in a row. PostgreSQL switches a PL/pgSQL statement to a generic plan
-// after five calls; for the batch statements (unnest of arrays joined to indexes) a generic plan
-// was ~40x slower, and a slow finish keeps the finished jobs' lease rows locked. Prints each
-// call's time so a switch shows as a step after call 5.
-//   DATABASE_URL=postgres://... npx tsx bench/batch-plans.ts [jobs=10000] [calls=8]
-import { openBenchDatabase } from './lib/database.js';
-import { Session } from './lib/session.js';
+// The batch functions after small calls: a worker's connection finishes and claims a few runs
+// at a time most of the day, then a big tick comes. PostgreSQL may switch a PL/pgSQL statement
+// to a generic plan after five calls, when the generic plan looks no dearer than the custom
+// ones it made; planned for a guessed array size, that plan can be far slower for a batch of
+// 10,000 (issue 12 measured finish_runs at 8.7-9.3 s instead of ~0.2 s), and a slow finish
+// keeps the finished jobs' lease rows locked. Schema 6 forces custom plans on the batch
+// functions. This makes SMALL calls of one job each on one connection, then one call with the
+// rest, and prints the times; SCHEMA=5 installs the schema before that fix (claim_slots).
+//   DATABASE_URL=postgres://... npx tsx bench/batch-plans.ts [jobs=10000] [small=6]
+//   (without DATABASE_URL an embedded server; SCHEMA=5|6, default the latest; EXPLAIN=1)
+import pg from 'pg';
+import { installScript, latestVersion } from '../src/db/migrations.js';
+import { createTestDatabase, startEmbeddedPostgres, type EmbeddedPostgres } from '../src/testing.js';
 
 const jobs = Number(process.argv[2] ?? 10_000);
-const calls = Number(process.argv[3] ?? 8);
-const database = await openBenchDatabase(process.env.DATABASE_URL);
-const session = await Session.open(database.url, 'bench-batch-plans');
+const small = Number(process.argv[3] ?? 6);
+const schema = Number(process.env.SCHEMA ?? latestVersion());
+let server: EmbeddedPostgres | undefined;
+if (!process.env.DATABASE_URL) server = await startEmbeddedPostgres();
+const database = await createTestDatabase(process.env.DATABASE_URL ?? (server as EmbeddedPostgres).connectionString, 'leasehold_bench');
+const client = new pg.Client({ connectionString: database.url, application_name: 'bench-batch-plans' });
+await client.connect();
 try {
-  // PLAN_MODE=force_generic_plan shows at once what call 6 on would cost without the fix
-  if (process.env.PLAN_MODE) await session.query(`select set_config('plan_cache_mode', $1, false)`, [process.env.PLAN_MODE]);
-  const names = Array.from({ length: jobs }, (_, i) => `plan-${i}`);
-  const n = names.length;
-  await session.query(
-    'select count(*) from leasehold.register_jobs($1, $2, $3, $4, $5, $6, $7, $8)',
-    [names, names.map(() => '* * * * *'), names.map(() => null), names.map(() => 60_000), names.map(() => 60_000), names.map(() => 'skip'), names.map(() => 'none'), 'bench'],
-  );
-  const base = Date.now() - calls * 60_000 - 60_000;
-  const claimMs: number[] = [];
-  const finishMs: number[] = [];
-  for (let call = 0; call < calls; call++) {
-    const slot = new Date(base + call * 60_000);
-    let startedAt = performance.now();
-    const claimed = await session.query<{ job: string; fence: string; token: string }>(
-      process.env.OLD
-        ? `select job, fence, token from leasehold.claim_slots($1, array_fill($2::timestamptz, array[$4::int]),
-             array_fill(interval '1 minute', array[$4::int]), array_fill('exclusive'::text, array[$4::int]), array_fill(0, array[$4::int]), $3)
-            where claimed`
-        : `select job, fence, token from leasehold.claim_slots(
-             array(select row(j, $2::timestamptz, interval '1 minute', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3)
-            where claimed and $4::int > 0`,
-      [names, slot, 'bench', n],
-    );
-    claimMs.push(performance.now() - startedAt);
-    if (claimed.length !== n) throw new Error(`call ${call + 1}: claimed ${claimed.length} of ${n}`);
-    startedAt = performance.now();
-    await session.query('select count(*) from leasehold.finish_runs($1, $2, $3::uuid[], $4, $5, $6)', [
-      claimed.map((r) => r.job),
-      claimed.map((r) => r.fence),
-      claimed.map((r) => r.token),
-      claimed.map(() => 'succeeded'),
-      claimed.map(() => null),
-      claimed.map(() => 1),
-    ]);
-    finishMs.push(performance.now() - startedAt);
+  await client.query(`begin; ${installScript(0, schema)} commit;`);
+  // EXPLAIN=1: auto_explain prints the plans of the slow statements inside (needs the module)
+  if (process.env.EXPLAIN) {
+    client.on('notice', (n: { message?: string }) => process.stdout.write(`${n.message ?? ''}\n`));
+    await client.query(`load 'auto_explain'; set auto_explain.log_min_duration = 500; set auto_explain.log_nested_statements = on;
+                        set auto_explain.log_analyze = on; set auto_explain.log_timing = off; set client_min_messages = log`);
   }
-  const show = (ms: number[]) => ms.map((m) => m.toFixed(0)).join(', ');
-  process.stdout.write(`${n} jobs, ${calls} calls on one connection (ms per call)\n`);
-  process.stdout.write(`claim_slots:  ${show(claimMs)}\nfinish_runs:  ${show(finishMs)}\n`);
+  const names = Array.from({ length: jobs }, (_, i) => `plan-${i}`);
+  await client.query('select count(*) from leasehold.register_jobs($1, $2, $3, $4, $5, $6, $7, $8)', [
+    names,
+    names.map(() => '* * * * *'),
+    names.map(() => null),
+    names.map(() => 60_000),
+    names.map(() => 60_000),
+    names.map(() => 'skip'),
+    names.map(() => 'none'),
+    'bench',
+  ]);
+  const slot = new Date(Date.now() - 60_000);
+  const claim = async (batch: string[]) => {
+    const sql =
+      schema >= 6
+        ? `select job, fence, token from leasehold.claim(
+             array(select row(j, $2::timestamptz, interval '5 minutes', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3)
+            where claimed`
+        : `select job, fence, token from leasehold.claim_slots($1, array(select $2::timestamptz from unnest($1::text[])),
+             array(select interval '5 minutes' from unnest($1::text[])), array(select 'exclusive'::text from unnest($1::text[])),
+             array(select 0 from unnest($1::text[])), $3)
+            where claimed`;
+    const startedAt = performance.now();
+    const { rows } = await client.query<{ job: string; fence: string; token: string }>(sql, [batch, slot, 'bench']);
+    return { rows, ms: performance.now() - startedAt };
+  };
+  const finish = async (runs: Array<{ job: string; fence: string; token: string }>) => {
+    const startedAt = performance.now();
+    await client.query('select count(*) from leasehold.finish_runs($1, $2, $3::uuid[], $4, $5, $6)', [
+      runs.map((r) => r.job),
+      runs.map((r) => r.fence),
+      runs.map((r) => r.token),
+      runs.map(() => 'succeeded'),
+      runs.map(() => null),
+      runs.map(() => 1),
+    ]);
+    return performance.now() - startedAt;
+  };
+  const claimed: Array<{ job: string; fence: string; token: string }> = [];
+  const smallClaims: number[] = [];
+  for (let i = 0; i < small; i++) {
+    const { rows, ms } = await claim([names[i] as string]);
+    claimed.push(...rows);
+    smallClaims.push(ms);
+  }
+  const big = await claim(names.slice(small));
+  claimed.push(...big.rows);
+  if (claimed.length !== jobs) throw new Error(`claimed ${claimed.length} of ${jobs}`);
+  const smallFinishes: number[] = [];
+  for (let i = 0; i < small; i++) smallFinishes.push(await finish([claimed[i] as (typeof claimed)[number]]));
+  const bigFinish = await finish(claimed.slice(small));
+  const show = (ms: number[]) => ms.map((m) => m.toFixed(1)).join(', ');
+  process.stdout.write(
+    `schema ${schema}, ${jobs} jobs, one connection: ${small} calls of 1 job, then 1 call of ${jobs - small}\n` +
+      `${schema >= 6 ? 'claim' : 'claim_slots'}: small ${show(smallClaims)} ms; big ${big.ms.toFixed(0)} ms\n` +
+      `finish_runs: small ${show(smallFinishes)} ms; big ${bigFinish.toFixed(0)} ms\n`,
+  );
 } finally {
-  await session.close();
-  await database.close();
+  await client.end();
+  await database.drop();
+  await server?.stop();
 }

@@ -17,14 +17,14 @@ beforeAll(async () => {
 
 type ClaimRow = { job: string; slot: Date; claimed: boolean; reason: string; token: string | null; fence: string | null; skip_recorded: boolean };
 
-/** claim() of one slot per job, exclusive (overlap 'skip'). */
-const claim = async (c: pg.Client, jobs: string[], slot: Date, holder: string) =>
+/** claim() of one slot per job, exclusive (overlap 'skip'; bufferCap 1: 'buffer-one'). */
+const claim = async (c: pg.Client, jobs: string[], slot: Date, holder: string, bufferCap = 0) =>
   (
     await c.query<ClaimRow>(
       `select job, slot, claimed, reason, token, fence, skip_recorded from leasehold.claim(
-         array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3)
+         array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', $4)::leasehold.slot_claim from unnest($1::text[]) j), $3)
         order by job, claimed desc`,
-      [jobs, slot, holder],
+      [jobs, slot, holder, bufferCap],
     )
   ).rows;
 
@@ -92,10 +92,27 @@ describe('claim()', () => {
     const [a] = await claim(c, ['report'], t(0), 'worker-a');
     const [b] = await claim(c, ['report'], t(1), 'worker-b');
     expect([a!.claimed, b!.claimed, b!.reason, b!.skip_recorded]).toEqual([true, false, 'held', true]);
+    // another worker noticing the same slot: skipped already, recorded once (by B)
+    const [again] = await claim(c, ['report'], t(1), 'worker-d');
+    expect([again!.claimed, again!.reason, again!.skip_recorded]).toEqual([false, 'slot-skipped', false]);
     await finish(c, a!);
     const [late] = await claim(c, ['report'], t(1), 'worker-c');
     expect([late!.claimed, late!.reason]).toEqual([false, 'slot-skipped']);
     expect(await history(c, 'report')).toEqual({ runs: [t(0).getTime()], skips: [t(1).getTime()] });
+  });
+
+  it('records a skip once per slot under buffer-one too, and runs the buffered slot after the release', async () => {
+    const [c] = conns as [pg.Client];
+    const t = slots();
+    await register(c, ['buffered']);
+    const [a] = await claim(c, ['buffered'], t(0), 'worker-a', 1);
+    const [b] = await claim(c, ['buffered'], t(1), 'worker-b', 1);
+    const [d] = await claim(c, ['buffered'], t(1), 'worker-d', 1); // a second worker noticing it
+    expect([b!.reason, b!.skip_recorded, d!.reason, d!.skip_recorded]).toEqual(['held', true, 'held', false]);
+    const { rows } = await c.query<{ next_buffered_slot: Date }>(`select next_buffered_slot from leasehold.finish_run($1, $2, $3, 'succeeded')`, [a!.job, a!.fence, a!.token]);
+    expect(rows[0]!.next_buffered_slot.getTime()).toBe(t(1).getTime());
+    const [next] = await claim(c, ['buffered'], t(1), 'worker-a', 1);
+    expect([next!.claimed, next!.slot.getTime()]).toEqual([true, t(1).getTime()]);
   });
 
   it('a skip in flight keeps a claim of the same slot out: the holder\'s release waits for it, the claim after sees it', async () => {
@@ -159,7 +176,7 @@ describe('claim()', () => {
 describe('the batch functions', () => {
   const BATCH = ['claim', 'finish_runs', 'register_jobs'];
 
-  it('plan each call for its own arrays (plan_cache_mode = force_custom_plan), next to the pinned search_path', async () => {
+  it('plan each call for its own arrays (plan_cache_mode = force_custom_plan) without JIT, next to the pinned search_path', async () => {
     const [c] = conns as [pg.Client];
     const { rows } = await c.query<{ proname: string; proconfig: string[] }>(
       `select proname, proconfig from pg_proc where pronamespace = 'leasehold'::regnamespace and proname = any ($1) order by proname`,
@@ -168,6 +185,8 @@ describe('the batch functions', () => {
     expect(rows.map((r) => r.proname)).toEqual([...BATCH].sort());
     for (const row of rows) {
       expect(row.proconfig, row.proname).toContain('plan_cache_mode=force_custom_plan');
+      // the estimates for joins of unnest() are far too high: no JIT compilation for seconds
+      expect(row.proconfig, row.proname).toContain('jit=off');
       expect(row.proconfig, row.proname).toContain('search_path=pg_catalog, leasehold, pg_temp');
     }
   });

@@ -60,7 +60,7 @@ export function schedulerTargets(results: SchedulerResults): TargetCheck[] {
   const claimCounts = ticks.flatMap((t) => t.claimStatementsPerWorker);
   const errors = ticks.reduce((n, t) => n + claimErrors(t), 0);
   checks.push({
-    what: 'claim_slots statements per worker per tick',
+    what: 'claim statements per worker per tick',
     target: `constant: 1 batch (+ at most ${MAX_CLAIM_RETRIES} retries)`,
     measured: `${range(claimCounts)} (batches: ${ticks.map((t) => t.claimBatches.join(', ')).join('; ')})${errors > 0 ? `; ${errors} failed` : ''}`,
     met: claimCounts.every((n) => n >= 1 && n <= 1 + MAX_CLAIM_RETRIES) && errors === 0,
@@ -116,7 +116,7 @@ function runsTable(ticks: readonly TickResult[], jobs: number): Table {
 
 function probeTable(results: SchedulerResults): Table {
   return {
-    headers: ['run', 'jobs', 'claimed', 'round trip ms', 'claim_slots on the server ms', 'part 1: claim ms', 'part 2: report unclaimed ms', 'part 2 matches jobs to runs with'],
+    headers: ['run', 'jobs', 'claimed', 'round trip ms', 'claim on the server ms', 'part 1: claim ms', 'part 2: report unclaimed ms', 'part 2 matches jobs to runs with'],
     align: ['r', 'r', 'r', 'r', 'r', 'r', 'r', 'l'],
     rows: results.probe.runs.map((run, index) => [
       String(index + 1),
@@ -184,7 +184,7 @@ function warmupLine(results: SchedulerResults): string | null {
 export function schedulerText(results: SchedulerResults, render: (table: Table) => string): string[] {
   const lines = [
     `Scheduler: ${setupLine(results).replace(/`/g, '')}`,
-    'Claims: "tick -> last claim" ends when the last claim_slots statement that claimed a slot returned; batch = a worker\'s first (full) statement',
+    'Claims: "tick -> last claim" ends when the last claim statement that claimed a slot returned; batch = a worker\'s first (full) statement',
     render(claimsTable(results.ticks)),
     '',
     'Runs: start = handler start - slot; statements per worker = everything sent from 1 s before the tick to 1 s before the next',
@@ -195,7 +195,7 @@ export function schedulerText(results: SchedulerResults, render: (table: Table) 
   const failures = finishErrorsLine(results);
   if (failures) lines.push(failures);
   if (results.probe.runs.length > 0 || results.probe.note) {
-    lines.push('', `One claim of all ${integer(results.settings.jobs)} jobs (all free), alone on the database, with auto_explain timing the statements inside claim_slots`);
+    lines.push('', `One claim of all ${integer(results.settings.jobs)} jobs (all free), alone on the database, with auto_explain timing the statements inside leasehold.claim`);
     if (results.probe.runs.length > 0) lines.push(render(probeTable(results)));
     if (results.probe.note) lines.push(results.probe.note);
   }
@@ -211,7 +211,7 @@ export function schedulerMarkdown(results: SchedulerResults, render: (table: Tab
     '',
     `${setupLine(results)}`,
     '',
-    `Each worker claims every due job with one \`claim_slots\` statement; jobs another worker was still committing come back as ` +
+    `Each worker claims every due job with one \`leasehold.claim\` statement; jobs another worker was still committing come back as ` +
       '`holder-committing` and are retried once 25 ms later (then `slot-taken`). "tick -> last claim" ends when the last statement ' +
       'that claimed a slot returned to its worker; "incl. empty retries" also waits for retries that found every job taken. ' +
       '"batch ms" is each worker\'s first statement, client side.',
@@ -236,7 +236,7 @@ export function schedulerMarkdown(results: SchedulerResults, render: (table: Tab
       '### Where one claim of all jobs spends its time',
       '',
       `After the ticks, with the workers stopped: the worker's claim call (\`SchedulerStore.claim\`) for all ${integer(s.jobs)} jobs, all free, ` +
-        'alone on the database, on a connection with `auto_explain` logging the duration of each statement inside `claim_slots` ' +
+        'alone on the database, on a connection with `auto_explain` logging the duration of each statement inside `leasehold.claim` ' +
         '(part 1 locks the free leases, updates them and inserts the runs; part 2 reports why the other jobs were not claimed, matching ' +
         'them against the runs part 1 started). Round trip = call to parsed rows in the client.',
       '',

@@ -1,7 +1,7 @@
 // What bench/fixtures/tick-worker.ts reports to the scheduler benchmark over stdout.
 
 /** Statements are classified by the leasehold function they call. */
-export const STATEMENT_KINDS = ['other', 'claim_slots', 'finish_run', 'renew', 'record_missed', 'register_jobs'] as const;
+export const STATEMENT_KINDS = ['other', 'claim', 'finish_run', 'renew', 'record_missed', 'register_jobs'] as const;
 export type StatementKind = (typeof STATEMENT_KINDS)[number];
 
 /** One SchedulerStore.claim() call, i.e. one claim_slots statement. Times: local epoch ms. */

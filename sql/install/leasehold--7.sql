@@ -1371,9 +1371,12 @@ insert into leasehold.migrations (version, name, breaking) values (5, '0005_priv
 --     transaction or savepoint; and a slot is either run or recorded skipped, never both.
 --     claim_slots() stays, as a thin wrapper, for SQL callers of schema 5.
 --   * The batch functions plan every statement for the arrays they are given
---     (plan_cache_mode = force_custom_plan): PostgreSQL's generic plan, chosen after five
---     calls on a connection, guesses the size of unnest() and made a 10,000-run finish
---     ~40x slower while the finished jobs' lease rows stayed locked.
+--     (plan_cache_mode = force_custom_plan): PostgreSQL may switch a PL/pgSQL statement to a
+--     generic plan after five calls on a connection, and a generic plan guesses the size of
+--     unnest(); a slow finish keeps the finished jobs' lease rows locked. And jit = off: the
+--     planner's row estimates for joins of unnest() run far above the real sizes, which made
+--     PostgreSQL compile a 10,000-job claim with JIT, for seconds of a statement that runs in
+--     a fraction of that (measured with auto_explain: bench/batch-plans.ts EXPLAIN=1).
 
 -- run_outcomes: every value leasehold.runs.outcome may hold. 'running' until the run ends.
 create function leasehold.run_outcomes() returns text[]
@@ -1460,6 +1463,7 @@ create or replace function leasehold.finish_runs(
 language plpgsql volatile
 set lock_timeout = '2s'
 set plan_cache_mode = force_custom_plan
+set jit = off
 as $$
 #variable_conflict use_column
 declare
@@ -1564,10 +1568,14 @@ create function leasehold.claim(
 language plpgsql volatile
 set lock_timeout = '2s'
 set plan_cache_mode = force_custom_plan
+set jit = off
 as $$
 #variable_conflict use_column
 declare
-  v_names text[];
+  -- the claims this call locked, and the slot each claims (an older buffered one may come
+  -- first); parallel arrays, so that no step joins two unnest()s (the planner's estimate of such
+  -- a join is the product of their sizes)
+  v_claims leasehold.slot_claim[];
   v_slots timestamptz[];
 begin
   perform leasehold.check_holder(p_holder);
@@ -1577,12 +1585,12 @@ begin
 
   -- 1. Lock the lease rows this call may claim. Random order with SKIP LOCKED, so workers
   --    claiming the same tick share the jobs instead of queueing behind one another.
-  select coalesce(array_agg(x.name), '{}'), coalesce(array_agg(x.claim_slot), '{}') into v_names, v_slots
+  select coalesce(array_agg(x.claim), '{}'), coalesce(array_agg(x.claim_slot), '{}') into v_claims, v_slots
     from (
-      select l.name, w.claim_slot
+      select w.claim, w.claim_slot
         from leasehold.leases l
         join (
-          select c.job, c.mode, c.buffer_cap,
+          select c.job, c.mode, c.buffer_cap, c as claim,
                  least(c.slot, coalesce(
                    (select min(b.slot) from leasehold.buffered b
                      where b.job = c.job
@@ -1603,18 +1611,17 @@ begin
 
   -- 2. A skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock
   --    committed before it: this statement's snapshot sees it, the lock of step 1 did not.
-  select coalesce(array_agg(k.name), '{}'), coalesce(array_agg(k.claim_slot), '{}') into v_names, v_slots
-    from unnest(v_names, v_slots) k(name, claim_slot)
-    join unnest(p_claims) c on c.job = k.name
-   where not (c.mode = 'exclusive' and c.buffer_cap = 0
-              and exists (select 1 from leasehold.skips s where s.job = k.name and s.slot = k.claim_slot));
+  select coalesce(array_agg(row(k.job, k.slot, k.ttl, k.mode, k.buffer_cap)::leasehold.slot_claim), '{}'),
+         coalesce(array_agg(k.claim_slot), '{}') into v_claims, v_slots
+    from unnest(v_claims, v_slots) k(job, slot, ttl, mode, buffer_cap, claim_slot)
+   where not (k.mode = 'exclusive' and k.buffer_cap = 0
+              and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot));
 
   -- 3. Claim what is locked and still claimable.
   return query
   with claiming as (
-    select k.name, k.claim_slot, c.slot, c.ttl, c.mode, c.buffer_cap as cap
-      from unnest(v_names, v_slots) k(name, claim_slot)
-      join unnest(p_claims) c on c.job = k.name
+    select k.job as name, k.claim_slot, k.slot, k.ttl, k.mode, k.buffer_cap as cap
+      from unnest(v_claims, v_slots) k(job, slot, ttl, mode, buffer_cap, claim_slot)
   ),
   claimed as (
     update leasehold.leases l
@@ -1673,6 +1680,7 @@ begin
   with pending as (
     select c.job, c.slot, c.mode, c.buffer_cap as cap, l.holder as l_holder, l.fence as l_fence,
            l.last_slot as l_last_slot, l.acquired_at as l_acquired_at,
+           exists (select 1 from leasehold.skips k where k.job = c.job and k.slot = c.slot) as skip_exists,
            case
              when l.name is null then 'unknown-job'
              when c.slot > now() then 'slot-not-due'
@@ -1686,14 +1694,15 @@ begin
            end as why
       from unnest(p_claims) c
       left join leasehold.leases l on l.name = c.job
-     where c.job not in (select unnest(v_names))
+     where c.job not in (select k.job from unnest(v_claims) k)
   ),
   -- held, as the newest row version says under a lock no claim can pass; a row a claimer has
-  -- locked (SKIP LOCKED) or that changed meanwhile is reported holder-committing: ask again
+  -- locked (SKIP LOCKED) or that changed meanwhile is reported holder-committing: ask again.
+  -- A slot whose skip is recorded already needs no lock (and takes no lock, no xid).
   held as (
     select p.job, p.slot, p.cap, l.holder, l.fence, l.last_slot, l.acquired_at
       from pending p join leasehold.leases l on l.name = p.job
-     where p.why = 'held'
+     where p.why = 'held' and not p.skip_exists
        and (l.last_slot is null or p.slot > l.last_slot)
        and not leasehold.is_free(l)
        for share of l skip locked
@@ -1714,7 +1723,8 @@ begin
     returning buffered.job, buffered.slot
   )
   select p.job, p.slot, false,
-         case when p.why = 'held' and not exists (select 1 from held h where h.job = p.job) then 'holder-committing' else p.why end,
+         case when p.why = 'held' and not p.skip_exists and not exists (select 1 from held h where h.job = p.job)
+              then 'holder-committing' else p.why end,
          null::uuid, null::bigint, null::timestamptz, null::timestamptz,
          p.l_holder, p.l_fence, p.l_last_slot, p.l_acquired_at,
          exists (select 1 from skipped s where s.job = p.job and s.slot = p.slot),
@@ -1752,9 +1762,13 @@ language sql volatile as $$
     p_holder, p_holder_key);
 $$;
 
--- register_jobs is a batch too
+-- register_jobs is a batch too. RESET ALL first, so that its settings come in the same order
+-- on an upgraded database as on a fresh one (secure_schema() adds search_path back after).
+alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) reset all;
 alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text)
   set plan_cache_mode = force_custom_plan;
+alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text)
+  set jit = off;
 
 insert into leasehold.access (object, level) values
   ('claim', 'client'), ('liveness_locks', 'reader'),

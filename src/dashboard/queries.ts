@@ -190,12 +190,9 @@ export async function liveWorkers(db: Queryable, limit = 200): Promise<{ workers
     total: number;
   }>(
     `with sessions as (
-       select k.pid, a.application_name as application, host(a.client_addr) as client, a.backend_start as since,
-              ((k.classid::bigint << 32) | k.objid::bigint) as key
-         from pg_locks k join pg_stat_activity a on a.pid = k.pid
-        where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.mode = 'ExclusiveLock'
-          and k.database = (select oid from pg_database where datname = current_database())
-          and a.application_name like '%liveness'
+       select k.pid, a.application_name as application, host(a.client_addr) as client, a.backend_start as since, k.key
+         from leasehold.liveness_locks() k join pg_stat_activity a on a.pid = k.pid
+        where a.application_name like '%liveness'
      )
      select s.pid, s.application, s.client, s.since,
             array(select distinct l.holder from leasehold.lease_status l where l.holder_key = s.key and l.state <> 'free' and l.holder is not null order by 1 limit 5) as holders,

@@ -61,7 +61,7 @@ export class Timeline {
         if (job && message.plannedMs >= job.everyMs) extras.push(this.paint(`a slow run: ${ms(message.plannedMs)}, longer than the ${ms(job.everyMs)} interval`, 'yellow'));
         if (message.tookOver) extras.push(this.paint('took the lease over (its holder never released it)', 'green'));
         story.line(who, `${this.event('RUN', 'bold')}${this.runLabel(message.job, message.slot)}  fence ${String(message.fence).padEnd(3)}${extras.length ? ` ${extras.join('; ')}` : ''}`, message.at);
-        this.explainOnce('run', 'each slot is claimed by one worker in one statement (claim_slots); the fence grows with every run of the job');
+        this.explainOnce('run', 'each slot is claimed by one worker in one statement (leasehold.claim); the fence grows with every run of the job');
         return;
       }
       case 'finished': {

@@ -2,7 +2,7 @@
 // for any scheduler that calls it (node-cron, croner, toad-scheduler, bree, setInterval, Nest).
 //
 // Each call is mapped to its occurrence (occurrence.ts) and claimed with the scheduler's own
-// claim_slots(): the same slot guard, skip record, fence and run history as startWorker(), and
+// leasehold.claim(): the same slot guard, skip record, fence and run history as startWorker(), and
 // the worker's executeRun() for the run itself (heartbeat, signal, fenced transaction, retries).
 import { performance } from 'node:perf_hooks';
 import { InvalidArgumentError, ShutdownError } from '../errors.js';

@@ -173,9 +173,8 @@ export class LivenessSession {
 /** Whether the backend behind `client` holds the session lock on `key` itself. */
 async function holdsKey(client: pg.Client, key: string, timeoutMs: number): Promise<{ ours: boolean; databaseTime: Date }> {
   const { rows } = await client.query<{ ours: boolean; database_time: Date }>({
-    text: `select clock_timestamp() as database_time, exists (select 1 from pg_locks
-                           where pid = pg_backend_pid() and locktype = 'advisory' and objsubid = 1 and granted
-                             and ((classid::bigint << 32) | objid::bigint) = $1::bigint) as ours`,
+    text: `select clock_timestamp() as database_time,
+                  exists (select 1 from leasehold.liveness_locks() k where k.pid = pg_backend_pid() and k.key = $1::bigint) as ours`,
     values: [key],
     query_timeout: timeoutMs,
   } as pg.QueryConfig);

@@ -172,7 +172,7 @@ export function defineJob(options: JobOptions): JobDefinition {
   });
 }
 
-/** The mode and buffer cap claim_slots() takes for a policy. */
+/** The mode and buffer cap leasehold.claim() takes for a policy. */
 export function claimMode(job: JobDefinition): { mode: 'exclusive' | 'replace' | 'allow'; bufferCap: number } {
   switch (job.overlap) {
     case 'skip':
