@@ -14,27 +14,16 @@ import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { SchedulerStore, type ClaimRow } from '../worker/claims.js';
 import { executeRun, type RunEnvironment, type RunOutcome } from '../worker/execute-run.js';
 import { FinishQueue } from '../worker/finish-queue.js';
-import { defineJob, type JobContext, type JobDefinition, type OverlapPolicy } from '../worker/job.js';
+import { defineJob, type JobContext, type JobDefinition, type JobOptions } from '../worker/job.js';
 import { defaultToleranceMs, occurrenceFor } from './occurrence.js';
 import { trackerOf, type LeaseTracker } from '../lease/tracker.js';
 
-export interface LeasedOptions {
-  /** Job name: also its lease name and its name in the history. */
-  name: string;
-  /** The schedule your scheduler fires on (cron pattern, 5 or 6 fields). Exactly one of cron and every. */
-  cron?: string;
-  /** IANA timezone of `cron`. @default UTC */
-  timezone?: string;
-  /** The interval your scheduler fires at (`setInterval(fn, 60_000)`: `every: '1m'`). Slots are aligned to the epoch. */
-  every?: Duration;
-  /** Lease TTL, renewed every ttl/3 while the handler runs. @default '30s' */
-  ttl?: Duration;
-  /** @default 'skip' */
-  overlap?: OverlapPolicy;
-  /** Most slots `buffer-all` keeps waiting. @default 10 */
-  bufferLimit?: number;
-  /** Retries of a failing handler within the same lease and slot. */
-  retry?: { attempts: number; delay?: Duration };
+/**
+ * The job options a leased callback takes (the same meaning and defaults as startWorker's; the
+ * schedule is the one your scheduler fires on, so that each call maps to its occurrence), and two
+ * of its own.
+ */
+export interface LeasedOptions extends Pick<JobOptions, 'name' | 'cron' | 'timezone' | 'every' | 'ttl' | 'overlap' | 'bufferLimit' | 'retry'> {
   /**
    * How early (on the database clock) a call may come and still count for the coming occurrence;
    * it then waits until the occurrence is due. @default half the interval, at most 30 s

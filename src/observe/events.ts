@@ -83,3 +83,24 @@ export class LeaseholdEmitter {
     }
   }
 }
+
+/** A skipped slot as JSON fields (log lines and the JSON-lines event vocabulary share it). */
+export function skippedSlotFields(skip: LeaseholdEvents['slot:skipped'][0]): {
+  job: string;
+  slot: string;
+  holder: string | null;
+  holderFence: number;
+  holderSlot: string | null;
+  heldMs: number | null;
+  buffered: boolean;
+} {
+  return {
+    job: skip.job,
+    slot: skip.slot.toISOString(),
+    holder: skip.holder,
+    holderFence: skip.holderFence,
+    holderSlot: skip.holderSlot?.toISOString() ?? null,
+    heldMs: skip.heldMs,
+    buffered: skip.buffered,
+  };
+}

@@ -2,7 +2,7 @@
 // scheduler code emits events and never logs them itself. A level the logger has turned off
 // (pino's isLevelEnabled, or the default logger's level) gets no listener, so an event nobody
 // else listens to builds no payload at all.
-import type { LeaseholdEmitter, LeaseholdEvents } from './events.js';
+import { skippedSlotFields, type LeaseholdEmitter, type LeaseholdEvents } from './events.js';
 import type { Logger } from './logger.js';
 
 type Level = 'debug' | 'info' | 'warn' | 'error';
@@ -54,16 +54,7 @@ export function logEvents(events: LeaseholdEmitter, logger: Logger): () => void 
   });
   on(['warn'], 'slot:skipped', (skip) =>
     logger.warn(
-      {
-        event: 'slot:skipped',
-        job: skip.job,
-        slot: skip.slot.toISOString(),
-        holder: skip.holder,
-        holderFence: skip.holderFence,
-        holderSlot: iso(skip.holderSlot),
-        heldMs: skip.heldMs,
-        buffered: skip.buffered,
-      },
+      { event: 'slot:skipped', ...skippedSlotFields(skip) },
       `skipped "${skip.job}" slot ${skip.slot.toISOString()}: still held by ${skip.holder} (fence ${skip.holderFence}, slot ${iso(skip.holderSlot)}) ` +
         `for ${skip.heldMs === null ? '?' : (skip.heldMs / 1000).toFixed(1)}s${skip.buffered ? '; buffered to run next' : ''}`,
     ),

@@ -3,7 +3,7 @@
 // dates as ISO strings, errors by reason and message, lease events by lease `name`, run and
 // slot events by `job`. Built on the public events API (EventSource), nothing internal.
 import type { EventSource } from '../observe/metrics.js';
-import type { LeaseholdEvents } from '../observe/events.js';
+import { skippedSlotFields, type LeaseholdEvents } from '../observe/events.js';
 
 export type EventFields = Record<string, string | number | boolean | null | string[]>;
 
@@ -25,15 +25,7 @@ export const EVENT_JSON = {
     error: run.error,
     durationMs: Math.round(run.durationMs),
   }),
-  'slot:skipped': (skip) => ({
-    job: skip.job,
-    slot: skip.slot.toISOString(),
-    holder: skip.holder,
-    holderFence: skip.holderFence,
-    holderSlot: iso(skip.holderSlot),
-    heldMs: skip.heldMs,
-    buffered: skip.buffered,
-  }),
+  'slot:skipped': (skip) => skippedSlotFields(skip),
   'slot:missed': (missed) => ({ job: missed.job, slots: missed.slots.map((s) => s.toISOString()) }),
 } satisfies { [E in keyof LeaseholdEvents]?: (...args: LeaseholdEvents[E]) => EventFields };
 
