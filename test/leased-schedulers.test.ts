@@ -137,8 +137,10 @@ describe('bree (each run in a new worker thread with its own client)', () => {
     const runs = (await db.query<{ slot: Date; n: string }>("select slot, count(*) n from leasehold.runs where job = 'bree-report' group by slot")).rows;
     expect(witness.length).toBeGreaterThanOrEqual(2);
     for (const row of [...witness, ...runs]) expect(Number(row.n), row.slot.toISOString()).toBe(1);
-    const calls = procs.flatMap((p) => p.lines.filter((l) => l.event === 'job'));
-    // both processes called for the occurrences; one of them ran each
-    expect(calls.length).toBeGreaterThan(witness.length);
+    // both processes called (how often depends on how fast bree starts its worker threads);
+    // whichever call came first for an occurrence ran it, the others did not
+    const calls = procs.map((p) => p.lines.filter((l) => l.event === 'job'));
+    for (const own of calls) expect(own.length).toBeGreaterThan(0);
+    expect(calls.flat().length).toBeGreaterThanOrEqual(witness.length);
   });
 });
