@@ -29,7 +29,7 @@ async function typeCheck(files: Record<string, string>, decorators: boolean): Pr
       compilerOptions: {
         noEmit: true,
         experimentalDecorators: decorators,
-        paths: { leasehold: ['../../src/index.ts'], 'leasehold/nestjs': ['../../src/nestjs/index.ts'] },
+        paths: { leasehold: ['../../src/index.ts'], 'leasehold/nestjs': ['../../src/nestjs/index.ts'], 'leasehold/opentelemetry': ['../../src/opentelemetry.ts'] },
       },
       include: [],
       files: Object.keys(files),
@@ -54,5 +54,13 @@ describe('docs/integrations.md', () => {
     const examples = blocks('NestJS');
     expect(examples.length).toBeGreaterThanOrEqual(2);
     await typeCheck(Object.fromEntries(examples.map((text, i) => [`nest-${i}.ts`, text])), true);
+  });
+
+  // Their `jobs` stands for the reader's job definitions.
+  it.each(['OpenTelemetry', 'Kubernetes'])('the %s examples type-check', { timeout: 120_000 }, async (heading) => {
+    const examples = blocks(heading);
+    expect(examples.length).toBeGreaterThanOrEqual(1);
+    const files = examples.map((text, i) => [`${heading.toLowerCase()}-${i}.ts`, `declare const jobs: import('leasehold').JobOptions[];\n${text}\nexport {};\n`]);
+    await typeCheck(Object.fromEntries(files), false);
   });
 });

@@ -30,8 +30,12 @@ describe('durations', () => {
     expect(parseDuration(input, 'ttl')).toBe(ms);
   });
 
-  it.each(['', 'abc', '5', '5 minutes', '1x', '-5s', '5s5', 's'])('rejects %j with a hint', (input) => {
+  it.each(['', 'abc', '5 minutes', '1x', '-5s', '5s5', 's'])('rejects %j with a hint', (input) => {
     expect(() => parseDuration(input, 'ttl')).toThrow(/ttl '.*' is not a duration: use milliseconds or a string such as '500ms', '30s'/);
+  });
+
+  it.each(['5', '60000', ' 1.5 '])('rejects the unitless %j, naming the unit it lacks', (input) => {
+    expect(() => parseDuration(input, 'ttl')).toThrow(`ttl '${input}' is not a duration: it has no unit; write '${input.trim()}ms', or the same in s, m, h or d.`);
   });
 
   it('formats durations the way people write them', () => {

@@ -26,6 +26,10 @@ export function parseDuration(value: Duration, what: string): number {
     total += Number(match[1]) * (UNIT_MS[match[2] as string] as number);
     consumed = PART.lastIndex;
   }
+  // A bare number in a string ('60000', a CLI flag) is refused rather than guessed: ms or s?
+  if (/^\d+(?:\.\d+)?$/.test(text)) {
+    throw new InvalidArgumentError(what, `${what} '${value}' is not a duration: it has no unit; write '${text}ms', or the same in s, m, h or d.`);
+  }
   if (text === '' || consumed !== text.length) {
     throw new InvalidArgumentError(
       what,
