@@ -1,0 +1,157 @@
+-- leasehold migration 0008: reads that stay fast at 100,000 jobs and 10 million history rows.
+--
+--   * job_status reads each job's figures through runs (job, started_at desc), one index range
+--     per job (LATERAL): `where job = ...` or `order by job limit n` reads only those jobs.
+--     Columns, names and types are unchanged.
+--   * BRIN indexes on the history tables' time columns: prune_history and fleet-wide "since"
+--     reads skip the old (or the new) part of the table without a btree that every claim pays.
+--   * runs_failed: a partial index of failed and lost runs only (a claim inserts 'running' rows,
+--     which it does not hold), so "which jobs failed in the last 24 h" reads only those.
+--   * prune_history(p_keep, p_batch): deletes at most p_batch rows of each kind, oldest first;
+--     prune_history(p_keep) deletes everything prunable in batches, as before.
+--   * recent_history(p_limit, p_since): the newest entries across all jobs, bounded.
+--   * job_attention(p_limit): the jobs an operator should look at first, bounded.
+
+-- BRIN: a few pages for 10 million rows, updated only when a block's range grows.
+create index runs_finished_brin on leasehold.runs using brin (finished_at) with (pages_per_range = 32);
+create index runs_started_brin on leasehold.runs using brin (started_at) with (pages_per_range = 32);
+create index skips_recorded_brin on leasehold.skips using brin (recorded_at) with (pages_per_range = 32);
+create index missed_recorded_brin on leasehold.missed using brin (recorded_at) with (pages_per_range = 32);
+create index runs_failed on leasehold.runs (started_at desc) where outcome in ('failed', 'lost');
+
+create or replace view leasehold.job_status as
+select j.name as job,
+       j.schedule,
+       j.timezone,
+       j.interval_ms,
+       j.ttl_ms,
+       j.overlap,
+       j.catch_up,
+       case when l.token is null then 'idle' when l.expires_at <= now() then 'expired' else 'running' end as state,
+       case when l.token is null then null else l.holder end as holder,
+       case when l.token is null then null else extract(epoch from now() - l.acquired_at)::double precision end as lease_age_seconds,
+       l.fence,
+       l.last_slot,
+       r.slot as last_run_slot,
+       r.outcome as last_outcome,
+       r.started_at as last_started_at,
+       r.finished_at as last_finished_at,
+       r.error as last_error,
+       coalesce(rc.runs, 0)::integer as runs_24h,
+       coalesce(rc.failed, 0)::integer as failed_24h,
+       coalesce(rc.lost, 0)::integer as lost_24h,
+       rc.p50::double precision as p50_seconds,
+       rc.p95::double precision as p95_seconds,
+       case when j.interval_ms > 0 and rc.p95 is not null then (rc.p95 * 1000 / j.interval_ms)::double precision end as p95_interval_ratio,
+       coalesce(s.n, 0)::integer as skips_24h,
+       coalesce(m.n, 0)::integer as missed_24h
+  from leasehold.jobs j
+  left join leasehold.leases l on l.name = j.name
+  left join lateral (
+    select x.slot, x.outcome, x.started_at, x.finished_at, x.error
+      from leasehold.runs x where x.job = j.name order by x.started_at desc limit 1
+  ) r on true
+  left join lateral (
+    select count(*) as runs,
+           count(*) filter (where x.outcome = 'failed') as failed,
+           count(*) filter (where x.outcome = 'lost') as lost,
+           percentile_cont(0.5) within group (order by extract(epoch from x.finished_at - x.started_at)) as p50,
+           percentile_cont(0.95) within group (order by extract(epoch from x.finished_at - x.started_at)) as p95
+      from leasehold.runs x
+     where x.job = j.name and x.finished_at is not null and x.started_at > now() - interval '24 hours'
+  ) rc on true
+  left join lateral (
+    select count(*) as n from leasehold.skips x where x.job = j.name and x.recorded_at > now() - interval '24 hours'
+  ) s on true
+  left join lateral (
+    select count(*) as n from leasehold.missed x where x.job = j.name and x.recorded_at > now() - interval '24 hours'
+  ) m on true;
+
+comment on view leasehold.job_status is
+  'One row per scheduled job: lease holder, last run, p50/p95 duration and their ratio to the interval over 24 h, skips and missed slots over 24 h. '
+  'Each row costs one index range of its job''s runs: filter by job or order by job with a limit at scale.';
+
+-- prune_history(p_keep, p_batch): one batch, at most p_batch rows of each kind, oldest first.
+-- Returns the rows deleted; fewer than p_batch of each kind means nothing prunable is left.
+-- The BRIN indexes find the old rows; when nothing is old enough no table is scanned.
+create function leasehold.prune_history(p_keep interval, p_batch integer) returns bigint
+language plpgsql volatile as $$
+declare
+  n bigint := 0;
+  c bigint;
+  v_before timestamptz := now() - p_keep;
+begin
+  if p_batch is null or p_batch < 1 then
+    raise exception 'prune_history: p_batch must be at least 1 (got %)', p_batch using errcode = '22023';
+  end if;
+  if not pg_try_advisory_xact_lock(7308604897068083570) then
+    return 0;
+  end if;
+  delete from leasehold.runs where id in (
+    select id from leasehold.runs where finished_at < v_before and outcome <> 'running' limit p_batch);
+  get diagnostics c = row_count; n := n + c;
+  delete from leasehold.skips where ctid in (
+    select ctid from leasehold.skips where recorded_at < v_before limit p_batch);
+  get diagnostics c = row_count; n := n + c;
+  delete from leasehold.missed where ctid in (
+    select ctid from leasehold.missed where recorded_at < v_before limit p_batch);
+  get diagnostics c = row_count; n := n + c;
+  delete from leasehold.clock_steps where recorded_at < v_before;
+  get diagnostics c = row_count; n := n + c;
+  return n;
+end $$;
+
+-- prune_history(p_keep): everything prunable, in batches of 10,000 (one transaction).
+create or replace function leasehold.prune_history(p_keep interval) returns bigint
+language plpgsql volatile as $$
+declare
+  n bigint := 0;
+  c bigint;
+begin
+  if not pg_try_advisory_xact_lock(7308604897068083570) then
+    return 0;
+  end if;
+  loop
+    c := leasehold.prune_history(p_keep, 10000);
+    n := n + c;
+    exit when c = 0;
+  end loop;
+  return n;
+end $$;
+
+-- recent_history: the newest p_limit entries of run_history across all jobs, newest first
+-- (only those at or after p_since when given). run_history itself has no fleet-wide time
+-- index: `order by at desc limit n` on the view reads every row. This looks back through
+-- growing windows (BRIN on the time columns) until one holds p_limit entries, so its cost
+-- follows how many entries the newest window holds, not the size of the history.
+create function leasehold.recent_history(p_limit integer, p_since timestamptz default null)
+returns setof leasehold.run_history
+language plpgsql stable as $$
+declare
+  v_window interval;
+  v_from timestamptz;
+  v_found bigint;
+begin
+  if p_limit is null or p_limit < 1 or p_limit > 10000 then
+    raise exception 'recent_history: p_limit must be 1 to 10000 (got %)', p_limit using errcode = '22023';
+  end if;
+  foreach v_window in array array['5 minutes', '1 hour', '1 day', '7 days', '90 days']::interval[] loop
+    v_from := greatest(now() - v_window, p_since);
+    select (select count(*) from (select 1 from leasehold.runs where started_at >= v_from limit p_limit) a)
+         + (select count(*) from (select 1 from leasehold.skips where recorded_at >= v_from limit p_limit) b)
+         + (select count(*) from (select 1 from leasehold.missed where recorded_at >= v_from limit p_limit) c)
+      into v_found;
+    -- p_limit entries at or after v_from: the newest p_limit overall are among them
+    if v_found >= p_limit or v_from = p_since then
+      return query select * from leasehold.run_history h where h.at >= v_from order by h.at desc, h.slot desc limit p_limit;
+      return;
+    end if;
+  end loop;
+  return query select * from leasehold.run_history h where p_since is null or h.at >= p_since
+    order by h.at desc, h.slot desc limit p_limit;
+end $$;
+
+comment on function leasehold.recent_history(integer, timestamptz) is
+  'The newest entries of run_history across all jobs (at most p_limit, 1 to 10000), newest first.';
+
+insert into leasehold.access (object, level) values ('recent_history', 'reader');
