@@ -142,13 +142,51 @@ begin
          + (select count(*) from (select 1 from leasehold.missed where recorded_at >= v_from limit p_limit) c)
       into v_found;
     -- p_limit entries at or after v_from: the newest p_limit overall are among them
-    if v_found >= p_limit or v_from = p_since then
-      return query select * from leasehold.run_history h where h.at >= v_from order by h.at desc, h.slot desc limit p_limit;
-      return;
-    end if;
+    exit when v_found >= p_limit or v_from = p_since;
   end loop;
-  return query select * from leasehold.run_history h where p_since is null or h.at >= p_since
-    order by h.at desc, h.slot desc limit p_limit;
+  if v_found < p_limit and v_from is distinct from p_since then
+    v_from := p_since;  -- fewer than p_limit in 90 days: all of it (or all since p_since)
+  end if;
+  -- Each kind cut at p_limit first; a skip's "ran later" lookup only for the skips kept.
+  return query
+  with r as (
+    select * from leasehold.runs x where x.started_at >= coalesce(v_from, '-infinity')
+     order by x.started_at desc, x.slot desc limit p_limit
+  ), k as (
+    select * from leasehold.skips x where x.recorded_at >= coalesce(v_from, '-infinity')
+     order by x.recorded_at desc, x.slot desc limit p_limit
+  ), m as (
+    select * from leasehold.missed x where x.recorded_at >= coalesce(v_from, '-infinity')
+     order by x.recorded_at desc, x.slot desc limit p_limit
+  ), merged as (
+    select r.job, r.slot, 'run' as kind, r.outcome, r.fence, r.holder, r.started_at as at, r.finished_at,
+           extract(epoch from r.finished_at - r.started_at)::double precision as duration_seconds, r.error as detail,
+           null::text as skip_holder, null::bigint as skip_fence, null::timestamptz as skip_slot, null::interval as held_for
+      from r
+    union all
+    select k.job, k.slot, 'skip', null, k.holder_fence, k.holder, k.recorded_at, null, null, null,
+           k.holder, k.holder_fence, k.holder_slot, k.held_for
+      from k
+    union all
+    select m.job, m.slot, 'missed', 'missed', null, null, m.recorded_at, null, null, m.reason, null, null, null, null
+      from m
+  ), newest as (
+    select * from merged order by at desc, slot desc limit p_limit
+  )
+  -- the skip row as run_history words it
+  select n.job, n.slot, n.kind,
+         case when n.kind <> 'skip' then n.outcome when ran.fence is null then 'skipped' else 'buffered' end,
+         n.fence, n.holder, n.at, n.finished_at, n.duration_seconds,
+         case when n.kind <> 'skip' then n.detail else
+           format('held by %s (fence %s%s) for %ss%s', n.skip_holder, n.skip_fence,
+                  coalesce(', slot ' || to_char(n.skip_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
+                  round(extract(epoch from n.held_for)::numeric, 1),
+                  case when ran.fence is null then '' else format('; buffered, ran later (fence %s)', ran.fence) end)
+         end
+    from newest n
+    left join lateral (select x.fence from leasehold.runs x
+                        where n.kind = 'skip' and x.job = n.job and x.slot = n.slot limit 1) ran on true
+   order by n.at desc, n.slot desc;
 end $$;
 
 comment on function leasehold.recent_history(integer, timestamptz) is
