@@ -7,10 +7,9 @@
 --     reads skip the old (or the new) part of the table without a btree that every claim pays.
 --   * runs_failed: a partial index of failed and lost runs only (a claim inserts 'running' rows,
 --     which it does not hold), so "which jobs failed in the last 24 h" reads only those.
---   * prune_history(p_keep, p_batch): deletes at most p_batch rows of each kind, oldest first;
---     prune_history(p_keep) deletes everything prunable in batches, as before.
+--   * prune_history(p_keep, p_batch = null): with p_batch, one batch of at most p_batch rows of
+--     each kind; without, everything prunable in batches of 10,000, as before.
 --   * recent_history(p_limit, p_since): the newest entries across all jobs, bounded.
---   * job_attention(p_limit): the jobs an operator should look at first, bounded.
 
 -- BRIN: a few pages for 10 million rows, updated only when a block's range grows.
 create index runs_finished_brin on leasehold.runs using brin (finished_at) with (pages_per_range = 32);
@@ -71,52 +70,50 @@ comment on view leasehold.job_status is
   'One row per scheduled job: lease holder, last run, p50/p95 duration and their ratio to the interval over 24 h, skips and missed slots over 24 h. '
   'Each row costs one index range of its job''s runs: filter by job or order by job with a limit at scale.';
 
--- prune_history(p_keep, p_batch): one batch, at most p_batch rows of each kind, oldest first.
--- Returns the rows deleted; fewer than p_batch of each kind means nothing prunable is left.
--- The BRIN indexes find the old rows; when nothing is old enough no table is scanned.
-create function leasehold.prune_history(p_keep interval, p_batch integer) returns bigint
+-- prune_history(p_keep, p_batch): deletes finished runs, skips, missed slots and clock step
+-- windows older than p_keep, in batches of at most p_batch rows of each kind.
+-- With p_batch null (and from the one-argument calls of schema 7) it deletes everything
+-- prunable, 10,000 rows of each kind at a time; with p_batch it deletes one batch, so a caller
+-- can commit between batches (fewer than p_batch rows of each kind: nothing prunable is left).
+-- The BRIN indexes find the old rows: when nothing is old enough, no table is scanned.
+drop function leasehold.prune_history(interval);
+create function leasehold.prune_history(p_keep interval, p_batch integer default null) returns bigint
 language plpgsql volatile as $$
 declare
   n bigint := 0;
   c bigint;
   v_before timestamptz := now() - p_keep;
+  v_batch integer := coalesce(p_batch, 10000);
 begin
-  if p_batch is null or p_batch < 1 then
+  if v_batch < 1 then
     raise exception 'prune_history: p_batch must be at least 1 (got %)', p_batch using errcode = '22023';
   end if;
   if not pg_try_advisory_xact_lock(7308604897068083570) then
     return 0;
   end if;
-  delete from leasehold.runs where id in (
-    select id from leasehold.runs where finished_at < v_before and outcome <> 'running' limit p_batch);
-  get diagnostics c = row_count; n := n + c;
-  delete from leasehold.skips where ctid in (
-    select ctid from leasehold.skips where recorded_at < v_before limit p_batch);
-  get diagnostics c = row_count; n := n + c;
-  delete from leasehold.missed where ctid in (
-    select ctid from leasehold.missed where recorded_at < v_before limit p_batch);
-  get diagnostics c = row_count; n := n + c;
-  delete from leasehold.clock_steps where recorded_at < v_before;
-  get diagnostics c = row_count; n := n + c;
-  return n;
-end $$;
-
--- prune_history(p_keep): everything prunable, in batches of 10,000 (one transaction).
-create or replace function leasehold.prune_history(p_keep interval) returns bigint
-language plpgsql volatile as $$
-declare
-  n bigint := 0;
-  c bigint;
-begin
-  if not pg_try_advisory_xact_lock(7308604897068083570) then
-    return 0;
-  end if;
   loop
-    c := leasehold.prune_history(p_keep, 10000);
+    c := 0;
+    with d as (
+      delete from leasehold.runs where id in (
+        select id from leasehold.runs where finished_at < v_before and outcome <> 'running' limit v_batch)
+      returning 1)
+    select c + count(*) into c from d;
+    with d as (
+      delete from leasehold.skips where ctid in (
+        select ctid from leasehold.skips where recorded_at < v_before limit v_batch)
+      returning 1)
+    select c + count(*) into c from d;
+    with d as (
+      delete from leasehold.missed where ctid in (
+        select ctid from leasehold.missed where recorded_at < v_before limit v_batch)
+      returning 1)
+    select c + count(*) into c from d;
     n := n + c;
-    exit when c = 0;
+    exit when p_batch is not null or c = 0;
   end loop;
-  return n;
+  delete from leasehold.clock_steps where recorded_at < v_before;
+  get diagnostics c = row_count;
+  return n + c;
 end $$;
 
 -- recent_history: the newest p_limit entries of run_history across all jobs, newest first
@@ -125,8 +122,10 @@ end $$;
 -- growing windows (BRIN on the time columns) until one holds p_limit entries, so its cost
 -- follows how many entries the newest window holds, not the size of the history.
 create function leasehold.recent_history(p_limit integer, p_since timestamptz default null)
-returns setof leasehold.run_history
+returns table (job text, slot timestamptz, kind text, outcome text, fence bigint, holder text, at timestamptz,
+               finished_at timestamptz, duration_seconds double precision, detail text)
 language plpgsql stable as $$
+#variable_conflict use_column
 declare
   v_window interval;
   v_from timestamptz;
@@ -151,13 +150,13 @@ begin
   return query
   with r as (
     select * from leasehold.runs x where x.started_at >= coalesce(v_from, '-infinity')
-     order by x.started_at desc, x.slot desc limit p_limit
+     order by x.started_at desc, x.slot desc, x.job limit p_limit
   ), k as (
     select * from leasehold.skips x where x.recorded_at >= coalesce(v_from, '-infinity')
-     order by x.recorded_at desc, x.slot desc limit p_limit
+     order by x.recorded_at desc, x.slot desc, x.job limit p_limit
   ), m as (
     select * from leasehold.missed x where x.recorded_at >= coalesce(v_from, '-infinity')
-     order by x.recorded_at desc, x.slot desc limit p_limit
+     order by x.recorded_at desc, x.slot desc, x.job limit p_limit
   ), merged as (
     select r.job, r.slot, 'run' as kind, r.outcome, r.fence, r.holder, r.started_at as at, r.finished_at,
            extract(epoch from r.finished_at - r.started_at)::double precision as duration_seconds, r.error as detail,
@@ -171,7 +170,7 @@ begin
     select m.job, m.slot, 'missed', 'missed', null, null, m.recorded_at, null, null, m.reason, null, null, null, null
       from m
   ), newest as (
-    select * from merged order by at desc, slot desc limit p_limit
+    select * from merged order by at desc, slot desc, job, kind limit p_limit
   )
   -- the skip row as run_history words it
   select n.job, n.slot, n.kind,
@@ -186,10 +185,10 @@ begin
     from newest n
     left join lateral (select x.fence from leasehold.runs x
                         where n.kind = 'skip' and x.job = n.job and x.slot = n.slot limit 1) ran on true
-   order by n.at desc, n.slot desc;
+   order by n.at desc, n.slot desc, n.job, n.kind;
 end $$;
 
 comment on function leasehold.recent_history(integer, timestamptz) is
-  'The newest entries of run_history across all jobs (at most p_limit, 1 to 10000), newest first.';
+  'The newest entries of run_history across all jobs (at most p_limit, 1 to 10000), in the order at desc, slot desc, job, kind.';
 
 insert into leasehold.access (object, level) values ('recent_history', 'reader');

@@ -1,7 +1,7 @@
 // The operator's first look at a fleet of any size (`leasehold status`): counts for the whole
 // fleet, then at most `limit` jobs, those that need attention first. Every part is bounded or
 // index-driven, so it answers in well under a second at 100,000 jobs and 10 million runs:
-// expired leases from the leases table, failures through the partial index runs_failed, skips
+// expired leases from lease_status (what a reader may see), failures through the partial index runs_failed, skips
 // and missed slots through their BRIN time indexes, and the listed jobs' figures through
 // job_status, one index range per listed job.
 import type pg from 'pg';
@@ -24,7 +24,7 @@ export interface FleetCounts {
   skipping: number;
   /** Jobs with a missed slot in the last 24 h. */
   missing: number;
-  /** Leases without a job definition, and how many of them are held. */
+  /** Leases without a job definition, and how many of them are not free (held, or expired while held). */
   leases: number;
   leasesHeld: number;
 }
@@ -43,8 +43,8 @@ export interface FleetStatus {
 const FLAGGED = `
 flagged as (
   select l.name as job, 0 as rank, l.expires_at as at
-    from leasehold.leases l join leasehold.jobs j on j.name = l.name
-   where l.token is not null and l.expires_at <= now()
+    from leasehold.lease_status l join leasehold.jobs j on j.name = l.name
+   where l.state = 'expired'
   union all
   select r.job, 1, max(r.started_at) from leasehold.runs r
    where r.outcome in ('failed', 'lost') and r.started_at > now() - interval '24 hours' group by r.job
@@ -53,7 +53,8 @@ flagged as (
   union all
   select m.job, 3, max(m.recorded_at) from leasehold.missed m where m.recorded_at > now() - interval '24 hours' group by m.job
 ),
-ranked as (select job, min(rank) as rank, max(at) as at from flagged group by job)`;
+-- each job once, with its most urgent reason and that reason's latest time
+ranked as (select distinct on (job) job, rank, at from flagged order by job, rank, at desc)`;
 
 // One statement: the flagged jobs are found once, then counted and ranked. The anti-join that
 // fills the page with unflagged jobs runs only when fewer than `limit` jobs are flagged.
@@ -74,10 +75,10 @@ chosen as (
 page as (select * from chosen order by rank, at desc nulls last, job limit $1)
 select p.rank, s.*, c.*,
        (select count(*) from leasehold.jobs)::integer as total_jobs,
-       (select count(*) from leasehold.leases l join leasehold.jobs j on j.name = l.name
-         where l.token is not null and l.expires_at > now())::integer as total_running,
-       (select count(*) from leasehold.leases l where not exists (select 1 from leasehold.jobs j where j.name = l.name))::integer as total_leases,
-       (select count(*) from leasehold.leases l where l.token is not null
+       (select count(*) from leasehold.lease_status l join leasehold.jobs j on j.name = l.name
+         where l.state = 'held')::integer as total_running,
+       (select count(*) from leasehold.lease_status l where not exists (select 1 from leasehold.jobs j where j.name = l.name))::integer as total_leases,
+       (select count(*) from leasehold.lease_status l where l.state <> 'free'
            and not exists (select 1 from leasehold.jobs j where j.name = l.name))::integer as total_leases_held
   from counts c
   left join page p on true
