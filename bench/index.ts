@@ -5,11 +5,19 @@
 //               latency, WAL per declined acquire, takeover after SIGKILL
 //   scheduler - 10,000 jobs due at the same tick on 4 worker processes (claims, statements,
 //               start latency, exactly-once in leasehold.runs), and an idle worker's RSS and CPU
+//   reads     - the operator's reads (status, runs, job_status, run_history, dashboard API,
+//               prune_history) on 100,000 jobs and 10 million runs against their schema-5 forms,
+//               and an idle worker's RSS on the compiled package
 //   heartbeats - renewal statements per minute for 1,000 running leases on one client: the
 //               shared heartbeat against one statement per lease every ttl/3 (the baseline)
 // Prints the tables, writes bench/results/*.json (local, ignored by git) and regenerates
 // bench/RESULTS.md (committed).
-// Settings: environment variables, see bench/lib/config.ts (BENCH_PARTS=heartbeats runs one part).
+// Settings: environment variables, see bench/lib/config.ts (BENCH_PARTS=heartbeats runs one part);
+// parts named on the command line run alone: `npm run bench -- reads`.
+import { BENCH_PARTS, type BenchPart } from './lib/config.js';
 import { runBench } from './lib/run.js';
 
-await runBench();
+const named = process.argv.slice(2);
+const unknown = named.filter((part) => !(BENCH_PARTS as readonly string[]).includes(part));
+if (unknown.length > 0) throw new Error(`unknown bench part(s) ${unknown.join(', ')}: choose from ${BENCH_PARTS.join(', ')}`);
+await runBench(named.length > 0 ? (named as BenchPart[]) : undefined);

@@ -60,4 +60,5 @@ export {
 export { createMetrics, type EventSource, type LeaseholdMetrics, type MetricsOptions } from './observe/metrics.js';
 export { workerHealth, type HealthCheck, type HealthReport, type WorkerHealth } from './observe/health.js';
 export type { EndpointReply } from './observe/http-endpoint.js';
-export { startDashboard, type Dashboard, type DashboardOptions, type MetricsSource } from './dashboard/server.js';
+export { startDashboard } from './dashboard/lazy.js';
+export type { Dashboard, DashboardOptions, MetricsSource } from './dashboard/server.js';

@@ -23,9 +23,19 @@
 //   BENCH_HEARTBEAT_LEASES   running leases on one client (default 1000)
 //   BENCH_HEARTBEAT_TTL_MS   their ttl; renewed every ttl/3 (default 30000)
 //   BENCH_HEARTBEAT_SECONDS  measured seconds per mode (default 60)
+// The reads part (bench/lib/reads.ts):
+//   BENCH_READS_QUICK        1: 2,000 jobs instead of 100,000 (CI)
+//   BENCH_READS_JOBS         jobs (default 100000)
+//   BENCH_READS_RUNS         runs per job, 15 min apart (default 100)
+//   BENCH_READS_BASELINE_CAP seconds after which a baseline read is cut off (default 120)
+//   BENCH_READS_REPEATS      timed repetitions of each read, median reported (default 3)
+//   BENCH_READS_IDLE_JOBS    job definitions of the idle worker whose RSS is measured (default 10000)
 //   DATABASE_URL           use this server instead of an embedded one
 
-export const BENCH_PARTS = ['acquire', 'scheduler', 'heartbeats'] as const;
+import type { ReadsSettings } from './reads.js';
+import { FULL_SCALE, QUICK_SCALE } from './reads-seed.js';
+
+export const BENCH_PARTS = ['acquire', 'scheduler', 'heartbeats', 'reads'] as const;
 export type BenchPart = (typeof BENCH_PARTS)[number];
 
 export interface SchedulerConfig {
@@ -51,6 +61,7 @@ export interface BenchConfig {
   parts: BenchPart[];
   scheduler: SchedulerConfig;
   heartbeats: { leases: number; ttlMs: number; windowSeconds: number };
+  reads: ReadsSettings;
   databaseUrl: string | undefined;
 }
 
@@ -130,6 +141,14 @@ export function readConfig(): BenchConfig {
       leases: positiveNumber('BENCH_HEARTBEAT_LEASES', 1_000, { integer: true }),
       ttlMs: positiveNumber('BENCH_HEARTBEAT_TTL_MS', 30_000, { integer: true }),
       windowSeconds: positiveNumber('BENCH_HEARTBEAT_SECONDS', 60),
+    },
+    reads: {
+      ...(process.env.BENCH_READS_QUICK === '1' ? QUICK_SCALE : FULL_SCALE),
+      ...(process.env.BENCH_READS_JOBS ? { jobs: positiveNumber('BENCH_READS_JOBS', FULL_SCALE.jobs, { integer: true }) } : {}),
+      ...(process.env.BENCH_READS_RUNS ? { runsPerJob: positiveNumber('BENCH_READS_RUNS', FULL_SCALE.runsPerJob, { integer: true }) } : {}),
+      baselineCapSeconds: positiveNumber('BENCH_READS_BASELINE_CAP', 120),
+      repeats: positiveNumber('BENCH_READS_REPEATS', 3, { integer: true }),
+      idleJobs: positiveNumber('BENCH_READS_IDLE_JOBS', 10_000, { integer: true }),
     },
     databaseUrl: process.env.DATABASE_URL || undefined,
   };

@@ -3,6 +3,7 @@
 // The parts render their own sections (acquire-report.ts, scheduler-report.ts).
 import { acquireMarkdown, acquireTargets, acquireText, guaranteesTable, redisLine, summaryTable } from './acquire-report.js';
 import { heartbeatLines, heartbeatTargets } from './heartbeats.js';
+import { readsLines, readsTargets } from './reads.js';
 import { shortPostgresVersion, type MachineInfo } from './machine.js';
 import type { BenchResults, TargetCheck } from './results.js';
 import type { SchedulerResults } from './scheduler.js';
@@ -19,6 +20,7 @@ export function checkTargets(results: Omit<BenchResults, 'targets'>): TargetChec
     ...(results.acquire ? acquireTargets(results.acquire) : []),
     ...(results.scheduler ? schedulerTargets(results.scheduler) : []),
     ...(results.heartbeats ? heartbeatTargets(results.heartbeats) : []),
+    ...(results.reads ? readsTargets(results.reads) : []),
   ];
 }
 
@@ -94,6 +96,7 @@ export function renderReport(results: BenchResults): string {
     ...(results.acquire ? acquireText(results.acquire) : []),
     ...(results.scheduler ? [...schedulerText(results.scheduler, renderText), ''] : []),
     ...(results.heartbeats ? heartbeatLines(results.heartbeats, renderText) : []),
+    ...(results.reads ? readsLines(results.reads, renderText) : []),
     'Targets',
     renderText(targetsTable(results.targets)),
     '',
@@ -116,6 +119,7 @@ export function renderMarkdownPage(results: BenchResults, jsonName: string): str
     ...(results.acquire ? acquireMarkdown(results.acquire) : []),
     ...(results.scheduler ? schedulerMarkdown(results.scheduler, renderMarkdown) : []),
     ...(results.heartbeats ? ['## Heartbeats', '', ...heartbeatLines(results.heartbeats, renderMarkdown)] : []),
+    ...(results.reads ? ['## Reads at fleet scale', '', ...readsLines(results.reads, renderMarkdown)] : []),
     '## Targets',
     '',
     renderMarkdown(targetsTable(results.targets)),

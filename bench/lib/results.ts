@@ -9,6 +9,7 @@ import type { MachineInfo } from './machine.js';
 import type { PatternInfo } from './pattern.js';
 import { renderMarkdownPage } from './report.js';
 import type { HeartbeatResults } from './heartbeats.js';
+import type { ReadsResults } from './reads.js';
 import type { SchedulerResults } from './scheduler.js';
 import type { TakeoverResult } from './takeover.js';
 import type { WalResult } from './wal.js';
@@ -57,6 +58,7 @@ export interface BenchResults {
   acquire?: AcquireResults;
   scheduler?: SchedulerResults;
   heartbeats?: HeartbeatResults;
+  reads?: ReadsResults;
   targets: TargetCheck[];
   /** os.loadavg() (1, 5, 15 min) when the run started and ended: other work on the machine skews the numbers. */
   loadAverage: { start: number[]; end: number[] };

@@ -12,6 +12,7 @@ import { checkTargets, renderReport } from './report.js';
 import { writeResults, type BenchResults } from './results.js';
 import { measureHeartbeats } from './heartbeats.js';
 import { measureScheduler } from './scheduler.js';
+import { measureReads } from './reads.js';
 import { round } from './stats.js';
 
 const progress = (message: string) => process.stderr.write(`[bench] ${message}\n`);
@@ -48,6 +49,7 @@ export async function runBench(parts?: BenchPart[]): Promise<void> {
     const acquire = chosen.includes('acquire') ? await runAcquireSuite(url, config, progress) : undefined;
     const scheduler = chosen.includes('scheduler') ? await measureScheduler({ connectionString: url, settings: config.scheduler, progress }) : undefined;
     const heartbeats = chosen.includes('heartbeats') ? await measureHeartbeats(url, config.heartbeats, progress) : undefined;
+    const reads = chosen.includes('reads') ? await measureReads(url, config.reads, progress) : undefined;
 
     const partial: Omit<BenchResults, 'targets'> = {
       benchmark: 'leasehold',
@@ -56,6 +58,7 @@ export async function runBench(parts?: BenchPart[]): Promise<void> {
       ...(acquire ? { acquire } : {}),
       ...(scheduler ? { scheduler } : {}),
       ...(heartbeats ? { heartbeats } : {}),
+      ...(reads ? { reads } : {}),
       loadAverage: { start: loadAtStart.map((n) => round(n, 2)), end: os.loadavg().map((n) => round(n, 2)) },
       durationSeconds: round((performance.now() - started) / 1000, 1),
     };

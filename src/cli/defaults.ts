@@ -48,6 +48,12 @@ export const RUNS_DEFAULTS = {
   limit: { default: 20, ...COUNT } satisfies IntegerSetting,
 } as const;
 
+export const STATUS_DEFAULTS = {
+  limit: { default: 50, ...COUNT } satisfies IntegerSetting,
+  /** --all: no limit in practice. */
+  all: 2_147_483_647,
+} as const;
+
 export const SCHEDULE_DEFAULTS = {
   tz: { default: 'UTC' },
   count: { default: 10, ...COUNT } satisfies IntegerSetting,

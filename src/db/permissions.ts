@@ -13,6 +13,7 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   lease_status: 'reader',
   job_status: 'reader',
   run_history: 'reader',
+  recent_history: 'reader',
   runs: 'reader',
   skips: 'reader',
   missed: 'reader',

@@ -1,6 +1,7 @@
 // Prometheus metrics (prom-client) as a subscriber to leasehold's events, plus gauges read from
 // leasehold.job_status at scrape time. Nothing in the lease or scheduler core depends on it.
-import client from 'prom-client';
+import { createRequire } from 'node:module';
+import type client from 'prom-client';
 import type pg from 'pg';
 import { fleetSummary, liveWorkers, type FleetSummary } from '../dashboard/queries.js';
 import { queryable } from '../db/handle.js';
@@ -60,6 +61,7 @@ export interface LeaseholdMetrics {
  * | live_workers | gauge | — | liveness sessions present on the database |
  */
 export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
+  const client = promClient();
   const registry = options.registry ?? new client.Registry();
   const prefix = options.prefix ?? 'leasehold_';
   const registers = [registry];
@@ -226,4 +228,11 @@ export async function serveMetrics(
   const metrics = async (): Promise<EndpointReply> => ({ status: 200, type: source.contentType, body: await source.metrics() });
   const server = await serveEndpoints({ '/metrics': metrics, ...options.routes }, { port: options.port, host: options.host ?? '127.0.0.1', flag: '--metrics-port' });
   return { url: `${server.origin}/metrics`, port: server.port, close: () => server.close() };
+}
+
+// prom-client (about 5 MB of heap and code) loads with the first createMetrics(), not with the
+// package: a worker without metrics never pays for it.
+let loaded: typeof client | undefined;
+function promClient(): typeof client {
+  return (loaded ??= createRequire(import.meta.url)('prom-client') as typeof client);
 }

@@ -123,8 +123,18 @@ export class SchedulerStore {
     await this.query('select leasehold.record_clock_step($1, $2, $3)', [from, to, holder]);
   }
 
-  async prune(keepMs: number): Promise<number> {
-    const { rows } = await this.query<{ n: string }>('select leasehold.prune_history($1::interval)::text as n', [`${keepMs} milliseconds`]);
-    return Number(rows[0]?.n ?? 0);
+  /** Deletes history older than keepMs, one batch per statement (each its own transaction). */
+  async prune(keepMs: number, batch = PRUNE_BATCH): Promise<number> {
+    let total = 0;
+    for (;;) {
+      const { rows } = await this.query<{ n: string }>('select leasehold.prune_history($1::interval, $2)::text as n', [`${keepMs} milliseconds`, batch]);
+      const deleted = Number(rows[0]?.n ?? 0);
+      total += deleted;
+      // fewer than one batch in all: every kind is below its batch, nothing prunable is left
+      if (deleted < batch) return total;
+    }
   }
 }
+
+/** Rows of each kind prune_history deletes per statement: short transactions, bounded WAL bursts. */
+const PRUNE_BATCH = 5_000;

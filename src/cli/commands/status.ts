@@ -1,30 +1,46 @@
-// leasehold status: every job with schedule, holder, last run, durations against the interval,
-// skips; a warning line for each job creeping toward (or past) overlap; and every other lease
-// (taken with acquire(), psql, Python, a shell script) with its holder, fence and expiry.
+// leasehold status: a summary line with the fleet's counts, then at most --limit jobs (those
+// that need attention first: expired lease, failed or lost runs, skipped or missed slots in
+// 24 h) with schedule, holder, last run, durations against the interval, skips; a warning line
+// for each listed job creeping toward (or past) overlap; and other leases (taken with
+// acquire(), psql, Python, a shell script) with holder, fence and expiry. Bounded, so it answers
+// quickly however many jobs there are; --all lists everything.
 import type { Command } from 'commander';
+import { fleetStatus, type FleetCounts, type FleetStatus } from '../../observe/fleet-status.js';
 import { jobStatus, unscheduledLeases, type JobStatus, type UnscheduledLease } from '../../observe/status.js';
-import { CliError, databaseUrl, openDatabase, report, type Io } from '../context.js';
+import { CliError, databaseUrl, integerFlag, openDatabase, report, type Io } from '../context.js';
+import { STATUS_DEFAULTS, shown } from '../defaults.js';
 import { inert, percent, seconds, table, time } from '../format.js';
 import { EXIT } from '../exit-codes.js';
 
 export function registerStatus(program: Command, io: Io): void {
   program
     .command('status')
-    .description('show every job (schedule, holder and lease age, last run, p50/p95 duration vs interval, skips in 24 h) and every other lease')
+    .description(
+      'show the fleet (counts of running, expired, failing, skipping jobs), then the jobs that need attention first (schedule, holder and lease age, last run, p50/p95 duration vs interval, skips in 24 h) and other leases',
+    )
     .option('--job <name>', 'only this job or lease')
-    .option('--json', 'print JSON: { jobs: [...], leases: [...] }')
+    .option('--limit <n>', `how many jobs and leases to list (${STATUS_DEFAULTS.limit.min} to ${STATUS_DEFAULTS.limit.max})`, shown(STATUS_DEFAULTS.limit))
+    .option('--all', 'list every job and lease (slow with many thousands of jobs)')
+    .option('--json', 'print JSON: { summary: {...}, jobs: [...], leases: [...], more: { jobs, leases } }')
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
-    .action(async (options: { job?: string; json?: boolean; databaseUrl?: string }) => {
+    .action(async (options: { job?: string; limit: string; all?: boolean; json?: boolean; databaseUrl?: string }) => {
       try {
+        const limit = options.all ? STATUS_DEFAULTS.all : integerFlag(options.limit, STATUS_DEFAULTS.limit, '--limit');
         const db = await openDatabase(databaseUrl(options.databaseUrl));
         const read = { timeout: db.timeoutMs };
         try {
-          const [jobs, leases] = await Promise.all([jobStatus(db.pool, options.job, read), unscheduledLeases(db.pool, options.job, read)]);
-          if (options.job !== undefined && jobs.length === 0 && leases.length === 0) {
-            throw new CliError(`no job or lease named "${inert(options.job)}": \`leasehold status\` lists them all`, EXIT.error);
+          let text: string;
+          if (options.job !== undefined) {
+            const [jobs, leases] = await Promise.all([jobStatus(db.pool, options.job, read), unscheduledLeases(db.pool, options.job, read)]);
+            if (jobs.length === 0 && leases.length === 0) {
+              throw new CliError(`no job or lease named "${inert(options.job)}": \`leasehold status\` lists them all`, EXIT.error);
+            }
+            text = options.json ? JSON.stringify({ jobs, leases }, null, 2) : render(jobs, leases);
+          } else {
+            const fleet = await fleetStatus(db.pool, { limit, ...read });
+            text = options.json ? JSON.stringify(toJson(fleet), null, 2) : renderFleet(fleet);
           }
           const replication = options.json ? null : db.replication;
-          const text = options.json ? JSON.stringify({ jobs, leases }, null, 2) : render(jobs, leases);
           io.out(replication?.warning ? `${text}\nwarning: ${inert(replication.warning)}` : text);
           io.exit(EXIT.ok);
         } finally {
@@ -36,7 +52,35 @@ export function registerStatus(program: Command, io: Io): void {
     });
 }
 
-export function render(jobs: JobStatus[], leases: UnscheduledLease[] = []): string {
+function toJson(fleet: FleetStatus): object {
+  return { summary: fleet.counts, jobs: fleet.jobs, leases: fleet.leases, more: { jobs: fleet.moreJobs, leases: fleet.moreLeases } };
+}
+
+/** "100000 jobs: 3 running, 1 expired lease, ...": the whole fleet in one line. */
+export function summaryLine(c: FleetCounts): string {
+  const jobs = [
+    `${c.running} running`,
+    `${c.expired} with an expired lease`,
+    `${c.failing} failing (failed or lost run in 24 h)`,
+    `${c.skipping} skipping (24 h)`,
+    `${c.missing} with missed slots (24 h)`,
+  ];
+  return `${c.jobs} ${c.jobs === 1 ? 'job' : 'jobs'}: ${jobs.join(', ')}; ${c.leases} other ${c.leases === 1 ? 'lease' : 'leases'} (${c.leasesHeld} held)`;
+}
+
+/** The summary line, the listed jobs and leases, and how many were left out. */
+export function renderFleet(fleet: FleetStatus): string {
+  if (fleet.counts.jobs === 0 && fleet.counts.leases === 0) return render([], []);
+  const reasons = new Map<JobStatus, string | null>(fleet.jobs.map((job) => [job, job.attention]));
+  const lines = [summaryLine(fleet.counts), render(fleet.jobs, fleet.leases, (job) => reasons.get(job) ?? '-')];
+  const more = [fleet.moreJobs > 0 ? `${fleet.moreJobs} more ${fleet.moreJobs === 1 ? 'job' : 'jobs'}` : '', fleet.moreLeases > 0 ? `${fleet.moreLeases} more ${fleet.moreLeases === 1 ? 'lease' : 'leases'}` : '']
+    .filter(Boolean)
+    .join(' and ');
+  if (more) lines.push(`... ${more}: --limit N shows more, --all everything, --job NAME one`);
+  return lines.join('\n');
+}
+
+export function render(jobs: JobStatus[], leases: UnscheduledLease[] = [], attention?: (job: JobStatus) => string | null): string {
   if (jobs.length === 0 && leases.length === 0) {
     return 'No jobs or leases yet: start a worker (leasehold worker ./jobs.js), guard a command with leasehold exec, or take a lease with run().';
   }
@@ -44,7 +88,7 @@ export function render(jobs: JobStatus[], leases: UnscheduledLease[] = []): stri
   if (jobs.length > 0) {
     lines.push(
       table(
-        ['JOB', 'SCHEDULE', 'STATE', 'HOLDER', 'LEASE AGE', 'LAST RUN', 'OUTCOME', 'P50', 'P95', 'P95/INTERVAL', 'SKIPS 24H', 'MISSED 24H'],
+        ['JOB', 'SCHEDULE', 'STATE', 'HOLDER', 'LEASE AGE', 'LAST RUN', 'OUTCOME', 'P50', 'P95', 'P95/INTERVAL', 'SKIPS 24H', 'MISSED 24H', ...(attention ? ['ATTENTION'] : [])],
         jobs.map((job) => [
           job.job,
           job.timezone ? `${job.schedule} (${job.timezone})` : job.schedule,
@@ -58,6 +102,7 @@ export function render(jobs: JobStatus[], leases: UnscheduledLease[] = []): stri
           percent(job.p95IntervalRatio),
           job.skips24h,
           job.missed24h,
+          ...(attention ? [attention(job)] : []),
         ]),
       ),
     );
