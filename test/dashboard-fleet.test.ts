@@ -1,15 +1,13 @@
 // The dashboard at fleet scale and against hostile text: 10,000 jobs with 24 hours of history in
 // headless Chromium (first useful paint, longest main-thread task, refreshes one after another),
 // and job names and error texts built to inject markup, terminal escapes and bidi reordering.
-import { existsSync } from 'node:fs';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDashboard, type Dashboard } from '../src/dashboard/server.js';
 import { client, freshDatabase, rawPool } from './support/db.js';
 import { FLEET_SIZE, seedFleet } from './support/fleet.js';
+import { haveChromium, launchChromium, NO_CHROMIUM } from './support/browser.js';
 
-const CHROMIUM = '/usr/bin/chromium';
-const haveChromium = existsSync(CHROMIUM);
 
 const HOSTILE_NAMES = ['evil-<script>alert(1)</script>', 'evil-invoice\u202Egnp.exe', 'evil-pay\u200Bments', 'evil-<img src=x onerror=alert(2)>'];
 const HOSTILE_ERROR = '\u001b]8;;https://example.invalid/\u0007click\u001b]8;;\u0007 \u001b[31m<b>red</b> <img src=x onerror=alert(3)>';
@@ -38,20 +36,14 @@ afterAll(async () => {
 });
 
 describe.skipIf(!haveChromium)(
-  haveChromium ? 'dashboard with 10,000 jobs in a browser' : `SKIPPED: needs Debian's chromium at ${CHROMIUM} (apt-get install chromium); .ci/run installs it`,
+  haveChromium ? 'dashboard with 10,000 jobs in a browser' : NO_CHROMIUM,
   () => {
     // retried: the numbers are wall-clock times on a machine that other test runs share
     it('paints a useful first page within 1 s, never blocks the main thread 200 ms, never overlaps refreshes; hostile text stays inert', { timeout: 120_000, retry: 2 }, async () => {
-      const { chromium } = await import('playwright-core');
       await dashboard?.close(); // from a previous attempt
       dashboard = await startDashboard({ pool, port: 0, refresh: 1000 });
       const d = dashboard;
-      const browser = await chromium.launch({
-        executablePath: CHROMIUM,
-        headless: true,
-        timeout: 15_000,
-        args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-      });
+      const browser = await launchChromium();
       try {
         const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
         const problems: string[] = [];

@@ -1,5 +1,5 @@
 // The dashboard: its HTTP API over a seeded history, and the page in a real headless Chromium.
-import { existsSync, mkdirSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import http from 'node:http';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';
@@ -10,9 +10,8 @@ import { nextRun, scheduleNote, storedSchedule } from '../src/dashboard/schedule
 import { cli } from './support/cli.js';
 import { client, freshDatabase, rawPool, sleep } from './support/db.js';
 import { seedHistory } from './support/seed.js';
+import { haveChromium, launchChromium, NO_CHROMIUM } from './support/browser.js';
 
-const CHROMIUM = '/usr/bin/chromium';
-const haveChromium = existsSync(CHROMIUM);
 const ARTIFACTS = fileURLToPath(new URL('../test-artifacts/', import.meta.url));
 
 let url: string;
@@ -336,19 +335,13 @@ describe('dashboard in a browser', () => {
   it.skipIf(!haveChromium)(
     haveChromium
       ? 'headless Chromium renders the jobs table and the timelines of a seeded history'
-      : `SKIPPED: needs Debian's chromium at ${CHROMIUM} (apt-get install chromium); .ci/run installs it`,
+      : NO_CHROMIUM,
     { timeout: 30_000 },
     async () => {
-      const { chromium } = await import('playwright-core');
       // the seeded running lease expires 20 s after seeding; on a slow machine this test starts later
       await pool.query(`update leasehold.leases set expires_at = now() + interval '10 minutes' where name = 'report'`);
       const d = await dashboard({ refresh: 1000 });
-      const browser = await chromium.launch({
-        executablePath: CHROMIUM,
-        headless: true,
-        timeout: 15_000,
-        args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-      });
+      const browser = await launchChromium();
       try {
         const page = await browser.newPage({ viewport: { width: 1280, height: 900 } });
         const problems: string[] = [];
