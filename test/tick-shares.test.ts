@@ -122,3 +122,42 @@ describe('hash shares', () => {
     }
   });
 });
+
+describe('claim_due', () => {
+  it('decides as claim() does and returns only the rows the caller must act on', async () => {
+    const pool = rawPool(url, 2);
+    const list = names('due', 0, 6);
+    await pool.query(
+      `select leasehold.register_jobs($1, array_fill('* * * * *'::text, array[6]), array_fill(null::text, array[6]),
+         array_fill(60000::bigint, array[6]), array_fill(30000::bigint, array[6]), array_fill('skip'::text, array[6]),
+         array_fill('none'::text, array[6]), 'test')`,
+      [list],
+    );
+    const slot = new Date(Math.floor(Date.now() / 1000) * 1000 - 10_000);
+    type Row = { job: string; claimed: boolean; reason: string; skip_recorded: boolean };
+    const call = async (fn: 'claim' | 'claim_due', jobs: string[], at: Date, holder: string) =>
+      (
+        await pool.query<Row>(
+          `select job, claimed, reason, skip_recorded from leasehold.${fn}(
+             array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3)
+            order by job`,
+          [jobs, at, holder],
+        )
+      ).rows;
+    // a: claims due-0..2 at one slot; b then asks for all six at the next: due-0..2 are still
+    // held by a (b records one skip each), due-3..5 are b's
+    const next = new Date(slot.getTime() + 1_000);
+    expect((await call('claim_due', list.slice(0, 3), slot, 'a')).map((r) => r.reason)).toEqual(['claimed', 'claimed', 'claimed']);
+    const b = await call('claim_due', list, next, 'b');
+    expect(b.map((r) => [r.job, r.reason, r.skip_recorded])).toEqual([
+      ['due-0', 'held', true], ['due-1', 'held', true], ['due-2', 'held', true],
+      ['due-3', 'claimed', false], ['due-4', 'claimed', false], ['due-5', 'claimed', false],
+    ]);
+    // c asks again: nothing to act on (slot-taken and skips already recorded); claim() says why for each
+    expect(await call('claim_due', list, next, 'c')).toEqual([]);
+    expect((await call('claim', list, next, 'c')).map((r) => r.reason)).toEqual(['slot-skipped', 'slot-skipped', 'slot-skipped', 'slot-taken', 'slot-taken', 'slot-taken']);
+    // not due and unknown jobs still come back
+    const later = new Date(Date.now() + 60_000);
+    expect((await call('claim_due', ['due-0', 'no-such-job'], later, 'c')).map((r) => r.reason).sort()).toEqual(['slot-not-due', 'unknown-job']);
+  });
+});

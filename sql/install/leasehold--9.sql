@@ -1,4 +1,4 @@
--- leasehold schema version 7: complete install script.
+-- leasehold schema version 9: complete install script.
 -- Generated from the migrations in sql/ (leasehold migrate --dry-run prints it for a database).
 -- Apply it in ONE transaction, as the role that is to own the schema (not a superuser if you can):
 --   psql --single-transaction -v ON_ERROR_STOP=1 -f this-file.sql
@@ -17,7 +17,7 @@ create table if not exists leasehold.migrations (
 
 do $$ begin
   if (select coalesce(max(version), 0) from leasehold.migrations) <> 0 then
-    raise exception 'this script upgrades the leasehold schema from version 0 to 7, but the database is at version %',
+    raise exception 'this script upgrades the leasehold schema from version 0 to 9, but the database is at version %',
       (select coalesce(max(version), 0) from leasehold.migrations);
   end if;
 end $$;
@@ -1844,6 +1844,59 @@ begin
 end $$;
 
 insert into leasehold.migrations (version, name, breaking) values (7, '0007_renew_batch', false);
+
+-- 0008_reads
+-- leasehold migration 0008: placeholder (indexes and read views land here).
+select 1;
+
+insert into leasehold.migrations (version, name, breaking) values (8, '0008_reads', false);
+
+-- 0009_tick
+-- leasehold migration 0009: a claim that answers only what the caller must act on.
+--
+-- Additive. claim_due() is claim() with the same arguments, the same decisions (taken by
+-- claim() itself, under the lease row locks) and the same row type, but it leaves out the rows
+-- that need nothing from the caller: a slot another worker already claimed ('slot-taken'), a
+-- slot whose skip is final ('slot-skipped'), and a held job whose skip another caller recorded
+-- ('held' with skip_recorded false). Workers that each send every due job therefore get back
+-- about their own share of the rows instead of every row, and a second pass over jobs other
+-- workers claimed costs almost nothing to transfer. Nothing about exactly-once changes: which
+-- worker may run a slot is still decided by claim() alone.
+create function leasehold.claim_due(
+  p_claims leasehold.slot_claim[], p_holder text, p_holder_key bigint default null
+) returns table (
+  job            text,
+  slot           timestamptz,
+  claimed        boolean,
+  reason         text,
+  token          uuid,
+  fence          bigint,
+  expires_at     timestamptz,
+  previous_slot  timestamptz,
+  holder         text,
+  holder_fence   bigint,
+  holder_slot    timestamptz,
+  holder_since   timestamptz,
+  skip_recorded  boolean,
+  buffered       boolean,
+  database_time  timestamptz,
+  took_over      boolean
+)
+language sql volatile
+set plan_cache_mode = force_custom_plan
+set jit = off
+as $$
+  select c.*
+    from leasehold.claim(p_claims, p_holder, p_holder_key) c
+   where c.claimed
+      or c.reason not in ('slot-taken', 'slot-skipped', 'held')
+      or c.skip_recorded
+      or c.buffered;
+$$;
+
+insert into leasehold.access (object, level) values ('claim_due', 'client');
+
+insert into leasehold.migrations (version, name, breaking) values (9, '0009_tick', false);
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
