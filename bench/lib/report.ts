@@ -3,6 +3,7 @@
 // The parts render their own sections (acquire-report.ts, scheduler-report.ts).
 import { acquireMarkdown, acquireTargets, acquireText, guaranteesTable, redisLine, summaryTable } from './acquire-report.js';
 import { heartbeatLines, heartbeatTargets } from './heartbeats.js';
+import { tickLines } from './tick-suite.js';
 import { shortPostgresVersion, type MachineInfo } from './machine.js';
 import type { BenchResults, TargetCheck } from './results.js';
 import type { SchedulerResults } from './scheduler.js';
@@ -93,6 +94,7 @@ export function renderReport(results: BenchResults): string {
     ...summaryText(results),
     ...(results.acquire ? acquireText(results.acquire) : []),
     ...(results.scheduler ? [...schedulerText(results.scheduler, renderText), ''] : []),
+    ...(results.tick ? tickLines(results.tick, renderText) : []),
     ...(results.heartbeats ? heartbeatLines(results.heartbeats, renderText) : []),
     'Targets',
     renderText(targetsTable(results.targets)),
@@ -115,6 +117,7 @@ export function renderMarkdownPage(results: BenchResults, jsonName: string): str
     ...summaryMarkdown(results),
     ...(results.acquire ? acquireMarkdown(results.acquire) : []),
     ...(results.scheduler ? schedulerMarkdown(results.scheduler, renderMarkdown) : []),
+    ...(results.tick ? ['## The tick at scale', '', ...tickLines(results.tick, renderMarkdown)] : []),
     ...(results.heartbeats ? ['## Heartbeats', '', ...heartbeatLines(results.heartbeats, renderMarkdown)] : []),
     '## Targets',
     '',

@@ -9,6 +9,7 @@ import type { MachineInfo } from './machine.js';
 import type { PatternInfo } from './pattern.js';
 import { renderMarkdownPage } from './report.js';
 import type { HeartbeatResults } from './heartbeats.js';
+import type { TickSuiteResult } from './tick-suite.js';
 import type { SchedulerResults } from './scheduler.js';
 import type { TakeoverResult } from './takeover.js';
 import type { WalResult } from './wal.js';
@@ -56,6 +57,7 @@ export interface BenchResults {
   machine: MachineInfo;
   acquire?: AcquireResults;
   scheduler?: SchedulerResults;
+  tick?: TickSuiteResult;
   heartbeats?: HeartbeatResults;
   targets: TargetCheck[];
   /** os.loadavg() (1, 5, 15 min) when the run started and ended: other work on the machine skews the numbers. */

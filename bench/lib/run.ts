@@ -13,6 +13,7 @@ import { writeResults, type BenchResults } from './results.js';
 import { measureHeartbeats } from './heartbeats.js';
 import { measureScheduler } from './scheduler.js';
 import { round } from './stats.js';
+import { measureTickSuite, tickSettings } from './tick-suite.js';
 
 const progress = (message: string) => process.stderr.write(`[bench] ${message}\n`);
 
@@ -47,6 +48,7 @@ export async function runBench(parts?: BenchPart[]): Promise<void> {
 
     const acquire = chosen.includes('acquire') ? await runAcquireSuite(url, config, progress) : undefined;
     const scheduler = chosen.includes('scheduler') ? await measureScheduler({ connectionString: url, settings: config.scheduler, progress }) : undefined;
+    const tick = chosen.includes('tick') ? await measureTickSuite(url, tickSettings(), progress) : undefined;
     const heartbeats = chosen.includes('heartbeats') ? await measureHeartbeats(url, config.heartbeats, progress) : undefined;
 
     const partial: Omit<BenchResults, 'targets'> = {
@@ -55,6 +57,7 @@ export async function runBench(parts?: BenchPart[]): Promise<void> {
       machine,
       ...(acquire ? { acquire } : {}),
       ...(scheduler ? { scheduler } : {}),
+      ...(tick ? { tick } : {}),
       ...(heartbeats ? { heartbeats } : {}),
       loadAverage: { start: loadAtStart.map((n) => round(n, 2)), end: os.loadavg().map((n) => round(n, 2)) },
       durationSeconds: round((performance.now() - started) / 1000, 1),
