@@ -1,7 +1,8 @@
 // The tick at scale: N jobs due at one slot, W workers claiming at the same instant, three
 // claim paths measured in the same run, alternating, on the same database:
-//   before    every worker sends every due job to leasehold.claim() (the previous path) and
-//             gets one row per job back
+//   before    every worker sends every due job to claim() as sql/0006_contract.sql defined it
+//             (installed here as leasehold.claim_0006; the previous path) and gets one row per
+//             job back
 //   after     every worker sends its hash share (src/worker/shares.ts) to leasehold.claim_due()
 //             and, after about as long as that took, the rest; only rows to act on come back
 //   baseline  a plain batched UPDATE ... FOR UPDATE SKIP LOCKED of last_slot, returning names:
@@ -11,6 +12,7 @@
 // Per round: tick -> the last claimed row in JavaScript; each claimed row's arrival after the
 // slot (the earliest a handler could start; p50/p99); each claim statement's time; rows
 // returned; and, from the database, that every job has exactly one run of the slot.
+import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { nameHash } from '../../src/worker/shares.js';
 import { Session } from './session.js';
@@ -55,8 +57,18 @@ interface Claimer {
   key: string;
 }
 
+/** claim() of schema 6, verbatim, under another name: the previous path, on the same database. */
+function previousClaim(): string {
+  const text = readFileSync(new URL('../../sql/0006_contract.sql', import.meta.url), 'utf8');
+  const start = text.indexOf('create function leasehold.claim(\n');
+  const end = text.indexOf('end $$;', start) + 'end $$;'.length;
+  if (start < 0 || end < start) throw new Error('sql/0006_contract.sql: claim() not found');
+  return text.slice(start, end).replace('create function leasehold.claim(', 'create or replace function leasehold.claim_0006(');
+}
+
 export async function prepareTick(url: string, jobs: number, workers: number): Promise<{ names: string[]; claimers: Claimer[]; admin: Session }> {
   const admin = await Session.open(url, 'bench-tick-admin');
+  await admin.execute(previousClaim());
   const names = Array.from({ length: jobs }, (_, i) => `tk${jobs}-${String(i).padStart(6, '0')}`);
   const n = names.length;
   for (let i = 0; i < n; i += 20_000) {
@@ -110,7 +122,7 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
   };
   await Promise.all(
     claimers.map(async (claimer) => {
-      if (path !== 'after') return call(claimer, path === 'before' ? 'claim' : 'baseline', names);
+      if (path !== 'after') return call(claimer, path === 'before' ? 'claim_0006' : 'baseline', names);
       const own = keys.indexOf(claimer.key);
       const mine: string[] = [];
       const others: string[] = [];
