@@ -63,14 +63,15 @@ export class SchedulerStore {
 
   /**
    * One statement for any number of jobs (leasehold.claim_due, one leasehold.slot_claim per
-   * request): only the rows the caller must act on come back (0009_tick.sql).
+   * request): only the rows the caller must act on come back (0009_tick.sql). `every`: one row
+   * per request, with its reason (leasehold.claim), for callers that report each outcome.
    */
-  async claim(requests: readonly ClaimRequest[], holder: string, holderKey: string | null): Promise<ClaimRow[]> {
+  async claim(requests: readonly ClaimRequest[], holder: string, holderKey: string | null, every = !tickPath.compact): Promise<ClaimRow[]> {
     const modes = requests.map((r) => claimMode(r.job));
     // The composite array is built on the server from plain arrays: pg has no encoder for
     // composite values, and a text literal of 10,000 rows would need quoting rules of its own.
     const { rows } = await this.query<ClaimRow & Record<string, unknown>>(
-      `select * from leasehold.${tickPath.compact ? 'claim_due' : 'claim'}(
+      `select * from leasehold.${every ? 'claim' : 'claim_due'}(
          array(select row(i.job, i.slot, i.ttl, i.mode, i.cap)::leasehold.slot_claim
                  from unnest($1::text[], $2::timestamptz[], $3::interval[], $4::text[], $5::integer[]) as i(job, slot, ttl, mode, cap)),
          $6, $7::bigint)`,
