@@ -5,6 +5,9 @@
 //               latency, WAL per declined acquire, takeover after SIGKILL
 //   scheduler - 10,000 jobs due at the same tick on 4 worker processes (claims, statements,
 //               start latency, exactly-once in leasehold.runs), and an idle worker's RSS and CPU
+//   tick      - 1,000 / 10,000 / 100,000 jobs due at one slot on 4 workers: the previous claim
+//               path, the hash-share path and a plain batched UPDATE ... SKIP LOCKED, in one run
+//               (bench/tick.bench.ts runs it alone)
 //   reads     - the operator's reads (status, runs, job_status, run_history, dashboard API,
 //               prune_history) on 100,000 jobs and 10 million runs against their schema-5 forms,
 //               and an idle worker's RSS on the compiled package

@@ -49,7 +49,8 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
     { fn: 'is_free', pattern: /\n\s+when l\.epoch is distinct from leasehold\.epoch\(\)\n\s+and l\.expires_at \+ coalesce\(l\.ttl, interval '0'\) <= now\(\) then true/, replacement: '' },
   ],
   'fence-without-epoch': [
-    { fn: 'next_fence', pattern: /greatest\(coalesce\(p_old, 0\) \+ 1, \(leasehold\.epoch\(\) - 1\)::bigint << 40\)/, replacement: 'coalesce(p_old, 0) + 1' },
+    // the rule lives in fence_after() since schema 9 (next_fence() and claim() call it)
+    { fn: 'fence_after', pattern: /greatest\(coalesce\(p_old, 0\) \+ 1, \(p_epoch - 1\)::bigint << 40\)/, replacement: 'coalesce(p_old, 0) + 1' },
   ],
   'epoch-not-checked': [
     { fn: 'holds_lease', pattern: /\s+and l\.epoch = leasehold\.epoch\(\)/, replacement: '' },
@@ -57,7 +58,8 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'liveness-any-incarnation': [
     { fn: 'is_free', pattern: /when l\.holder_incarnation is not distinct from leasehold\.incarnation\(\) then/, replacement: 'when true then' },
   ],
-  'slot-guard-off': [{ fn: 'claim', pattern: /\s+and \(l\.last_slot is null or w\.claim_slot > l\.last_slot\)/, replacement: '' }],
+  // both forms of the guard in claim() (schema 9 checks the slot asked for first, cheaply)
+  'slot-guard-off': [{ fn: 'claim', pattern: /\s+and \(l\.last_slot is null or (?:w\.claim_slot|\(w\.claim\)\.slot) > l\.last_slot\)/, replacement: '' }],
 };
 
 /** Installs `mutant` into the database `client` is connected to. Throws if a guard was not found. */

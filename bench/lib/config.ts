@@ -6,7 +6,7 @@
 //   BENCH_WAL_ATTEMPTS     declined acquisitions per WAL trial (default 2000)
 //   BENCH_WAL_TRIALS       WAL trials per pattern; the median is reported (default 3)
 //   BENCH_TAKEOVER_RUNS    SIGKILL takeovers per mechanism (default 5)
-//   BENCH_PARTS            which parts bench/index.ts runs: acquire,scheduler,heartbeats (default all)
+//   BENCH_PARTS            which parts bench/index.ts runs: acquire,scheduler,tick,heartbeats (default all)
 //   BENCH_REDIS            'off' leaves the Redis lock out; by default it is measured on a
 //                          private redis-server whenever one is installed
 // The scheduler part (bench/lib/scheduler.ts):
@@ -19,6 +19,8 @@
 //   BENCH_SCHED_TICKS      measured ticks (default 2)
 //   BENCH_SCHED_PROBES     claims of all jobs alone with auto_explain, after the ticks (default 2)
 //   BENCH_IDLE_SECONDS     how long the idle workers are sampled (default 30)
+// The tick part (bench/lib/tick-suite.ts): BENCH_TICK_JOBS (default 1000,10000,100000),
+//   BENCH_TICK_WORKERS (default 4), BENCH_TICK_ROUNDS (rounds per path, default 3)
 // The heartbeats part (bench/lib/heartbeats.ts):
 //   BENCH_HEARTBEAT_LEASES   running leases on one client (default 1000)
 //   BENCH_HEARTBEAT_TTL_MS   their ttl; renewed every ttl/3 (default 30000)
@@ -35,7 +37,7 @@
 import type { ReadsSettings } from './reads.js';
 import { FULL_SCALE, QUICK_SCALE } from './reads-seed.js';
 
-export const BENCH_PARTS = ['acquire', 'scheduler', 'heartbeats', 'reads'] as const;
+export const BENCH_PARTS = ['acquire', 'scheduler', 'tick', 'heartbeats', 'reads'] as const;
 export type BenchPart = (typeof BENCH_PARTS)[number];
 
 export interface SchedulerConfig {

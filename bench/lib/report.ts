@@ -4,6 +4,7 @@
 import { acquireMarkdown, acquireTargets, acquireText, guaranteesTable, redisLine, summaryTable } from './acquire-report.js';
 import { heartbeatLines, heartbeatTargets } from './heartbeats.js';
 import { readsLines, readsTargets } from './reads.js';
+import { tickLines } from './tick-suite.js';
 import { shortPostgresVersion, type MachineInfo } from './machine.js';
 import type { BenchResults, TargetCheck } from './results.js';
 import type { SchedulerResults } from './scheduler.js';
@@ -95,6 +96,7 @@ export function renderReport(results: BenchResults): string {
     ...summaryText(results),
     ...(results.acquire ? acquireText(results.acquire) : []),
     ...(results.scheduler ? [...schedulerText(results.scheduler, renderText), ''] : []),
+    ...(results.tick ? tickLines(results.tick, renderText) : []),
     ...(results.heartbeats ? heartbeatLines(results.heartbeats, renderText) : []),
     ...(results.reads ? readsLines(results.reads, renderText) : []),
     'Targets',
@@ -118,6 +120,7 @@ export function renderMarkdownPage(results: BenchResults, jsonName: string): str
     ...summaryMarkdown(results),
     ...(results.acquire ? acquireMarkdown(results.acquire) : []),
     ...(results.scheduler ? schedulerMarkdown(results.scheduler, renderMarkdown) : []),
+    ...(results.tick ? ['## The tick at scale', '', ...tickLines(results.tick, renderMarkdown)] : []),
     ...(results.heartbeats ? ['## Heartbeats', '', ...heartbeatLines(results.heartbeats, renderMarkdown)] : []),
     ...(results.reads ? ['## Reads at fleet scale', '', ...readsLines(results.reads, renderMarkdown)] : []),
     '## Targets',

@@ -10,6 +10,7 @@ import type { PatternInfo } from './pattern.js';
 import { renderMarkdownPage } from './report.js';
 import type { HeartbeatResults } from './heartbeats.js';
 import type { ReadsResults } from './reads.js';
+import type { TickSuiteResult } from './tick-suite.js';
 import type { SchedulerResults } from './scheduler.js';
 import type { TakeoverResult } from './takeover.js';
 import type { WalResult } from './wal.js';
@@ -57,6 +58,7 @@ export interface BenchResults {
   machine: MachineInfo;
   acquire?: AcquireResults;
   scheduler?: SchedulerResults;
+  tick?: TickSuiteResult;
   heartbeats?: HeartbeatResults;
   reads?: ReadsResults;
   targets: TargetCheck[];

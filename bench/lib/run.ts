@@ -14,6 +14,7 @@ import { measureHeartbeats } from './heartbeats.js';
 import { measureScheduler } from './scheduler.js';
 import { measureReads } from './reads.js';
 import { round } from './stats.js';
+import { measureTickSuite, tickSettings } from './tick-suite.js';
 
 const progress = (message: string) => process.stderr.write(`[bench] ${message}\n`);
 
@@ -48,6 +49,7 @@ export async function runBench(parts?: BenchPart[]): Promise<void> {
 
     const acquire = chosen.includes('acquire') ? await runAcquireSuite(url, config, progress) : undefined;
     const scheduler = chosen.includes('scheduler') ? await measureScheduler({ connectionString: url, settings: config.scheduler, progress }) : undefined;
+    const tick = chosen.includes('tick') ? await measureTickSuite(url, tickSettings(), progress) : undefined;
     const heartbeats = chosen.includes('heartbeats') ? await measureHeartbeats(url, config.heartbeats, progress) : undefined;
     const reads = chosen.includes('reads') ? await measureReads(url, config.reads, progress) : undefined;
 
@@ -57,6 +59,7 @@ export async function runBench(parts?: BenchPart[]): Promise<void> {
       machine,
       ...(acquire ? { acquire } : {}),
       ...(scheduler ? { scheduler } : {}),
+      ...(tick ? { tick } : {}),
       ...(heartbeats ? { heartbeats } : {}),
       ...(reads ? { reads } : {}),
       loadAverage: { start: loadAtStart.map((n) => round(n, 2)), end: os.loadavg().map((n) => round(n, 2)) },

@@ -177,7 +177,8 @@ class SlotGuard {
     if (this.shutdown.signal.aborted) return notRun(slot, 'stopped');
     const holderKey = this.tracker.livenessKey();
     const sentAt = performance.now();
-    const [row] = await this.store.claim([{ job: this.job, slot }], this.leasehold.holder, holderKey);
+    // every row: the caller is told why a slot was not claimed (slot-taken, held, ...)
+    const [row] = await this.store.claim([{ job: this.job, slot }], this.leasehold.holder, holderKey, true);
     if (!row) return notRun(slot, 'error');
     this.tracker.runtime.clock.observe(row.database_time, sentAt, performance.now());
     if (row.claimed) {

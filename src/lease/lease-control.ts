@@ -92,7 +92,7 @@ export class LeaseControl {
     const wasHeld = this.state === 'held';
     this.state = 'released';
     this.end();
-    if (wasHeld) this.controller.abort(new LeaseLostError(this.grant.name, this.grant.fence, 'released'));
+    if (wasHeld) this.controller.abort(releasedReason(this.grant.name, this.grant.fence));
     return true;
   }
 
@@ -141,5 +141,19 @@ export function renewReason(reason: string | undefined): LeaseLostReason {
       return 'released';
     default:
       return 'taken-over';
+  }
+}
+
+/**
+ * The signal's reason on a normal release, without a stack trace: a worker releases thousands
+ * of leases per tick, and the trace would only point here.
+ */
+function releasedReason(name: string, fence: number): LeaseLostError {
+  const limit = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
+  try {
+    return new LeaseLostError(name, fence, 'released');
+  } finally {
+    Error.stackTraceLimit = limit;
   }
 }

@@ -4,6 +4,7 @@ import { timedQuery } from '../db/connection.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import { claimMode, describeCatchUp, type JobDefinition } from './job.js';
 import type { RunOutcome } from './run-outcomes.js';
+import { tickPath } from './shares.js';
 
 export interface ClaimRequest {
   job: JobDefinition;
@@ -54,13 +55,23 @@ export class SchedulerStore {
     return new Map(rows.map((r) => [r.name, r.last_slot]));
   }
 
-  /** One statement for any number of jobs (leasehold.claim, one leasehold.slot_claim per request). */
-  async claim(requests: readonly ClaimRequest[], holder: string, holderKey: string | null): Promise<ClaimRow[]> {
+  /** The keys of the live liveness sessions, for the hash shares (shares.ts). */
+  async liveKeys(): Promise<string[]> {
+    const { rows } = await this.query<{ key: string }>('select k.key::text as key from leasehold.liveness_locks() k', []);
+    return rows.map((r) => r.key);
+  }
+
+  /**
+   * One statement for any number of jobs (leasehold.claim_due, one leasehold.slot_claim per
+   * request): only the rows the caller must act on come back (0009_tick.sql). `every`: one row
+   * per request, with its reason (leasehold.claim), for callers that report each outcome.
+   */
+  async claim(requests: readonly ClaimRequest[], holder: string, holderKey: string | null, every = !tickPath.compact): Promise<ClaimRow[]> {
     const modes = requests.map((r) => claimMode(r.job));
     // The composite array is built on the server from plain arrays: pg has no encoder for
     // composite values, and a text literal of 10,000 rows would need quoting rules of its own.
     const { rows } = await this.query<ClaimRow & Record<string, unknown>>(
-      `select * from leasehold.claim(
+      `select * from leasehold.${every ? 'claim' : 'claim_due'}(
          array(select row(i.job, i.slot, i.ttl, i.mode, i.cap)::leasehold.slot_claim
                  from unnest($1::text[], $2::timestamptz[], $3::interval[], $4::text[], $5::integer[]) as i(job, slot, ttl, mode, cap)),
          $6, $7::bigint)`,

@@ -15,6 +15,7 @@ import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-ste
 import { FinishQueue } from './finish-queue.js';
 import type { JobDefinition } from './job.js';
 import { RunSet, type JobState } from './runs.js';
+import { PeerList, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
 
 const MAX_SLEEP_MS = 30_000;
 // Fire a little after the slot so that the database (whose now() decides) agrees it is due.
@@ -34,6 +35,8 @@ export class ClaimEngine {
   readonly states: JobState[];
   readonly finisher: FinishQueue;
   readonly runs: RunSet;
+  /** Live workers, for the hash shares of a tick (shares.ts). */
+  readonly peers: PeerList;
   /** Fires when the worker begins to stop; running handlers see it through their signal. */
   readonly shutdown = new AbortController();
   private readonly byName: Map<string, JobState>;
@@ -58,6 +61,7 @@ export class ClaimEngine {
     this.steps = new StepRecorder(this.store, this.holder, this.logger);
     this.finisher = new FinishQueue(this.store);
     this.runs = new RunSet({ ...parts, finisher: this.finisher, shutdown: this.shutdown.signal });
+    this.peers = new PeerList(() => this.store.liveKeys());
   }
 
   /** Starts the loop; `catchUp` claims go out on the next turn of the event loop. */
@@ -65,6 +69,7 @@ export class ClaimEngine {
     // Claimed on the next turn of the event loop, so that the caller of startWorker() has
     // attached its listeners before the catch-up runs' events fire.
     if (catchUp.length > 0) setImmediate(() => this.claimOrLog(catchUp, 'claiming catch-up slots failed'));
+    void this.peers.refresh(this.tracker.livenessKey());
     this.schedule();
   }
 
@@ -107,13 +112,32 @@ export class ClaimEngine {
       }
       due.push({ job: state.job, slot: latest });
     }
+    // This worker's hash share first; the rest after about as long as the share took, by
+    // when the live peers have claimed theirs (the second pass then gets back almost no rows)
+    // and a dead or missing peer's share is taken over.
+    const ownKey = this.tracker.livenessKey();
+    const { mine, others } = this.peers.split(due, (request) => request.job.name, ownKey);
+    const startedAt = performance.now();
     try {
-      if (due.length > 0) await this.claim(due, 0);
+      if (mine.length > 0) await this.claim(mine, 0);
     } catch (error) {
-      this.logger.error({ event: 'claim:failed', err: String(error), jobs: due.length }, 'claiming slots failed; retrying at the next slot');
+      this.logger.error({ event: 'claim:failed', err: String(error), jobs: mine.length }, 'claiming slots failed; retrying at the next slot');
     } finally {
+      if (others.length > 0) this.steal(others, performance.now() - startedAt);
       this.schedule();
+      void this.peers.refresh(ownKey);
     }
+  }
+
+  /** The second pass over the other workers' shares. */
+  private steal(requests: ClaimRequest[], ownShareMs: number): void {
+    if (!this.running) return;
+    const delay = Math.min(Math.max(STEAL_DELAY_MIN_MS, ownShareMs), STEAL_DELAY_MAX_MS);
+    const timer = setTimeout(() => {
+      this.retryTimers.delete(timer);
+      this.claimOrLog(requests, 'claiming slots of other workers\' shares failed');
+    }, delay);
+    this.retryTimers.add(timer);
   }
 
   private claimOrLog(requests: ClaimRequest[], message: string, attempt = 0): void {

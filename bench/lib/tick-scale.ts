@@ -1,0 +1,158 @@
+// The tick at scale: N jobs due at one slot, W workers claiming at the same instant, three
+// claim paths measured in the same run, alternating, on the same database:
+//   before    every worker sends every due job to claim() as sql/0006_contract.sql defined it
+//             (installed here as leasehold.claim_0006; the previous path) and gets one row per
+//             job back
+//   after     every worker sends its hash share (src/worker/shares.ts) to leasehold.claim_due()
+//             and, after about as long as that took, the rest; only rows to act on come back
+//   baseline  a plain batched UPDATE ... FOR UPDATE SKIP LOCKED of last_slot, returning names:
+//             the floor of one statement per worker (no tokens, no runs rows, no skips)
+// Each worker is its own connection with its own liveness session; they share this process's
+// event loop (as parsing goes, that is closer to W workers on fewer cores than on W cores).
+// Per round: tick -> the last claimed row in JavaScript; each claimed row's arrival after the
+// slot (the earliest a handler could start; p50/p99); each claim statement's time; rows
+// returned; and, from the database, that every job has exactly one run of the slot.
+import { readFileSync } from 'node:fs';
+import { performance } from 'node:perf_hooks';
+import { nameHash } from '../../src/worker/shares.js';
+import { Session } from './session.js';
+import { median, percentileOfSorted, round, sleep, sortedCopy } from './stats.js';
+
+export const TICK_PATHS = ['before', 'after', 'baseline'] as const;
+export type TickPath = (typeof TICK_PATHS)[number];
+
+export interface TickRound {
+  path: TickPath;
+  jobs: number;
+  workers: number;
+  /** The tick instant -> the last claimed row back in JavaScript, ms. */
+  lastClaimMs: number;
+  /** Claimed rows' arrival after the tick instant, ms. */
+  startP50Ms: number;
+  startP99Ms: number;
+  /** Median and longest claim statement, ms (send to rows parsed). */
+  statementMedianMs: number;
+  statementMaxMs: number;
+  statements: number;
+  rowsReturned: number;
+  claimed: number;
+  /** Jobs with exactly one claim of the slot (must be `jobs`), and with more than one (must be 0). */
+  exactlyOnce: number;
+  doubled: number;
+}
+
+const ROW = `select * from leasehold.%FN%(
+  array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3, $4::bigint)`;
+
+const BASELINE = `update leasehold.leases l set last_slot = $2, holder = $3
+   where l.name in (select x.name from leasehold.leases x
+                     where x.name = any($1::text[]) and (x.last_slot is null or x.last_slot < $2)
+                     order by random() for update skip locked)
+  returning l.name`;
+
+interface Claimer {
+  session: Session;
+  liveness: Session;
+  holder: string;
+  key: string;
+}
+
+/** claim() of schema 6, verbatim, under another name: the previous path, on the same database. */
+function previousClaim(): string {
+  const text = readFileSync(new URL('../../sql/0006_contract.sql', import.meta.url), 'utf8');
+  const start = text.indexOf('create function leasehold.claim(\n');
+  const end = text.indexOf('end $$;', start) + 'end $$;'.length;
+  if (start < 0 || end < start) throw new Error('sql/0006_contract.sql: claim() not found');
+  return text.slice(start, end).replace('create function leasehold.claim(', 'create or replace function leasehold.claim_0006(');
+}
+
+export async function prepareTick(url: string, jobs: number, workers: number): Promise<{ names: string[]; claimers: Claimer[]; admin: Session }> {
+  const admin = await Session.open(url, 'bench-tick-admin');
+  await admin.execute(previousClaim());
+  const names = Array.from({ length: jobs }, (_, i) => `tk${jobs}-${String(i).padStart(6, '0')}`);
+  const n = names.length;
+  for (let i = 0; i < n; i += 20_000) {
+    const part = names.slice(i, i + 20_000);
+    await admin.query(
+      `select count(*) from leasehold.register_jobs($1, array_fill('* * * * *'::text, array[$2::int]), array_fill(null::text, array[$2::int]),
+         array_fill(60000::bigint, array[$2::int]), array_fill(30000::bigint, array[$2::int]), array_fill('skip'::text, array[$2::int]),
+         array_fill('none'::text, array[$2::int]), 'bench')`,
+      [part, part.length],
+    );
+  }
+  const claimers: Claimer[] = [];
+  for (let w = 0; w < workers; w++) {
+    const liveness = await Session.open(url, `bench-tick-${w} liveness`);
+    const [row] = await liveness.query<{ key: string }>('select leasehold.register_liveness()::text as key');
+    const session = await Session.open(url, `bench-tick-${w}`);
+    claimers.push({ session, liveness, holder: `bench-tick-${w}`, key: (row as { key: string }).key });
+  }
+  return { names, claimers, admin };
+}
+
+/** Frees every lease of `names` and closes their runs, so that the next round claims them all again. */
+async function reset(admin: Session, names: string[]): Promise<void> {
+  await admin.execute(`update leasehold.runs set outcome = 'succeeded', finished_at = now() where job = any($1::text[]) and outcome = 'running'`, [names]);
+  await admin.execute(`update leasehold.leases set token = null, expires_at = null, holder_key = null, released_at = now() where name = any($1::text[])`, [names]);
+  await admin.execute('vacuum analyze leasehold.leases');
+}
+
+export async function measureTickRound(path: TickPath, names: string[], claimers: Claimer[], admin: Session): Promise<TickRound> {
+  await reset(admin, names);
+  // A slot just in the past on the database clock; every worker fires at the same instant.
+  const [now] = await admin.query<{ ms: string }>(`select (extract(epoch from now()) * 1000)::bigint::text as ms`);
+  const slot = new Date(Number((now as { ms: string }).ms) - 1);
+  const keys = claimers.map((c) => c.key).sort();
+  const arrivals: number[] = [];
+  const statementMs: number[] = [];
+  let rowsReturned = 0;
+  const t0 = performance.now();
+  const call = async (claimer: Claimer, fn: string, list: string[]): Promise<number> => {
+    if (list.length === 0) return 0;
+    const sent = performance.now();
+    const rows =
+      fn === 'baseline'
+        ? await claimer.session.query<{ name: string }>(BASELINE, [list, slot, claimer.holder])
+        : await claimer.session.query<{ claimed: boolean }>(ROW.replace('%FN%', fn), [list, slot, claimer.holder, claimer.key]);
+    const back = performance.now();
+    statementMs.push(back - sent);
+    rowsReturned += rows.length;
+    for (const row of rows) if (fn === 'baseline' || (row as { claimed: boolean }).claimed) arrivals.push(back - t0);
+    return back - sent;
+  };
+  await Promise.all(
+    claimers.map(async (claimer) => {
+      if (path !== 'after') return call(claimer, path === 'before' ? 'claim_0006' : 'baseline', names);
+      const own = keys.indexOf(claimer.key);
+      const mine: string[] = [];
+      const others: string[] = [];
+      for (const name of names) (nameHash(name) % keys.length === own ? mine : others).push(name);
+      const took = await call(claimer, 'claim_due', mine);
+      await sleep(Math.min(Math.max(50, took), 2_000));
+      return call(claimer, 'claim_due', others);
+    }),
+  );
+  const [check] = await admin.query<{ once: number; doubled: number }>(
+    path === 'baseline'
+      ? `select count(*) filter (where last_slot = $2)::int as once, 0 as doubled from leasehold.leases where name = any($1::text[])`
+      : `select count(*) filter (where n = 1)::int as once, count(*) filter (where n > 1)::int as doubled
+           from (select count(*) as n from leasehold.runs where job = any($1::text[]) and slot = $2 group by job) r`,
+    [names, slot],
+  );
+  const sorted = sortedCopy(arrivals);
+  return {
+    path,
+    jobs: names.length,
+    workers: claimers.length,
+    lastClaimMs: round(sorted.length ? (sorted[sorted.length - 1] as number) : Number.NaN, 1),
+    startP50Ms: round(percentileOfSorted(sorted, 50), 1),
+    startP99Ms: round(percentileOfSorted(sorted, 99), 1),
+    statementMedianMs: round(median(statementMs), 1),
+    statementMaxMs: round(Math.max(...statementMs), 1),
+    statements: statementMs.length,
+    rowsReturned,
+    claimed: arrivals.length,
+    exactlyOnce: check?.once ?? 0,
+    doubled: check?.doubled ?? 0,
+  };
+}

@@ -1,0 +1,124 @@
+// The tick part: for each job count, the three claim paths of tick-scale.ts in alternating
+// order, `rounds` times each, on one database in one run; the report gives each path's median
+// round and its ratio against the previous path ('before') and the plain UPDATE ('baseline').
+import os from 'node:os';
+import { closeSessions } from './session.js';
+import { median, round } from './stats.js';
+import type { Table } from './table.js';
+import { measureTickRound, prepareTick, TICK_PATHS, type TickPath, type TickRound } from './tick-scale.js';
+
+export interface TickSuiteSettings {
+  jobCounts: number[];
+  workers: number;
+  rounds: number;
+}
+
+export interface TickSuiteResult {
+  settings: TickSuiteSettings;
+  /** Every round, in the order measured. */
+  rounds: TickRound[];
+  /** Load average (1, 5, 15 min) before and after. */
+  loadAverage: { start: number[]; end: number[] };
+}
+
+export function tickSettings(env = process.env): TickSuiteSettings {
+  const list = (env.BENCH_TICK_JOBS ?? '1000,10000,100000').split(',').map((s) => Number(s.trim()));
+  if (list.some((n) => !Number.isInteger(n) || n < 1)) throw new Error(`BENCH_TICK_JOBS must list positive integers (got "${env.BENCH_TICK_JOBS}")`);
+  const int = (name: string, fallback: number) => {
+    const value = Number(env[name] ?? fallback);
+    if (!Number.isInteger(value) || value < 1) throw new Error(`${name} must be a positive integer (got "${env[name]}")`);
+    return value;
+  };
+  return { jobCounts: list, workers: int('BENCH_TICK_WORKERS', 4), rounds: int('BENCH_TICK_ROUNDS', 3) };
+}
+
+export async function measureTickSuite(url: string, settings: TickSuiteSettings, progress: (message: string) => void): Promise<TickSuiteResult> {
+  const start = os.loadavg().map((n) => round(n, 2));
+  const rounds: TickRound[] = [];
+  for (const jobs of settings.jobCounts) {
+    const { names, claimers, admin } = await prepareTick(url, jobs, settings.workers);
+    try {
+      progress(`tick: ${jobs.toLocaleString('en-US')} jobs due at one slot, ${settings.workers} workers, ${settings.rounds} round(s) per path; load ${os.loadavg().map((n) => n.toFixed(2)).join(' ')}`);
+      for (let r = 0; r < settings.rounds; r++) {
+        // alternate the order, so that neither path always runs on a warmer cache
+        const order = r % 2 === 0 ? TICK_PATHS : [...TICK_PATHS].reverse();
+        for (const path of order) {
+          const result = await measureTickRound(path, names, claimers, admin);
+          rounds.push(result);
+          progress(
+            `  ${path.padEnd(8)} last claim ${result.lastClaimMs} ms, rows p50/p99 ${result.startP50Ms}/${result.startP99Ms} ms, ` +
+              `statement median ${result.statementMedianMs} ms (max ${result.statementMaxMs}), ${result.rowsReturned} rows back, ` +
+              `exactly once ${result.exactlyOnce}/${jobs}, doubled ${result.doubled}`,
+          );
+        }
+      }
+    } finally {
+      await closeSessions([admin, ...claimers.flatMap((c) => [c.session, c.liveness])]);
+    }
+  }
+  return { settings, rounds, loadAverage: { start, end: os.loadavg().map((n) => round(n, 2)) } };
+}
+
+/** The median round of each (jobs, path). */
+function medians(result: TickSuiteResult): Map<string, TickRound> {
+  const out = new Map<string, TickRound>();
+  for (const jobs of result.settings.jobCounts) {
+    for (const path of TICK_PATHS) {
+      const of = result.rounds.filter((r) => r.jobs === jobs && r.path === path);
+      if (of.length === 0) continue;
+      const pick = (key: keyof TickRound) => median(of.map((r) => r[key] as number));
+      const first = of[0] as TickRound;
+      out.set(`${jobs}:${path}`, {
+        ...first,
+        lastClaimMs: pick('lastClaimMs'),
+        startP50Ms: pick('startP50Ms'),
+        startP99Ms: pick('startP99Ms'),
+        statementMedianMs: pick('statementMedianMs'),
+        statementMaxMs: pick('statementMaxMs'),
+        rowsReturned: pick('rowsReturned'),
+        exactlyOnce: Math.min(...of.map((r) => r.exactlyOnce)),
+        doubled: Math.max(...of.map((r) => r.doubled)),
+      });
+    }
+  }
+  return out;
+}
+
+const ratio = (a: number, b: number | undefined) => (b === undefined || !(b > 0) ? '-' : `${(a / b).toFixed(2)}x`);
+
+export function tickTable(result: TickSuiteResult): Table {
+  const m = medians(result);
+  const rows: string[][] = [];
+  for (const jobs of result.settings.jobCounts) {
+    for (const path of TICK_PATHS) {
+      const r = m.get(`${jobs}:${path}`);
+      if (!r) continue;
+      rows.push([
+        jobs.toLocaleString('en-US'),
+        path as TickPath,
+        String(r.lastClaimMs),
+        `${r.startP50Ms} / ${r.startP99Ms}`,
+        String(r.statementMedianMs),
+        String(r.rowsReturned),
+        `${r.exactlyOnce}${r.doubled ? ` (${r.doubled} doubled)` : ''}`,
+        ratio(r.lastClaimMs, m.get(`${jobs}:before`)?.lastClaimMs),
+        ratio(r.lastClaimMs, m.get(`${jobs}:baseline`)?.lastClaimMs),
+      ]);
+    }
+  }
+  return {
+    headers: ['jobs', 'path', 'tick -> last claim ms', 'claimed row p50 / p99 ms', 'claim statement ms (median)', 'rows returned', 'exactly once', 'vs before', 'vs baseline'],
+    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    rows,
+  };
+}
+
+export function tickLines(result: TickSuiteResult, render: (table: Table) => string): string[] {
+  const { workers, rounds } = result.settings;
+  return [
+    `The tick: jobs due at one slot, ${workers} workers, median of ${rounds} round(s) per path, paths alternating in one run; ` +
+      `load average ${result.loadAverage.start.join(' ')} -> ${result.loadAverage.end.join(' ')}`,
+    render(tickTable(result)),
+    '',
+  ];
+}

@@ -1,0 +1,74 @@
+// Hash shares of the due jobs: each live worker claims its own share first and the rest after
+// a short delay. This only orders the claims to cut lock contention and rows; which worker
+// runs a slot is still decided by the database alone (claim(): slot > last_slot under the row
+// lock). A stale or different worker list, or workers with different job sets, can only make
+// a job wait for the second pass, never run it twice.
+/** Internal switches (benchmarks compare the previous claim path in the same run). */
+export const tickPath = { shareFirst: true, compact: true };
+
+// Refreshing the list costs one statement; a tick every second need not pay it every time.
+const REFRESH_EVERY_MS = 10_000;
+/** The second pass waits about as long as this worker's own share took (peers' shares are alike), within these bounds. */
+export const STEAL_DELAY_MIN_MS = 50;
+export const STEAL_DELAY_MAX_MS = 2_000;
+
+/** FNV-1a: the same 32-bit hash of a name in every worker. */
+export function nameHash(name: string): number {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < name.length; i++) {
+    h ^= name.charCodeAt(i);
+    h = Math.imul(h, 0x01000193);
+  }
+  return h >>> 0;
+}
+
+/** Which of `keys` (sorted live liveness keys) owns `name`; -1 without keys. */
+export function ownerIndex(name: string, keys: readonly string[]): number {
+  return keys.length === 0 ? -1 : nameHash(name) % keys.length;
+}
+
+export class PeerList {
+  /** Live liveness keys, sorted as text: the same order in every worker that read the same list. */
+  private keys: string[] = [];
+  private readAt = Number.NEGATIVE_INFINITY;
+  private reading: Promise<void> | undefined;
+  private readonly hashes = new Map<string, number>();
+
+  constructor(private readonly read: () => Promise<string[]>) {}
+
+  /** Re-reads the list when it is old or lacks `ownKey`; never throws (a failed read keeps the old list). */
+  refresh(ownKey: string | null, now = Date.now()): Promise<void> {
+    const fresh = now - this.readAt < REFRESH_EVERY_MS && (ownKey === null || this.keys.includes(ownKey));
+    if (fresh || this.reading) return this.reading ?? Promise.resolve();
+    this.reading = this.read()
+      .then((keys) => {
+        this.keys = [...keys].sort();
+        this.readAt = now;
+      })
+      .catch(() => undefined)
+      .finally(() => (this.reading = undefined));
+    return this.reading;
+  }
+
+  /** Splits `items` into this worker's share and the rest; all of them are this worker's when it is not in the list. */
+  split<T>(items: readonly T[], nameOf: (item: T) => string, ownKey: string | null): { mine: T[]; others: T[] } {
+    const own = ownKey === null ? -1 : this.keys.indexOf(ownKey);
+    if (!tickPath.shareFirst || own < 0 || this.keys.length < 2) return { mine: [...items], others: [] };
+    const mine: T[] = [];
+    const others: T[] = [];
+    const n = this.keys.length;
+    for (const item of items) {
+      const name = nameOf(item);
+      let h = this.hashes.get(name);
+      if (h === undefined) this.hashes.set(name, (h = nameHash(name)));
+      (h % n === own ? mine : others).push(item);
+    }
+    return { mine, others };
+  }
+
+  /** For tests: use this list as if read from the database. */
+  setKeys(keys: readonly string[]): void {
+    this.keys = [...keys].sort();
+    this.readAt = Date.now();
+  }
+}

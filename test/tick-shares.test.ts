@@ -1,0 +1,163 @@
+// Hash shares (src/worker/shares.ts) only order the claims of a tick: a stale or wrong worker
+// list, dead peers in it, or workers with different job sets can delay a slot to the second
+// pass, never run it twice. Several in-process workers with their own connections and
+// liveness sessions; every handler call is counted here, by (job, slot).
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { startWorker, type JobOptions, type Worker } from '../src/index.js';
+import { silentLogger } from '../src/observe/logger.js';
+import { nameHash, ownerIndex, PeerList } from '../src/worker/shares.js';
+import { client, freshDatabase, rawPool, sleep, waitFor } from './support/db.js';
+
+let url: string;
+const workers: Worker[] = [];
+const calls = new Map<string, number>();
+const extra: pg.Client[] = [];
+
+beforeAll(async () => {
+  url = await freshDatabase();
+  await (await client(url, { liveness: false })).close();
+});
+
+afterEach(async () => {
+  await Promise.all(workers.splice(0).map((w) => w.stop()));
+});
+
+afterAll(async () => {
+  await Promise.all(extra.splice(0).map((c) => c.end()));
+});
+
+const names = (prefix: string, from: number, to: number) => Array.from({ length: to - from }, (_, i) => `${prefix}-${from + i}`);
+
+const jobs = (list: string[]): JobOptions[] =>
+  list.map((name) => ({
+    name,
+    every: '1s',
+    handler: async ({ slot }) => {
+      const key = `${name}@${slot.toISOString()}`;
+      calls.set(key, (calls.get(key) ?? 0) + 1);
+    },
+  }));
+
+async function worker(list: string[]): Promise<Worker> {
+  const w = await startWorker({ connectionString: url, jobs: jobs(list), logger: silentLogger(), handleSignals: false, shutdownGrace: '2s' });
+  workers.push(w);
+  return w;
+}
+
+/** A liveness session that claims nothing: a peer in every list that never takes its share. */
+async function silentPeer(): Promise<pg.Client> {
+  const c = new pg.Client({ connectionString: url, application_name: 'test liveness' });
+  await c.connect();
+  await c.query('select leasehold.register_liveness()');
+  extra.push(c);
+  return c;
+}
+
+async function checkHistory(prefix: string, expected: string[]): Promise<void> {
+  const pool = rawPool(url, 2);
+  const twice = await pool.query(`select job, slot from leasehold.runs where job like $1 group by job, slot having count(*) > 1`, [`${prefix}-%`]);
+  expect(twice.rows).toEqual([]);
+  const both = await pool.query(`select r.job, r.slot from leasehold.runs r join leasehold.skips s using (job, slot) where r.job like $1`, [`${prefix}-%`]);
+  expect(both.rows).toEqual([]);
+  for (const [key, n] of calls) if (key.startsWith(`${prefix}-`)) expect({ key, n }).toEqual({ key, n: 1 });
+  // a delay, not a loss: every job ran
+  const ran = new Set([...calls.keys()].filter((k) => k.startsWith(`${prefix}-`)).map((k) => k.split('@')[0]));
+  expect([...ran].sort()).toEqual([...expected].sort());
+}
+
+describe('hash shares', () => {
+  it('are the same in every worker that reads the same list, whatever its order', () => {
+    const keys = ['5', '-3', '42', '7'];
+    const a = new PeerList(async () => keys);
+    const b = new PeerList(async () => [...keys].reverse());
+    a.setKeys(keys);
+    b.setKeys([...keys].reverse());
+    const items = names('h', 0, 200);
+    expect(a.split(items, (x) => x, '5')).toEqual(b.split(items, (x) => x, '5'));
+    const shares = ['-3', '42', '5', '7'].map((k) => a.split(items, (x) => x, k).mine);
+    expect(shares.flat().sort()).toEqual([...items].sort());
+    expect(ownerIndex('h-1', keys)).toBe(nameHash('h-1') % 4);
+    // not in the list: every item is its own (the previous claim path)
+    expect(a.split(items, (x) => x, '999').mine).toHaveLength(items.length);
+  });
+
+  it('workers with different job sets and dead peers in their list run each slot once, and every job', async () => {
+    const all = names('mix', 0, 60);
+    await silentPeer();
+    await silentPeer();
+    await Promise.all([worker(all.slice(0, 40)), worker(all.slice(20, 60)), worker(all), worker(all.slice(10, 30))]);
+    await waitFor(() => new Set([...calls.keys()].filter((k) => k.startsWith('mix-')).map((k) => k.split('@')[0])).size === all.length, 20_000, 50);
+    await sleep(2_500);
+    await Promise.all(workers.splice(0).map((w) => w.stop()));
+    await checkHistory('mix', all);
+  });
+
+  it('a stale or wrong list in each worker (peers that left, peers it does not know, a different order) only delays', async () => {
+    // every PeerList refresh reads a list made up for it: its own key or not, dead keys, any length
+    const original = PeerList.prototype.refresh;
+    const sessions = await Promise.all([silentPeer(), silentPeer()]);
+    const dead = (await Promise.all(sessions.map((c) => c.query<{ key: string }>('select k.key::text as key from leasehold.liveness_locks() k where k.pid = pg_backend_pid()'))))
+      .map((r) => r.rows[0]!.key);
+    // the silent peers leave: their keys are now stale
+    await Promise.all(sessions.map((c) => c.end()));
+    extra.splice(extra.indexOf(sessions[0]!), 1);
+    extra.splice(extra.indexOf(sessions[1]!), 1);
+    let turn = 0;
+    PeerList.prototype.refresh = function (this: PeerList, ownKey: string | null) {
+      turn++;
+      const pick = [dead[0]!, dead[1]!, String(turn * 7919), '1', '2'].slice(0, turn % 5);
+      this.setKeys(turn % 3 === 0 || ownKey === null ? pick : [ownKey, ...pick]);
+      return Promise.resolve();
+    };
+    try {
+      const all = names('stale', 0, 40);
+      await Promise.all([worker(all), worker(all), worker(all.slice(0, 25)), worker(all.slice(15))]);
+      await waitFor(() => new Set([...calls.keys()].filter((k) => k.startsWith('stale-')).map((k) => k.split('@')[0])).size === all.length, 20_000, 50);
+      await sleep(3_000);
+      await Promise.all(workers.splice(0).map((w) => w.stop()));
+      await checkHistory('stale', all);
+    } finally {
+      PeerList.prototype.refresh = original;
+    }
+  });
+});
+
+describe('claim_due', () => {
+  it('decides as claim() does and returns only the rows the caller must act on', async () => {
+    const pool = rawPool(url, 2);
+    const list = names('due', 0, 6);
+    await pool.query(
+      `select leasehold.register_jobs($1, array_fill('* * * * *'::text, array[6]), array_fill(null::text, array[6]),
+         array_fill(60000::bigint, array[6]), array_fill(30000::bigint, array[6]), array_fill('skip'::text, array[6]),
+         array_fill('none'::text, array[6]), 'test')`,
+      [list],
+    );
+    const slot = new Date(Math.floor(Date.now() / 1000) * 1000 - 10_000);
+    type Row = { job: string; claimed: boolean; reason: string; skip_recorded: boolean };
+    const call = async (fn: 'claim' | 'claim_due', jobs: string[], at: Date, holder: string) =>
+      (
+        await pool.query<Row>(
+          `select job, claimed, reason, skip_recorded from leasehold.${fn}(
+             array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3)
+            order by job`,
+          [jobs, at, holder],
+        )
+      ).rows;
+    // a: claims due-0..2 at one slot; b then asks for all six at the next: due-0..2 are still
+    // held by a (b records one skip each), due-3..5 are b's
+    const next = new Date(slot.getTime() + 1_000);
+    expect((await call('claim_due', list.slice(0, 3), slot, 'a')).map((r) => r.reason)).toEqual(['claimed', 'claimed', 'claimed']);
+    const b = await call('claim_due', list, next, 'b');
+    expect(b.map((r) => [r.job, r.reason, r.skip_recorded])).toEqual([
+      ['due-0', 'held', true], ['due-1', 'held', true], ['due-2', 'held', true],
+      ['due-3', 'claimed', false], ['due-4', 'claimed', false], ['due-5', 'claimed', false],
+    ]);
+    // c asks again: nothing to act on (slot-taken and skips already recorded); claim() says why for each
+    expect(await call('claim_due', list, next, 'c')).toEqual([]);
+    expect((await call('claim', list, next, 'c')).map((r) => r.reason)).toEqual(['slot-skipped', 'slot-skipped', 'slot-skipped', 'slot-taken', 'slot-taken', 'slot-taken']);
+    // not due and unknown jobs still come back
+    const later = new Date(Date.now() + 60_000);
+    expect((await call('claim_due', ['due-0', 'no-such-job'], later, 'c')).map((r) => r.reason).sort()).toEqual(['slot-not-due', 'unknown-job']);
+  });
+});
