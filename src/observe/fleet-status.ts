@@ -8,7 +8,7 @@ import type pg from 'pg';
 import { queryable } from '../db/handle.js';
 import { durationSetting } from '../validate/settings.js';
 import { READ_DEFAULTS } from './defaults.js';
-import { toJobStatus, type JobStatus, type JobStatusRow, type ReadOptions, type UnscheduledLease } from './status.js';
+import { toJobStatus, toUnscheduledLease, type JobStatus, type JobStatusRow, type ReadOptions, type UnscheduledLease, type UnscheduledLeaseRow } from './status.js';
 
 /** Why a job is listed first: the most urgent reason it has. */
 export type AttentionReason = 'expired' | 'failing' | 'skipping' | 'missing';
@@ -98,7 +98,7 @@ const REASONS: Record<number, AttentionReason> = { 0: 'expired', 1: 'failing', 2
 export async function fleetStatus(db: pg.Pool | pg.ClientBase, options: { limit: number } & ReadOptions): Promise<FleetStatus> {
   if (!(Number.isInteger(options.limit) && options.limit >= 1)) throw new RangeError(`limit must be a positive integer (got ${options.limit})`);
   const q = queryable(db, durationSetting(options.timeout, READ_DEFAULTS.timeout, 'timeout'));
-  const [status, leases] = await Promise.all([q.query<StatusRow>(STATUS_SQL, [options.limit]), q.query<LeaseRow>(LEASES_SQL, [options.limit])]);
+  const [status, leases] = await Promise.all([q.query<StatusRow>(STATUS_SQL, [options.limit]), q.query<UnscheduledLeaseRow>(LEASES_SQL, [options.limit])]);
   const c = status.rows[0]!;
   const counts: FleetCounts = {
     jobs: c.total_jobs,
@@ -114,7 +114,7 @@ export async function fleetStatus(db: pg.Pool | pg.ClientBase, options: { limit:
   return {
     counts,
     jobs: rows.map((row) => ({ ...toJobStatus(row), attention: REASONS[row.rank] ?? null })),
-    leases: leases.rows.map(toLease),
+    leases: leases.rows.map(toUnscheduledLease),
     moreJobs: Math.max(0, counts.jobs - rows.length),
     moreLeases: Math.max(0, counts.leases - leases.rows.length),
   };
@@ -132,24 +132,3 @@ interface StatusRow extends JobStatusRow {
   total_leases_held: number;
 }
 
-interface LeaseRow {
-  name: string;
-  state: UnscheduledLease['state'];
-  holder: string | null;
-  fence: string;
-  acquired_at: Date | null;
-  expires_at: Date | null;
-  released_at: Date | null;
-}
-
-function toLease(row: LeaseRow): UnscheduledLease {
-  return {
-    name: row.name,
-    state: row.state,
-    holder: row.holder,
-    fence: Number(row.fence),
-    since: row.acquired_at,
-    expiresAt: row.expires_at,
-    releasedAt: row.released_at,
-  };
-}

@@ -151,15 +151,7 @@ export interface UnscheduledLease {
 
 /** Every lease without a row in leasehold.jobs, held ones first. */
 export async function unscheduledLeases(db: pg.Pool | pg.ClientBase, name?: string, options: ReadOptions = {}): Promise<UnscheduledLease[]> {
-  const { rows } = await reader(db, options).query<{
-    name: string;
-    state: UnscheduledLease['state'];
-    holder: string | null;
-    fence: string;
-    acquired_at: Date | null;
-    expires_at: Date | null;
-    released_at: Date | null;
-  }>(
+  const { rows } = await reader(db, options).query<UnscheduledLeaseRow>(
     `select s.name, s.state, s.holder, s.fence, s.acquired_at, s.expires_at, s.released_at
        from leasehold.lease_status s
       where ($1::text is null or s.name = $1)
@@ -167,7 +159,22 @@ export async function unscheduledLeases(db: pg.Pool | pg.ClientBase, name?: stri
       order by s.state = 'free', s.name`,
     [name ?? null],
   );
-  return rows.map((row) => ({
+  return rows.map(toUnscheduledLease);
+}
+
+/** A row of leasehold.lease_status as the read models select it for a lease without a job. */
+export interface UnscheduledLeaseRow {
+  name: string;
+  state: UnscheduledLease['state'];
+  holder: string | null;
+  fence: string;
+  acquired_at: Date | null;
+  expires_at: Date | null;
+  released_at: Date | null;
+}
+
+export function toUnscheduledLease(row: UnscheduledLeaseRow): UnscheduledLease {
+  return {
     name: row.name,
     state: row.state,
     holder: row.holder,
@@ -175,7 +182,7 @@ export async function unscheduledLeases(db: pg.Pool | pg.ClientBase, name?: stri
     since: row.acquired_at,
     expiresAt: row.expires_at,
     releasedAt: row.released_at,
-  }));
+  };
 }
 
 export interface HistoryEntry {
