@@ -5,6 +5,7 @@
 // leasehold.claim(): the same slot guard, skip record, fence and run history as startWorker(), and
 // the worker's executeRun() for the run itself (heartbeat, signal, fenced transaction, retries).
 import { performance } from 'node:perf_hooks';
+import { setTimeout as delay } from 'node:timers/promises';
 import { InvalidArgumentError, ShutdownError } from '../errors.js';
 import type { Leasehold } from '../lease/leasehold.js';
 import type { Logger } from '../observe/logger.js';
@@ -297,18 +298,10 @@ function notRun(slot: Date | null, reason: LeasedSkipReason): LeasedResult {
 
 /** Waits `ms` unless the signal fires first; false when it did. */
 function sleep(ms: number, signal: AbortSignal): Promise<boolean> {
-  if (signal.aborted) return Promise.resolve(false);
-  return new Promise((resolve) => {
-    const onAbort = () => {
-      clearTimeout(timer);
-      resolve(false);
-    };
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve(true);
-    }, ms);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
+  return delay(ms, undefined, { signal }).then(
+    () => true,
+    () => false,
+  );
 }
 
 /** A client made by createLeasehold() (the only kind that has a lease tracker). */
