@@ -4,7 +4,6 @@ import { timedQuery } from '../db/connection.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import { claimMode, describeCatchUp, type JobDefinition } from './job.js';
 import type { RunOutcome } from './run-outcomes.js';
-import { tickPath } from './shares.js';
 
 export interface ClaimRequest {
   job: JobDefinition;
@@ -66,7 +65,7 @@ export class SchedulerStore {
    * request): only the rows the caller must act on come back (0009_tick.sql). `every`: one row
    * per request, with its reason (leasehold.claim), for callers that report each outcome.
    */
-  async claim(requests: readonly ClaimRequest[], holder: string, holderKey: string | null, every = !tickPath.compact): Promise<ClaimRow[]> {
+  async claim(requests: readonly ClaimRequest[], holder: string, holderKey: string | null, every = false): Promise<ClaimRow[]> {
     const modes = requests.map((r) => claimMode(r.job));
     // The composite array is built on the server from plain arrays: pg has no encoder for
     // composite values, and a text literal of 10,000 rows would need quoting rules of its own.

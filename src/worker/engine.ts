@@ -1,6 +1,7 @@
 // The worker's claim loop: one timer per worker (not one per job). It sleeps until the earliest
 // due slot on the database-corrected clock (at most 30 s at a time, then recomputes), claims
-// every job due at that moment with ONE leasehold.claim() statement, and starts the runs it won.
+// the jobs due at that moment with leasehold.claim_due(): its own hash share in one statement,
+// the rest in a second one shortly after (shares.ts), and starts the runs it won.
 // Any number of workers may run the same jobs: the database decides which worker runs each
 // slot, and each slot runs at most once.
 import { performance } from 'node:perf_hooks';

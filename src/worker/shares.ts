@@ -3,9 +3,6 @@
 // runs a slot is still decided by the database alone (claim(): slot > last_slot under the row
 // lock). A stale or different worker list, or workers with different job sets, can only make
 // a job wait for the second pass, never run it twice.
-/** Internal switches (benchmarks compare the previous claim path in the same run). */
-export const tickPath = { shareFirst: true, compact: true };
-
 // Refreshing the list costs one statement; a tick every second need not pay it every time.
 const REFRESH_EVERY_MS = 10_000;
 /** The second pass waits about as long as this worker's own share took (peers' shares are alike), within these bounds. */
@@ -53,7 +50,7 @@ export class PeerList {
   /** Splits `items` into this worker's share and the rest; all of them are this worker's when it is not in the list. */
   split<T>(items: readonly T[], nameOf: (item: T) => string, ownKey: string | null): { mine: T[]; others: T[] } {
     const own = ownKey === null ? -1 : this.keys.indexOf(ownKey);
-    if (!tickPath.shareFirst || own < 0 || this.keys.length < 2) return { mine: [...items], others: [] };
+    if (own < 0 || this.keys.length < 2) return { mine: [...items], others: [] };
     const mine: T[] = [];
     const others: T[] = [];
     const n = this.keys.length;
