@@ -5,10 +5,7 @@
 // and missed slots through their BRIN time indexes, and the listed jobs' figures through
 // job_status, one index range per listed job.
 import type pg from 'pg';
-import { queryable } from '../db/handle.js';
-import { durationSetting } from '../validate/settings.js';
-import { READ_DEFAULTS } from './defaults.js';
-import { toJobStatus, toUnscheduledLease, type JobStatus, type JobStatusRow, type ReadOptions, type UnscheduledLease, type UnscheduledLeaseRow } from './status.js';
+import { reader, toJobStatus, toUnscheduledLease, type JobStatus, type JobStatusRow, type ReadOptions, type UnscheduledLease, type UnscheduledLeaseRow } from './status.js';
 
 /** Why a job is listed first: the most urgent reason it has. */
 export type AttentionReason = 'expired' | 'failing' | 'skipping' | 'missing';
@@ -97,7 +94,7 @@ const REASONS: Record<number, AttentionReason> = { 0: 'expired', 1: 'failing', 2
 /** Fleet counts and the first `limit` jobs and leases, those needing attention first. */
 export async function fleetStatus(db: pg.Pool | pg.ClientBase, options: { limit: number } & ReadOptions): Promise<FleetStatus> {
   if (!(Number.isInteger(options.limit) && options.limit >= 1)) throw new RangeError(`limit must be a positive integer (got ${options.limit})`);
-  const q = queryable(db, durationSetting(options.timeout, READ_DEFAULTS.timeout, 'timeout'));
+  const q = reader(db, options);
   const [status, leases] = await Promise.all([q.query<StatusRow>(STATUS_SQL, [options.limit]), q.query<UnscheduledLeaseRow>(LEASES_SQL, [options.limit])]);
   const c = status.rows[0]!;
   const counts: FleetCounts = {

@@ -4,12 +4,9 @@ import { createRequire } from 'node:module';
 import type client from 'prom-client';
 import type pg from 'pg';
 import { fleetSummary, liveWorkers, type FleetSummary } from '../dashboard/queries.js';
-import { queryable } from '../db/handle.js';
-import { parseDuration } from '../validate/duration.js';
-import { READ_DEFAULTS } from './defaults.js';
 import type { LeaseholdEvents } from './events.js';
 import { serveEndpoints, type EndpointReply } from './http-endpoint.js';
-import { jobStatus, type JobStatus } from './status.js';
+import { jobStatus, reader, type JobStatus } from './status.js';
 
 /** Anything with typed events: a Leasehold client or a Worker. */
 export interface EventSource {
@@ -124,7 +121,7 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
         value: Promise.all(
           pools.map(async (pool) => {
             // through the handle, like jobStatus(): a scrape cannot hang on a blocked statement
-            const db = queryable(pool, parseDuration(READ_DEFAULTS.timeout.default, 'timeout'));
+            const db = reader(pool, {});
             const [summary, workers, outcomes] = await Promise.all([
               fleetSummary(db),
               liveWorkers(db, 1),

@@ -22,7 +22,7 @@ export interface ReadOptions {
 }
 
 /** The read models' statements, each with its timeout. */
-function reader(db: pg.Pool | pg.ClientBase, options: ReadOptions): Queryable {
+export function reader(db: pg.Pool | pg.ClientBase, options: ReadOptions): Queryable {
   return queryable(db, durationSetting(options.timeout, READ_DEFAULTS.timeout, 'timeout'));
 }
 
