@@ -11,9 +11,10 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { appendFileSync, chmodSync, chownSync, copyFileSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import pg from 'pg';
 import { freePort } from '../src/db/embedded.js';
+import { programsFor } from '../src/db/embedded-binaries.js';
 import { BASE_SETTINGS, liveDirs, PgServer, runAs, type Binaries, type RunAs } from './pg-server.js';
 import { FaultProxy } from './proxy.js';
 
@@ -48,7 +49,7 @@ export class ClusterTemplate {
   environment: Record<string, string> = {};
 
   private constructor(
-    readonly binaries: Binaries,
+    public binaries: Binaries,
     user: RunAs | undefined,
   ) {
     this.user = user;
@@ -59,8 +60,12 @@ export class ClusterTemplate {
     const user = runAs();
     if (typeof user === 'string') throw new Error(user);
     const template = new ClusterTemplate(binaries, user);
+    // As root the servers run as the postgres OS user; in a checkout it cannot enter (a private
+    // directory) the programs are copied where it can, as startEmbeddedPostgres() does.
+    const programs = await programsFor(user, binaries, template.tempDir());
+    template.binaries = { dir: dirname(programs.postgres), ...programs };
     const dataDir = join(template.tempDir(), 'template');
-    const init = spawnSync(binaries.initdb, ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-sync', '--wal-segsize=1'], {
+    const init = spawnSync(template.binaries.initdb, ['-D', dataDir, '-U', 'postgres', '-A', 'trust', '-E', 'UTF8', '--locale=C', '--no-sync', '--wal-segsize=1'], {
       encoding: 'utf8',
       ...(user ?? {}),
       env: { ...process.env, LC_ALL: 'C' },
@@ -69,7 +74,7 @@ export class ClusterTemplate {
     appendFileSync(dataDir + '/postgresql.conf', Object.entries(BASE_SETTINGS).map(([k, v]) => `${k} = ${v}\n`).join(''));
     // initdb -A trust allows replication connections from 127.0.0.1 already; say so anyway
     appendFileSync(dataDir + '/pg_hba.conf', 'host replication all 127.0.0.1/32 trust\n');
-    const server = new PgServer('template', dataDir, await freePort(), binaries, user);
+    const server = new PgServer('template', dataDir, await freePort(), template.binaries, user);
     try {
       await server.start();
       await prepare(server.url());
