@@ -129,7 +129,9 @@ async function failoverScenario(): Promise<Observed> {
   // 'superseded' (ttl 1 s) was last confirmed before the failover: it stays held for one more
   // ttl of grace after its expiry. Wait for that on the database clock, however fast the
   // server came back.
-  await waitFor(() => scalar<boolean>("select now() > $1::timestamptz + interval '1 second'", [superseded.expires_at]), 10_000, 50);
+  // The row's own expires_at and ttl: the client's Date copy is cut to milliseconds, which
+  // would let this wait end up to 1 ms before the grace does.
+  await waitFor(() => scalar<boolean>("select expires_at + ttl < now() from leasehold.leases where name = 'superseded'"), 10_000, 50);
   const again = await acquire('superseded', 'holder-e');
   expect(again.acquired).toBe(true);
   const releasedTokenHolds = await holds('released', released.token, released.fence);
