@@ -1,4 +1,4 @@
--- leasehold schema version 9: complete install script.
+-- leasehold schema version 10: complete install script.
 -- Generated from the migrations in sql/ (leasehold migrate --dry-run prints it for a database).
 -- Apply it in ONE transaction, as the role that is to own the schema (not a superuser if you can):
 --   psql --single-transaction -v ON_ERROR_STOP=1 -f this-file.sql
@@ -17,7 +17,7 @@ create table if not exists leasehold.migrations (
 
 do $$ begin
   if (select coalesce(max(version), 0) from leasehold.migrations) <> 0 then
-    raise exception 'this script upgrades the leasehold schema from version 0 to 9, but the database is at version %',
+    raise exception 'this script upgrades the leasehold schema from version 0 to 10, but the database is at version %',
       (select coalesce(max(version), 0) from leasehold.migrations);
   end if;
 end $$;
@@ -2304,6 +2304,52 @@ $$;
 insert into leasehold.access (object, level) values ('claim_due', 'client'), ('fence_after', 'owner');
 
 insert into leasehold.migrations (version, name, breaking) values (9, '0009_tick', false);
+
+-- 0010_actions
+-- leasehold migration 0010: who did what to a job.
+--
+-- Additive. Schedules defined at run time, pauses and resumes, manual runs and backfills are
+-- acts of an application or a person, not steps of the protocol. Each is recorded once, here,
+-- by the function that performs it, in the same transaction: with the name the caller gave
+-- (p_by: 'alice', 'billing-api') and the login role that called it, which the caller cannot
+-- choose (session_user: the functions run as their owner once secure_schema() has run, so
+-- current_user would name the owner).
+
+create table leasehold.actions (
+  id       bigint generated always as identity primary key,
+  at       timestamptz not null default now(),
+  action   text not null,
+  job      text,
+  actor    text not null,
+  db_role  text not null default session_user,
+  detail   jsonb not null default '{}'::jsonb
+);
+comment on table leasehold.actions is
+  'Acts on jobs by applications and operators (defined, removed, paused, resumed, run now, backfill): who, when, what.';
+create index actions_job_at on leasehold.actions (job, at desc);
+create index actions_at_brin on leasehold.actions using brin (at) with (pages_per_range = 32);
+
+-- record_action: one row per act. p_by is checked like a holder name (1-200 characters, no
+-- control or invisible characters): it ends up in logs and on the dashboard.
+create function leasehold.record_action(p_action text, p_job text, p_by text, p_detail jsonb default '{}'::jsonb)
+returns bigint
+language plpgsql volatile as $$
+declare
+  v_id bigint;
+begin
+  perform leasehold.check_holder(p_by);
+  insert into leasehold.actions (action, job, actor, detail)
+  values (p_action, p_job, p_by, coalesce(p_detail, '{}'::jsonb))
+  returning id into v_id;
+  return v_id;
+end $$;
+
+insert into leasehold.access (object, level) values
+  ('actions', 'reader'),
+  -- a step of the functions that perform the acts, never called directly
+  ('record_action', 'owner');
+
+insert into leasehold.migrations (version, name, breaking) values (10, '0010_actions', false);
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
