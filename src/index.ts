@@ -1,6 +1,7 @@
 // leasehold: durable, fenced job leases on PostgreSQL.
 export { createLeasehold, describeSkip, Leasehold, type LeaseholdOptions } from './lease/leasehold.js';
 export { Lease, type TransactionOptions } from './lease/lease.js';
+export { JobControl } from './control/job-control.js';
 export type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './lease/types.js';
 export { MAX_TTL_MS, MIN_TTL_MS } from './lease/limits.js';
 export { FenceRangeError } from './lease/fence.js';

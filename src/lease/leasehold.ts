@@ -3,6 +3,7 @@
 // shared heartbeat and what happens to all of them at once are in tracker.ts.
 import type pg from 'pg';
 import { timedQuery, type ConnectionOptions } from '../db/connection.js';
+import { jobControl, type JobControl } from '../control/job-control.js';
 import { ClosedError, InvalidArgumentError } from '../errors.js';
 import type { LeaseholdEvents } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
@@ -58,6 +59,7 @@ export class Leasehold {
   readonly #tracker: LeaseTracker;
   readonly #runtime: LeaseRuntime;
   #closed = false;
+  #control: JobControl | undefined;
   #clockProbe: NodeJS.Timeout | undefined;
 
   private constructor(parts: ClientParts) {
@@ -87,6 +89,13 @@ export class Leasehold {
   /** Subscribes to an event; returns the unsubscribe function. */
   on<E extends keyof LeaseholdEvents>(event: E, listener: (...args: LeaseholdEvents[E]) => void): () => void {
     return this.#parts.events.on(event, listener);
+  }
+
+  /** Acts on jobs as data: schedules defined at run time, pause and resume, run now, backfill. */
+  get control(): JobControl {
+    this.#throwIfClosed();
+    this.#control ??= jobControl(this.#runtime);
+    return this.#control;
   }
 
   /** The pool fenced transactions run on (yours, if you passed one). */
