@@ -186,7 +186,7 @@ export class Demo {
     story.plain('');
     story.plain(this.paint(`Kept for exploring: ${url}`, 'bold'));
     story.plain(`  export DATABASE_URL='${url}'`);
-    story.plain('  then: leasehold status · leasehold runs nightly-report · leasehold dashboard · psql "$DATABASE_URL"');
+    story.plain('  then: npx leasehold status · npx leasehold runs nightly-report · npx leasehold dashboard · psql "$DATABASE_URL"');
     story.plain('Press Ctrl-C to stop and remove it.');
     await this.life.interruption.catch(() => undefined);
     this.keptUntilInterrupted = true;
