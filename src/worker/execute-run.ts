@@ -79,7 +79,7 @@ export async function executeRun(
   let attempt = 1;
   for (; ; attempt++) {
     try {
-      const ctx = context(env, job, lease, slot, fence, signal, attempt, log);
+      const ctx = context(env, job, claim, lease, slot, fence, signal, attempt, log);
       const call = async (): Promise<void> => void (await job.handler(ctx));
       await (env.wrapHandler ? env.wrapHandler({ job: job.name, slot, fence, attempt }, call) : call());
       error = undefined;
@@ -136,6 +136,7 @@ function adoptLease(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, ho
 function context(
   env: RunEnvironment,
   job: JobDefinition,
+  claim: ClaimRow,
   lease: Lease | null,
   slot: Date,
   fence: number,
@@ -147,7 +148,8 @@ function context(
     job: job.name,
     slot,
     fence,
-    idempotencyKey: `${job.name}@${slot.toISOString()}`,
+    idempotencyKey: idempotencyKey(job.name, claim),
+    trigger: claim.trigger ?? 'schedule',
     signal,
     attempt,
     get log() {
@@ -158,6 +160,13 @@ function context(
     // job's ttl as their timeout, as a fenced transaction's get the lease's
     transaction: lease ? (fn) => lease.transaction(fn) : (fn) => inTransaction(env.tracker.runtime.workPool, env.tracker.runtime.where, fn, job.ttlMs),
   };
+}
+
+/** Distinct per trigger, so that a run now or a backfill never shares a key with a scheduled slot. */
+function idempotencyKey(job: string, claim: ClaimRow): string {
+  if (claim.trigger === 'manual') return `${job}@manual:${claim.request_id ?? ''}`;
+  if (claim.trigger === 'backfill') return `${job}@backfill:${claim.slot.toISOString()}`;
+  return `${job}@${claim.slot.toISOString()}`;
 }
 
 /** Waits `ms` unless the signal fires first; returns false when it did. */
