@@ -1,11 +1,11 @@
-// Run now and backfill (JobControl.runNow, .backfill, .request, .waitForRequest): each act is
+// Run now and backfill (JobControl.runNow, .backfill, .request, .waitForRequest, and the CLI's
+// run-now and backfill commands): each act is
 // one call of a SQL function of sql/0012_manual_runs.sql (run_now, request_backfill), which
 // checks its input again, records the act (leasehold.actions) and leaves a request that the
 // workers with a handler for the job take (src/worker/requests.ts). Backfill slots are computed
 // here, from the job's stored schedule, with the same code the workers use.
-import { timedQuery } from '../db/connection.js';
+import type { Queryable } from '../db/handle.js';
 import { InvalidArgumentError } from '../errors.js';
-import type { LeaseRuntime } from '../lease/runtime.js';
 import { BACKFILL_DEFAULTS, REQUEST_WAIT_DEFAULTS } from '../lease/defaults.js';
 import { storedSchedule } from '../dashboard/schedule-text.js';
 import { slotsBetween } from '../schedule/schedule.js';
@@ -76,8 +76,8 @@ const BACKFILL_KEYS = optionKeys<BackfillOptions>({ from: true, to: true, by: tr
 const WAIT_KEYS = optionKeys<WaitForRequestOptions>({ timeout: true });
 const WAIT_POLL_MS = 200;
 
-function query<R extends Record<string, unknown>>(runtime: LeaseRuntime, text: string, values: unknown[]) {
-  return timedQuery<R>(runtime.controlPool, text, values, runtime.queryTimeoutMs, runtime.where);
+function query<R extends Record<string, unknown>>(db: Queryable, text: string, values: unknown[]) {
+  return db.query<R>(text, values);
 }
 
 function checkBy(by: unknown): string {
@@ -95,15 +95,15 @@ function checkOptions<T>(options: T | undefined, keys: readonly string[], where:
 }
 
 /** Asks for one extra run of `job` now; resolves to the request id. */
-export async function runNow(runtime: LeaseRuntime, job: string, options: RunNowOptions): Promise<string> {
+export async function runNow(db: Queryable, job: string, options: RunNowOptions): Promise<string> {
   const name = checkLeaseName(job);
   const by = checkBy(checkOptions(options, RUN_NOW_KEYS, 'runNow()').by);
-  const { rows } = await query<{ id: string }>(runtime, 'select leasehold.run_now($1, $2)::text as id', [name, by]).catch(unknownJob(name));
+  const { rows } = await query<{ id: string }>(db, 'select leasehold.run_now($1, $2)::text as id', [name, by]).catch(unknownJob(name));
   return rows[0]!.id;
 }
 
 /** Requests the job's slots in (from, to]; each slot at most once, however many backfills ask for it. */
-export async function backfill(runtime: LeaseRuntime, job: string, options: BackfillOptions): Promise<BackfillResult> {
+export async function backfill(db: Queryable, job: string, options: BackfillOptions): Promise<BackfillResult> {
   const name = checkLeaseName(job);
   const opts = checkOptions(options, BACKFILL_KEYS, 'backfill()');
   const by = checkBy(opts.by);
@@ -113,7 +113,7 @@ export async function backfill(runtime: LeaseRuntime, job: string, options: Back
   if (opts.dryRun !== undefined && typeof opts.dryRun !== 'boolean') throw new InvalidArgumentError('dryRun', 'dryRun must be true or false.');
   if (from >= to) throw new InvalidArgumentError('from', `backfill: from (${from.toISOString()}) must be before to (${to.toISOString()}).`);
   const { rows } = await query<{ schedule: string; timezone: string | null; now: Date }>(
-    runtime,
+    db,
     'select j.schedule, j.timezone, now() as now from leasehold.jobs j where j.name = $1',
     [name],
   );
@@ -130,7 +130,7 @@ export async function backfill(runtime: LeaseRuntime, job: string, options: Back
   }
   if (slots.length === 0 || opts.dryRun === true) return { job: name, slots, requested: [], alreadyRequested: 0 };
   const created = await query<{ request_id: string; slot: Date }>(
-    runtime,
+    db,
     'select request_id::text as request_id, slot from leasehold.request_backfill($1, $2::timestamptz[], $3)',
     [name, slots, by],
   ).catch(unknownJob(name));
@@ -139,19 +139,19 @@ export async function backfill(runtime: LeaseRuntime, job: string, options: Back
 }
 
 /** The request `id`, or null if there is none (never made, or deleted). */
-export async function request(runtime: LeaseRuntime, id: string): Promise<RunRequest | null> {
+export async function request(db: Queryable, id: string): Promise<RunRequest | null> {
   if (typeof id !== 'string' || !/^[1-9]\d{0,18}$/.test(id)) throw new InvalidArgumentError('id', `a request id is the positive integer runNow() returned, as a string (got ${JSON.stringify(id)}).`);
-  const { rows } = await query<RequestRow>(runtime, 'select *, id::text as id from leasehold.run_request_status where id = $1::bigint', [id]);
+  const { rows } = await query<RequestRow>(db, 'select *, id::text as id from leasehold.run_request_status where id = $1::bigint', [id]);
   return rows[0] ? toRequest(rows[0]) : null;
 }
 
 /** Polls the request until it is done or skipped; resolves to it. Rejects with InvalidArgumentError for an unknown id. */
-export async function waitForRequest(runtime: LeaseRuntime, id: string, options: WaitForRequestOptions = {}): Promise<RunRequest> {
+export async function waitForRequest(db: Queryable, id: string, options: WaitForRequestOptions = {}): Promise<RunRequest> {
   checkOptionKeys(options, WAIT_KEYS, 'waitForRequest()');
   const timeoutMs = durationSetting(options.timeout, REQUEST_WAIT_DEFAULTS.timeout, 'timeout');
   const deadline = Date.now() + timeoutMs;
   for (;;) {
-    const current = await request(runtime, id);
+    const current = await request(db, id);
     if (!current) throw new InvalidArgumentError('id', `there is no run request ${id}.`);
     if (current.state === 'done' || current.state === 'skipped' || Date.now() >= deadline) return current;
     await new Promise((resolve) => setTimeout(resolve, Math.min(WAIT_POLL_MS, Math.max(0, deadline - Date.now()))));
