@@ -134,6 +134,14 @@ describe('run now', () => {
     const oneRuns = await runs('p-buffer-one');
     const heldBy = oneRuns.find((r) => Number(r.fence) === one.scheduled.fence)!;
     expect(oneFirst!.startedAt!.getTime()).toBeGreaterThanOrEqual(heldBy.finished_at!.getTime());
+    // the scheduled slot that came due during the run now was buffered, and started as soon as
+    // the run now released (not at the next tick, a second or more later)
+    await sleep(1_000);
+    const behind = (await runs('p-buffer-one')).find(
+      (r) => r.trigger === 'schedule' && r.slot > oneFirst!.startedAt! && r.slot < oneFirst!.finishedAt!,
+    );
+    expect(behind, 'a scheduled slot buffered behind the run now').toBeDefined();
+    expect(behind!.started_at.getTime() - oneFirst!.finishedAt!.getTime()).toBeLessThan(500);
 
     // buffer-all: both wait and run, one after the other, after the holder
     const allDone = await Promise.all(all.ids.map(done));

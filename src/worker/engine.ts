@@ -66,7 +66,10 @@ export class ClaimEngine {
     this.finisher = new FinishQueue(this.store);
     this.runs = new RunSet({ ...parts, finisher: this.finisher, shutdown: this.shutdown.signal });
     this.peers = new PeerList(() => this.store.liveKeys());
-    this.requests = new RequestPoller({ tracker: this.tracker, runs: this.runs, logger: this.logger, holder: this.holder, states: this.states });
+    this.requests = new RequestPoller({
+      ...{ tracker: this.tracker, runs: this.runs, logger: this.logger, holder: this.holder, states: this.states },
+      claimBuffered: (job, slot) => this.claimOrLog([{ job, slot }], 'claiming the buffered slot failed'),
+    });
   }
 
   /** Starts the loop; `catchUp` claims go out on the next turn of the event loop. */

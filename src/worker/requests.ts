@@ -9,6 +9,7 @@ import { timedQuery } from '../db/connection.js';
 import type { LeaseTracker } from '../lease/tracker.js';
 import type { Logger } from '../observe/logger.js';
 import type { ClaimRow } from './claims.js';
+import type { JobDefinition } from './job.js';
 import type { JobState, RunSet } from './runs.js';
 
 /**
@@ -43,6 +44,8 @@ export interface RequestParts {
   logger: Logger;
   holder: string;
   states: readonly JobState[];
+  /** Claims a scheduled slot that was buffered behind a request's run (the engine's claim). */
+  claimBuffered: (job: JobDefinition, slot: Date) => void;
 }
 
 export class RequestPoller {
@@ -154,7 +157,11 @@ export class RequestPoller {
       trigger: row.kind,
       request_id: row.request_id,
     };
-    // when it ends, the lease is free: a waiting request of the job may start
-    this.parts.runs.launch(state, claim, holderKey, sentAt, () => this.poke());
+    // When it ends the lease is free: a scheduled slot buffered behind it starts at once, as
+    // behind a scheduled run, and a waiting request of the job may start.
+    this.parts.runs.launch(state, claim, holderKey, sentAt, (report) => {
+      if (report.nextBufferedSlot) this.parts.claimBuffered(state.job, report.nextBufferedSlot);
+      this.poke();
+    });
   }
 }
