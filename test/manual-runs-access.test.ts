@@ -87,6 +87,8 @@ describe('the CLI', () => {
       expect(ran.code, ran.stderr).toBe(0);
       const request = JSON.parse(ran.stdout) as { state: string; outcome: string; decidedBy: string; kind: string };
       expect(request).toMatchObject({ state: 'done', outcome: 'succeeded', decidedBy: 'cli-worker', kind: 'manual' });
+      const history = await cli(['runs', 'acc-job'], env);
+      expect(history.stdout).toMatch(/run\/manual\s+succeeded\s+\d+\s+cli-worker.*asked by alice/);
 
       // held by someone else under overlap skip: skipped, exit 75, naming the holder
       await owner.query(`select leasehold.acquire('acc-held', '30s', 'somebody-else')`);

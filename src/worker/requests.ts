@@ -115,6 +115,7 @@ export class RequestPoller {
         runtime.queryTimeoutMs,
         runtime.where,
       );
+      if (!this.running) return await this.handBack(rows);
       let claimed = 0;
       for (const row of rows) {
         if (row.claimed) {
@@ -132,6 +133,20 @@ export class RequestPoller {
     } catch (error) {
       logger.warn({ event: 'request:claim-failed', err: String(error) }, 'looking for run-now and backfill requests failed; trying again');
     }
+  }
+
+  /** Stopping began while the claim ran: record what it claimed as aborted, unrun (as the engine does with slots). */
+  private async handBack(rows: RequestRow[]): Promise<void> {
+    const claimed = rows.filter((row) => row.claimed);
+    if (claimed.length === 0) return;
+    const runtime = this.parts.tracker.runtime;
+    await timedQuery(
+      runtime.controlPool,
+      "select * from leasehold.finish_runs($1, $2, $3::uuid[], array_fill('aborted'::text, array[$4::int]), array_fill('the worker was stopping'::text, array[$4::int]), array_fill(0, array[$4::int]))",
+      [claimed.map((r) => r.job), claimed.map((r) => r.fence), claimed.map((r) => r.token), claimed.length],
+      runtime.queryTimeoutMs,
+      runtime.where,
+    ).catch((error: unknown) => this.parts.logger.warn({ event: 'request:return-failed', err: String(error) }, 'could not hand back requests claimed while stopping; their leases end by TTL'));
   }
 
   private launch(row: RequestRow, holderKey: string | null, sentAt: number): void {
