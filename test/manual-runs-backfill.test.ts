@@ -86,6 +86,16 @@ describe('backfill', () => {
   }, 20_000);
 });
 
+describe('backfill slots', () => {
+  it('are the stored cron schedule\'s, in its time zone, DST gap included', async () => {
+    await rawPool(url, 2).query(`select leasehold.register_jobs(array['berlin'], array['30 2 * * *'], array['Europe/Berlin'], array[86400000]::bigint[],
+                                   array[30000]::bigint[], array['skip'], array['none'], 'setup')`);
+    const dry = await lh.control.backfill('berlin', { from: '2026-03-27T12:00:00Z', to: '2026-03-30T12:00:00Z', by: 'alice', dryRun: true });
+    // 02:30 CET, then 02:30 does not exist on the 29th (runs at 03:00 CEST, 01:00Z), then 02:30 CEST
+    expect(dry.slots.map((d) => d.toISOString())).toEqual(['2026-03-28T01:30:00.000Z', '2026-03-29T01:00:00.000Z', '2026-03-30T00:30:00.000Z']);
+  });
+});
+
 describe('claim_requests on separate connections', () => {
   it('claims each request once when eight callers race for twenty of them', async () => {
     const sql = rawPool(url, 10);
