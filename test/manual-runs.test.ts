@@ -161,6 +161,7 @@ describe('run now', () => {
     );
     expect(witness.map((w) => w.trigger)).toEqual(['manual']);
     expect(witness[0]!.key).toBe(`p-replace@manual:${replaced.id}`);
+    expect(handlerLines((l) => l.job === 'p-replace' && l.trigger === 'manual')[0]!.leaseKey).toBe(`p-replace#${replaced.fence}`);
 
     // allow: runs alongside the scheduled run, with a fence of its own
     const alongside = await done(allow.ids[0]!);

@@ -125,7 +125,8 @@ function adoptLease(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, ho
       holderKey,
       acquiredAt: claim.database_time,
       expiresAt: claim.expires_at,
-      slot: claim.slot,
+      // a run now or backfill is not the scheduled slot: its lease keys by fence (job#fence), never job@slot
+      slot: claim.trigger ? null : claim.slot,
       ttlMs: job.ttlMs,
       sentAt,
     },
