@@ -159,44 +159,54 @@ begin
      order by random()
      limit p_limit
   loop
-    select * into l from leasehold.leases x where x.name = v.job for update skip locked;
-    continue when not found;
+    v_mode := case v.overlap when 'replace' then 'replace' when 'allow' then 'allow' else 'exclusive' end;
+    -- a backfill under allow has no lease to wait for: one backfill run at a time, unless the
+    -- worker of the running one is gone (a peer that claimed this very request meanwhile is
+    -- caught by the pending check under the lock below)
+    continue when v.kind = 'backfill' and v_mode = 'allow' and exists (
+      select 1 from leasehold.run_requests b join leasehold.runs r on r.job = b.job and r.fence = b.fence
+       where b.job = v.job and b.kind = 'backfill' and b.state = 'claimed' and r.outcome = 'running'
+         and not leasehold.holder_gone(b.holder_key));
+    if (v.kind = 'backfill' and v_mode <> 'allow') or v.overlap in ('buffer-one', 'buffer-all') then
+      -- It waits for a free lease: the row is locked only when free (a WHERE that is false
+      -- locks no row), so a request that waits costs its job no lock and no write per call.
+      select * into l from leasehold.leases x where x.name = v.job and leasehold.is_free(x) for update skip locked;
+      if not found then
+        if v.kind = 'manual' and v.overlap = 'buffer-one' then
+          select * into l from leasehold.leases x where x.name = v.job;
+          if found and not leasehold.is_free(l) then
+            -- this one waits; any later run now of the job is one too many
+            return query
+            with later as (
+              update leasehold.run_requests q
+                 set state = 'skipped', decided_at = now(), decided_by = p_holder, skip_holder = l.holder, skip_fence = l.fence
+               where q.job = v.job and q.kind = 'manual' and q.state = 'pending' and q.id > v.id
+              returning q.id, q.job, q.kind, q.slot, q.requested_by
+            )
+            select s.id, s.job, s.kind, s.slot, s.requested_by, false, null::uuid, null::bigint,
+                   null::timestamptz, l.holder, l.fence, false, now()
+              from later s;
+          end if;
+        end if;
+        continue;
+      end if;
+      v_mode := case when v_mode = 'allow' then 'allow' else 'exclusive' end;
+    else
+      -- decided now, whoever holds the lease: a run now under skip, replace or allow, a
+      -- backfill under allow
+      select * into l from leasehold.leases x where x.name = v.job for update skip locked;
+      continue when not found;
+    end if;
     -- under the lease lock, with a fresh snapshot: still pending? (a peer may have decided it
     -- and committed before we got the lock)
     perform 1 from leasehold.run_requests q where q.id = v.id and q.state = 'pending';
     continue when not found;
-    v_mode := case v.overlap when 'replace' then 'replace' when 'allow' then 'allow' else 'exclusive' end;
-    if v.kind = 'backfill' then
-      if v_mode = 'allow' then
-        -- no lease to wait for: one backfill run at a time, unless its worker is gone
-        continue when exists (
-          select 1 from leasehold.run_requests b join leasehold.runs r on r.job = b.job and r.fence = b.fence
-           where b.job = v.job and b.kind = 'backfill' and b.state = 'claimed' and r.outcome = 'running'
-             and not leasehold.holder_gone(b.holder_key));
-      else
-        continue when not leasehold.is_free(l);
-        v_mode := 'exclusive';
-      end if;
-    elsif v_mode = 'exclusive' and not leasehold.is_free(l) then
-      if v.overlap = 'skip' then
-        update leasehold.run_requests q
-           set state = 'skipped', decided_at = now(), decided_by = p_holder, skip_holder = l.holder, skip_fence = l.fence
-         where q.id = v.id;
-        return query select v.id, v.job, v.kind, v.slot, v.requested_by, false, null::uuid, null::bigint,
-                            null::timestamptz, l.holder, l.fence, false, now();
-      elsif v.overlap = 'buffer-one' then
-        -- this one waits; any later run-now of the job is one too many
-        return query
-        with later as (
-          update leasehold.run_requests q
-             set state = 'skipped', decided_at = now(), decided_by = p_holder, skip_holder = l.holder, skip_fence = l.fence
-           where q.job = v.job and q.kind = 'manual' and q.state = 'pending' and q.id > v.id
-          returning q.id, q.job, q.kind, q.slot, q.requested_by
-        )
-        select s.id, s.job, s.kind, s.slot, s.requested_by, false, null::uuid, null::bigint,
-               null::timestamptz, l.holder, l.fence, false, now()
-          from later s;
-      end if;
+    if v.kind = 'manual' and v.overlap = 'skip' and not leasehold.is_free(l) then
+      update leasehold.run_requests q
+         set state = 'skipped', decided_at = now(), decided_by = p_holder, skip_holder = l.holder, skip_fence = l.fence
+       where q.id = v.id;
+      return query select v.id, v.job, v.kind, v.slot, v.requested_by, false, null::uuid, null::bigint,
+                          null::timestamptz, l.holder, l.fence, false, now();
       continue;
     end if;
 

@@ -125,6 +125,30 @@ describe('claim_requests on separate connections', () => {
   });
 });
 
+describe('a request that waits for the lease', () => {
+  it('costs its job no lock and no write per call (no transaction id is taken)', async () => {
+    const sql = rawPool(url, 4);
+    await sql.query(`select leasehold.register_jobs(array['waits', 'waits-buf'], array['1h', '1h'], array[null, null]::text[], array[3600000, 3600000]::bigint[],
+                       array[30000, 30000]::bigint[], array['skip', 'buffer-all'], array['none', 'none'], 'setup')`);
+    await sql.query(`select leasehold.acquire('waits', '30s', 'someone'), leasehold.acquire('waits-buf', '30s', 'someone')`);
+    await sql.query(`select * from leasehold.request_backfill('waits', array[now() - interval '1 hour'], 'alice')`);
+    await sql.query(`select leasehold.run_now('waits-buf', 'alice')`);
+    const conn = await sql.connect();
+    try {
+      await conn.query('begin');
+      const { rows } = await conn.query(`select * from leasehold.claim_requests(array['waits', 'waits-buf'], 'w')`);
+      expect(rows).toEqual([]);
+      const { rows: xid } = await conn.query<{ xid: string | null }>('select pg_current_xact_id_if_assigned()::text as xid');
+      expect(xid[0]!.xid).toBeNull();
+      await conn.query('rollback');
+    } finally {
+      conn.release();
+    }
+    const { rows: pending } = await sql.query<{ n: number }>(`select count(*)::int as n from leasehold.run_requests where job in ('waits', 'waits-buf') and state = 'pending'`);
+    expect(pending[0]!.n).toBe(2);
+  });
+});
+
 describe('hostile input', () => {
   it('is refused with typed errors before anything is requested', async () => {
     const now = Date.now();
