@@ -114,6 +114,12 @@ describe('the CLI', () => {
       const unknown = await cli(['backfill', 'no-job', '--from', from.toISOString(), '--to', to.toISOString(), '--by', 'alice'], env);
       expect(unknown.code).toBe(2);
       expect((await cli(['run-now', 'acc-job'], env)).code).toBe(2); // --by is required
+      // nobody runs it within the timeout: exit 1, saying it is still pending
+      await owner.query(`select leasehold.register_jobs(array['acc-orphan'], array['1h'], array[null]::text[], array[3600000]::bigint[],
+                           array[30000]::bigint[], array['skip'], array['none'], 'setup')`);
+      const waited = await cli(['run-now', 'acc-orphan', '--by', 'alice', '--wait', '--timeout', '500ms'], env);
+      expect(waited.code).toBe(1);
+      expect(waited.stdout).toMatch(/still pending/);
     } finally {
       await worker.stop();
     }

@@ -190,5 +190,16 @@ describe('hostile input', () => {
     expect(dry.slots).toHaveLength(10);
     expect(dry.requested).toHaveLength(0);
     expect(await lh.control.request('999999')).toBeNull();
+    await expect(lh.control.waitForRequest('999999', { timeout: '1s' })).rejects.toBeInstanceOf(InvalidArgumentError);
+    await expect(lh.control.waitForRequest('1', { timeout: 'soon' })).rejects.toBeInstanceOf(InvalidArgumentError);
+    // a job no worker has a handler for: its request stays pending, and waiting ends at the timeout
+    await sql.query(`select leasehold.register_jobs(array['orphan'], array['1h'], array[null]::text[], array[3600000]::bigint[],
+                       array[30000]::bigint[], array['skip'], array['none'], 'setup')`);
+    const orphan = await lh.control.runNow('orphan', { by: 'alice' });
+    const started = Date.now();
+    const waited = await lh.control.waitForRequest(orphan, { timeout: '300ms' });
+    expect(waited.state).toBe('pending');
+    expect(Date.now() - started).toBeGreaterThanOrEqual(290);
+    expect(Date.now() - started).toBeLessThan(2_000);
   });
 });
