@@ -122,6 +122,11 @@ describe('claim_requests on separate connections', () => {
     expect(rows[0]).toEqual({ n: 20, fences: 20 });
     const { rows: lease } = await sql.query<{ last_slot: Date | null }>(`select last_slot from leasehold.lease_status where name = 'race'`);
     expect(lease[0]!.last_slot).toBeNull(); // requests never move the scheduled slot guard
+    // so the scheduled slot of this very second, before the last run now was asked for, is still claimable
+    const { rows: slot } = await sql.query<{ claimed: boolean; reason: string }>(
+      `select claimed, reason from leasehold.claim(array[row('race', date_trunc('second', now()), '30 seconds', 'allow', 0)::leasehold.slot_claim], 'scheduler')`,
+    );
+    expect(slot).toEqual([{ claimed: true, reason: 'claimed' }]);
   });
 });
 
