@@ -2,6 +2,7 @@
 export { createLeasehold, describeSkip, Leasehold, type LeaseholdOptions } from './lease/leasehold.js';
 export { Lease, type TransactionOptions } from './lease/lease.js';
 export { JobControl } from './control/job-control.js';
+export type { BackfillOptions, BackfillResult, RunNowOptions, RunRequest, WaitForRequestOptions } from './control/manual-runs.js';
 export type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './lease/types.js';
 export { MAX_TTL_MS, MIN_TTL_MS } from './lease/limits.js';
 export { FenceRangeError } from './lease/fence.js';
@@ -38,6 +39,7 @@ export {
   type JobDefinition,
   type JobOptions,
   type OverlapPolicy,
+  type RunTrigger,
 } from './worker/job.js';
 export type { HandlerWrapper, RunReport } from './worker/execute-run.js';
 export { RUN_OUTCOMES, type RunOutcome, type RunState } from './worker/run-outcomes.js';

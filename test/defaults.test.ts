@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import { buildProgram } from '../src/cli/program.js';
 import { DASHBOARD_CLI_DEFAULTS, EXEC_DEFAULTS, RUNS_DEFAULTS, SCHEDULE_DEFAULTS, WORKER_CLI_DEFAULTS } from '../src/cli/defaults.js';
 import { DASHBOARD_DEFAULTS } from '../src/dashboard/defaults.js';
-import { ACQUIRE_DEFAULTS, LEASEHOLD_DEFAULTS } from '../src/lease/defaults.js';
+import { ACQUIRE_DEFAULTS, BACKFILL_DEFAULTS, LEASEHOLD_DEFAULTS, REQUEST_WAIT_DEFAULTS } from '../src/lease/defaults.js';
 import { READ_DEFAULTS } from '../src/observe/defaults.js';
 import { formatDuration } from '../src/validate/duration.js';
 import { JOB_DEFAULTS, WORKER_DEFAULTS } from '../src/worker/defaults.js';
@@ -63,6 +63,8 @@ const TABLES: Array<{ file: string; type: string; defaults: Record<string, Liter
   },
   { file: 'lease/types.ts', type: 'AcquireOptions', defaults: { heartbeat: ACQUIRE_DEFAULTS.heartbeat.default } },
   { file: 'lease/types.ts', type: 'RunOptions', defaults: { history: ACQUIRE_DEFAULTS.history.default } },
+  { file: 'control/manual-runs.ts', type: 'BackfillOptions', defaults: { max: BACKFILL_DEFAULTS.max.default, dryRun: false } },
+  { file: 'control/manual-runs.ts', type: 'WaitForRequestOptions', defaults: { timeout: REQUEST_WAIT_DEFAULTS.timeout.default } },
   {
     file: 'worker/worker.ts',
     type: 'WorkerOptions',
@@ -234,5 +236,10 @@ describe('the CLI help shows the tables’ defaults and bounds', () => {
     const preview = help('schedule', 'preview');
     expectDefault(preview, '--count', SCHEDULE_DEFAULTS.count.default);
     expectDefault(preview, '--tz', SCHEDULE_DEFAULTS.tz.default);
+  });
+
+  it('run-now and backfill', () => {
+    expectDefault(help('run-now'), '--timeout', REQUEST_WAIT_DEFAULTS.timeout.default);
+    expectDefault(help('backfill'), '--max', BACKFILL_DEFAULTS.max.default);
   });
 });

@@ -33,6 +33,7 @@ const ALLOWED: Record<string, string[]> = {
     'unscheduledLeases',
     'LeasedFunction', 'LeasedOptions', 'LeasedResult', 'LeasedSkipReason', 'leased',
     'EndpointReply', 'HandlerWrapper', 'ReadOptions', 'HealthCheck', 'HealthReport', 'RUN_OUTCOMES', 'RunState', 'WorkerHealth', 'workerHealth',
+    'BackfillOptions', 'BackfillResult', 'RunNowOptions', 'RunRequest', 'RunTrigger', 'WaitForRequestOptions',
   ],
   './opentelemetry': ['InstrumentOptions', 'Instrumentable', 'instrument'],
   './nestjs': [

@@ -49,16 +49,19 @@ describe('job_status', () => {
 });
 
 describe('recent_history', () => {
+  // run_history's columns as recent_history returns them (run_history gained trigger and requested_by after them)
+  const RECENT_COLUMNS = 'job, slot, kind, outcome, fence, holder, at, finished_at, duration_seconds, detail';
+
   it('returns the newest entries of run_history across all jobs, newest first', async () => {
     const pool = rawPool(url, 2);
     for (const limit of [1, 5, 30, 10_000]) {
       const { rows } = await pool.query(`select * from leasehold.recent_history($1)`, [limit]);
-      const { rows: expected } = await pool.query(`select * from leasehold.run_history order by at desc, slot desc, job, kind limit $1`, [limit]);
+      const { rows: expected } = await pool.query(`select ${RECENT_COLUMNS} from leasehold.run_history order by at desc, slot desc, job, kind limit $1`, [limit]);
       expect(rows).toEqual(expected);
     }
     const since = (await pool.query<{ t: Date }>(`select now() - interval '30 minutes' as t`)).rows[0]!.t;
     const { rows } = await pool.query(`select * from leasehold.recent_history(100, $1)`, [since]);
-    const { rows: expected } = await pool.query(`select * from leasehold.run_history where at >= $1 order by at desc, slot desc, job, kind limit 100`, [since]);
+    const { rows: expected } = await pool.query(`select ${RECENT_COLUMNS} from leasehold.run_history where at >= $1 order by at desc, slot desc, job, kind limit 100`, [since]);
     expect(rows).toEqual(expected);
     expect(rows.length).toBeGreaterThan(0);
   });

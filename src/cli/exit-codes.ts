@@ -5,7 +5,7 @@ export const EXIT = {
   error: 1,
   /** Bad arguments or options. */
   usage: 2,
-  /** `exec`: the lease is held elsewhere, the command did not run (EX_TEMPFAIL; --skipped-exit-code changes it). */
+  /** `exec`: the lease is held elsewhere, the command did not run (EX_TEMPFAIL; --skipped-exit-code changes it). `run-now --wait`: the run was skipped. */
   skipped: 75,
   /** `exec`: the lease was lost while the command ran, and the command was stopped. */
   lost: 76,

@@ -4,12 +4,14 @@ import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { processIo, type Io } from './context.js';
 import { EXIT } from './exit-codes.js';
+import { registerBackfill } from './commands/backfill.js';
 import { registerDashboard } from './commands/dashboard.js';
 import { registerDemo } from './commands/demo.js';
 import { registerExec } from './commands/exec.js';
 import { registerGrant } from './commands/grant.js';
 import { registerMigrate } from './commands/migrate.js';
 import { registerRelease } from './commands/release.js';
+import { registerRunNow } from './commands/run-now.js';
 import { registerRuns } from './commands/runs.js';
 import { registerSchedule } from './commands/schedule.js';
 import { registerStatus } from './commands/status.js';
@@ -28,7 +30,7 @@ export function buildProgram(io: Io = processIo): Command {
     .addHelpText('after', `
 Environment: DATABASE_URL (the database, unless --database-url), LEASEHOLD_LOG_LEVEL.
 Exit codes: 0 ok, 1 error, 2 usage, ${EXIT.badUrl} bad database URL, ${EXIT.auth} login refused, ${EXIT.noDatabase} no such database, ${EXIT.unavailable} database unreachable,
-${EXIT.skipped} skipped (exec), ${EXIT.lost} lease lost (exec), ${EXIT.noperm} missing grant, ${EXIT.schema} schema not migrated or too new.
+${EXIT.skipped} skipped (exec, run-now --wait), ${EXIT.lost} lease lost (exec), ${EXIT.noperm} missing grant, ${EXIT.schema} schema not migrated or too new.
 Docs: ${CLI_DOCS}`);
   registerExec(program, io);
   registerWorker(program, io);
@@ -36,6 +38,8 @@ Docs: ${CLI_DOCS}`);
   registerSchedule(program, io);
   registerRuns(program, io);
   registerRelease(program, io);
+  registerRunNow(program, io);
+  registerBackfill(program, io);
   registerMigrate(program, io);
   registerGrant(program, io);
   registerDashboard(program, io);

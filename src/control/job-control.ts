@@ -2,7 +2,11 @@
 // CLI): schedules defined at run time, pause and resume, run now, backfill. Each act is one call
 // of a SQL function: the rules, and the record of who did it (leasehold.actions), live in SQL,
 // so psql and other languages act on jobs exactly as this class does.
+import { timedQuery } from '../db/connection.js';
+import type { Queryable } from '../db/handle.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
+import * as manual from './manual-runs.js';
+import type { BackfillOptions, BackfillResult, RunNowOptions, RunRequest, WaitForRequestOptions } from './manual-runs.js';
 
 // Set by JobControl's static block: the client makes one per Leasehold (Leasehold.control).
 let construct: (runtime: LeaseRuntime) => JobControl;
@@ -16,6 +20,37 @@ export class JobControl {
 
   static {
     construct = (runtime) => new JobControl(runtime);
+  }
+
+  // Run now and backfill (manual-runs.ts; operator level; docs/scheduler.md "Run now", "Backfill").
+
+  /**
+   * Asks for one extra run of `job` now, subject to its overlap policy; resolves to the request
+   * id. A worker with a handler for the job starts it within about half a second.
+   */
+  runNow(job: string, options: RunNowOptions): Promise<string> {
+    return manual.runNow(this.#manualDb(), job, options);
+  }
+
+  /** Requests the job's scheduled slots in (from, to], run one at a time in slot order; each slot at most once. */
+  backfill(job: string, options: BackfillOptions): Promise<BackfillResult> {
+    return manual.backfill(this.#manualDb(), job, options);
+  }
+
+  /** A run-now or backfill request and what became of it; null if there is none. */
+  request(id: string): Promise<RunRequest | null> {
+    return manual.request(this.#manualDb(), id);
+  }
+
+  /** Waits until the request's run ended (or it was skipped), at most `timeout`; resolves to the request as it then is. */
+  waitForRequest(id: string, options?: WaitForRequestOptions): Promise<RunRequest> {
+    return manual.waitForRequest(this.#manualDb(), id, options);
+  }
+
+  /** The client's control pool, each statement with the client's query timeout. */
+  #manualDb(): Queryable {
+    const runtime = this.#runtime;
+    return { query: (text, values = []) => timedQuery(runtime.controlPool, text, values, runtime.queryTimeoutMs, runtime.where) };
   }
 }
 

@@ -106,6 +106,15 @@ export const SCRIPT_TABLE = String.raw`
       return tr;
   }
 
+  // a run now or backfill says so, and who asked, before the run's own detail
+  function detailOf(e) {
+    var text = e.detail || '';
+    if (e.trigger && e.trigger !== 'schedule') {
+      text = (e.trigger === 'manual' ? 'run now' : 'backfill') + (e.requestedBy ? ' by ' + e.requestedBy : '') + (text ? ' · ' + text : '');
+    }
+    return text ? visible(text.length > 200 ? text.slice(0, 199) + '…' : text) : '';
+  }
+
   function renderRuns() {
     var card = document.getElementById('runs-card');
     if (!state.selected || !state.runs) { card.hidden = true; return; }
@@ -124,7 +133,7 @@ export const SCRIPT_TABLE = String.raw`
         el('td', { class: 'num', text: e.fence === null ? '–' : e.fence }),
         el('td', { class: 'nowrap', text: fmtDateTime(time(e.at)) }),
         el('td', { class: 'num', text: e.durationSeconds === null ? '–' : fmtSeconds(e.durationSeconds) }),
-        el('td', null, e.detail ? visible(e.detail.length > 200 ? e.detail.slice(0, 199) + '…' : e.detail) : ''),
+        el('td', null, detailOf(e)),
       ]));
     });
   }

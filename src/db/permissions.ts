@@ -10,6 +10,10 @@ type Level = PermissionDeniedError['level'];
 export const LEVEL_OF: Readonly<Record<string, Level>> = {
   force_release: 'operator',
   prune_history: 'operator',
+  run_now: 'operator',
+  request_backfill: 'operator',
+  run_requests: 'reader',
+  run_request_status: 'reader',
   lease_status: 'reader',
   job_status: 'reader',
   run_history: 'reader',

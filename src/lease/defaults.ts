@@ -30,3 +30,13 @@ export const TRANSACTION_DEFAULTS = {
   idleTimeout: { minMs: 100, maxMs: MAX_TTL_MS },
   statementTimeout: { minMs: 50, maxMs: MAX_TTL_MS },
 } as const;
+
+/** Leasehold.control.backfill(): slots one backfill may request (a default and a hard maximum). */
+export const BACKFILL_DEFAULTS = {
+  max: { default: 100, min: 1, max: 1000 } satisfies IntegerSetting,
+} as const;
+
+/** Leasehold.control.waitForRequest(). */
+export const REQUEST_WAIT_DEFAULTS = {
+  timeout: { default: '5m', minMs: 100, maxMs: 24 * 3_600_000 } satisfies DurationSetting,
+} as const;

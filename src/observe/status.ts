@@ -196,6 +196,10 @@ export interface HistoryEntry {
   finishedAt: Date | null;
   durationSeconds: number | null;
   detail: string | null;
+  /** What started a run: its schedule, a run now ('manual') or a backfill; a skipped run now is a skip with 'manual'. */
+  trigger: 'schedule' | 'manual' | 'backfill';
+  /** Who asked for a run now or backfill (null for the schedule). */
+  requestedBy: string | null;
 }
 
 /** A job's runs, skips and missed slots, newest first. */
@@ -214,6 +218,8 @@ export async function jobHistory(
     finished_at: Date | null;
     duration_seconds: number | null;
     detail: string | null;
+    trigger: HistoryEntry['trigger'];
+    requested_by: string | null;
   }>(
     `select * from leasehold.run_history
       where ($1::text is null or job = $1) and ($2::timestamptz is null or at >= $2)
@@ -231,6 +237,8 @@ export async function jobHistory(
     finishedAt: row.finished_at,
     durationSeconds: row.duration_seconds,
     detail: row.detail,
+    trigger: row.trigger,
+    requestedBy: row.requested_by,
   }));
 }
 

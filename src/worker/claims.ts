@@ -27,6 +27,9 @@ export interface ClaimRow {
   buffered: boolean;
   database_time: Date;
   took_over: boolean;
+  /** Set on runs of run-now and backfill requests (requests.ts); absent for scheduled slots. */
+  trigger?: 'manual' | 'backfill';
+  request_id?: string;
 }
 
 export class SchedulerStore {

@@ -16,6 +16,7 @@ import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-ste
 import { FinishQueue } from './finish-queue.js';
 import type { JobDefinition } from './job.js';
 import { RunSet, type JobState } from './runs.js';
+import { RequestPoller } from './requests.js';
 import { PeerList, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
 
 const MAX_SLEEP_MS = 30_000;
@@ -38,6 +39,8 @@ export class ClaimEngine {
   readonly runs: RunSet;
   /** Live workers, for the hash shares of a tick (shares.ts). */
   readonly peers: PeerList;
+  /** Run-now and backfill requests of this worker's jobs (requests.ts). */
+  readonly requests: RequestPoller;
   /** Fires when the worker begins to stop; running handlers see it through their signal. */
   readonly shutdown = new AbortController();
   private readonly byName: Map<string, JobState>;
@@ -63,6 +66,10 @@ export class ClaimEngine {
     this.finisher = new FinishQueue(this.store);
     this.runs = new RunSet({ ...parts, finisher: this.finisher, shutdown: this.shutdown.signal });
     this.peers = new PeerList(() => this.store.liveKeys());
+    this.requests = new RequestPoller({
+      ...{ tracker: this.tracker, runs: this.runs, logger: this.logger, holder: this.holder, states: this.states },
+      claimBuffered: (job, slot) => this.claimOrLog([{ job, slot }], 'claiming the buffered slot failed'),
+    });
   }
 
   /** Starts the loop; `catchUp` claims go out on the next turn of the event loop. */
@@ -71,6 +78,7 @@ export class ClaimEngine {
     // attached its listeners before the catch-up runs' events fire.
     if (catchUp.length > 0) setImmediate(() => this.claimOrLog(catchUp, 'claiming catch-up slots failed'));
     void this.peers.refresh(this.tracker.livenessKey());
+    this.requests.start();
     this.schedule();
   }
 
@@ -79,7 +87,7 @@ export class ClaimEngine {
     this.running = false;
     clearTimeout(this.timer);
     for (const timer of this.retryTimers) clearTimeout(timer);
-    await Promise.allSettled([...this.claiming]);
+    await Promise.allSettled([...this.claiming, this.requests.stop()]);
   }
 
   /** Sleeps until the earliest next slot, then claims every job due by then. */

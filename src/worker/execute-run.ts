@@ -79,7 +79,7 @@ export async function executeRun(
   let attempt = 1;
   for (; ; attempt++) {
     try {
-      const ctx = context(env, job, lease, slot, fence, signal, attempt, log);
+      const ctx = context(env, job, claim, lease, slot, fence, signal, attempt, log);
       const call = async (): Promise<void> => void (await job.handler(ctx));
       await (env.wrapHandler ? env.wrapHandler({ job: job.name, slot, fence, attempt }, call) : call());
       error = undefined;
@@ -125,7 +125,8 @@ function adoptLease(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, ho
       holderKey,
       acquiredAt: claim.database_time,
       expiresAt: claim.expires_at,
-      slot: claim.slot,
+      // a run now or backfill is not the scheduled slot: its lease keys by fence (job#fence), never job@slot
+      slot: claim.trigger ? null : claim.slot,
       ttlMs: job.ttlMs,
       sentAt,
     },
@@ -136,6 +137,7 @@ function adoptLease(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, ho
 function context(
   env: RunEnvironment,
   job: JobDefinition,
+  claim: ClaimRow,
   lease: Lease | null,
   slot: Date,
   fence: number,
@@ -147,7 +149,8 @@ function context(
     job: job.name,
     slot,
     fence,
-    idempotencyKey: `${job.name}@${slot.toISOString()}`,
+    idempotencyKey: idempotencyKey(job.name, claim),
+    trigger: claim.trigger ?? 'schedule',
     signal,
     attempt,
     get log() {
@@ -158,6 +161,13 @@ function context(
     // job's ttl as their timeout, as a fenced transaction's get the lease's
     transaction: lease ? (fn) => lease.transaction(fn) : (fn) => inTransaction(env.tracker.runtime.workPool, env.tracker.runtime.where, fn, job.ttlMs),
   };
+}
+
+/** Distinct per trigger, so that a run now or a backfill never shares a key with a scheduled slot. */
+function idempotencyKey(job: string, claim: ClaimRow): string {
+  if (claim.trigger === 'manual') return `${job}@manual:${claim.request_id ?? ''}`;
+  if (claim.trigger === 'backfill') return `${job}@backfill:${claim.slot.toISOString()}`;
+  return `${job}@${claim.slot.toISOString()}`;
 }
 
 /** Waits `ms` unless the signal fires first; returns false when it did. */

@@ -32,13 +32,24 @@ export type OverlapPolicy = (typeof OVERLAP_POLICIES)[number];
  */
 export type CatchUpPolicy = 'latest' | 'none' | { all: number };
 
+/**
+ * What started a run: its schedule, an operator's run now (`control.runNow`) or a backfill of a
+ * past range (`control.backfill`).
+ */
+export type RunTrigger = 'schedule' | 'manual' | 'backfill';
+
 export interface JobContext {
   job: string;
-  /** The scheduled occurrence this run is for (database time). */
+  /** The occurrence this run is for (database time): the scheduled or backfilled slot, or when a run now was asked for. */
   slot: Date;
   fence: number;
-  /** `job@slot`: the same for every attempt at this occurrence, on any worker. */
+  /**
+   * The same for every attempt at this occurrence, on any worker, and distinct between triggers:
+   * `job@slot` (schedule), `job@manual:<request id>` (run now), `job@backfill:<slot>` (backfill).
+   */
   idempotencyKey: string;
+  /** What started this run. */
+  trigger: RunTrigger;
   /** Fires when the lease is lost or replaced, or the worker shuts down; `signal.reason` says which. */
   signal: AbortSignal;
   /** 1 for the first attempt, 2 for the first retry, ... */

@@ -1,7 +1,7 @@
 // leasehold runs NAME: a job's runs, skips and missed slots, newest first.
 import type { Command } from 'commander';
 import type { DbHandle } from '../../db/handle.js';
-import { jobHistory } from '../../observe/status.js';
+import { jobHistory, type HistoryEntry } from '../../observe/status.js';
 import { CliError, databaseUrl, integerFlag, openDatabase, report, type Io } from '../context.js';
 import { RUNS_DEFAULTS, shown } from '../defaults.js';
 import { inert, seconds, table, time } from '../format.js';
@@ -32,7 +32,7 @@ export function registerRuns(program: Command, io: Io): void {
             io.out(
               table(
                 ['SLOT', 'KIND', 'OUTCOME', 'FENCE', 'HOLDER', 'STARTED', 'DURATION', 'DETAIL'],
-                entries.map((e) => [time(e.slot), e.kind, e.outcome, e.fence, e.holder, time(e.at), seconds(e.durationSeconds), e.detail]),
+                entries.map((e) => [time(e.slot), kindOf(e), e.outcome, e.fence, e.holder, time(e.at), seconds(e.durationSeconds), byWhom(e)]),
               ),
             );
           }
@@ -44,6 +44,16 @@ export function registerRuns(program: Command, io: Io): void {
         report(io, error, options.json === true);
       }
     });
+}
+
+/** run, skip or missed; /manual or /backfill for what an operator asked for. */
+function kindOf(entry: HistoryEntry): string {
+  return entry.trigger === 'schedule' ? entry.kind : `${entry.kind}/${entry.trigger}`;
+}
+
+function byWhom(entry: HistoryEntry): string | null {
+  if (!entry.requestedBy) return entry.detail;
+  return entry.detail ? `${entry.detail} (asked by ${entry.requestedBy})` : `asked by ${entry.requestedBy}`;
 }
 
 interface LeaseRow {
