@@ -33,6 +33,8 @@ const ALLOWED: Record<string, string[]> = {
     'unscheduledLeases',
     'LeasedFunction', 'LeasedOptions', 'LeasedResult', 'LeasedSkipReason', 'leased',
     'EndpointReply', 'HandlerWrapper', 'ReadOptions', 'HealthCheck', 'HealthReport', 'RUN_OUTCOMES', 'RunState', 'WorkerHealth', 'workerHealth',
+    'DataJobContext', 'DataJobHandler', 'DefineResult', 'PauseOptions', 'PauseResult', 'ResumeOptions', 'ResumeResult', 'ScheduleDefinitionError',
+    'ScheduleInfo', 'ScheduleOptions',
   ],
   './opentelemetry': ['InstrumentOptions', 'Instrumentable', 'instrument'],
   './nestjs': [

@@ -10,6 +10,8 @@ type Level = PermissionDeniedError['level'];
 export const LEVEL_OF: Readonly<Record<string, Level>> = {
   force_release: 'operator',
   prune_history: 'operator',
+  pause_job: 'operator',
+  resume_job: 'operator',
   lease_status: 'reader',
   job_status: 'reader',
   run_history: 'reader',
