@@ -122,9 +122,18 @@ export function checkSchedule(options: ScheduleOptions): CheckedSchedule {
   if (bytes > CONTROL_DEFAULTS.payloadMaxBytes) {
     throw new InvalidArgumentError('payload', `${where}: payload is ${bytes} bytes as JSON; at most ${CONTROL_DEFAULTS.payloadMaxBytes} (store large data elsewhere and put its key in the payload).`);
   }
-  const timeoutMs = timeout == null ? null : parseBoundedDuration(timeout, `${where}: timeout`, CONTROL_DEFAULTS.timeout.minMs, CONTROL_DEFAULTS.timeout.maxMs);
-  const jitterMs = jitter == null ? null : parseBoundedDuration(jitter, `${where}: jitter`, CONTROL_DEFAULTS.jitter.minMs, CONTROL_DEFAULTS.jitter.maxMs);
+  const timeoutMs = timeout == null ? null : bounded(timeout, 'timeout', where, CONTROL_DEFAULTS.timeout);
+  const jitterMs = jitter == null ? null : bounded(jitter, 'jitter', where, CONTROL_DEFAULTS.jitter);
   return { job, handler: handlerName, by: byName, payloadJson, timeoutMs, jitterMs };
+}
+
+function bounded(value: Duration, argument: string, where: string, bounds: { minMs: number; maxMs: number }): number {
+  try {
+    return parseBoundedDuration(value, `${where}: ${argument}`, bounds.minMs, bounds.maxMs);
+  } catch (error) {
+    if (error instanceof InvalidArgumentError) throw new InvalidArgumentError(argument, error.message);
+    throw error;
+  }
 }
 
 function checkText(value: unknown, argument: string, what: string): string {
