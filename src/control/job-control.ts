@@ -4,7 +4,7 @@
 // so psql and other languages act on jobs exactly as this class does.
 import type { LeaseRuntime } from '../lease/runtime.js';
 import { pauseJob, resumeJob, type PauseOptions, type PauseResult, type ResumeOptions, type ResumeResult } from './pause.js';
-import { defineSchedule, getSchedule, listSchedules, removeSchedule, type DefineResult, type ScheduleInfo, type ScheduleOptions } from './schedules.js';
+import { controlDb, defineSchedule, getSchedule, listSchedules, removeSchedule, type DefineResult, type ScheduleInfo, type ScheduleOptions } from './schedules.js';
 
 // Set by JobControl's static block: the client makes one per Leasehold (Leasehold.control).
 let construct: (runtime: LeaseRuntime) => JobControl;
@@ -24,32 +24,32 @@ export class JobControl {
 
   /** Creates or changes a job defined as data (upsert by name); workers with its handler pick it up within a tick. */
   define(options: ScheduleOptions): Promise<DefineResult> {
-    return defineSchedule(this.#runtime, options);
+    return defineSchedule(controlDb(this.#runtime), options);
   }
 
   /** Removes a data job; its running run finishes under its lease. False when there was none. */
   remove(name: string, options: { by: string }): Promise<boolean> {
-    return removeSchedule(this.#runtime, name, options);
+    return removeSchedule(controlDb(this.#runtime), name, options);
   }
 
   /** Every job (code and data) not removed, by name. */
   list(filter?: { source?: 'code' | 'data' }): Promise<ScheduleInfo[]> {
-    return listSchedules(this.#runtime, filter);
+    return listSchedules(controlDb(this.#runtime), filter);
   }
 
   /** One job's definition, or null. */
   get(name: string): Promise<ScheduleInfo | null> {
-    return getSchedule(this.#runtime, name);
+    return getSchedule(controlDb(this.#runtime), name);
   }
 
   /** Pauses a job fleet-wide (operator level): no slot of it is claimed until resume(). */
   pause(name: string, options: PauseOptions): Promise<PauseResult> {
-    return pauseJob(this.#runtime, name, options);
+    return pauseJob(controlDb(this.#runtime), name, options);
   }
 
   /** Resumes a paused job: the workers apply its catch-up policy. */
   resume(name: string, options: ResumeOptions): Promise<ResumeResult> {
-    return resumeJob(this.#runtime, name, options);
+    return resumeJob(controlDb(this.#runtime), name, options);
   }
 }
 

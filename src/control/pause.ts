@@ -3,11 +3,10 @@
 // running run's lease (its heartbeat and fenced writes then fail, its signal fires).
 import { timedQuery } from '../db/connection.js';
 import { InvalidArgumentError } from '../errors.js';
-import type { LeaseRuntime } from '../lease/runtime.js';
 import { checkHolder, checkLeaseName, codePoints, unsafeCharacter } from '../validate/names.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { CONTROL_DEFAULTS } from './defaults.js';
-import { run } from './schedules.js';
+import { run, type ControlDb } from './schedules.js';
 
 export interface PauseOptions {
   /** Who pauses (a person or tool), recorded in leasehold.actions and shown by status. */
@@ -54,7 +53,7 @@ function checkReason(reason: unknown): string | null {
   return reason;
 }
 
-export async function pauseJob(runtime: LeaseRuntime, name: string, options: PauseOptions): Promise<PauseResult> {
+export async function pauseJob(db: ControlDb, name: string, options: PauseOptions): Promise<PauseResult> {
   checkLeaseName(name);
   if (!options || typeof options !== 'object') throw new InvalidArgumentError('by', 'pause(name, { by }) needs an options object naming who pauses.');
   checkOptionKeys(options, PAUSE_KEYS, 'pause()');
@@ -63,13 +62,13 @@ export async function pauseJob(runtime: LeaseRuntime, name: string, options: Pau
   if (options.stopRunning !== undefined && typeof options.stopRunning !== 'boolean') {
     throw new InvalidArgumentError('stopRunning', `stopRunning must be true or false (got ${String(options.stopRunning)}).`);
   }
-  const { rows } = await run(runtime, () =>
+  const { rows } = await run(() =>
     timedQuery<{ already_paused: boolean; stopped_holder: string | null; stopped_fence: string | null }>(
-      runtime.controlPool,
+      db.pool,
       'select * from leasehold.pause_job($1, $2, $3, $4)',
       [name, by, reason, options.stopRunning ?? false],
-      runtime.queryTimeoutMs,
-      runtime.where,
+      db.timeoutMs,
+      db.where,
     ),
   );
   const row = rows[0];
@@ -80,18 +79,18 @@ export async function pauseJob(runtime: LeaseRuntime, name: string, options: Pau
   };
 }
 
-export async function resumeJob(runtime: LeaseRuntime, name: string, options: ResumeOptions): Promise<ResumeResult> {
+export async function resumeJob(db: ControlDb, name: string, options: ResumeOptions): Promise<ResumeResult> {
   checkLeaseName(name);
   if (!options || typeof options !== 'object') throw new InvalidArgumentError('by', 'resume(name, { by }) needs an options object naming who resumes.');
   checkOptionKeys(options, RESUME_KEYS, 'resume()');
   const by = checkHolder(options.by);
-  const { rows } = await run(runtime, () =>
+  const { rows } = await run(() =>
     timedQuery<{ resumed: boolean; paused_at: Date | null; paused_by: string | null }>(
-      runtime.controlPool,
+      db.pool,
       'select * from leasehold.resume_job($1, $2)',
       [name, by],
-      runtime.queryTimeoutMs,
-      runtime.where,
+      db.timeoutMs,
+      db.where,
     ),
   );
   const row = rows[0];
