@@ -82,8 +82,8 @@ end $$;
 create function leasehold.define_schedule(
   p_name text, p_handler text, p_by text,
   p_cron text default null, p_every interval default null, p_timezone text default null,
-  p_payload jsonb default '{}'::jsonb, p_ttl interval default '30 seconds',
-  p_overlap text default 'skip', p_catch_up text default 'latest', p_buffer_limit integer default 10,
+  p_payload jsonb default null, p_ttl interval default null,
+  p_overlap text default null, p_catch_up text default null, p_buffer_limit integer default 10,
   p_starting_deadline interval default null, p_timeout interval default null, p_jitter interval default null
 ) returns table (name text, revision bigint, created boolean, changed boolean)
 language plpgsql volatile
@@ -92,6 +92,11 @@ as $$
 #variable_conflict use_column
 declare
   v_old leasehold.jobs;
+  -- the defaults of a code job (null: the default), so that a caller may pass null for any
+  v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
+  v_ttl interval := coalesce(p_ttl, interval '30 seconds');
+  v_overlap text := coalesce(p_overlap, 'skip');
+  v_catch_up text := coalesce(p_catch_up, 'latest');
   v_cron text := btrim(p_cron);
   v_every_ms bigint := (extract(epoch from p_every) * 1000)::bigint;
   v_schedule text;
@@ -128,16 +133,16 @@ begin
                          nullif(v_every_ms % 1000, 0) || 'ms');
     v_interval_ms := v_every_ms;
   end if;
-  perform leasehold.check_ttl(p_ttl);
-  perform leasehold.check_schedule_field(p_ttl >= interval '300 milliseconds', 'ttl', 'must be at least 300ms for a scheduled job: heartbeats run every ttl/3');
-  perform leasehold.check_schedule_field(p_overlap in ('skip', 'buffer-one', 'buffer-all', 'replace', 'allow'), 'overlap', 'must be one of skip, buffer-one, buffer-all, replace, allow');
-  perform leasehold.check_schedule_field(p_catch_up in ('latest', 'none')
-    or (p_catch_up ~ '^all:[0-9]{1,4}$' and substr(p_catch_up, 5)::integer between 1 and 1000), 'catch_up', 'must be latest, none or all:N with N from 1 to 1000');
+  perform leasehold.check_ttl(v_ttl);
+  perform leasehold.check_schedule_field(v_ttl >= interval '300 milliseconds', 'ttl', 'must be at least 300ms for a scheduled job: heartbeats run every ttl/3');
+  perform leasehold.check_schedule_field(v_overlap in ('skip', 'buffer-one', 'buffer-all', 'replace', 'allow'), 'overlap', 'must be one of skip, buffer-one, buffer-all, replace, allow');
+  perform leasehold.check_schedule_field(v_catch_up in ('latest', 'none')
+    or (v_catch_up ~ '^all:[0-9]{1,4}$' and substr(v_catch_up, 5)::integer between 1 and 1000), 'catch_up', 'must be latest, none or all:N with N from 1 to 1000');
   perform leasehold.check_schedule_field(p_buffer_limit between 1 and 1000, 'buffer_limit', 'must be from 1 to 1000');
   perform leasehold.check_schedule_field(p_starting_deadline is null or (v_deadline_ms between 1 and 366::bigint * 86400000), 'starting_deadline', 'must be from 1 millisecond to 366 days');
   perform leasehold.check_schedule_field(p_timeout is null or (p_timeout > interval '0' and p_timeout <= interval '7 days'), 'timeout', 'must be a positive interval of at most 7 days');
   perform leasehold.check_schedule_field(p_jitter is null or (p_jitter > interval '0' and p_jitter <= interval '1 day'), 'jitter', 'must be a positive interval of at most 1 day');
-  perform leasehold.check_schedule_field(p_payload is not null and octet_length(p_payload::text) <= 65536, 'payload', format('must be JSON of at most 65536 bytes (got %s)', coalesce(octet_length(p_payload::text), 0)));
+  perform leasehold.check_schedule_field(octet_length(v_payload::text) <= 65536, 'payload', format('must be JSON of at most 65536 bytes (got %s)', coalesce(octet_length(v_payload::text), 0)));
 
   perform set_config('leasehold.job_writer', 'schedules', true);
   insert into leasehold.leases (name) values (p_name) on conflict do nothing;
@@ -151,8 +156,8 @@ begin
      and (v_old.schedule, v_old.timezone, v_old.interval_ms, v_old.ttl_ms, v_old.overlap, v_old.catch_up, v_old.handler,
           v_old.payload, v_old.buffer_limit, v_old.starting_deadline_ms, v_old.timeout_ms, v_old.jitter_ms)
          is not distinct from
-         (v_schedule, p_timezone, v_interval_ms, (extract(epoch from p_ttl) * 1000)::bigint, p_overlap, p_catch_up, p_handler,
-          p_payload, p_buffer_limit, v_deadline_ms, (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint) then
+         (v_schedule, p_timezone, v_interval_ms, (extract(epoch from v_ttl) * 1000)::bigint, v_overlap, v_catch_up, p_handler,
+          v_payload, p_buffer_limit, v_deadline_ms, (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint) then
     perform set_config('leasehold.job_writer', '', true);
     return query select p_name, v_old.revision, false, false;
     return;
@@ -168,8 +173,8 @@ begin
      and (l.last_slot is not null or l.suspended is not null);
   insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by,
                                    source, handler, payload, defined_by, buffer_limit, starting_deadline_ms, timeout_ms, jitter_ms)
-  values (p_name, v_schedule, p_timezone, v_interval_ms, (extract(epoch from p_ttl) * 1000)::bigint, p_overlap, p_catch_up, p_by,
-          'data', p_handler, p_payload, p_by, p_buffer_limit, v_deadline_ms,
+  values (p_name, v_schedule, p_timezone, v_interval_ms, (extract(epoch from v_ttl) * 1000)::bigint, v_overlap, v_catch_up, p_by,
+          'data', p_handler, v_payload, p_by, p_buffer_limit, v_deadline_ms,
           (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint)
   on conflict on constraint jobs_pkey do update
      set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
@@ -187,7 +192,7 @@ begin
   perform set_config('leasehold.job_writer', '', true);
   perform leasehold.record_action(case when v_old.name is null or v_old.removed_at is not null then 'schedule-defined' else 'schedule-changed' end,
     p_name, p_by, jsonb_build_object('schedule', v_schedule, 'timezone', p_timezone, 'handler', p_handler,
-      'overlap', p_overlap, 'catch_up', p_catch_up, 'ttl_ms', v_row.ttl_ms, 'revision', v_row.revision));
+      'overlap', v_overlap, 'catch_up', v_catch_up, 'ttl_ms', v_row.ttl_ms, 'revision', v_row.revision));
   return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true;
 end $$;
 
@@ -221,7 +226,7 @@ end $$;
 -- schedule_changes: the job rows changed after revision p_after_revision, oldest change first,
 -- at most p_limit (1-10000) of them: one range of the index on revision. Code jobs come too
 -- (their pause state); payloads only for the handlers named in p_handlers (null: all).
-create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[] default null, p_limit integer default 1000)
+create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000)
 returns table (
   revision bigint, name text, source text, handler text, removed boolean,
   schedule text, timezone text, interval_ms bigint, ttl_ms bigint, overlap text, catch_up text,

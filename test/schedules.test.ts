@@ -78,7 +78,7 @@ describe('control.define / remove / list / get', () => {
     expect(await sql(`'s1', 'h', 'app', p_every => '1 minute', p_overlap => 'never'`)).toBe('LH005');
     expect(await sql(`'s1', 'h', 'app', p_every => '1 minute', p_catch_up => 'all:0'`)).toBe('LH005');
     expect(await sql(`'s1', 'h', 'app', p_every => '1 minute', p_payload => $1::jsonb`, [JSON.stringify({ x: 'y'.repeat(66_000) })])).toBe('LH005');
-    expect(await sql(`'s1', 'h', 'app', p_every => '1 minute', p_payload => null`)).toBe('LH005');
+    expect(await sql(`'s1', 'h', 'app', p_every => '1 minute', p_payload => '"x"'::jsonb || $1::jsonb`, [JSON.stringify(Array(70_000).fill(1))])).toBe('LH005');
     expect(await sql(`'s1', 'h', 'app', p_every => '1 minute', p_timeout => '-1 second'`)).toBe('LH005');
     expect(await sql(`'s1', 'h', 'app', p_every => '1 minute', p_ttl => '1 year'`)).toBe('LH002');
     expect(await sql(`E's\\n1', 'h', 'app', p_every => '1 minute'`)).toBe('LH001');
