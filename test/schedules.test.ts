@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { InvalidArgumentError, PermissionDeniedError, startWorker, type Leasehold } from '../src/index.js';
 import { silentLogger } from '../src/observe/logger.js';
+import { cli } from './support/cli.js';
 import { client } from './support/db.js';
 import { leaseholdAs, outcome, pool, ROLE, urlAs, usePrivilegeFixture } from './support/privileges.js';
 
@@ -204,4 +205,39 @@ describe('a worker with handlers', () => {
     await expect(startWorker({ ...base, handlers: { x: 'nope' } as never })).rejects.toMatchObject({ argument: 'handlers' });
     await expect(startWorker({ ...base, handlers: { 'a\nb': async () => undefined } })).rejects.toBeInstanceOf(InvalidArgumentError);
   });
+});
+
+describe('the CLI', () => {
+  it('schedule define/list/remove as a client; pause/resume as an operator (a client gets exit 77), with --json', async () => {
+    const asApp = { DATABASE_URL: urlAs(url, ROLE.app1) };
+    const asOp = { DATABASE_URL: urlAs(url, ROLE.operator) };
+    const defined = await cli(['schedule', 'define', 'cli-job', '--handler', 'h', '--by', 'ops-script', '--every', '5m', '--payload', '{"tenant":7}', '--json'], asApp);
+    expect(defined.code, defined.stderr).toBe(0);
+    expect(JSON.parse(defined.stdout)).toMatchObject({ name: 'cli-job', created: true, changed: true });
+    const badCron = await cli(['schedule', 'define', 'cli-bad', '--handler', 'h', '--by', 'x', '--cron', '0 25 * * *'], asApp);
+    expect(badCron.code).toBe(2);
+    expect(badCron.stderr).toMatch(/invalid cron/);
+    const denied = await cli(['pause', 'cli-job', '--by', 'app', '--json'], asApp);
+    expect(denied.code).toBe(77);
+    expect(JSON.parse(denied.stderr)).toMatchObject({ code: 'PERMISSION_DENIED' });
+    const paused = await cli(['pause', 'cli-job', '--by', 'carol', '--reason', 'db maintenance', '--json'], asOp);
+    expect(paused.code, paused.stderr).toBe(0);
+    expect(JSON.parse(paused.stdout)).toEqual({ job: 'cli-job', alreadyPaused: false, stopped: null });
+    const status = await cli(['status', '--job', 'cli-job', '--json'], asOp);
+    expect(status.code, status.stderr).toBe(0);
+    const job = (JSON.parse(status.stdout) as { jobs: Array<{ job: string; state: string; paused: unknown }> }).jobs.find((j) => j.job === 'cli-job');
+    expect(job).toMatchObject({ state: 'paused', paused: { by: 'carol', reason: 'db maintenance', at: expect.any(String) } });
+    const text = await cli(['status', '--job', 'cli-job'], asOp);
+    expect(text.stdout).toMatch(/paused: cli-job by carol since .*: db maintenance/);
+    const listed = await cli(['schedule', 'list', '--json'], asApp);
+    expect(JSON.parse(listed.stdout)).toEqual(expect.arrayContaining([expect.objectContaining({ name: 'cli-job', payload: { tenant: 7 }, paused: expect.objectContaining({ by: 'carol' }) })]));
+    const unknown = await cli(['pause', 'no-such', '--by', 'carol'], asOp);
+    expect(unknown.code).toBe(2);
+    const resumed = await cli(['resume', 'cli-job', '--by', 'carol'], asOp);
+    expect(resumed.code, resumed.stderr).toBe(0);
+    expect(resumed.stdout).toMatch(/resumed "cli-job" \(paused by carol since/);
+    const removed = await cli(['schedule', 'remove', 'cli-job', '--by', 'ops-script'], asApp);
+    expect(removed.code).toBe(0);
+    expect((await cli(['schedule', 'remove', 'cli-job', '--by', 'ops-script'], asApp)).code).toBe(1);
+  }, 60_000);
 });

@@ -10,6 +10,8 @@ export const CONTROL_DEFAULTS = {
   timeout: { minMs: 1, maxMs: 7 * DAY },
   /** Per-job jitter of a data job: stored, applied by the worker's jitter option. */
   jitter: { minMs: 1, maxMs: DAY },
+  /** pause(): end the running run's lease too. */
+  stopRunning: { default: false },
   /** A pause's reason, in characters. */
   reasonMaxLength: 1_000,
   /** Rows per page when list() reads the definitions. */

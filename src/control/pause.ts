@@ -66,7 +66,7 @@ export async function pauseJob(db: ControlDb, name: string, options: PauseOption
     timedQuery<{ already_paused: boolean; stopped_holder: string | null; stopped_fence: string | null }>(
       db.pool,
       'select * from leasehold.pause_job($1, $2, $3, $4)',
-      [name, by, reason, options.stopRunning ?? false],
+      [name, by, reason, options.stopRunning ?? CONTROL_DEFAULTS.stopRunning.default],
       db.timeoutMs,
       db.where,
     ),
