@@ -6,6 +6,7 @@ import { describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { InvalidArgumentError, PermissionDeniedError, startWorker, type Leasehold } from '../src/index.js';
 import { silentLogger } from '../src/observe/logger.js';
+import { jobPage } from '../src/dashboard/queries.js';
 import { cli } from './support/cli.js';
 import { client } from './support/db.js';
 import { leaseholdAs, outcome, pool, ROLE, urlAs, usePrivilegeFixture } from './support/privileges.js';
@@ -231,6 +232,12 @@ describe('the CLI', () => {
     expect(text.stdout).toMatch(/paused: cli-job by carol since .*: db maintenance/);
     const listed = await cli(['schedule', 'list', '--json'], asApp);
     expect(JSON.parse(listed.stdout)).toEqual(expect.arrayContaining([expect.objectContaining({ name: 'cli-job', payload: { tenant: 7 }, paused: expect.objectContaining({ by: 'carol' }) })]));
+    // the dashboard's page: state paused, who and why, and a filter for paused jobs
+    const page = await jobPage(pool(url, ROLE.reader), { offset: 0, limit: 50, filter: 'paused' });
+    expect(page.jobs.every((j) => j.paused !== null)).toBe(true);
+    expect(page.jobs.map((j) => [j.job, j.state, j.paused?.by, j.paused?.reason])).toContainEqual(['cli-job', 'paused', 'carol', 'db maintenance']);
+    const all = await jobPage(pool(url, ROLE.reader), { offset: 0, limit: 200, filter: 'all' });
+    expect(all.jobs.some((j) => j.job === 'acme-sync')).toBe(false); // removed: not shown
     const unknown = await cli(['pause', 'no-such', '--by', 'carol'], asOp);
     expect(unknown.code).toBe(2);
     const resumed = await cli(['resume', 'cli-job', '--by', 'carol'], asOp);

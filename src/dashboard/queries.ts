@@ -4,8 +4,8 @@
 import type { Queryable } from '../db/handle.js';
 import { CREEP_WARNING_RATIO, toJobStatus, type JobStatus, type JobStatusRow } from '../observe/status.js';
 
-export type JobFilter = 'all' | 'running' | 'expired' | 'failing' | 'creeping';
-export const JOB_FILTERS: readonly JobFilter[] = ['all', 'running', 'expired', 'failing', 'creeping'];
+export type JobFilter = 'all' | 'running' | 'expired' | 'failing' | 'creeping' | 'paused';
+export const JOB_FILTERS: readonly JobFilter[] = ['all', 'running', 'expired', 'failing', 'creeping', 'paused'];
 
 export interface FleetSummary {
   jobs: number;
@@ -75,6 +75,7 @@ export async function fleetSummary(db: Queryable): Promise<FleetSummary> {
 // Which jobs a filter keeps; every condition is answerable per job through an index.
 const FILTER_SQL: Record<JobFilter, string> = {
   all: 'true',
+  paused: 'j.paused_at is not null',
   running: `exists (select 1 from leasehold.lease_status l where l.name = j.name and l.state = 'held')`,
   expired: `exists (select 1 from leasehold.lease_status l where l.name = j.name and l.state = 'expired')`,
   failing: `exists (select 1 from leasehold.runs r where r.job = j.name and r.started_at > now() - interval '24 hours' and r.outcome in ('failed', 'lost'))`,
