@@ -55,18 +55,27 @@ describe('jobs defined as data', () => {
   it('are added, changed and removed while three workers run them: each slot once, changes within a tick', async () => {
     const define = (name: string, every: string) => lh.control.define({ name, handler: 'tenant', by: 'billing-api', every, payload: { write: true }, ttl: '5s' });
     for (let i = 0; i < 10; i++) await define(`dyn-${i}`, '1s');
-    await workers(3);
-    await sleep(2_500);
+    // code jobs next to data jobs; w3's code also has a job named dyn-9: code wins, w1 and w2
+    // (which may have loaded dyn-9 as data) drop it at their next refresh
+    const code = [{ name: 'dyn-code', every: '1s', write: true }];
+    await workers(3, (i) => ({ CODE_JOBS: JSON.stringify(i === 2 ? [...code, { name: 'dyn-9', every: '1s', write: true }] : code) }));
+    await sleep(2_000);
     // add five, change three to every 2s, remove three
     const addedAt = await dbNow();
     for (let i = 10; i < 15; i++) await define(`dyn-${i}`, '1s');
     for (let i = 0; i < 3; i++) await define(`dyn-${i}`, '2s');
     for (let i = 3; i < 6; i++) expect(await lh.control.remove(`dyn-${i}`, { by: 'billing-api' })).toBe(true);
     const removedAt = await dbNow();
-    await sleep(3_500);
+    await sleep(3_000);
     await stopAll();
 
     const all = await runs('dyn-');
+    expect(all.filter((r) => r.job === 'dyn-code').length).toBeGreaterThanOrEqual(5);
+    expect((await lh.control.get('dyn-9'))?.source).toBe('code');
+    // after the takeover only the worker with the code job runs dyn-9
+    const late9 = all.filter((r) => r.job === 'dyn-9' && r.started_at.getTime() > addedAt.getTime());
+    expect(late9.length).toBeGreaterThan(0);
+    expect(new Set(late9.map((r) => r.holder))).toEqual(new Set(['w3']));
     await eachSlotOnce('dyn-');
     // removed: nothing started later than one refresh after the removal (and the claim refuses)
     for (const run of all.filter((r) => ['dyn-3', 'dyn-4', 'dyn-5'].includes(r.job))) {
@@ -84,8 +93,10 @@ describe('jobs defined as data', () => {
       expect(after.length).toBeGreaterThan(0);
       for (const run of after) expect(run.slot.getTime() % 2_000).toBe(0);
     }
-    // the handler saw the payload; every run finished
-    expect(children[0]!.lines.some((l) => l.event === 'handler' && JSON.stringify(l.payload) === '{"write":true}')).toBe(true);
+    // the handler saw the payload (a code job none); every run finished
+    const lines = children.flatMap((c) => c.lines);
+    expect(lines.some((l) => l.event === 'handler' && JSON.stringify(l.payload) === '{"write":true}')).toBe(true);
+    expect(lines.some((l) => l.event === 'handler' && l.job === 'dyn-code' && l.payload === null)).toBe(true);
     expect(all.filter((r) => r.outcome !== 'succeeded')).toEqual([]);
     // the witness agrees with the runs
     const { rows: witnessed } = await rawPool(url, 2).query<{ n: string }>("select count(*)::text as n from sched_witness where job like 'dyn-%'");
@@ -107,7 +118,7 @@ describe('pause and resume', () => {
     expect(stopped.stopped).toEqual({ holder: 'w1', fence: Number(started.fence) });
     const pausedAt = await dbNow();
     await deaf!.waitFor((l) => l.event === 'handler-error' && l.job === 'p-long', 10_000);
-    await sleep(3_000);
+    await sleep(2_500);
     await stopAll();
     const tick = await runs('p-tick');
     expect(tick.length).toBeGreaterThan(0);
@@ -132,7 +143,7 @@ describe('pause and resume', () => {
     await sleep(1_500);
     await lh.control.pause('r-job', { by: 'bob', reason: 'maintenance' });
     const pausedAt = await dbNow();
-    await sleep(4_000);
+    await sleep(3_500);
     const resumedAt = await dbNow();
     expect((await lh.control.resume('r-job', { by: 'bob' })).resumed).toBe(true);
     await sleep(2_500);
