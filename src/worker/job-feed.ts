@@ -258,7 +258,16 @@ export class JobFeed {
     if (!target) return;
     const { store, logger, holder } = this.parts;
     const now = row.database_time;
-    const claims = await planStart([state], new Map([[state.job.name, row.last_slot]]), now, store, logger);
+    let claims: ClaimRequest[];
+    try {
+      claims = await planStart([state], new Map([[state.job.name, row.last_slot]]), now, store, logger);
+    } catch (error) {
+      // the change is applied all the same (the feed has moved past it): from the next slot on
+      logger.warn({ event: 'catch-up:failed', job: state.job.name, err: String(error) }, `could not plan the catch-up of "${state.job.name}"; it runs from its next slot`);
+      state.nextSlot = state.job.schedule.next(now);
+      target.wake();
+      return;
+    }
     if (pause && row.last_slot) {
       // the slots the pause kept from running that catch-up does not run: missed, because paused
       const chosen = new Set(claims.map((c) => c.slot.getTime()));
