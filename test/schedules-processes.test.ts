@@ -55,6 +55,8 @@ describe('jobs defined as data', () => {
   it('are added, changed and removed while three workers run them: each slot once, changes within a tick', async () => {
     const define = (name: string, every: string) => lh.control.define({ name, handler: 'tenant', by: 'billing-api', every, payload: { write: true }, ttl: '5s' });
     for (let i = 0; i < 10; i++) await define(`dyn-${i}`, '1s');
+    // runs 1.5 s of every second: running when it is removed, it must finish under its lease
+    await lh.control.define({ name: 'dyn-long', handler: 'tenant', by: 'billing-api', every: '1s', payload: { write: true, durationMs: 1_500 }, ttl: '5s' });
     // code jobs next to data jobs; w3's code also has a job named dyn-9: code wins, w1 and w2
     // (which may have loaded dyn-9 as data) drop it at their next refresh
     const code = [{ name: 'dyn-code', every: '1s', write: true }];
@@ -65,6 +67,8 @@ describe('jobs defined as data', () => {
     for (let i = 10; i < 15; i++) await define(`dyn-${i}`, '1s');
     for (let i = 0; i < 3; i++) await define(`dyn-${i}`, '2s');
     for (let i = 3; i < 6; i++) expect(await lh.control.remove(`dyn-${i}`, { by: 'billing-api' })).toBe(true);
+    const { rows: longRunning } = await rawPool(url, 2).query("select fence from leasehold.runs where job = 'dyn-long' and outcome = 'running'");
+    expect(await lh.control.remove('dyn-long', { by: 'billing-api' })).toBe(true);
     const removedAt = await dbNow();
     await sleep(3_000);
     await stopAll();
@@ -81,6 +85,14 @@ describe('jobs defined as data', () => {
     for (const run of all.filter((r) => ['dyn-3', 'dyn-4', 'dyn-5'].includes(r.job))) {
       expect(run.started_at.getTime()).toBeLessThan(removedAt.getTime() + 1_000);
     }
+    // the run in progress at removal finished normally, its fenced write included
+    expect(longRunning).toHaveLength(1);
+    const { rows: longRun } = await rawPool(url, 2).query<{ outcome: string; w: string }>(
+      "select r.outcome, (select count(*) from sched_witness w where w.job = r.job and w.fence = r.fence)::text as w from leasehold.runs r where r.job = 'dyn-long' and r.fence = $1",
+      [longRunning[0].fence],
+    );
+    expect(longRun).toEqual([{ outcome: 'succeeded', w: '1' }]);
+    expect(all.filter((r) => r.job === 'dyn-long' && r.started_at.getTime() > removedAt.getTime())).toEqual([]);
     // added: each started within about a tick (refresh 200 ms + the next 1 s slot)
     for (let i = 10; i < 15; i++) {
       const first = all.find((r) => r.job === `dyn-${i}`);

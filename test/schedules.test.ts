@@ -200,6 +200,27 @@ describe('a worker with handlers', () => {
     }
   }, 60_000);
 
+  it('a definition stored from psql that the worker cannot parse is logged once and skipped at run time; fixed, it runs', async () => {
+    const logged: string[] = [];
+    const logger = { ...silentLogger(), error: (fields: object) => void logged.push(String((fields as { job?: string }).job)) };
+    const ran: string[] = [];
+    const worker = await startWorker({ connectionString: url, logger, handleSignals: false, scheduleRefresh: '100ms', handlers: { later: async (ctx) => void ran.push(ctx.job) } });
+    try {
+      // passes the SQL sanity check, but croner refuses it (no 31st of February)
+      await owner.query(`select leasehold.define_schedule('later-bad', 'later', 'psql', p_cron => '* * 31 2 *')`);
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      expect(logged.filter((job) => job === 'later-bad')).toHaveLength(1);
+      expect(worker.jobs.map((j) => j.name)).not.toContain('later-bad');
+      await owner.query(`select leasehold.define_schedule('later-bad', 'later', 'psql', p_every => '1 second')`);
+      const deadline = Date.now() + 5_000;
+      while (!ran.includes('later-bad') && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(ran).toContain('later-bad');
+      expect(logged.filter((job) => job === 'later-bad')).toHaveLength(1);
+    } finally {
+      await worker.stop();
+    }
+  }, 20_000);
+
   it('refuses startWorker without jobs or handlers, and handlers that are not functions', async () => {
     const base = { connectionString: urlAs(url, ROLE.app1), logger: silentLogger(), handleSignals: false };
     await expect(startWorker({ ...base })).rejects.toMatchObject({ argument: 'jobs' });
