@@ -48,14 +48,15 @@ create index run_requests_pending on leasehold.run_requests (job, id) where stat
 create index run_requests_job_at on leasehold.run_requests (job, requested_at desc);
 
 -- run_now: asks for one extra occurrence of p_job now; returns the request id. p_by names who
--- asked (checked like a holder name). The job must be defined (leasehold.jobs).
+-- asked (checked like a holder name). The job must be defined (leasehold.jobs) and not removed;
+-- a paused job may be run now (an operator's explicit act; its schedule stays paused).
 create function leasehold.run_now(p_job text, p_by text) returns bigint
 language plpgsql volatile as $$
 declare
   v_id bigint;
 begin
   perform leasehold.check_holder(p_by);
-  if not exists (select 1 from leasehold.jobs j where j.name = p_job) then
+  if not exists (select 1 from leasehold.jobs j where j.name = p_job and j.removed_at is null) then
     raise exception 'no job named "%"', left(p_job, 200)
       using errcode = 'P0002', hint = 'leasehold status lists the jobs; a job exists once a worker registered it.';
   end if;
@@ -78,7 +79,7 @@ declare
   v_created integer;
 begin
   perform leasehold.check_holder(p_by);
-  if not exists (select 1 from leasehold.jobs j where j.name = p_job) then
+  if not exists (select 1 from leasehold.jobs j where j.name = p_job and j.removed_at is null) then
     raise exception 'no job named "%"', left(p_job, 200)
       using errcode = 'P0002', hint = 'leasehold status lists the jobs; a job exists once a worker registered it.';
   end if;

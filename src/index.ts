@@ -3,6 +3,9 @@ export { createLeasehold, describeSkip, Leasehold, type LeaseholdOptions } from 
 export { Lease, type TransactionOptions } from './lease/lease.js';
 export { JobControl } from './control/job-control.js';
 export type { BackfillOptions, BackfillResult, RunNowOptions, RunRequest, WaitForRequestOptions } from './control/manual-runs.js';
+export type { DefineResult, ScheduleInfo, ScheduleOptions } from './control/schedules.js';
+export type { PauseOptions, PauseResult, ResumeOptions, ResumeResult } from './control/pause.js';
+export { ScheduleDefinitionError, type DataJobContext, type DataJobHandler } from './worker/job-feed.js';
 export type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './lease/types.js';
 export { MAX_TTL_MS, MIN_TTL_MS } from './lease/limits.js';
 export { FenceRangeError } from './lease/fence.js';

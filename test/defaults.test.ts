@@ -10,6 +10,7 @@ import { ACQUIRE_DEFAULTS, BACKFILL_DEFAULTS, LEASEHOLD_DEFAULTS, REQUEST_WAIT_D
 import { READ_DEFAULTS } from '../src/observe/defaults.js';
 import { formatDuration } from '../src/validate/duration.js';
 import { JOB_DEFAULTS, WORKER_DEFAULTS } from '../src/worker/defaults.js';
+import { CONTROL_DEFAULTS } from '../src/control/defaults.js';
 
 type Literal = string | number | boolean;
 
@@ -73,8 +74,20 @@ const TABLES: Array<{ file: string; type: string; defaults: Record<string, Liter
       handleSignals: WORKER_DEFAULTS.handleSignals.default,
       historyRetention: WORKER_DEFAULTS.historyRetention.default,
       clockSyncInterval: WORKER_DEFAULTS.clockSyncInterval.default,
+      scheduleRefresh: WORKER_DEFAULTS.scheduleRefresh.default,
     },
   },
+  {
+    file: 'control/schedules.ts',
+    type: 'ScheduleOptions',
+    defaults: {
+      ttl: JOB_DEFAULTS.ttl.default,
+      overlap: JOB_DEFAULTS.overlap.default,
+      bufferLimit: JOB_DEFAULTS.bufferLimit.default,
+      catchUp: JOB_DEFAULTS.catchUp.default,
+    },
+  },
+  { file: 'control/pause.ts', type: 'PauseOptions', defaults: { stopRunning: CONTROL_DEFAULTS.stopRunning.default } },
   {
     file: 'worker/job.ts',
     type: 'JobOptions',

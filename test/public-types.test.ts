@@ -34,6 +34,8 @@ const ALLOWED: Record<string, string[]> = {
     'LeasedFunction', 'LeasedOptions', 'LeasedResult', 'LeasedSkipReason', 'leased',
     'EndpointReply', 'HandlerWrapper', 'ReadOptions', 'HealthCheck', 'HealthReport', 'RUN_OUTCOMES', 'RunState', 'WorkerHealth', 'workerHealth',
     'BackfillOptions', 'BackfillResult', 'RunNowOptions', 'RunRequest', 'RunTrigger', 'WaitForRequestOptions',
+    'DataJobContext', 'DataJobHandler', 'DefineResult', 'PauseOptions', 'PauseResult', 'ResumeOptions', 'ResumeResult', 'ScheduleDefinitionError',
+    'ScheduleInfo', 'ScheduleOptions',
   ],
   './opentelemetry': ['InstrumentOptions', 'Instrumentable', 'instrument'],
   './nestjs': [

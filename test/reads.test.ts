@@ -38,8 +38,12 @@ function schema5JobStatus(): string {
 describe('job_status', () => {
   it('has the same columns, types and rows as its schema-5 form', async () => {
     const pool = rawPool(url, 2);
-    const now = await pool.query(`select * from leasehold.job_status order by job`);
+    const all = await pool.query(`select * from leasehold.job_status order by job`);
     const v5 = await pool.query(`select * from ${schema5JobStatus()} order by job`);
+    // schema 11 appended five columns (source, handler and the pause); the others are unchanged
+    const columns = v5.fields.map((f) => f.name);
+    expect(all.fields.map((f) => f.name)).toEqual([...columns, 'source', 'handler', 'paused_at', 'paused_by', 'pause_reason']);
+    const now = await pool.query(`select ${columns.join(', ')} from leasehold.job_status order by job`);
     expect(now.fields.map((f) => [f.name, f.dataTypeID])).toEqual(v5.fields.map((f) => [f.name, f.dataTypeID]));
     // lease_age_seconds moves with now(): compare the rest exactly
     const strip = (rows: Array<Record<string, unknown>>) => rows.map(({ lease_age_seconds: _age, ...rest }) => rest);

@@ -2,11 +2,12 @@
 // CLI): schedules defined at run time, pause and resume, run now, backfill. Each act is one call
 // of a SQL function: the rules, and the record of who did it (leasehold.actions), live in SQL,
 // so psql and other languages act on jobs exactly as this class does.
-import { timedQuery } from '../db/connection.js';
-import type { Queryable } from '../db/handle.js';
+import { queryable, type Queryable } from '../db/handle.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import * as manual from './manual-runs.js';
 import type { BackfillOptions, BackfillResult, RunNowOptions, RunRequest, WaitForRequestOptions } from './manual-runs.js';
+import { pauseJob, resumeJob, type PauseOptions, type PauseResult, type ResumeOptions, type ResumeResult } from './pause.js';
+import { controlDb, defineSchedule, getSchedule, listSchedules, removeSchedule, type DefineResult, type ScheduleInfo, type ScheduleOptions } from './schedules.js';
 
 // Set by JobControl's static block: the client makes one per Leasehold (Leasehold.control).
 let construct: (runtime: LeaseRuntime) => JobControl;
@@ -50,7 +51,39 @@ export class JobControl {
   /** The client's control pool, each statement with the client's query timeout. */
   #manualDb(): Queryable {
     const runtime = this.#runtime;
-    return { query: (text, values = []) => timedQuery(runtime.controlPool, text, values, runtime.queryTimeoutMs, runtime.where) };
+    return queryable(runtime.controlPool, runtime.queryTimeoutMs, runtime.where);
+  }
+
+  // --- schedules defined at run time (schedules.ts) and pause/resume (pause.ts) ---
+
+  /** Creates or changes a job defined as data (upsert by name); workers with its handler pick it up within a tick. */
+  define(options: ScheduleOptions): Promise<DefineResult> {
+    return defineSchedule(controlDb(this.#runtime), options);
+  }
+
+  /** Removes a data job; its running run finishes under its lease. False when there was none. */
+  remove(name: string, options: { by: string }): Promise<boolean> {
+    return removeSchedule(controlDb(this.#runtime), name, options);
+  }
+
+  /** Every job (code and data) not removed, by name. */
+  list(filter?: { source?: 'code' | 'data' }): Promise<ScheduleInfo[]> {
+    return listSchedules(controlDb(this.#runtime), filter);
+  }
+
+  /** One job's definition, or null. */
+  get(name: string): Promise<ScheduleInfo | null> {
+    return getSchedule(controlDb(this.#runtime), name);
+  }
+
+  /** Pauses a job fleet-wide (operator level): no slot of it is claimed until resume(). */
+  pause(name: string, options: PauseOptions): Promise<PauseResult> {
+    return pauseJob(controlDb(this.#runtime), name, options);
+  }
+
+  /** Resumes a paused job: the workers apply its catch-up policy. */
+  resume(name: string, options: ResumeOptions): Promise<ResumeResult> {
+    return resumeJob(controlDb(this.#runtime), name, options);
   }
 }
 

@@ -4,8 +4,8 @@
 import type { Queryable } from '../db/handle.js';
 import { CREEP_WARNING_RATIO, toJobStatus, type JobStatus, type JobStatusRow } from '../observe/status.js';
 
-export type JobFilter = 'all' | 'running' | 'expired' | 'failing' | 'creeping';
-export const JOB_FILTERS: readonly JobFilter[] = ['all', 'running', 'expired', 'failing', 'creeping'];
+export type JobFilter = 'all' | 'running' | 'expired' | 'failing' | 'creeping' | 'paused';
+export const JOB_FILTERS: readonly JobFilter[] = ['all', 'running', 'expired', 'failing', 'creeping', 'paused'];
 
 export interface FleetSummary {
   jobs: number;
@@ -75,6 +75,7 @@ export async function fleetSummary(db: Queryable): Promise<FleetSummary> {
 // Which jobs a filter keeps; every condition is answerable per job through an index.
 const FILTER_SQL: Record<JobFilter, string> = {
   all: 'true',
+  paused: 'j.paused_at is not null',
   running: `exists (select 1 from leasehold.lease_status l where l.name = j.name and l.state = 'held')`,
   expired: `exists (select 1 from leasehold.lease_status l where l.name = j.name and l.state = 'expired')`,
   failing: `exists (select 1 from leasehold.runs r where r.job = j.name and r.started_at > now() - interval '24 hours' and r.outcome in ('failed', 'lost'))`,
@@ -100,10 +101,11 @@ const PAGE_SQL = (filter: JobFilter, light: boolean) => `
 with matching as (
   select j.* from leasehold.jobs j
    where ($1::text is null or strpos(lower(j.name), lower($1)) > 0) and ${FILTER_SQL[filter]}
+     and j.removed_at is null
 ),
 page as (select * from matching order by name limit $2 offset $3)
 select p.name as job, p.schedule, p.timezone, p.interval_ms, p.ttl_ms, p.overlap, p.catch_up,
-       case l.state when 'held' then 'running' when 'expired' then 'expired' else 'idle' end as state,
+       case l.state when 'held' then 'running' when 'expired' then 'expired' else case when p.paused_at is not null then 'paused' else 'idle' end end as state,
        case when l.state = 'free' then null else l.holder end as holder,
        case when l.state = 'free' then null else extract(epoch from now() - l.acquired_at)::double precision end as lease_age_seconds,
        l.fence, l.last_slot,
@@ -115,6 +117,7 @@ select p.name as job, p.schedule, p.timezone, p.interval_ms, p.ttl_ms, p.overlap
        case when p.interval_ms > 0 and rc.p95 is not null then (rc.p95 * 1000 / p.interval_ms)::double precision end as p95_interval_ratio,
        ${light ? '0' : `(select count(*) from leasehold.skips s where s.job = p.name and s.recorded_at > now() - interval '24 hours')`}::integer as skips_24h,
        ${light ? '0' : `(select count(*) from leasehold.missed m where m.job = p.name and m.recorded_at > now() - interval '24 hours')`}::integer as missed_24h,
+       p.source, p.handler, p.paused_at, p.paused_by, p.pause_reason,
        (select count(*) from matching)::integer as total,
        now() as db_now
   from page p

@@ -74,6 +74,7 @@ export const SCRIPT_TABLE = String.raw`
       append(tr, el('td', { class: 'nowrap', 'data-testid': 'next-run', title: next ? fmtDateTime(next) : 'no next slot' },
         next ? [fmtShort(next), el('div', { class: 'small', text: fmtIn(next - now) })] : '–'));
       var stateTitle = j.state === 'expired' ? 'the lease expired without a release: its holder is gone or stalled' : j.state === 'running' ? 'a run holds the lease (fence ' + j.fence + ')' : 'no one holds the lease';
+      if (j.paused) stateTitle = 'paused by ' + (j.paused.by || 'unknown') + ' since ' + fmtDateTime(time(j.paused.at)) + (j.paused.reason ? ': ' + j.paused.reason : '') + (j.state === 'running' ? '; a run still holds the lease (fence ' + j.fence + ')' : '');
       append(tr, el('td', null, el('span', { class: 'pill ' + j.state, title: stateTitle, text: j.state })));
       append(tr, el('td', { class: 'mono nowrap', title: j.holder ? 'fence ' + j.fence : null }, j.holder ? visible(j.holder) : '–'));
       append(tr, el('td', { class: 'num', text: j.leaseAgeSeconds === null ? '–' : fmtSeconds(j.leaseAgeSeconds) }));

@@ -44,6 +44,7 @@ table.jobs .num { text-align: right; font-variant-numeric: tabular-nums; }
 .pill.running { color: var(--run); background: #e8f0fd; }
 .pill.idle { color: #667085; background: #f0f1f4; }
 .pill.expired { color: #b25e00; background: #fff0dd; }
+.pill.paused { color: #5b4b8a; background: #efeaf8; }
 .pill.succeeded { color: #177a42; background: #e3f5ea; }
 .pill.failed { color: #b42323; background: #fde8e8; }
 .pill.lost { color: #b25e00; background: #fff0dd; }

@@ -14,6 +14,8 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   request_backfill: 'operator',
   run_requests: 'reader',
   run_request_status: 'reader',
+  pause_job: 'operator',
+  resume_job: 'operator',
   lease_status: 'reader',
   job_status: 'reader',
   run_history: 'reader',

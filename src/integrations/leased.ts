@@ -46,6 +46,8 @@ export type LeasedSkipReason =
   | 'holder-committing'
   /** The database clock still put the occurrence in the future after the retries (it is behind this process's estimate). */
   | 'slot-not-due'
+  /** An operator paused the job (leasehold pause): the database refuses its occurrences until resumed. */
+  | 'paused'
   /** stop() was called. */
   | 'stopped'
   /** The schedule has no occurrence at or before now. */
@@ -197,7 +199,7 @@ class SlotGuard {
       return this.claim(slot, attempt + 1);
     }
     if (row.reason === 'held' && row.skip_recorded) this.reportSkip(row);
-    const reason: LeasedSkipReason = row.reason === 'unknown-job' || row.reason === 'claimed' ? 'error' : row.reason;
+    const reason: LeasedSkipReason = row.reason === 'unknown-job' || row.reason === 'claimed' || row.reason === 'removed' ? 'error' : row.reason;
     if (reason === 'slot-not-due' || reason === 'error') {
       this.logger.warn({ event: 'claim:refused', job: this.job.name, slot: slot.toISOString(), reason: row.reason }, `"${this.job.name}" slot ${slot.toISOString()} was not claimed: ${row.reason}`);
     }

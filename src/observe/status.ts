@@ -34,7 +34,8 @@ export interface JobStatus {
   ttlMs: number;
   overlap: string;
   catchUp: string;
-  state: 'idle' | 'running' | 'expired';
+  /** 'paused': an operator paused it and no run of it holds the lease. */
+  state: 'idle' | 'running' | 'expired' | 'paused';
   holder: string | null;
   leaseAgeSeconds: number | null;
   fence: number;
@@ -51,6 +52,12 @@ export interface JobStatus {
   missed24h: number;
   /** Set when p95IntervalRatio passes CREEP_WARNING_RATIO. */
   warning: string | null;
+  /** 'code' (a worker's jobs) or 'data' (leasehold.control.define). */
+  source: 'code' | 'data';
+  /** The handler name of a data job, or null. */
+  handler: string | null;
+  /** Who paused the job, when and why; null when it is not paused. */
+  paused: { at: Date; by: string | null; reason: string | null } | null;
 }
 
 /** A row of leasehold.job_status (the dashboard's paged query returns the same columns). */
@@ -80,6 +87,11 @@ export interface JobStatusRow {
   p95_interval_ratio: number | null;
   skips_24h: number;
   missed_24h: number;
+  source?: 'code' | 'data';
+  handler?: string | null;
+  paused_at?: Date | null;
+  paused_by?: string | null;
+  pause_reason?: string | null;
 }
 
 export async function jobStatus(db: pg.Pool | pg.ClientBase, job?: string, options: ReadOptions = {}): Promise<JobStatus[]> {
@@ -124,6 +136,9 @@ export function toJobStatus(row: JobStatusRow): JobStatus {
     skips24h: row.skips_24h,
     missed24h: row.missed_24h,
     warning: creepWarning(row.job, ratio),
+    source: row.source ?? 'code',
+    handler: row.handler ?? null,
+    paused: row.paused_at ? { at: row.paused_at, by: row.paused_by ?? null, reason: row.pause_reason ?? null } : null,
   };
 }
 

@@ -67,10 +67,12 @@ function cronSchedule(spec: { cron: string; timezone?: string }, where: string):
       `${where}invalid cron '${pattern}': it has ${fields} field(s); a pattern has 5 ('minute hour day month weekday'), or 6 with seconds first.`,
     );
   }
-  if (timezone !== undefined) checkTimezone(timezone, where);
+  // a cached pattern and timezone were checked when first parsed; checking a timezone builds an
+  // Intl.DateTimeFormat, whose ICU memory is not given back (10,000 checks: about 240 MB of RSS)
   const key = `${pattern.trim()}\u0000${timezone ?? ''}`;
   const cached = CRON_CACHE.get(key);
   if (cached) return { ...cached };
+  if (timezone !== undefined) checkTimezone(timezone, where);
   let cron: Cron<unknown>;
   try {
     cron = new Cron(pattern.trim(), { paused: true, ...(timezone ? { timezone } : {}) });

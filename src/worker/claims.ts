@@ -14,7 +14,7 @@ export interface ClaimRow {
   job: string;
   slot: Date;
   claimed: boolean;
-  reason: 'claimed' | 'held' | 'holder-committing' | 'slot-taken' | 'slot-skipped' | 'slot-not-due' | 'unknown-job';
+  reason: 'claimed' | 'held' | 'holder-committing' | 'slot-taken' | 'slot-skipped' | 'slot-not-due' | 'unknown-job' | 'paused' | 'removed';
   token: string | null;
   fence: string | null;
   expires_at: Date | null;

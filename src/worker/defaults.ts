@@ -12,6 +12,8 @@ export const WORKER_DEFAULTS = {
   handleSignals: { default: true },
   historyRetention: { default: '30d', minMs: 60_000, maxMs: 3_650 * DAY } satisfies DurationSetting,
   clockSyncInterval: { default: '5m', minMs: 1_000, maxMs: DAY } satisfies DurationSetting,
+  /** How often the worker reads schedule changes (jobs defined as data, pause and resume). */
+  scheduleRefresh: { default: '1s', minMs: 50, maxMs: 60_000 } satisfies DurationSetting,
 } as const;
 
 /** Job options (defineJob, or the objects in startWorker({ jobs })). */

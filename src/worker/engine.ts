@@ -15,6 +15,7 @@ import type { ClaimRequest, ClaimRow, SchedulerStore } from './claims.js';
 import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-steps.js';
 import { FinishQueue } from './finish-queue.js';
 import type { JobDefinition } from './job.js';
+import { dataJobSettings } from './job-feed.js';
 import { RunSet, type JobState } from './runs.js';
 import { RequestPoller } from './requests.js';
 import { PeerList, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
@@ -67,9 +68,39 @@ export class ClaimEngine {
     this.runs = new RunSet({ ...parts, finisher: this.finisher, shutdown: this.shutdown.signal });
     this.peers = new PeerList(() => this.store.liveKeys());
     this.requests = new RequestPoller({
-      ...{ tracker: this.tracker, runs: this.runs, logger: this.logger, holder: this.holder, states: this.states },
+      ...{ tracker: this.tracker, runs: this.runs, logger: this.logger, holder: this.holder, stateOf: (name) => this.byName.get(name) },
       claimBuffered: (job, slot) => this.claimOrLog([{ job, slot }], 'claiming the buffered slot failed'),
     });
+  }
+
+  // --- jobs added, changed and removed at run time (job-feed.ts) ---
+
+  stateOf(name: string): JobState | undefined {
+    return this.byName.get(name);
+  }
+
+  addJob(job: JobDefinition): JobState {
+    const state: JobState = { job, nextSlot: null, running: 0 };
+    this.states.push(state);
+    this.byName.set(job.name, state);
+    return state;
+  }
+
+  /** Forgets a job; a run of it in progress finishes under its lease. */
+  removeJob(name: string): void {
+    const state = this.byName.get(name);
+    if (!state) return;
+    this.byName.delete(name);
+    this.states.splice(this.states.indexOf(state), 1);
+  }
+
+  claimNow(requests: ClaimRequest[]): void {
+    this.claimOrLog(requests, 'claiming slots failed');
+  }
+
+  /** Recomputes the timer (a job was added, changed or resumed). */
+  wake(): void {
+    this.schedule();
   }
 
   /** Starts the loop; `catchUp` claims go out on the next turn of the event loop. */
@@ -169,9 +200,14 @@ export class ClaimEngine {
     if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
     if (!this.running) return this.handBack(rows);
     const retry: ClaimRequest[] = [];
+    const orphans: ClaimRow[] = [];
     for (const row of rows) {
       const state = this.byName.get(row.job);
-      if (!state) continue;
+      // removed from this worker while the claim ran: hand the slot back unrun
+      if (!state) {
+        if (row.claimed) orphans.push(row);
+        continue;
+      }
       const { job } = state;
       if (row.claimed) {
         this.runs.launch(state, row, holderKey, sentAt, (report) => {
@@ -187,11 +223,14 @@ export class ClaimEngine {
         this.rearm(state, row.slot, row.database_time);
       } else if (row.reason === 'holder-committing' || row.reason === 'slot-not-due') {
         retry.push({ job, slot: row.slot });
-      } else if (row.reason === 'unknown-job') {
+      } else if (row.reason === 'unknown-job' && !dataJobSettings(job)) {
+        // (a data job is never registered from here: that would make it a code job)
         await this.store.register([job], this.holder);
         retry.push({ job, slot: row.slot });
       }
     }
+    // 'paused' and 'removed' need nothing: the job feed stops or drops the job within a refresh
+    if (orphans.length > 0) await this.handBack(orphans, 'the job was removed from this worker while it was being claimed');
     if (retry.length > 0 && attempt < RETRY_DELAYS_MS.length) {
       const timer = setTimeout(() => {
         this.retryTimers.delete(timer);
@@ -202,11 +241,11 @@ export class ClaimEngine {
   }
 
   /** Stopping began while the claim ran: hand back what it claimed, unrun. */
-  private async handBack(rows: ClaimRow[]): Promise<void> {
+  private async handBack(rows: ClaimRow[], why = 'the worker was stopping'): Promise<void> {
     const claimed = rows.filter((row) => row.claimed);
     if (claimed.length === 0) return;
     await this.store
-      .finishMany(claimed.map((row) => ({ job: row.job, fence: Number(row.fence), token: row.token, outcome: 'aborted', error: 'the worker was stopping', attempts: 0 })))
+      .finishMany(claimed.map((row) => ({ job: row.job, fence: Number(row.fence), token: row.token, outcome: 'aborted', error: why, attempts: 0 })))
       .catch((error: unknown) => this.logger.warn({ event: 'claim:return-failed', err: String(error) }, 'could not hand back slots claimed while stopping; their leases end by TTL'));
   }
 

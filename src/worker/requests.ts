@@ -43,24 +43,21 @@ export interface RequestParts {
   runs: RunSet;
   logger: Logger;
   holder: string;
-  states: readonly JobState[];
+  /** The worker's job of that name now (jobs defined as data come and go while it runs). */
+  stateOf: (name: string) => JobState | undefined;
   /** Claims a scheduled slot that was buffered behind a request's run (the engine's claim). */
   claimBuffered: (job: JobDefinition, slot: Date) => void;
 }
 
 export class RequestPoller {
-  private readonly byName: Map<string, JobState>;
   private timer: NodeJS.Timeout | undefined;
   private polling: Promise<void> | null = null;
   private again = false;
   private running = false;
 
-  constructor(private readonly parts: RequestParts) {
-    this.byName = new Map(parts.states.map((state) => [state.job.name, state]));
-  }
+  constructor(private readonly parts: RequestParts) {}
 
   start(): void {
-    if (this.byName.size === 0) return;
     this.running = true;
     this.arm(REQUEST_POLL_MS);
   }
@@ -104,7 +101,7 @@ export class RequestPoller {
         runtime.queryTimeoutMs,
         runtime.where,
       );
-      const jobs = probe.rows.map((row) => row.job).filter((job) => this.byName.has(job));
+      const jobs = probe.rows.map((row) => row.job).filter((job) => this.parts.stateOf(job) !== undefined);
       if (jobs.length === 0 || !this.running) return;
       const holderKey = tracker.livenessKey();
       const sentAt = performance.now();
@@ -150,7 +147,7 @@ export class RequestPoller {
   }
 
   private launch(row: RequestRow, holderKey: string | null, sentAt: number): void {
-    const state = this.byName.get(row.job);
+    const state = this.parts.stateOf(row.job);
     if (!state) return;
     const claim: ClaimRow = {
       job: row.job,

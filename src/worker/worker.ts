@@ -16,13 +16,22 @@ import { ClaimEngine } from './engine.js';
 import type { HandlerWrapper } from './execute-run.js';
 import { startHousekeeping } from './housekeeping.js';
 import { defineJob, type JobDefinition, type JobOptions } from './job.js';
+import { JobFeed, type DataJobHandler } from './job-feed.js';
+import { checkHolder } from '../validate/names.js';
 import { stopOnSignals } from './signals.js';
 import { LEASEHOLD_OPTION_KEYS } from '../lease/option-keys.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 
 export interface WorkerOptions extends Omit<LeaseholdOptions, 'logger'> {
-  /** Job definitions (from defineJob) or their options. */
-  jobs: ReadonlyArray<JobDefinition | JobOptions>;
+  /** Job definitions (from defineJob) or their options. Optional when `handlers` is given. */
+  jobs?: ReadonlyArray<JobDefinition | JobOptions>;
+  /**
+   * Handlers of jobs defined as data (`leasehold.control.define({ handler })`), by handler name.
+   * The worker runs every stored schedule that names one of them, and follows changes at run time.
+   */
+  handlers?: Readonly<Record<string, DataJobHandler>>;
+  /** How often a worker with `handlers` asks for changed schedules (and every worker for paused jobs). @default '1s' */
+  scheduleRefresh?: Duration;
   /** How long stop() (or SIGTERM/SIGINT) waits for running handlers after aborting them. @default '30s' */
   shutdownGrace?: Duration;
   /** Stop on SIGTERM and SIGINT (a second signal exits at once). @default true */
@@ -37,6 +46,7 @@ export interface WorkerOptions extends Omit<LeaseholdOptions, 'logger'> {
 interface WorkerParts {
   leasehold: Leasehold;
   engine: ClaimEngine;
+  feed: JobFeed;
   store: SchedulerStore;
   clock: DatabaseClock;
   logger: Logger;
@@ -147,6 +157,7 @@ export class Worker {
       `worker stopping: ${engine.runs.size} run(s) in progress, waiting up to ${graceMs} ms for them`,
     );
     engine.shutdown.abort(new ShutdownError());
+    await this.#parts.feed.stop();
     await engine.stopClaiming();
     let graceTimer: NodeJS.Timeout | undefined;
     const grace = new Promise<'timeout'>((resolve) => {
@@ -172,12 +183,14 @@ export class Worker {
 
   /** startWorker's last step: catch-up plan, signals, clock steps, chores, then the claim loop. */
   async #start({ lastSlots, handleSignals, retentionMs, clockSyncMs }: StartSettings): Promise<void> {
-    const { engine, store, clock, logger } = this.#parts;
-    const catchUp = await planStart(engine.states, lastSlots, clock.now(), store, logger);
+    const { engine, feed, store, clock, logger } = this.#parts;
+    // a paused job gets no next slot and no catch-up until it is resumed (job-feed.ts)
+    const catchUp = await planStart(engine.states.filter((state) => !feed.isPaused(state.job.name)), lastSlots, clock.now(), store, logger);
     if (handleSignals) this.#removeSignalHandlers = stopOnSignals(() => this.stop(), logger);
     this.#teardown.push(clock.onStep((step) => engine.clockStepped(step)));
     this.#teardown.push(startHousekeeping({ store, clock, logger, retentionMs, clockSyncMs }));
     engine.start(catchUp);
+    feed.start(engine);
   }
 }
 /**
@@ -186,11 +199,13 @@ export class Worker {
  * with the same jobs as you like; each slot runs at most once across all of them.
  */
 export async function startWorker(options: WorkerOptions): Promise<Worker> {
-  if (!options || !Array.isArray(options.jobs) || options.jobs.length === 0) {
-    throw new InvalidArgumentError('jobs', 'startWorker({ jobs }) needs at least one job.');
+  const handlers = checkHandlers(options?.handlers);
+  if (!options || (!(Array.isArray(options.jobs) && options.jobs.length > 0) && !handlers)) {
+    throw new InvalidArgumentError('jobs', 'startWorker({ jobs }) needs at least one job (or handlers of jobs defined as data).');
   }
+  if (options.jobs !== undefined && !Array.isArray(options.jobs)) throw new InvalidArgumentError('jobs', 'startWorker({ jobs }): jobs must be an array.');
   checkOptionKeys(options, WORKER_OPTION_KEYS, 'startWorker()');
-  const jobs = options.jobs.map((job) => (isDefinition(job) ? job : defineJob(job)));
+  const jobs = (options.jobs ?? []).map((job) => (isDefinition(job) ? job : defineJob(job)));
   const seen = new Set<string>();
   for (const job of jobs) {
     if (seen.has(job.name)) throw new InvalidArgumentError('jobs', `job "${job.name}" is defined twice in this worker; job names must be unique.`);
@@ -199,6 +214,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const graceMs = durationSetting(options.shutdownGrace, WORKER_DEFAULTS.shutdownGrace, 'shutdownGrace');
   const retentionMs = durationSetting(options.historyRetention, WORKER_DEFAULTS.historyRetention, 'historyRetention');
   const clockSyncMs = durationSetting(options.clockSyncInterval, WORKER_DEFAULTS.clockSyncInterval, 'clockSyncInterval');
+  const refreshMs = durationSetting(options.scheduleRefresh, WORKER_DEFAULTS.scheduleRefresh, 'scheduleRefresh');
   const logger = options.logger ?? stderrLogger();
   // the client gets the connection options only; the worker's own are not its business
   const clientOptions = Object.fromEntries(Object.entries(options).filter(([key]) => LEASEHOLD_OPTION_KEYS.includes(key))) as LeaseholdOptions;
@@ -209,12 +225,16 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     const store = new SchedulerStore(runtime);
     const clock = runtime.clock;
     await clock.sync();
-    const lastSlots = await store.register(jobs, leasehold.holder);
-    const engine = new ClaimEngine({ tracker, store, clock, events: runtime.events, logger, holder: leasehold.holder }, jobs);
-    const worker = construct({ leasehold, engine, store, clock, logger, graceMs });
+    const lastSlots = jobs.length > 0 ? await store.register(jobs, leasehold.holder) : new Map<string, Date | null>();
+    // after the code jobs' registration, which takes over any data job of the same name
+    const feed = new JobFeed({ runtime, store, logger, holder: leasehold.holder, handlers: handlers ?? {}, codeNames: new Set(jobs.map((job) => job.name)), refreshMs });
+    const data = await feed.load();
+    for (const [name, slot] of data.lastSlots) lastSlots.set(name, slot);
+    const engine = new ClaimEngine({ tracker, store, clock, events: runtime.events, logger, holder: leasehold.holder }, [...jobs, ...data.jobs]);
+    const worker = construct({ leasehold, engine, feed, store, clock, logger, graceMs });
     logger.info(
-      { event: 'worker:started', holder: leasehold.holder, jobs: jobs.length, clockOffsetMs: Math.round(clock.localOffsetMs()) },
-      `worker ${leasehold.holder} started with ${jobs.length} job(s)`,
+      { event: 'worker:started', holder: leasehold.holder, jobs: jobs.length, dataJobs: data.jobs.length, clockOffsetMs: Math.round(clock.localOffsetMs()) },
+      `worker ${leasehold.holder} started with ${jobs.length} job(s) from code and ${data.jobs.length} defined as data`,
     );
     await start(worker, { lastSlots, handleSignals: options.handleSignals ?? WORKER_DEFAULTS.handleSignals.default, retentionMs, clockSyncMs });
     return worker;
@@ -226,8 +246,31 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
 
 const WORKER_OPTION_KEYS = [
   ...LEASEHOLD_OPTION_KEYS,
-  ...optionKeys<Omit<WorkerOptions, keyof LeaseholdOptions>>({ jobs: true, shutdownGrace: true, handleSignals: true, historyRetention: true, clockSyncInterval: true }),
+  ...optionKeys<Omit<WorkerOptions, keyof LeaseholdOptions>>({
+    jobs: true,
+    handlers: true,
+    scheduleRefresh: true,
+    shutdownGrace: true,
+    handleSignals: true,
+    historyRetention: true,
+    clockSyncInterval: true,
+  }),
 ];
+
+/** The handlers object, checked: names as job names are checked, functions as values. */
+function checkHandlers(handlers: unknown): Readonly<Record<string, DataJobHandler>> | undefined {
+  if (handlers === undefined) return undefined;
+  if (handlers === null || typeof handlers !== 'object' || Array.isArray(handlers)) {
+    throw new InvalidArgumentError('handlers', "startWorker({ handlers }): handlers must be an object such as { 'sync-customer': async (ctx) => … }.");
+  }
+  const entries = Object.entries(handlers);
+  if (entries.length === 0) return undefined;
+  for (const [name, fn] of entries) {
+    checkHolder(name);
+    if (typeof fn !== 'function') throw new InvalidArgumentError('handlers', `startWorker({ handlers }): handler "${name}" must be an async function (context) => ….`);
+  }
+  return handlers as Readonly<Record<string, DataJobHandler>>;
+}
 
 function isDefinition(job: JobDefinition | JobOptions): job is JobDefinition {
   return typeof (job as JobDefinition).schedule === 'object' && typeof (job as JobDefinition).ttlMs === 'number';

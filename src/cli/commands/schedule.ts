@@ -9,9 +9,11 @@ import { CliError, integerFlag, report, type Io } from '../context.js';
 import { range, SCHEDULE_DEFAULTS, shown } from '../defaults.js';
 import { table } from '../format.js';
 import { EXIT } from '../exit-codes.js';
+import { registerScheduleData } from './schedules.js';
 
 export function registerSchedule(program: Command, io: Io): void {
   const schedule = program.command('schedule').description('work with schedules');
+  registerScheduleData(schedule, io);
   schedule
     .command('preview')
     .description('print the next slots of a cron pattern (or --every interval), marking DST gaps and repeats')

@@ -107,6 +107,9 @@ export function render(jobs: JobStatus[], leases: UnscheduledLease[] = [], atten
       ),
     );
     for (const job of jobs) if (job.warning) lines.push(`warning: ${inert(job.warning)}`);
+    for (const job of jobs) {
+      if (job.paused) lines.push(inert(`paused: ${job.job} by ${job.paused.by ?? 'unknown'} since ${job.paused.at.toISOString()}${job.paused.reason ? `: ${job.paused.reason}` : ''}`));
+    }
   }
   if (leases.length > 0) {
     if (lines.length > 0) lines.push('');

@@ -1,0 +1,20 @@
+// Defaults and limits of leasehold.control (schedules defined at run time, pause and resume).
+// The SQL functions (sql/0011_schedules.sql) check the same bounds for callers that bypass the
+// client; the JSDoc `@default`s on ScheduleOptions state these values (test/defaults.test.ts).
+const DAY = 86_400_000;
+
+export const CONTROL_DEFAULTS = {
+  /** The payload as JSON text, in bytes (UTF-8). */
+  payloadMaxBytes: 65_536,
+  /** Per-run timeout of a data job: stored, applied by the worker's timeout option. */
+  timeout: { minMs: 1, maxMs: 7 * DAY },
+  /** Per-job jitter of a data job: stored, applied by the worker's jitter option. */
+  jitter: { minMs: 1, maxMs: DAY },
+  /** pause(): end the running run's lease too. */
+  stopRunning: { default: false },
+  /** A pause's reason, in characters. */
+  reasonMaxLength: 1_000,
+  /** Rows per page when list() reads the definitions. */
+  listPage: 1_000,
+} as const;
+

@@ -1,0 +1,296 @@
+// Schedules defined as data: validated here with the same rules as code jobs (defineJob, croner
+// for cron and timezone), then stored by leasehold.define_schedule, which checks them again for
+// callers that bypass the client. Removing leaves a tombstone the workers read.
+import { timedQuery } from '../db/connection.js';
+import { InvalidArgumentError } from '../errors.js';
+import type { DbHandle } from '../db/handle.js';
+import type { LeaseRuntime } from '../lease/runtime.js';
+import type { Duration } from '../validate/duration.js';
+import { parseBoundedDuration } from '../validate/duration.js';
+import { checkHolder, checkLeaseName } from '../validate/names.js';
+import { checkOptionKeys, optionKeys } from '../validate/options.js';
+import { defineJob, describeCatchUp, type CatchUpPolicy, type JobDefinition, type OverlapPolicy } from '../worker/job.js';
+import { CONTROL_DEFAULTS } from './defaults.js';
+import { sqlError } from './sql-errors.js';
+
+/** A job defined as data: run by every worker that has a handler of that name. */
+export interface ScheduleOptions {
+  /** Unique job name (also its lease name), 1–200 characters; not the name of a code job. */
+  name: string;
+  /** The name of the handler the workers registered (`startWorker({ handlers: { [name]: fn } })`). */
+  handler: string;
+  /** Who defines it (an application or person), recorded in leasehold.actions. 1–200 characters. */
+  by: string;
+  /** Cron pattern (5 fields, or 6 with seconds first). Exactly one of cron and every. */
+  cron?: string;
+  /** IANA timezone for `cron`. @default UTC */
+  timezone?: string;
+  /** Fixed interval, aligned to the epoch: '90s', '5m', or milliseconds (at least 1 s). */
+  every?: Duration;
+  /** Any JSON value, at most 64 KiB as JSON text; the handler gets it as `ctx.payload`. @default {} */
+  payload?: unknown;
+  /** Lease TTL. @default '30s' */
+  ttl?: Duration;
+  /** @default 'skip' */
+  overlap?: OverlapPolicy;
+  /** @default 10 */
+  bufferLimit?: number;
+  /** @default 'latest' */
+  catchUp?: CatchUpPolicy;
+  /** How late a slot may start and still run. @default the schedule's interval, at most 1h */
+  startingDeadline?: Duration;
+  /** Per-run timeout (stored for the worker's timeout option; null: none). */
+  timeout?: Duration | null;
+  /** Per-job jitter (stored for the worker's jitter option; null: none). */
+  jitter?: Duration | null;
+}
+
+/** A stored schedule (leasehold.jobs), as list() and get() return it. */
+export interface ScheduleInfo {
+  name: string;
+  /** 'data' for schedules defined at run time, 'code' for jobs a worker registered from code. */
+  source: 'code' | 'data';
+  handler: string | null;
+  schedule: string;
+  timezone: string | null;
+  intervalMs: number | null;
+  ttlMs: number;
+  overlap: string;
+  catchUp: string;
+  bufferLimit: number | null;
+  startingDeadlineMs: number | null;
+  timeoutMs: number | null;
+  jitterMs: number | null;
+  payload: unknown;
+  definedBy: string | null;
+  revision: number;
+  paused: { at: Date; by: string | null; reason: string | null } | null;
+}
+
+export interface DefineResult {
+  name: string;
+  revision: number;
+  /** True when the name was new (or defined again after its removal). */
+  created: boolean;
+  /** False when the definition equals the stored one: nothing was written. */
+  changed: boolean;
+}
+
+const SCHEDULE_OPTION_KEYS = optionKeys<ScheduleOptions>({
+  name: true,
+  handler: true,
+  by: true,
+  cron: true,
+  timezone: true,
+  every: true,
+  payload: true,
+  ttl: true,
+  overlap: true,
+  bufferLimit: true,
+  catchUp: true,
+  startingDeadline: true,
+  timeout: true,
+  jitter: true,
+});
+
+/** The validated arguments of leasehold.define_schedule. */
+export interface CheckedSchedule {
+  job: JobDefinition;
+  handler: string;
+  by: string;
+  payloadJson: string;
+  timeoutMs: number | null;
+  jitterMs: number | null;
+}
+
+/** Validates a definition as defineJob does a code job, plus handler, by, payload, timeout and jitter. */
+export function checkSchedule(options: ScheduleOptions): CheckedSchedule {
+  if (!options || typeof options !== 'object') throw new InvalidArgumentError('schedule', 'define() needs an options object.');
+  const where = typeof options.name === 'string' ? `schedule "${options.name}"` : 'schedule';
+  checkOptionKeys(options, SCHEDULE_OPTION_KEYS, where);
+  const { handler, by, payload, timeout, jitter, ...jobOptions } = options;
+  const job = defineJob({ ...jobOptions, handler: noHandler });
+  const handlerName = checkText(handler, 'handler', `${where}: handler`);
+  const byName = checkHolder(by);
+  let payloadJson: string;
+  try {
+    payloadJson = JSON.stringify(payload === undefined ? {} : payload) as string | undefined ?? '';
+  } catch (error) {
+    throw new InvalidArgumentError('payload', `${where}: payload must be JSON-serialisable (${String(error)}).`);
+  }
+  if (payloadJson === '') throw new InvalidArgumentError('payload', `${where}: payload must be a JSON value (got ${typeof payload}).`);
+  const bytes = Buffer.byteLength(payloadJson, 'utf8');
+  if (bytes > CONTROL_DEFAULTS.payloadMaxBytes) {
+    throw new InvalidArgumentError('payload', `${where}: payload is ${bytes} bytes as JSON; at most ${CONTROL_DEFAULTS.payloadMaxBytes} (store large data elsewhere and put its key in the payload).`);
+  }
+  const timeoutMs = timeout == null ? null : bounded(timeout, 'timeout', where, CONTROL_DEFAULTS.timeout);
+  const jitterMs = jitter == null ? null : bounded(jitter, 'jitter', where, CONTROL_DEFAULTS.jitter);
+  return { job, handler: handlerName, by: byName, payloadJson, timeoutMs, jitterMs };
+}
+
+function bounded(value: Duration, argument: string, where: string, bounds: { minMs: number; maxMs: number }): number {
+  try {
+    return parseBoundedDuration(value, `${where}: ${argument}`, bounds.minMs, bounds.maxMs);
+  } catch (error) {
+    if (error instanceof InvalidArgumentError) throw new InvalidArgumentError(argument, error.message);
+    throw error;
+  }
+}
+
+function checkText(value: unknown, argument: string, what: string): string {
+  try {
+    return checkHolder(value);
+  } catch (error) {
+    if (error instanceof InvalidArgumentError) throw new InvalidArgumentError(argument, error.message.replace(/^holder/, what));
+    throw error;
+  }
+}
+
+async function noHandler(): Promise<void> {
+  // a data job's handler is looked up by name on each worker
+}
+
+function ms(value: number | null): string | null {
+  return value === null ? null : `${value} milliseconds`;
+}
+
+export async function defineSchedule(db: ControlDb, options: ScheduleOptions): Promise<DefineResult> {
+  const checked = checkSchedule(options);
+  const { job } = checked;
+  const isCron = /\s/.test(job.schedule.expression);
+  const defaultDeadline = options.startingDeadline === undefined;
+  const { rows } = await run(() =>
+    timedQuery<{ name: string; revision: string; created: boolean; changed: boolean }>(
+      db.pool,
+      `select * from leasehold.define_schedule(p_name => $1, p_handler => $2, p_by => $3, p_cron => $4, p_every => $5::interval,
+         p_timezone => $6, p_payload => $7::jsonb, p_ttl => $8::interval, p_overlap => $9, p_catch_up => $10,
+         p_buffer_limit => $11, p_starting_deadline => $12::interval, p_timeout => $13::interval, p_jitter => $14::interval)`,
+      [
+        job.name,
+        checked.handler,
+        checked.by,
+        isCron ? job.schedule.expression : null,
+        isCron ? null : ms(job.schedule.nominalIntervalMs),
+        job.schedule.timezone,
+        checked.payloadJson,
+        ms(job.ttlMs),
+        job.overlap,
+        describeCatchUp(job.catchUp),
+        job.bufferLimit,
+        defaultDeadline ? null : ms(job.startingDeadlineMs),
+        ms(checked.timeoutMs),
+        ms(checked.jitterMs),
+      ],
+      db.timeoutMs,
+      db.where,
+    ),
+  );
+  const row = rows[0];
+  if (!row) throw new Error('leasehold.define_schedule returned no row');
+  return { name: row.name, revision: Number(row.revision), created: row.created, changed: row.changed };
+}
+
+export async function removeSchedule(db: ControlDb, name: string, options: { by: string }): Promise<boolean> {
+  checkLeaseName(name);
+  if (!options || typeof options !== 'object') throw new InvalidArgumentError('by', 'remove(name, { by }) needs an options object naming who removes.');
+  checkOptionKeys(options, ['by'], 'remove()');
+  const by = checkHolder(options.by);
+  const { rows } = await run(() =>
+    timedQuery<{ removed: boolean }>(db.pool, 'select leasehold.remove_schedule($1, $2) as removed', [name, by], db.timeoutMs, db.where),
+  );
+  return rows[0]?.removed ?? false;
+}
+
+interface JobRow {
+  name: string;
+  source: 'code' | 'data';
+  handler: string | null;
+  schedule: string;
+  timezone: string | null;
+  interval_ms: string | null;
+  ttl_ms: string;
+  overlap: string;
+  catch_up: string;
+  buffer_limit: number | null;
+  starting_deadline_ms: string | null;
+  timeout_ms: string | null;
+  jitter_ms: string | null;
+  payload: unknown;
+  defined_by: string | null;
+  revision: string;
+  paused_at: Date | null;
+  paused_by: string | null;
+  pause_reason: string | null;
+}
+
+const num = (value: string | null): number | null => (value === null ? null : Number(value));
+
+function toInfo(row: JobRow): ScheduleInfo {
+  return {
+    name: row.name,
+    source: row.source,
+    handler: row.handler,
+    schedule: row.schedule,
+    timezone: row.timezone,
+    intervalMs: num(row.interval_ms),
+    ttlMs: Number(row.ttl_ms),
+    overlap: row.overlap,
+    catchUp: row.catch_up,
+    bufferLimit: row.buffer_limit,
+    startingDeadlineMs: num(row.starting_deadline_ms),
+    timeoutMs: num(row.timeout_ms),
+    jitterMs: num(row.jitter_ms),
+    payload: row.payload,
+    definedBy: row.defined_by,
+    revision: Number(row.revision),
+    paused: row.paused_at ? { at: row.paused_at, by: row.paused_by, reason: row.pause_reason } : null,
+  };
+}
+
+const COLUMNS = `name, source, handler, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, buffer_limit,
+  starting_deadline_ms, timeout_ms, jitter_ms, payload, defined_by, revision, paused_at, paused_by, pause_reason`;
+
+/** Every job not removed (code and data), by name, read in pages (a reader's grant suffices). */
+export async function listSchedules(db: ControlDb, filter: { source?: 'code' | 'data' } = {}): Promise<ScheduleInfo[]> {
+  const all: ScheduleInfo[] = [];
+  let after = '';
+  for (;;) {
+    const { rows } = await run(() =>
+      timedQuery<JobRow>(
+        db.pool,
+        `select ${COLUMNS} from leasehold.jobs
+          where removed_at is null and name > $1 and ($2::text is null or source = $2)
+          order by name limit $3`,
+        [after, filter.source ?? null, CONTROL_DEFAULTS.listPage],
+        db.timeoutMs,
+        db.where,
+      ),
+    );
+    all.push(...rows.map(toInfo));
+    if (rows.length < CONTROL_DEFAULTS.listPage) return all;
+    after = rows[rows.length - 1]?.name ?? after;
+  }
+}
+
+export async function getSchedule(db: ControlDb, name: string): Promise<ScheduleInfo | null> {
+  const { rows } = await run(() =>
+    timedQuery<JobRow>(db.pool, `select ${COLUMNS} from leasehold.jobs where name = $1 and removed_at is null`, [name], db.timeoutMs, db.where),
+  );
+  return rows[0] ? toInfo(rows[0]) : null;
+}
+
+/** Where the control statements go: a client's control pool, or the CLI's handle. */
+export type ControlDb = Pick<DbHandle, 'pool' | 'where' | 'timeoutMs'>;
+
+export function controlDb(runtime: LeaseRuntime): ControlDb {
+  return { pool: runtime.controlPool, where: runtime.where, timeoutMs: runtime.queryTimeoutMs };
+}
+
+/** Runs a statement; the protocol's own refusals (LH00x) become typed errors. */
+export async function run<T>(statement: () => Promise<T>): Promise<T> {
+  try {
+    return await statement();
+  } catch (error) {
+    throw sqlError(error) ?? error;
+  }
+}
