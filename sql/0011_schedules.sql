@@ -281,9 +281,8 @@ begin
     perform set_config('leasehold.job_writer', '', true);
   end if;
   if p_stop_running and v_lease.token is not null then
-    update leasehold.leases l
-       set token = null, expires_at = null, holder_key = null, released_at = now(), fence = leasehold.next_fence(l.fence)
-     where l.name = p_name;
+    -- the operator's override, as force_release does it: the fence moves past the holder's
+    perform from leasehold.force_release(p_name);
     update leasehold.runs r
        set outcome = 'aborted', finished_at = now(), error = left('stopped: paused by ' || p_by || coalesce(' (' || p_reason || ')', ''), 4000)
      where r.job = p_name and r.outcome = 'running';

@@ -4,7 +4,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { Leasehold } from '../src/index.js';
-import { client, freshDatabase, rawPool } from './support/db.js';
+import { client, freshDatabase, rawPool, waitFor } from './support/db.js';
 import { startFixture, type JsonLinesProcess } from './support/processes.js';
 
 const DATA_WORKER = fileURLToPath(new URL('./fixtures/data-worker.ts', import.meta.url));
@@ -67,7 +67,11 @@ describe('jobs defined as data', () => {
     for (let i = 10; i < 15; i++) await define(`dyn-${i}`, '1s');
     for (let i = 0; i < 3; i++) await define(`dyn-${i}`, '2s');
     for (let i = 3; i < 6; i++) expect(await lh.control.remove(`dyn-${i}`, { by: 'billing-api' })).toBe(true);
-    const { rows: longRunning } = await rawPool(url, 2).query("select fence from leasehold.runs where job = 'dyn-long' and outcome = 'running'");
+    // removed while one of its runs is in progress (it runs 1.5 s of every 2 s under 'skip')
+    const longRunning = await waitFor(async () => {
+      const { rows } = await rawPool(url, 2).query<{ fence: string }>("select fence from leasehold.runs where job = 'dyn-long' and outcome = 'running'");
+      return rows.length > 0 ? rows : undefined;
+    }, 5_000);
     expect(await lh.control.remove('dyn-long', { by: 'billing-api' })).toBe(true);
     const removedAt = await dbNow();
     await sleep(3_000);
@@ -89,7 +93,7 @@ describe('jobs defined as data', () => {
     expect(longRunning).toHaveLength(1);
     const { rows: longRun } = await rawPool(url, 2).query<{ outcome: string; w: string }>(
       "select r.outcome, (select count(*) from sched_witness w where w.job = r.job and w.fence = r.fence)::text as w from leasehold.runs r where r.job = 'dyn-long' and r.fence = $1",
-      [longRunning[0].fence],
+      [longRunning[0]!.fence],
     );
     expect(longRun).toEqual([{ outcome: 'succeeded', w: '1' }]);
     expect(all.filter((r) => r.job === 'dyn-long' && r.started_at.getTime() > removedAt.getTime())).toEqual([]);
