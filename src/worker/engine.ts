@@ -9,6 +9,7 @@ import type { LeaseTracker } from '../lease/tracker.js';
 import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
 import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
+import { jobClock } from '../schedule/jitter.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import { MAX_MISSED_RECORDED } from './catch-up.js';
 import type { ClaimRequest, ClaimRow, SchedulerStore } from './claims.js';
@@ -88,7 +89,8 @@ export class ClaimEngine {
     clearTimeout(this.timer);
     let earliest: number | null = null;
     for (const state of this.states) {
-      const at = state.nextSlot?.getTime();
+      // a job with jitter fires its slot at slot + offset (src/schedule/jitter.ts)
+      const at = state.nextSlot ? state.nextSlot.getTime() + state.job.jitterOffsetMs : undefined;
       if (at !== undefined && (earliest === null || at < earliest)) earliest = at;
     }
     if (earliest === null) return;
@@ -98,9 +100,12 @@ export class ClaimEngine {
 
   private async tick(): Promise<void> {
     if (!this.running) return;
-    const now = this.clock.now();
+    const tickNow = this.clock.now();
     const due: ClaimRequest[] = [];
     for (const state of this.states) {
+      // jitter: each job reads the clock behind by its offset, so its slots, its lateness and
+      // its next slot are all judged from its fire times (slot + offset)
+      const now = jobClock(tickNow, state.job.jitterOffsetMs);
       if (!state.nextSlot || state.nextSlot > now) continue;
       // If this worker slept through several slots (a blocked event loop, a suspended VM),
       // claim only the latest: the others ran elsewhere or are recorded as missed.
