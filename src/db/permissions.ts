@@ -10,6 +10,7 @@ type Level = PermissionDeniedError['level'];
 export const LEVEL_OF: Readonly<Record<string, Level>> = {
   force_release: 'operator',
   prune_history: 'operator',
+  refresh_run_counts: 'operator',
   lease_status: 'reader',
   job_status: 'reader',
   run_history: 'reader',
@@ -30,6 +31,9 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   incarnation: 'reader',
   liveness_locks: 'reader',
   run_outcomes: 'reader',
+  fleet_summary: 'reader',
+  run_counts: 'reader',
+  slow_runs: 'reader',
 };
 
 /** The PermissionDeniedError for a 42501 error, or undefined for any other error. */
