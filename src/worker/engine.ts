@@ -23,6 +23,9 @@ const MAX_SLEEP_MS = 30_000;
 // Fire a little after the slot so that the database (whose now() decides) agrees it is due.
 const FIRE_MARGIN_MS = 3;
 const RETRY_DELAYS_MS = [25, 100, 400];
+// Jobs with jitter fire at many distinct moments: ticks are at least this far apart, so that
+// those due within it share one claim statement (and one pass over the jobs).
+const MIN_TICK_GAP_MS = 50;
 
 export interface EngineParts {
   tracker: LeaseTracker;
@@ -54,6 +57,7 @@ export class ClaimEngine {
   private readonly claiming = new Set<Promise<void>>();
   private readonly retryTimers = new Set<NodeJS.Timeout>();
   private timer: NodeJS.Timeout | undefined;
+  private lastTickAt = -Infinity;
   private running = true;
 
   constructor(parts: EngineParts, jobs: readonly JobDefinition[]) {
@@ -94,12 +98,14 @@ export class ClaimEngine {
       if (at !== undefined && (earliest === null || at < earliest)) earliest = at;
     }
     if (earliest === null) return;
-    const wait = Math.min(Math.max(0, earliest - this.clock.now().getTime() + FIRE_MARGIN_MS), MAX_SLEEP_MS);
+    const gap = MIN_TICK_GAP_MS - (performance.now() - this.lastTickAt);
+    const wait = Math.min(Math.max(0, earliest - this.clock.now().getTime() + FIRE_MARGIN_MS, gap), MAX_SLEEP_MS);
     this.timer = setTimeout(() => void this.tick(), wait);
   }
 
   private async tick(): Promise<void> {
     if (!this.running) return;
+    this.lastTickAt = performance.now();
     const tickNow = this.clock.now();
     const due: ClaimRequest[] = [];
     for (const state of this.states) {
