@@ -10,6 +10,7 @@ import { planStart } from '../src/worker/catch-up.js';
 import type { SchedulerStore } from '../src/worker/claims.js';
 import { defineJob } from '../src/worker/job.js';
 import { silentLogger } from '../src/observe/logger.js';
+import { cli } from './support/cli.js';
 import { client, freshDatabase, rawPool } from './support/db.js';
 import { SCHEDULED_WORKER, startFixture, type JsonLinesProcess } from './support/processes.js';
 
@@ -138,6 +139,30 @@ describe('slots keep their identity across DST (Europe/Berlin)', () => {
     expect(spring.map((f) => f.slot.toISOString())).toEqual(['2026-03-29T01:00:00.000Z']);
     const autumn = fired(job.schedule, job.jitterOffsetMs, new Date('2026-10-24T12:00:00Z'), new Date('2026-10-25T12:00:00Z'));
     expect(autumn.map((f) => f.slot.toISOString())).toEqual(['2026-10-25T00:30:00.000Z']);
+  });
+});
+
+describe('leasehold schedule preview --jitter --job', () => {
+  it('prints each nominal slot with its fire time, across the spring-forward gap', async () => {
+    const args = ['schedule', 'preview', '30 2 * * *', '--tz', 'Europe/Berlin', '--from', '2026-03-28T00:00:00Z', '--count', '2', '--jitter', '10m', '--job', 'tenant-42'];
+    const json = JSON.parse((await cli([...args, '--json'])).stdout) as { jitter: { offsetMs: number }; slots: Array<{ slot: string; fires: string }> };
+    expect(json.jitter.offsetMs).toBe(jitterOffsetMs('tenant-42', 600_000));
+    expect(json.slots.map((s) => [s.slot, s.fires])).toEqual([
+      ['2026-03-28T01:30:00.000Z', new Date(Date.parse('2026-03-28T01:30:00Z') + json.jitter.offsetMs).toISOString()],
+      ['2026-03-29T01:00:00.000Z', new Date(Date.parse('2026-03-29T01:00:00Z') + json.jitter.offsetMs).toISOString()],
+    ]);
+    const text = await cli(args);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toMatch(/job "tenant-42" fires 9m39s173ms after each slot/);
+  });
+
+  it('refuses --jitter without --job, and a jitter as long as the interval', async () => {
+    const alone = await cli(['schedule', 'preview', '--every', '1m', '--jitter', '10s']);
+    expect(alone.code).not.toBe(0);
+    expect(alone.stderr).toMatch(/give --jitter and --job together/);
+    const long = await cli(['schedule', 'preview', '--every', '1m', '--jitter', '1m', '--job', 'x']);
+    expect(long.code).not.toBe(0);
+    expect(long.stderr).toMatch(/shorter than the schedule's interval \(1m\)/);
   });
 });
 
