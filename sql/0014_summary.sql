@@ -7,8 +7,9 @@
 -- aggregate per statement over its changed rows, whatever path wrote them: claim, finish,
 -- exec, prune), let it answer from bounded reads, with the same numbers:
 --   * run_counts: finished runs per minute of started_at, for the last 25 hours, in a ring of
---     1,500 buckets per shard (the shard is the writing backend's pid mod 16, so concurrent
---     finishing workers rarely wait on the same row). runs in 24 h = the buckets wholly inside
+--     1,500 buckets per shard (the shard is the writing backend's pid mod 64, so concurrent
+--     finishing workers rarely wait on the same row; rows are taken in bucket order, so two
+--     that do wait, never deadlock). runs in 24 h = the buckets wholly inside
 --     the window + an exact count of the one partial minute at its old edge.
 --   * slow_runs: per job, the latest start of a finished run that took at least half the job's
 --     interval (at the time it finished). A job whose p95 over 24 h reaches a ratio >= 0.5 of
@@ -19,7 +20,7 @@
 
 create table leasehold.run_counts (
   bucket  smallint not null check (bucket >= 0 and bucket < 1500),
-  shard   smallint not null check (shard >= 0 and shard < 16),
+  shard   smallint not null check (shard >= 0 and shard < 64),
   minute  bigint not null,   -- minutes since the epoch: floor(extract(epoch from started_at) / 60)
   runs    bigint not null,
   primary key (bucket, shard)
@@ -40,9 +41,10 @@ comment on table leasehold.slow_runs is
 create function leasehold.add_run_counts(p_minutes bigint[], p_counts bigint[]) returns void
 language sql volatile as $$
   insert into leasehold.run_counts as c (bucket, shard, minute, runs)
-  select (d.minute % 1500)::smallint, (pg_backend_pid() % 16)::smallint, d.minute, d.n
+  select (d.minute % 1500)::smallint, (pg_backend_pid() % 64)::smallint, d.minute, d.n
     from unnest(p_minutes, p_counts) as d (minute, n)
    where d.n <> 0 and d.minute > floor(extract(epoch from now()) / 60)::bigint - 1500
+   order by 1 -- rows locked in bucket order: two sessions on one shard wait, never deadlock
   on conflict (bucket, shard) do update
      set minute = excluded.minute,
          runs = case when c.minute = excluded.minute then c.runs + excluded.runs else excluded.runs end

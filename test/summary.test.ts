@@ -159,7 +159,7 @@ describe('fleet_summary equals a pass over a day of runs', () => {
     await owner.query(
       `insert into leasehold.run_counts (bucket, shard, minute, runs)
        select (m % 1500)::smallint, s::smallint, m, n
-         from generate_series(0, 15) s,
+         from generate_series(0, 63) s,
               (values ($1::bigint - 1441, 777), ($1::bigint - 1500, 999), ($1::bigint + 1 - 1500, 999)) v(m, n)
        on conflict (bucket, shard) do nothing`,
       [nowMinute],
