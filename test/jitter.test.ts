@@ -238,4 +238,31 @@ describe('two worker processes, every 1s with a jitter of 500ms', () => {
       for (const run of runs) expect(run.started_at.getTime() - run.slot.getTime()).toBeGreaterThanOrEqual(offset);
     }
   }, 20_000);
+
+  it('batches jobs whose fire times are close: ticks at least 50 ms apart, one claim statement per tick', async () => {
+    // 200 jobs spread over 900 ms: a claim per job without batching, at most ~19 per second with it
+    const jobs = Array.from({ length: 200 }, (_, i) => ({ name: `many-${i}`, every: '1s', ttl: '5s', jitter: '900ms' }));
+    const offsets = jobs.map((j) => jitterOffsetMs(j.name, 900));
+    expect(new Set(offsets).size).toBeGreaterThan(150);
+    const worker = await startFixture(url, { JOBS: JSON.stringify(jobs), HOLDER: 'solo' }, SCHEDULED_WORKER);
+    children.push(worker);
+    await sleep(4_000);
+    await worker.signal('SIGTERM');
+    await worker.exited;
+    // runs claimed by one statement share its transaction's now(): started_at
+    const { rows } = await rawPool(url, 1).query<{ second: Date; claims: number; runs: number; gaps: number[] }>(
+      `select slot as second, count(distinct started_at)::int as claims, count(*)::int as runs,
+              array(select extract(epoch from d)::float8 * 1000 from (
+                 select s - lag(s) over (order by s) as d from (select distinct started_at as s from leasehold.runs r2
+                   where r2.holder = 'solo' and r2.slot = r.slot) x) y where d is not null) as gaps
+         from leasehold.runs r where holder = 'solo' group by slot order by slot`,
+    );
+    const full = rows.filter((r) => r.runs === 200);
+    expect(full.length, JSON.stringify(rows.map((r) => [r.runs, r.claims]))).toBeGreaterThanOrEqual(2);
+    for (const second of full) {
+      expect(second.claims).toBeGreaterThan(5); // spread over the jitter
+      expect(second.claims).toBeLessThanOrEqual(21); // 900 ms / 50 ms, plus the first
+      for (const gap of second.gaps) expect(gap).toBeGreaterThanOrEqual(45);
+    }
+  }, 20_000);
 });
