@@ -230,9 +230,9 @@ describe('two worker processes, every 1s with a jitter of 500ms', () => {
       for (const call of calls) {
         expect(call.key).toBe(`${name}@${call.slot}`);
         const delay = call.at - Date.parse(call.slot);
-        // at slot + offset (+ the fire margin and a loaded machine's timer lag), never before it
+        // at slot + offset (+ the fire margin, the 50 ms tick gap and a loaded machine's timer lag), never before it
         expect(delay, `${name} ${call.slot}`).toBeGreaterThanOrEqual(offset);
-        expect(delay, `${name} ${call.slot}`).toBeLessThan(offset + 250);
+        expect(delay, `${name} ${call.slot}`).toBeLessThan(offset + 300);
       }
       // the claim's database time agrees: started_at is slot + offset, not the slot
       for (const run of runs) expect(run.started_at.getTime() - run.slot.getTime()).toBeGreaterThanOrEqual(offset);
@@ -260,9 +260,12 @@ describe('two worker processes, every 1s with a jitter of 500ms', () => {
     const full = rows.filter((r) => r.runs === 200);
     expect(full.length, JSON.stringify(rows.map((r) => [r.runs, r.claims]))).toBeGreaterThanOrEqual(2);
     for (const second of full) {
-      expect(second.claims).toBeGreaterThan(5); // spread over the jitter
-      expect(second.claims).toBeLessThanOrEqual(21); // 900 ms / 50 ms, plus the first
-      for (const gap of second.gaps) expect(gap).toBeGreaterThanOrEqual(45);
+      const seen = JSON.stringify(second);
+      expect(second.claims, seen).toBeGreaterThan(5); // spread over the jitter
+      // 900 ms / 50 ms plus the first tick; a claim the database found a hair early is retried
+      // 25 ms later (its own statement), so allow a few of those
+      expect(second.claims, seen).toBeLessThanOrEqual(24);
+      expect(second.gaps.filter((gap) => gap < 45).length, seen).toBeLessThanOrEqual(3);
     }
   }, 20_000);
 });
