@@ -96,6 +96,7 @@ const TABLES: Array<{ file: string; type: string; defaults: Record<string, Liter
       overlap: JOB_DEFAULTS.overlap.default,
       bufferLimit: JOB_DEFAULTS.bufferLimit.default,
       catchUp: JOB_DEFAULTS.catchUp.default,
+      jitter: JOB_DEFAULTS.jitter.default,
       'retry.attempts': JOB_DEFAULTS.retryAttempts.default,
       'retry.delay': JOB_DEFAULTS.retryDelay.default,
     },

@@ -67,6 +67,26 @@ select j.name as job, l.fence, r.outcome as last_outcome, rc.runs, rc.p95, s.n a
   from leasehold.jobs j left join leasehold.leases l on l.name = j.name left join last_run r on r.job = j.name
   left join recent rc on rc.job = j.name left join skips s on s.job = j.name left join missed m on m.job = j.name) v5`;
 
+// The schema-13 dashboard summary (src/dashboard/queries.ts before fleet_summary()): a per-job
+// p95 over one pass of 24 h of runs.
+const SUMMARY_V13 = `
+with recent as (
+  select job, count(*) as runs, count(*) filter (where outcome = 'failed') as failed, count(*) filter (where outcome = 'lost') as lost,
+         percentile_cont(0.95) within group (order by extract(epoch from finished_at - started_at)) as p95
+    from leasehold.runs where finished_at is not null and started_at > now() - interval '24 hours' group by job
+), ratios as (
+  select r.*, case when j.interval_ms > 0 then r.p95 * 1000 / j.interval_ms end as ratio from recent r join leasehold.jobs j on j.name = r.job
+)
+select (select count(*) from leasehold.jobs) as jobs,
+       (select count(*) from leasehold.jobs j join leasehold.lease_status l on l.name = j.name where l.state = 'held') as running,
+       (select count(*) from leasehold.jobs j join leasehold.lease_status l on l.name = j.name where l.state = 'expired') as expired,
+       (select count(*) from ratios where failed + lost > 0) as failing,
+       (select count(*) from ratios where ratio >= 0.8 and ratio < 1) as creeping, (select count(*) from ratios where ratio >= 1) as over,
+       (select coalesce(sum(runs), 0) from ratios) as runs_24h, (select coalesce(sum(failed), 0) from ratios) as failed_24h,
+       (select coalesce(sum(lost), 0) from ratios) as lost_24h,
+       (select count(*) from leasehold.skips where recorded_at > now() - interval '24 hours') as skips_24h,
+       (select count(*) from leasehold.missed where recorded_at > now() - interval '24 hours') as missed_24h`;
+
 const progressNote = (progress: (m: string) => void, read: string, ms: number, base: string) => progress(`  ${read}: ${ms.toFixed(0)} ms (baseline ${base})`);
 
 export async function measureReads(url: string, settings: ReadsSettings, progress: (message: string) => void): Promise<ReadsResults> {
@@ -133,7 +153,8 @@ export async function measureReads(url: string, settings: ReadsSettings, progres
     );
     await time('dashboard /api/jobs (first page)', async () => (await jobPage(pool, { offset: 0, limit: 50, filter: 'all' })).jobs.length, 'schema-5 job_status, all rows', v5);
     await time('dashboard /api/jobs?filter=failing', async () => (await jobPage(pool, { offset: 0, limit: 50, filter: 'failing' })).jobs.length, 'none', null);
-    await time('dashboard /api/summary', async () => ((await fleetSummary(pool)).jobs > 0 ? 1 : 0), 'none', null);
+    await time('dashboard /api/summary', async () => ((await fleetSummary(pool)).jobs > 0 ? 1 : 0), 'schema-13 summary: p95 per job over 24 h of runs', SUMMARY_V13);
+    await time('dashboard /api/jobs?filter=creeping', async () => (await jobPage(pool, { offset: 0, limit: 50, filter: 'creeping' })).jobs.length, 'none', null);
     await time(
       "prune_history('30 days'), nothing prunable",
       async () => Number((await pool.query<{ n: string }>(`select leasehold.prune_history('30 days')::text as n`)).rows[0]?.n ?? 0),

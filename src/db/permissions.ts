@@ -16,6 +16,7 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   run_request_status: 'reader',
   pause_job: 'operator',
   resume_job: 'operator',
+  refresh_run_counts: 'operator',
   lease_status: 'reader',
   job_status: 'reader',
   run_history: 'reader',
@@ -36,6 +37,9 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   incarnation: 'reader',
   liveness_locks: 'reader',
   run_outcomes: 'reader',
+  fleet_summary: 'reader',
+  run_counts: 'reader',
+  slow_runs: 'reader',
 };
 
 /** The PermissionDeniedError for a 42501 error, or undefined for any other error. */

@@ -22,7 +22,8 @@ import { trackerOf, type LeaseTracker } from '../lease/tracker.js';
 /**
  * The job options a leased callback takes (the same meaning and defaults as startWorker's; the
  * schedule is the one your scheduler fires on, so that each call maps to its occurrence), and two
- * of its own.
+ * of its own. No `jitter`: the calling scheduler decides when calls come, and a late call still
+ * maps to the occurrence it is late for (the nominal slot), so a spread belongs to that scheduler.
  */
 export interface LeasedOptions extends Pick<JobOptions, 'name' | 'cron' | 'timezone' | 'every' | 'ttl' | 'overlap' | 'bufferLimit' | 'retry'> {
   /**

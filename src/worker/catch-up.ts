@@ -3,6 +3,7 @@
 // run is up to the job's catch-up policy; the others are recorded as missed when the next slot
 // is claimed.
 import type { Logger } from '../observe/logger.js';
+import { jobClock } from '../schedule/jitter.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import type { ClaimRequest, SchedulerStore } from './claims.js';
 import type { JobState } from './runs.js';
@@ -13,13 +14,15 @@ export const MAX_MISSED_RECORDED = 1_000;
 export async function planStart(
   states: Iterable<JobState>,
   lastSlots: Map<string, Date | null>,
-  now: Date,
+  startNow: Date,
   store: SchedulerStore,
   logger: Logger,
 ): Promise<ClaimRequest[]> {
   const catchUp: ClaimRequest[] = [];
   for (const state of states) {
     const { job } = state;
+    // with jitter, a slot whose fire time (slot + offset) is still ahead is the next one, not a catch-up
+    const now = jobClock(startNow, job.jitterOffsetMs);
     const last = lastSlots.get(job.name) ?? null;
     state.nextSlot = job.schedule.next(now);
     if (!last || job.catchUp === 'none') continue;

@@ -8,6 +8,7 @@
 // database's new time (a claim fired early is refused as not due and re-armed, never dropped).
 import type { Logger } from '../observe/logger.js';
 import type { ClockStep } from '../schedule/database-clock.js';
+import { jobClock } from '../schedule/jitter.js';
 import type { Schedule } from '../schedule/schedule.js';
 import type { ClaimRequest, SchedulerStore } from './claims.js';
 import type { JobDefinition } from './job.js';
@@ -102,9 +103,11 @@ export function describePolicy(job: JobDefinition): string {
  * logged (not recorded as missed), and the ones the catch-up policy runs are returned as
  * claims ({ all: n } queues the rest behind the first).
  */
-export function followForwardStep(states: JobState[], step: ClockStep, now: Date, store: SchedulerStore, logger: Logger): ClaimRequest[] {
+export function followForwardStep(states: JobState[], step: ClockStep, stepNow: Date, store: SchedulerStore, logger: Logger): ClaimRequest[] {
   const requests: ClaimRequest[] = [];
   for (const state of states) {
+    // with jitter, on the job's clock (behind by its offset): see src/schedule/jitter.ts
+    const now = jobClock(stepNow, state.job.jitterOffsetMs);
     if (!state.nextSlot || state.nextSlot > now) continue;
     const { job } = state;
     const plan = planAfterStep(job, new Date(state.nextSlot.getTime() - 1), now);

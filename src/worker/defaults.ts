@@ -28,6 +28,8 @@ export const JOB_DEFAULTS = {
   catchUpAll: { min: 1, max: 1000 },
   /** Default: the schedule's interval, at most `capMs`. */
   startingDeadline: { capMs: 3_600_000, minMs: 1, maxMs: 366 * DAY },
+  /** 0: none; also below the schedule's interval and the job's startingDeadline (job.ts). */
+  jitter: { default: '0ms', minMs: 0, maxMs: DAY },
   retryAttempts: { default: 1, min: 1, max: 100 } satisfies IntegerSetting,
   retryDelay: { default: '1s', minMs: 1, maxMs: MAX_TTL_MS } satisfies DurationSetting,
 } as const;

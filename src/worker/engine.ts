@@ -9,6 +9,7 @@ import type { LeaseTracker } from '../lease/tracker.js';
 import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
 import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
+import { jobClock } from '../schedule/jitter.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import { MAX_MISSED_RECORDED } from './catch-up.js';
 import type { ClaimRequest, ClaimRow, SchedulerStore } from './claims.js';
@@ -24,6 +25,9 @@ const MAX_SLEEP_MS = 30_000;
 // Fire a little after the slot so that the database (whose now() decides) agrees it is due.
 const FIRE_MARGIN_MS = 3;
 const RETRY_DELAYS_MS = [25, 100, 400];
+// Jobs with jitter fire at many distinct moments: ticks are at least this far apart, so that
+// those due within it share one claim statement (and one pass over the jobs).
+const MIN_TICK_GAP_MS = 50;
 
 export interface EngineParts {
   tracker: LeaseTracker;
@@ -57,6 +61,7 @@ export class ClaimEngine {
   private readonly claiming = new Set<Promise<void>>();
   private readonly retryTimers = new Set<NodeJS.Timeout>();
   private timer: NodeJS.Timeout | undefined;
+  private lastTickAt = -Infinity;
   private running = true;
 
   constructor(parts: EngineParts, jobs: readonly JobDefinition[]) {
@@ -127,19 +132,25 @@ export class ClaimEngine {
     clearTimeout(this.timer);
     let earliest: number | null = null;
     for (const state of this.states) {
-      const at = state.nextSlot?.getTime();
+      // a job with jitter fires its slot at slot + offset (src/schedule/jitter.ts)
+      const at = state.nextSlot ? state.nextSlot.getTime() + state.job.jitterOffsetMs : undefined;
       if (at !== undefined && (earliest === null || at < earliest)) earliest = at;
     }
     if (earliest === null) return;
-    const wait = Math.min(Math.max(0, earliest - this.clock.now().getTime() + FIRE_MARGIN_MS), MAX_SLEEP_MS);
+    const gap = MIN_TICK_GAP_MS - (performance.now() - this.lastTickAt);
+    const wait = Math.min(Math.max(0, earliest - this.clock.now().getTime() + FIRE_MARGIN_MS, gap), MAX_SLEEP_MS);
     this.timer = setTimeout(() => void this.tick(), wait);
   }
 
   private async tick(): Promise<void> {
     if (!this.running) return;
-    const now = this.clock.now();
+    this.lastTickAt = performance.now();
+    const tickNow = this.clock.now();
     const due: ClaimRequest[] = [];
     for (const state of this.states) {
+      // jitter: each job reads the clock behind by its offset, so its slots, its lateness and
+      // its next slot are all judged from its fire times (slot + offset)
+      const now = jobClock(tickNow, state.job.jitterOffsetMs);
       if (!state.nextSlot || state.nextSlot > now) continue;
       // If this worker slept through several slots (a blocked event loop, a suspended VM),
       // claim only the latest: the others ran elsewhere or are recorded as missed.

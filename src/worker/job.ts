@@ -3,8 +3,9 @@ import type pg from 'pg';
 import { InvalidArgumentError } from '../errors.js';
 import type { Lease } from '../lease/lease.js';
 import type { JobLogger } from '../observe/child-logger.js';
+import { jitterOffsetMs } from '../schedule/jitter.js';
 import { parseSchedule, type Schedule } from '../schedule/schedule.js';
-import { formatDuration, parseBoundedDuration, type Duration } from '../validate/duration.js';
+import { formatDuration, parseBoundedDuration, parseDuration, type Duration } from '../validate/duration.js';
 import { durationSetting, integerSetting } from '../validate/settings.js';
 import { JOB_DEFAULTS } from './defaults.js';
 import { checkLeaseName } from '../validate/names.js';
@@ -81,6 +82,12 @@ export interface JobOptions {
   catchUp?: CatchUpPolicy;
   /** How late a slot may start and still run (catch-up, slow timers). @default the schedule's interval, at most 1h */
   startingDeadline?: Duration;
+  /**
+   * Spread: the job claims each slot a fixed offset after it, in [0, jitter), derived from the
+   * job's name (the same on every worker). The slot (ctx.slot, the idempotency key, history)
+   * stays the nominal time. Below the schedule's interval and `startingDeadline`. @default '0ms'
+   */
+  jitter?: Duration;
   /** Retries of a failing handler within the same lease and slot. @default { attempts: 1 } (no retry) */
   retry?: {
     /** Attempts in all, the first included (1 to 100). @default 1 */
@@ -99,6 +106,10 @@ export interface JobDefinition {
   readonly bufferLimit: number;
   readonly catchUp: CatchUpPolicy;
   readonly startingDeadlineMs: number;
+  /** The `jitter` option in ms (0: none). */
+  readonly jitterMs: number;
+  /** This job's fixed delay after each slot, in [0, jitterMs): src/schedule/jitter.ts. */
+  readonly jitterOffsetMs: number;
   readonly retry: { attempts: number; delayMs: number };
   readonly handler: (context: JobContext) => Promise<unknown>;
 }
@@ -113,6 +124,7 @@ const JOB_OPTION_KEYS = optionKeys<JobOptions>({
   bufferLimit: true,
   catchUp: true,
   startingDeadline: true,
+  jitter: true,
   retry: true,
   handler: true,
 });
@@ -162,6 +174,7 @@ export function defineJob(options: JobOptions): JobDefinition {
     options.startingDeadline === undefined
       ? Math.min(schedule.nominalIntervalMs, deadline.capMs)
       : parseBoundedDuration(options.startingDeadline, `${where}: startingDeadline`, deadline.minMs, deadline.maxMs);
+  const jitterMs = checkJitter(options.jitter, schedule, startingDeadlineMs, options.startingDeadline !== undefined, where);
   const attempts = integerSetting(options.retry?.attempts, JOB_DEFAULTS.retryAttempts, 'retry', `${where}: retry.attempts`);
   const delayMs = durationSetting(options.retry?.delay, JOB_DEFAULTS.retryDelay, `${where}: retry.delay`);
   if (ttlMs < JOB_DEFAULTS.scheduledTtlMinMs) {
@@ -178,9 +191,38 @@ export function defineJob(options: JobOptions): JobDefinition {
     bufferLimit,
     catchUp,
     startingDeadlineMs,
+    jitterMs,
+    jitterOffsetMs: jitterOffsetMs(name, jitterMs),
     retry: { attempts, delayMs },
     handler: options.handler,
   });
+}
+
+/**
+ * The jitter in whole ms (0 when not given). A slot fired at slot + offset must still be the
+ * latest due slot and within its starting deadline, so the jitter stays below both.
+ */
+function checkJitter(value: Duration | undefined, schedule: Schedule, startingDeadlineMs: number, deadlineGiven: boolean, where: string): number {
+  if (value === undefined) return 0;
+  const what = `${where}: jitter`;
+  const ms = parseDuration(value, what);
+  if (ms < 0 || !Number.isInteger(ms)) throw new InvalidArgumentError('jitter', `${what} must be a whole number of milliseconds, 0 or more (got ${String(value)}).`);
+  if (ms === 0) return 0;
+  const { maxMs } = JOB_DEFAULTS.jitter;
+  if (ms > maxMs) throw new InvalidArgumentError('jitter', `${what} must be at most ${formatDuration(maxMs)} (got ${formatDuration(ms)}).`);
+  if (ms >= schedule.nominalIntervalMs) {
+    throw new InvalidArgumentError(
+      'jitter',
+      `${what} (${formatDuration(ms)}) must be shorter than the schedule's interval (${formatDuration(schedule.nominalIntervalMs)} for ${schedule.description}): lower it, or choose a longer interval.`,
+    );
+  }
+  if (ms >= startingDeadlineMs) {
+    throw new InvalidArgumentError(
+      'jitter',
+      `${what} (${formatDuration(ms)}) must be shorter than startingDeadline (${formatDuration(startingDeadlineMs)}${deadlineGiven ? '' : ', the default'}): lower it, or raise startingDeadline.`,
+    );
+  }
+  return ms;
 }
 
 /** The mode and buffer cap leasehold.claim() takes for a policy. */

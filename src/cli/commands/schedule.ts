@@ -1,10 +1,13 @@
 // leasehold schedule preview "CRON" [--tz ZONE] [--count N]: the next slots exactly as a worker
 // computes them, with DST gaps and repeats marked, so that an operator sees what 02:30
-// Europe/Berlin does on the transition days before they come.
+// Europe/Berlin does on the transition days before they come. With --jitter and --job, each
+// slot's fire time (slot + the job's offset, src/schedule/jitter.ts) next to it.
 import type { Command } from 'commander';
 import { dstMark, localTime } from '../../schedule/dst.js';
+import { fireTime, jitterOffsetMs } from '../../schedule/jitter.js';
 import { parseSchedule } from '../../schedule/schedule.js';
-import { parseBoundedDuration } from '../../validate/duration.js';
+import { formatDuration, parseBoundedDuration } from '../../validate/duration.js';
+import { checkLeaseName } from '../../validate/names.js';
 import { CliError, integerFlag, report, type Io } from '../context.js';
 import { range, SCHEDULE_DEFAULTS, shown } from '../defaults.js';
 import { table } from '../format.js';
@@ -22,8 +25,10 @@ export function registerSchedule(program: Command, io: Io): void {
     .option('--tz <zone>', 'IANA timezone of the cron pattern', SCHEDULE_DEFAULTS.tz.default)
     .option('--count <n>', `how many slots (${SCHEDULE_DEFAULTS.count.min} to ${SCHEDULE_DEFAULTS.count.max})`, shown(SCHEDULE_DEFAULTS.count))
     .option('--from <iso-time>', 'start after this instant (default: now)')
+    .option('--jitter <duration>', "a job's jitter, e.g. 30s: also print each slot's fire time (needs --job)")
+    .option('--job <name>', 'the job whose offset --jitter shows (the offset is a function of the name)')
     .option('--json', 'print JSON')
-    .action((cron: string | undefined, options: { every?: string; tz: string; count: string; from?: string; json?: boolean }) => {
+    .action((cron: string | undefined, options: { every?: string; tz: string; count: string; from?: string; jitter?: string; job?: string; json?: boolean }) => {
       try {
         const count = integerFlag(options.count, SCHEDULE_DEFAULTS.count, '--count');
         if (cron === undefined && options.every === undefined) throw new CliError("give a cron pattern such as '30 2 * * *', or --every 90s", EXIT.usage);
@@ -36,18 +41,28 @@ export function registerSchedule(program: Command, io: Io): void {
         const spec = cron !== undefined ? { cron, timezone: options.tz } : { every: parseBoundedDuration(options.every as string, '--every', SCHEDULE_DEFAULTS.every.minMs, SCHEDULE_DEFAULTS.every.maxMs) };
         // no job name: the messages speak of the pattern, --every or --tz the user typed
         const parsed = parseSchedule(spec);
+        const offsetMs = jitterFlags(options.jitter, options.job, parsed.nominalIntervalMs);
         let at = options.from ? new Date(options.from) : new Date();
         if (Number.isNaN(at.getTime())) throw new CliError(`--from must be an ISO time such as 2026-03-28T00:00:00Z (got ${options.from})`, EXIT.usage);
-        const slots: Array<{ slot: string; local: string; dst: string | null }> = [];
+        const slots: Array<{ slot: string; local: string; dst: string | null; fires?: string }> = [];
         for (let i = 0; i < count; i++) {
           const next = parsed.next(at);
           if (!next) break;
           const mark = cron !== undefined ? dstMark(next, options.tz) : null;
-          slots.push({ slot: next.toISOString(), local: localTime(next, options.tz), dst: mark?.note ?? null });
+          slots.push({
+            slot: next.toISOString(),
+            local: localTime(next, options.tz),
+            dst: mark?.note ?? null,
+            ...(offsetMs === null ? {} : { fires: fireTime(next, offsetMs).toISOString() }),
+          });
           at = next;
         }
-        if (options.json) io.out(JSON.stringify({ schedule: parsed.description, timezone: options.tz, slots }, null, 2));
-        else {
+        const jitter = offsetMs === null ? undefined : { job: options.job, jitter: options.jitter, offsetMs };
+        if (options.json) io.out(JSON.stringify({ schedule: parsed.description, timezone: options.tz, ...(jitter ? { jitter } : {}), slots }, null, 2));
+        else if (offsetMs !== null) {
+          io.out(`${parsed.description}, job "${options.job}" fires ${formatDuration(offsetMs)} after each slot (jitter ${options.jitter}), next ${slots.length} slot(s):`);
+          io.out(table(['SLOT (UTC)', 'FIRES (UTC)', `LOCAL (${options.tz})`, 'NOTE'], slots.map((s) => [s.slot, s.fires ?? '', s.local, s.dst ?? ''])));
+        } else {
           io.out(`${parsed.description}, next ${slots.length} slot(s):`);
           io.out(table(['UTC', `LOCAL (${options.tz})`, 'NOTE'], slots.map((s) => [s.slot, s.local, s.dst ?? ''])));
         }
@@ -56,4 +71,14 @@ export function registerSchedule(program: Command, io: Io): void {
         report(io, error, options.json === true);
       }
     });
+}
+
+/** The job's offset for --jitter/--job (null without them); the jitter must be below the interval, as for a job. */
+function jitterFlags(jitter: string | undefined, job: string | undefined, intervalMs: number): number | null {
+  if (jitter === undefined && job === undefined) return null;
+  if (jitter === undefined || job === undefined) throw new CliError('give --jitter and --job together: the offset is a function of the job name', EXIT.usage);
+  const name = checkLeaseName(job);
+  const ms = parseBoundedDuration(jitter, '--jitter', 1, intervalMs);
+  if (ms >= intervalMs) throw new CliError(`--jitter ${jitter} must be shorter than the schedule's interval (${formatDuration(intervalMs)})`, EXIT.usage);
+  return jitterOffsetMs(name, ms);
 }
