@@ -14,6 +14,7 @@ export {
   LeaseLostError,
   OutcomeUnknownError,
   PermissionDeniedError,
+  RunTimeoutError,
   SchemaVersionError,
   ShutdownError,
   TransactionControlError,

@@ -24,7 +24,7 @@ import { trackerOf, type LeaseTracker } from '../lease/tracker.js';
  * schedule is the one your scheduler fires on, so that each call maps to its occurrence), and two
  * of its own.
  */
-export interface LeasedOptions extends Pick<JobOptions, 'name' | 'cron' | 'timezone' | 'every' | 'ttl' | 'overlap' | 'bufferLimit' | 'retry'> {
+export interface LeasedOptions extends Pick<JobOptions, 'name' | 'cron' | 'timezone' | 'every' | 'ttl' | 'overlap' | 'bufferLimit' | 'retry' | 'timeout'> {
   /**
    * How early (on the database clock) a call may come and still count for the coming occurrence;
    * it then waits until the occurrence is due. @default half the interval, at most 30 s
@@ -76,6 +76,7 @@ const LEASED_OPTION_KEYS = optionKeys<LeasedOptions>({
   overlap: true,
   bufferLimit: true,
   retry: true,
+  timeout: true,
   tolerance: true,
   shutdownGrace: true,
 });

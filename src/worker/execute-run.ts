@@ -5,7 +5,7 @@
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { inTransaction } from '../db/transaction.js';
-import { LeaseLostError, ShutdownError } from '../errors.js';
+import { LeaseLostError, RunTimeoutError, ShutdownError } from '../errors.js';
 import type { Lease } from '../lease/lease.js';
 import { releasedRemotely, type LeaseTracker } from '../lease/tracker.js';
 import { childLogger, type JobLogger } from '../observe/child-logger.js';
@@ -69,43 +69,70 @@ export async function executeRun(
       .catch(() => undefined);
     return { job: job.name, slot, fence, outcome: 'aborted', error: errorText, durationMs: 0, nextBufferedSlot: null };
   }
-  const signal = lease ? AbortSignal.any([lease.signal, env.shutdown]) : env.shutdown;
+  const deadline = job.timeoutMs === null ? null : new RunDeadline(job, slot, fence, sentAt, lease);
+  const signals = [env.shutdown];
+  if (lease) signals.push(lease.signal);
+  if (deadline) signals.push(deadline.signal);
+  const signal = signals.length === 1 ? env.shutdown : AbortSignal.any(signals);
   let logger: JobLogger | undefined;
   const log = () => (logger ??= childLogger(env.logger, { job: job.name, slot: slot.toISOString(), fence }));
   if (env.events.wants('run:started')) env.events.emit('run:started', { job: job.name, slot, fence, holder: env.holder });
 
-  let outcome: RunOutcome = 'succeeded';
-  let error: unknown;
-  let attempt = 1;
-  for (; ; attempt++) {
-    try {
-      const ctx = context(env, job, lease, slot, fence, signal, attempt, log);
-      const call = async (): Promise<void> => void (await job.handler(ctx));
-      await (env.wrapHandler ? env.wrapHandler({ job: job.name, slot, fence, attempt }, call) : call());
-      error = undefined;
-      break;
-    } catch (caught) {
-      error = caught;
-      if (attempt >= job.retry.attempts || signal.aborted) break;
-      log().warn({ event: 'run:retry', attempt, err: String(caught) }, `run of "${job.name}" failed; retrying`);
-      if (!(await pause(job.retry.delayMs, signal))) break;
+  let current = 1;
+  const attempts = async (): Promise<{ error: unknown; attempt: number }> => {
+    let error: unknown;
+    let attempt = 1;
+    for (; ; attempt++, current++) {
+      try {
+        const ctx = context(env, job, lease, slot, fence, signal, attempt, log, deadline);
+        const call = async (): Promise<void> => void (await job.handler(ctx));
+        await (env.wrapHandler ? env.wrapHandler({ job: job.name, slot, fence, attempt }, call) : call());
+        error = undefined;
+        break;
+      } catch (caught) {
+        error = caught;
+        if (attempt >= job.retry.attempts || signal.aborted) break;
+        log().warn({ event: 'run:retry', attempt, err: String(caught) }, `run of "${job.name}" failed; retrying`);
+        if (!(await pause(job.retry.delayMs, signal))) break;
+      }
     }
-  }
-  if (lease?.lost) outcome = 'lost';
+    return { error, attempt };
+  };
+  // A handler that ignores its timeout is given one ttl more to settle; after that the run is
+  // recorded timed-out without it and its lease is left to expire (its writes are refused already).
+  const settledRun = deadline ? Promise.race([attempts(), deadline.abandoned().then(() => ({ error: ABANDONED, attempt: current }))]) : attempts();
+  const { error, attempt } = await settledRun;
+  deadline?.clear();
+  const abandoned = error === ABANDONED;
+
+  let outcome: RunOutcome = 'succeeded';
+  if (deadline?.error) outcome = 'timed-out';
+  else if (lease?.lost) outcome = 'lost';
   else if (error !== undefined) outcome = env.shutdown.aborted ? 'aborted' : 'failed';
-  const errorText = outcome === 'lost' ? (lease?.lostReason?.message ?? 'lease lost') : error === undefined ? null : describeError(error);
+  const errorText =
+    outcome === 'timed-out'
+      ? abandoned
+        ? `${deadline!.error!.message} The handler did not settle within one ttl after it; the lease was left to expire.`
+        : deadline!.error!.message
+      : outcome === 'lost'
+        ? (lease?.lostReason?.message ?? 'lease lost')
+        : error === undefined
+          ? null
+          : describeError(error);
 
   let nextBufferedSlot: Date | null = null;
   try {
     // A lost lease's token is passed too: if the lease is in fact still ours (say the liveness
     // session dropped), this frees it at once; if not, the release matches nothing.
     if (lease) env.tracker.stopRenewing(lease);
-    const finished = await env.finisher.finish({ job: job.name, fence, token: lease?.token ?? null, outcome, error: errorText, attempts: attempt });
+    // an abandoned run keeps its lease until the TTL ends it: its handler may still be running
+    const token = abandoned ? null : (lease?.token ?? null);
+    const finished = await env.finisher.finish({ job: job.name, fence, token, outcome, error: errorText, attempts: attempt });
     nextBufferedSlot = finished.nextBufferedSlot;
   } catch (finishError) {
     log().error({ event: 'run:finish-failed', err: String(finishError) }, 'could not record the run; its lease ends by its TTL');
   } finally {
-    if (lease) releasedRemotely(lease);
+    if (lease && !abandoned) releasedRemotely(lease);
   }
   const durationMs = performance.now() - started;
   const report: RunReport = { job: job.name, slot, fence, outcome, error: errorText, durationMs, nextBufferedSlot };
@@ -142,6 +169,7 @@ function context(
   signal: AbortSignal,
   attempt: number,
   log: () => JobLogger,
+  deadline: RunDeadline | null,
 ): JobContext {
   return {
     job: job.name,
@@ -156,8 +184,63 @@ function context(
     lease,
     // without a lease (overlap 'allow') there is nothing to fence against; statements get the
     // job's ttl as their timeout, as a fenced transaction's get the lease's
-    transaction: lease ? (fn) => lease.transaction(fn) : (fn) => inTransaction(env.tracker.runtime.workPool, env.tracker.runtime.where, fn, job.ttlMs),
+    // after the run's deadline the client refuses at once (the database would too: LH003)
+    transaction: (fn) => {
+      if (deadline?.error) return Promise.reject(deadline.error);
+      return lease ? lease.transaction(fn) : inTransaction(env.tracker.runtime.workPool, env.tracker.runtime.where, fn, job.ttlMs);
+    },
   };
+}
+
+/** The result of RunDeadline.abandoned(): the handler did not settle in time. */
+const ABANDONED: unique symbol = Symbol('abandoned');
+
+/**
+ * A run's timeout, on the monotonic clock from when the claim was sent (before the database's
+ * now() that starts its deadline there, so the signal fires no later than the database begins
+ * to refuse the run's writes). A lease lost before the deadline makes the run lost, not
+ * timed out.
+ */
+class RunDeadline {
+  private readonly controller = new AbortController();
+  private timer: NodeJS.Timeout | undefined;
+  private abandonTimer: NodeJS.Timeout | undefined;
+  private onAbandon: (() => void) | undefined;
+  error: RunTimeoutError | undefined;
+
+  constructor(
+    job: JobDefinition,
+    slot: Date,
+    fence: number,
+    sentAt: number,
+    lease: Lease | null,
+  ) {
+    const timeoutMs = job.timeoutMs ?? 0;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      if (lease?.lost) return;
+      this.error = new RunTimeoutError(job.name, slot, fence, timeoutMs);
+      this.controller.abort(this.error);
+      this.abandonTimer = setTimeout(() => this.onAbandon?.(), job.ttlMs);
+    }, Math.max(0, sentAt + timeoutMs - performance.now()));
+  }
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  /** Resolves one ttl after the deadline (never, if the run settles first). */
+  abandoned(): Promise<void> {
+    return new Promise((resolve) => {
+      this.onAbandon = resolve;
+    });
+  }
+
+  clear(): void {
+    clearTimeout(this.timer);
+    clearTimeout(this.abandonTimer);
+    this.onAbandon = undefined;
+  }
 }
 
 /** Waits `ms` unless the signal fires first; returns false when it did. */

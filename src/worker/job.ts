@@ -39,7 +39,10 @@ export interface JobContext {
   fence: number;
   /** `job@slot`: the same for every attempt at this occurrence, on any worker. */
   idempotencyKey: string;
-  /** Fires when the lease is lost or replaced, or the worker shuts down; `signal.reason` says which. */
+  /**
+   * Fires when the lease is lost or replaced, the run's `timeout` passes (RunTimeoutError), or
+   * the worker shuts down; `signal.reason` says which.
+   */
   signal: AbortSignal;
   /** 1 for the first attempt, 2 for the first retry, ... */
   attempt: number;
@@ -77,6 +80,14 @@ export interface JobOptions {
     /** Wait between attempts. @default '1s' */
     delay?: Duration;
   };
+  /**
+   * The most a run may last, from its claim, retries included (1 ms to 366 days). At the
+   * deadline the run's signal fires with a RunTimeoutError, the database refuses its fenced
+   * writes (LH003) and the run is recorded `timed-out`; the lease is released when the handler
+   * settles (or, if it does not within one `ttl` more, is left to expire). See docs/scheduler.md,
+   * "Timeouts". @default none
+   */
+  timeout?: Duration;
   handler: (context: JobContext) => Promise<unknown>;
 }
 
@@ -89,6 +100,8 @@ export interface JobDefinition {
   readonly catchUp: CatchUpPolicy;
   readonly startingDeadlineMs: number;
   readonly retry: { attempts: number; delayMs: number };
+  /** The run timeout in milliseconds; null: none. */
+  readonly timeoutMs: number | null;
   readonly handler: (context: JobContext) => Promise<unknown>;
 }
 
@@ -103,6 +116,7 @@ const JOB_OPTION_KEYS = optionKeys<JobOptions>({
   catchUp: true,
   startingDeadline: true,
   retry: true,
+  timeout: true,
   handler: true,
 });
 
@@ -153,6 +167,8 @@ export function defineJob(options: JobOptions): JobDefinition {
       : parseBoundedDuration(options.startingDeadline, `${where}: startingDeadline`, deadline.minMs, deadline.maxMs);
   const attempts = integerSetting(options.retry?.attempts, JOB_DEFAULTS.retryAttempts, 'retry', `${where}: retry.attempts`);
   const delayMs = durationSetting(options.retry?.delay, JOB_DEFAULTS.retryDelay, `${where}: retry.delay`);
+  const timeoutMs =
+    options.timeout === undefined ? null : parseBoundedDuration(options.timeout, `${where}: timeout`, JOB_DEFAULTS.timeout.minMs, JOB_DEFAULTS.timeout.maxMs);
   if (ttlMs < JOB_DEFAULTS.scheduledTtlMinMs) {
     throw new InvalidArgumentError(
       'ttl',
@@ -168,6 +184,7 @@ export function defineJob(options: JobOptions): JobDefinition {
     catchUp,
     startingDeadlineMs,
     retry: { attempts, delayMs },
+    timeoutMs,
     handler: options.handler,
   });
 }
