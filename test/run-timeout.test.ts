@@ -6,9 +6,9 @@
 import { fileURLToPath } from 'node:url';
 import type pg from 'pg';
 import { afterEach, describe, expect, it } from 'vitest';
-import { defineJob, InvalidArgumentError, RunTimeoutError } from '../src/index.js';
+import { defineJob, InvalidArgumentError, leased, RunTimeoutError } from '../src/index.js';
 import { waitFor } from './support/db.js';
-import { pool, ROLE, urlAs, usePrivilegeFixture, outcome } from './support/privileges.js';
+import { leaseholdAs, pool, ROLE, urlAs, usePrivilegeFixture, outcome } from './support/privileges.js';
 import { startFixture, type JsonLinesProcess } from './support/processes.js';
 
 const FIXTURE = fileURLToPath(new URL('./fixtures/timeout-worker.ts', import.meta.url));
@@ -140,6 +140,26 @@ describe('leasehold.set_job_timeouts and holds_lease (SQL, as a client role)', (
     // readers may not set timeouts; nobody but the owner calls the rule directly
     expect(await outcome(pool(url, ROLE.reader), `select leasehold.set_job_timeouts(array['sqljob'], array[5]::bigint[])`)).toMatch(/42501|permission/);
     expect(await outcome(app, `select leasehold.run_timed_out('sqljob', now())`)).toMatch(/42501|permission/);
+  });
+});
+
+describe('leased() with a timeout', () => {
+  it('aborts the handler with a RunTimeoutError and reports the call timed-out', async () => {
+    const client = await leaseholdAs(url, ROLE.app2);
+    let reason: unknown;
+    const fn = leased(client, { name: 'leased-timeout', every: '1s', tolerance: 0, ttl: '5s', timeout: '300ms' }, async (ctx) => {
+      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+      reason = ctx.signal.reason;
+    });
+    try {
+      const result = await fn();
+      expect(result).toMatchObject({ ran: true, outcome: 'timed-out' });
+      expect(reason).toBeInstanceOf(RunTimeoutError);
+      expect((await owner.query(`select outcome from leasehold.runs where job = 'leased-timeout'`)).rows).toEqual([{ outcome: 'timed-out' }]);
+      expect((await owner.query(`select timeout_ms::int from leasehold.jobs where name = 'leased-timeout'`)).rows).toEqual([{ timeout_ms: 300 }]);
+    } finally {
+      await fn.stop();
+    }
   });
 });
 
