@@ -98,6 +98,20 @@ describe('a run that overruns its timeout', () => {
     expect((await lease('frozen')).state).not.toBe('held');
   }, 20_000);
 
+  it('is recorded timed-out when the database refuses it before the worker\'s own timer fires', async () => {
+    // the database's deadline is made earlier than the worker's (a clock step or a late timer
+    // has the same effect): the refusal names the timeout, and the run is timed-out, not lost
+    const w = await worker([{ name: 'early', every: '2s', ttl: '5s', timeout: '10s', overrun: 'ignore' }], { IGNORE_MS: '600' });
+    await owner.query(`update leasehold.jobs set timeout_ms = 200 where name = 'early'`);
+    const first = await w.waitFor((l) => l.event === 'handler' && l.job === 'early' && l.run === 1, 10_000);
+    expect(await w.waitFor((l) => l.event === 'write' && l.fence === first.fence, 5_000)).toMatchObject({ ok: false, name: 'LeaseLostError' });
+    const finished = await w.waitFor((l) => l.event === 'finished' && l.fence === first.fence, 5_000);
+    expect(finished).toMatchObject({ outcome: 'timed-out' });
+    expect(String(finished.error)).toContain('exceeded its timeout of 10000 ms');
+    expect(await witnessed('early')).toBe(0);
+    expect((await runs('early'))[0]).toMatchObject({ outcome: 'timed-out' });
+  }, 20_000);
+
   it('that never settles is recorded timed-out one ttl after its deadline, and its lease ends by its TTL before the next run', async () => {
     const w = await worker([{ name: 'stuck', every: '1s', ttl: '900ms', timeout: '400ms', overrun: 'hang' }]);
     const first = await w.waitFor((l) => l.event === 'handler' && l.job === 'stuck' && l.run === 1, 10_000);

@@ -103,6 +103,8 @@ export async function executeRun(
   // recorded timed-out without it and its lease is left to expire (its writes are refused already).
   const settledRun = deadline ? Promise.race([attempts(), deadline.abandoned().then(() => ({ error: ABANDONED, attempt: current }))]) : attempts();
   const { error, attempt } = await settledRun;
+  // the database may say so before this process's timer does (a clock step, a late timer)
+  if (deadline && lease && refusedForTimeout(lease)) deadline.expire();
   deadline?.clear();
   const abandoned = error === ABANDONED;
 
@@ -197,6 +199,15 @@ function context(
   };
 }
 
+/** The database refused the lease's fence because the run's timeout passed (assert_lease's DETAIL). */
+function refusedForTimeout(lease: Lease): boolean {
+  const lost = lease.lostReason;
+  return lost !== undefined && lost.reason === 'fence-mismatch' && lost.message.includes(TIMED_OUT_DETAIL);
+}
+
+/** The first words of assert_lease's DETAIL for a run past its timeout (sql/0013_run_timeout.sql). */
+const TIMED_OUT_DETAIL = 'the run timed out';
+
 /** The shutdown signal, and the lease's and the deadline's when there are. */
 function runSignal(shutdown: AbortSignal, lease: Lease | null, deadline: RunDeadline | null): AbortSignal {
   if (!lease && !deadline) return shutdown;
@@ -230,14 +241,21 @@ class RunDeadline {
     lease: Lease | null,
   ) {
     const timeoutMs = job.timeoutMs ?? 0;
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      if (lease?.lost) return;
+    this.expire = () => {
+      if (this.error) return;
       this.error = new RunTimeoutError(job.name, slot, fence, timeoutMs);
       this.controller.abort(this.error);
+    };
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      if (lease?.lost && !refusedForTimeout(lease)) return;
+      this.expire();
       this.abandonTimer = setTimeout(() => this.onAbandon?.(), job.ttlMs);
     }, Math.max(0, sentAt + timeoutMs - performance.now()));
   }
+
+  /** The deadline has passed: fire the signal (once) with a RunTimeoutError. */
+  readonly expire: () => void;
 
   get signal(): AbortSignal {
     return this.controller.signal;
