@@ -2,6 +2,8 @@
 // shared heartbeat), call the handler with its context, retry if configured, then record the
 // outcome and release the lease in one statement (finish_run). Start and end are events (the
 // logger is one of their subscribers); the handler's logger is made only if it asks for it.
+// A job with a timeout gets a RunDeadline: the signal fires at the deadline, the run is
+// recorded timed-out, and a handler that never settles is given up one ttl later.
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { inTransaction } from '../db/transaction.js';
