@@ -149,6 +149,7 @@ describe('leasehold.set_job_timeouts and holds_lease (SQL, as a client role)', (
     expect((await app.query('select leasehold.holds_lease($1, $2, $3) as ok', args)).rows[0].ok).toBe(true);
     // the arguments: as many timeouts as names, each within the bounds of the option
     expect(await outcome(app, `select leasehold.set_job_timeouts(array['a', 'b'], array[1]::bigint[])`)).toMatch(/22023/);
+    expect((await app.query('select leasehold.set_job_timeouts(null, null) as n')).rows[0].n).toBe(0);
     expect(await outcome(app, `select leasehold.set_job_timeouts(array['sqljob'], array[0]::bigint[])`)).toMatch(/22023/);
     expect(await outcome(app, `select leasehold.set_job_timeouts(array['sqljob'], array[31622400001]::bigint[])`)).toMatch(/22023/);
     // readers may not set timeouts; nobody but the owner calls the rule directly
