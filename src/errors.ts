@@ -14,6 +14,7 @@ export type LeaseholdErrorCode =
   | 'TRANSACTION_FAILED'
   | 'TRANSACTION_CONTROL'
   | 'SHUTDOWN'
+  | 'RUN_TIMEOUT'
   | 'CLOSED'
   | 'PERMISSION_DENIED';
 
@@ -194,5 +195,29 @@ export class ClosedError extends LeaseholdError {
 export class ShutdownError extends LeaseholdError {
   constructor(message = 'The worker is shutting down; finish or stop quickly: the run is aborted after the grace period.') {
     super('SHUTDOWN', message);
+  }
+}
+
+/**
+ * A scheduled run outlived its job's `timeout`: the reason of the run's signal at the deadline.
+ * From then on the database refuses the run's fenced writes (LH003), and the run is recorded
+ * `timed-out`.
+ */
+export class RunTimeoutError extends LeaseholdError {
+  readonly job: string;
+  readonly slot: Date;
+  readonly fence: number;
+  /** The job's timeout, in milliseconds. */
+  readonly timeoutMs: number;
+  constructor(job: string, slot: Date, fence: number, timeoutMs: number) {
+    super(
+      'RUN_TIMEOUT',
+      `The run of "${job}" for ${slot.toISOString()} (fence ${fence}) exceeded its timeout of ${timeoutMs} ms; ` +
+        'stop now: its fenced writes are refused from here on.',
+    );
+    this.job = job;
+    this.slot = slot;
+    this.fence = fence;
+    this.timeoutMs = timeoutMs;
   }
 }

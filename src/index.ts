@@ -18,6 +18,7 @@ export {
   LeaseLostError,
   OutcomeUnknownError,
   PermissionDeniedError,
+  RunTimeoutError,
   SchemaVersionError,
   ShutdownError,
   TransactionControlError,

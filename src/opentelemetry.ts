@@ -70,7 +70,7 @@ export function instrument(source: Worker | Instrumentable, options: InstrumentO
       runs.delete(id);
       span.setAttribute('leasehold.outcome', run.outcome);
       if (run.outcome === 'succeeded') span.setStatus({ code: SpanStatusCode.OK });
-      else if (run.outcome === 'failed' || run.outcome === 'lost') span.setStatus({ code: SpanStatusCode.ERROR, message: run.error ?? run.outcome });
+      else if (run.outcome === 'failed' || run.outcome === 'lost' || run.outcome === 'timed-out') span.setStatus({ code: SpanStatusCode.ERROR, message: run.error ?? run.outcome });
       span.end();
     }),
     source.on('slot:skipped', (skip) => {

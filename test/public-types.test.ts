@@ -25,7 +25,7 @@ const ALLOWED: Record<string, string[]> = {
     'Leasehold', 'LeaseholdError', 'LeaseholdErrorCode', 'LeaseholdEvents', 'LeaseholdMetrics', 'LeaseholdOptions', 'LogLevel', 'Logger',
     'MAX_HOLDER_LENGTH', 'MAX_NAME_LENGTH', 'MAX_TTL_MS', 'MIN_TTL_MS', 'MetricsOptions', 'MetricsSource', 'Migration', 'MigrationResult',
     'NotAcquired', 'OVERLAP_POLICIES', 'OutcomeUnknownError', 'OverlapPolicy', 'PermissionDeniedError', 'ReplicationReport', 'RunContext',
-    'RunOptions', 'RunOutcome', 'RunReport', 'RunResult', 'Schedule', 'ScheduleSpec', 'SchemaVersionError', 'ShutdownError', 'SkipInfo',
+    'RunOptions', 'RunOutcome', 'RunReport', 'RunResult', 'RunTimeoutError', 'Schedule', 'ScheduleSpec', 'SchemaVersionError', 'ShutdownError', 'SkipInfo',
     'SkipReason', 'TimelineMissed', 'TimelineRun', 'TimelineSkip', 'TransactionControlError', 'TransactionFailedError', 'TransactionFailure',
     'TransactionOptions', 'UnscheduledLease', 'Worker', 'WorkerOptions', 'checkSchema', 'createLeasehold', 'createMetrics', 'defineJob',
     'describeSkip', 'formatDuration', 'installScript', 'jobHistory', 'jobStatus', 'jobTimeline', 'latestVersion', 'migrate', 'migrations',

@@ -69,7 +69,7 @@ function body(data: PageData | undefined): string {
       </div>
     </div>
     <div class="legend">
-      ${legendSwatch('#1f9d55', 'succeeded')}${legendSwatch('#d93f3f', 'failed')}${legendSwatch('url(#lh-stripes-lost)', 'lost')}${legendSwatch('#98a2b3', 'aborted')}${legendSwatch('#2f6fde', 'running')}
+      ${legendSwatch('#1f9d55', 'succeeded')}${legendSwatch('#d93f3f', 'failed')}${legendSwatch('url(#lh-stripes-lost)', 'lost')}${legendSwatch('#e8890c', 'timed-out')}${legendSwatch('#98a2b3', 'aborted')}${legendSwatch('#2f6fde', 'running')}
       ${legendSwatch('url(#lh-stripes-overrun)', 'past its next slot', ' stroke="#b42323"')}
       <span><svg width="12" height="10" aria-hidden="true"><path d="M1.5 0.5 L10.5 0.5 L6 9.5 Z" fill="#e0a100"/></svg>skipped slot</span>
       <span><svg width="12" height="10" aria-hidden="true"><path d="M2 1 L10 1 L6 9 Z" fill="#fff" stroke="#5b6476" stroke-width="1.3"/></svg>missed slot</span>

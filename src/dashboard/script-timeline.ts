@@ -2,7 +2,7 @@
 // task (so no task blocks the page for long), runs closer than a pixel merged into one mark,
 // one shared tooltip instead of a <title> per mark.
 export const SCRIPT_TIMELINE = String.raw`
-  var COLORS = { succeeded: '#1f9d55', failed: '#d93f3f', lost: 'url(#lh-stripes-lost)', aborted: '#98a2b3', running: '#2f6fde' };
+  var COLORS = { succeeded: '#1f9d55', failed: '#d93f3f', lost: 'url(#lh-stripes-lost)', aborted: '#98a2b3', 'timed-out': '#e8890c', running: '#2f6fde' };
   var LABEL_W = 190, LANES_PER_TASK = 2;
   var tipBox = null;
   function withTip(node, text) { node.__tip = text; return node; }
@@ -110,7 +110,7 @@ export const SCRIPT_TIMELINE = String.raw`
     var byOutcome = {};
     data.runs.forEach(function (r) { byOutcome[r.outcome] = (byOutcome[r.outcome] || 0) + 1; });
     var counts = data.runs.length + (data.runs.length === 1 ? ' run' : ' runs') +
-      ['failed', 'lost', 'aborted'].map(function (k) { return byOutcome[k] ? ' · ' + byOutcome[k] + ' ' + k : ''; }).join('') +
+      ['failed', 'lost', 'timed-out', 'aborted'].map(function (k) { return byOutcome[k] ? ' · ' + byOutcome[k] + ' ' + k : ''; }).join('') +
       (data.skips.length ? ' · ' + data.skips.length + ' skipped' : '') + (data.missed.length ? ' · ' + data.missed.length + ' missed' : '');
     return el('div', { class: 'lane-row', 'data-job': j.job }, [
       el('div', { class: 'lane-label' }, [el('span', { class: 'job-name', title: j.job }, visible(j.job)),

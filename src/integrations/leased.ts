@@ -25,7 +25,7 @@ import { trackerOf, type LeaseTracker } from '../lease/tracker.js';
  * of its own. No `jitter`: the calling scheduler decides when calls come, and a late call still
  * maps to the occurrence it is late for (the nominal slot), so a spread belongs to that scheduler.
  */
-export interface LeasedOptions extends Pick<JobOptions, 'name' | 'cron' | 'timezone' | 'every' | 'ttl' | 'overlap' | 'bufferLimit' | 'retry'> {
+export interface LeasedOptions extends Pick<JobOptions, 'name' | 'cron' | 'timezone' | 'every' | 'ttl' | 'overlap' | 'bufferLimit' | 'retry' | 'timeout'> {
   /**
    * How early (on the database clock) a call may come and still count for the coming occurrence;
    * it then waits until the occurrence is due. @default half the interval, at most 30 s
@@ -79,6 +79,7 @@ const LEASED_OPTION_KEYS = optionKeys<LeasedOptions>({
   overlap: true,
   bufferLimit: true,
   retry: true,
+  timeout: true,
   tolerance: true,
   shutdownGrace: true,
 });

@@ -31,7 +31,11 @@ export class LeaseControl {
   state: LeaseState = 'held';
   expiry: Date;
   lostError: LeaseLostError | undefined;
-  readonly controller = new AbortController();
+  // Made when someone asks for the signal: a worker starts and releases thousands of leases a
+  // tick, most of whose signals nobody reads (see signal below).
+  private controller: AbortController | undefined;
+  /** Why the lease ended, once it has, for a signal asked for afterwards (a thunk: made on demand). */
+  private abortReason: (() => unknown) | undefined;
   /** performance.now() at which the lease counts as lost without a confirmed renewal. */
   private deadline = 0;
   private deadlineTimer: NodeJS.Timeout | undefined;
@@ -48,6 +52,21 @@ export class LeaseControl {
 
   get held(): boolean {
     return this.state === 'held';
+  }
+
+  /** Fires when the lease ends: lost (with lostError) or released (a LeaseLostError 'released'). */
+  get signal(): AbortSignal {
+    if (!this.controller) {
+      this.controller = new AbortController();
+      if (this.abortReason) this.controller.abort(this.abortReason());
+    }
+    return this.controller.signal;
+  }
+
+  private abort(reason: () => unknown): void {
+    this.abortReason = reason;
+    // nobody holds the signal yet: nothing to tell now, and the reason is made only if asked
+    this.controller?.abort(reason());
   }
 
   info(): LeaseInfo {
@@ -78,7 +97,8 @@ export class LeaseControl {
       cause === undefined ? undefined : { cause },
     );
     this.end();
-    this.controller.abort(this.lostError);
+    const lost = this.lostError;
+    this.abort(() => lost);
     this.runtime.events.emit('lease:lost', this.info(), this.lostError);
   }
 
@@ -92,7 +112,10 @@ export class LeaseControl {
     const wasHeld = this.state === 'held';
     this.state = 'released';
     this.end();
-    if (wasHeld) this.controller.abort(releasedReason(this.grant.name, this.grant.fence));
+    if (wasHeld) {
+      const { name, fence } = this.grant;
+      this.abort(() => releasedReason(name, fence));
+    }
     return true;
   }
 

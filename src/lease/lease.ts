@@ -48,14 +48,6 @@ export class Lease {
   readonly acquiredAt: Date;
   /** The scheduled occurrence this lease was claimed for, if any. */
   readonly slot: Date | null;
-  /**
-   * Stable key for external side effects (payments, e-mails, webhooks): `name@slot` for a
-   * slot claim, so a retry of the same occurrence by another worker sends the same key;
-   * `name#fence` otherwise.
-   */
-  readonly idempotencyKey: string;
-  /** Fires (with a LeaseLostError as its reason) when the lease is lost or released. */
-  readonly signal: AbortSignal;
   readonly #control: LeaseControl;
 
   private constructor(control: LeaseControl) {
@@ -67,8 +59,20 @@ export class Lease {
     this.holder = grant.holder;
     this.acquiredAt = grant.acquiredAt;
     this.slot = grant.slot;
-    this.signal = control.controller.signal;
-    this.idempotencyKey = grant.slot ? `${grant.name}@${grant.slot.toISOString()}` : `${grant.name}#${grant.fence}`;
+  }
+
+  /**
+   * Stable key for external side effects (payments, e-mails, webhooks): `name@slot` for a
+   * slot claim, so a retry of the same occurrence by another worker sends the same key;
+   * `name#fence` otherwise.
+   */
+  get idempotencyKey(): string {
+    return this.slot ? `${this.name}@${this.slot.toISOString()}` : `${this.name}#${this.fence}`;
+  }
+
+  /** Fires (with a LeaseLostError as its reason) when the lease is lost or released. */
+  get signal(): AbortSignal {
+    return this.#control.signal;
   }
 
   static {

@@ -54,7 +54,7 @@ export interface LeaseholdMetrics {
  * | job_skips_24h, job_missed_24h | gauge | job | from leasehold.job_status |
  * | job_runs_24h, job_failed_24h, job_lost_24h | gauge | job | finished, failed and lost runs in 24 h |
  * | jobs, jobs_running, jobs_expired, jobs_failing | gauge | — | fleet counts |
- * | runs_24h | gauge | outcome | the fleet's finished runs in 24 h (succeeded, failed, lost, aborted) |
+ * | runs_24h | gauge | outcome | the fleet's finished runs in 24 h (succeeded, failed, lost, aborted, timed-out) |
  * | live_workers | gauge | — | liveness sessions present on the database |
  */
 export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
@@ -113,7 +113,7 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
   jobGauge('job_lost_24h', 'Lost runs in the last 24 h (the lease went before the run finished).', (job) => job.lost24h);
 
   // Fleet gauges: one summary per scrape, like the job gauges.
-  let fleet: { at: number; value: Promise<{ summary: FleetSummary; workers: number; succeeded: number; aborted: number }[]> } | undefined;
+  let fleet: { at: number; value: Promise<{ summary: FleetSummary; workers: number; succeeded: number; aborted: number; timedOut: number }[]> } | undefined;
   const fleetSnapshot = () => {
     if (!fleet || Date.now() - fleet.at > 1_000) {
       fleet = {
@@ -125,12 +125,14 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
             const [summary, workers, outcomes] = await Promise.all([
               fleetSummary(db),
               liveWorkers(db, 1),
-              db.query<{ succeeded: number; aborted: number }>(
-                `select count(*) filter (where outcome = 'succeeded')::int as succeeded, count(*) filter (where outcome = 'aborted')::int as aborted
+              db.query<{ succeeded: number; aborted: number; timed_out: number }>(
+                `select count(*) filter (where outcome = 'succeeded')::int as succeeded, count(*) filter (where outcome = 'aborted')::int as aborted,
+                        count(*) filter (where outcome = 'timed-out')::int as timed_out
                    from leasehold.runs where finished_at is not null and started_at > now() - interval '24 hours'`,
               ),
             ]);
-            return { summary, workers: workers.total, succeeded: outcomes.rows[0]!.succeeded, aborted: outcomes.rows[0]!.aborted };
+            const row = outcomes.rows[0]!;
+            return { summary, workers: workers.total, succeeded: row.succeeded, aborted: row.aborted, timedOut: row.timed_out };
           }),
         ),
       };
@@ -172,6 +174,7 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
         this.set({ outcome: 'failed' }, total((f) => f.summary.failed24h));
         this.set({ outcome: 'lost' }, total((f) => f.summary.lost24h));
         this.set({ outcome: 'aborted' }, total((f) => f.aborted));
+        this.set({ outcome: 'timed-out' }, total((f) => f.timedOut));
       },
     });
   };

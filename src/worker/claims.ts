@@ -54,6 +54,9 @@ export class SchedulerStore {
         holder,
       ],
     );
+    // the timeouts are not among register_jobs' arguments (SQL callers use its signature): set
+    // (or clear) them right after, before any slot of these jobs is claimed by this worker
+    await this.query('select leasehold.set_job_timeouts($1, $2::bigint[])', [jobs.map((j) => j.name), jobs.map((j) => j.timeoutMs)]);
     return new Map(rows.map((r) => [r.name, r.last_slot]));
   }
 

@@ -152,11 +152,19 @@ export class ClaimEngine {
       // its next slot are all judged from its fire times (slot + offset)
       const now = jobClock(tickNow, state.job.jitterOffsetMs);
       if (!state.nextSlot || state.nextSlot > now) continue;
-      // If this worker slept through several slots (a blocked event loop, a suspended VM),
-      // claim only the latest: the others ran elsewhere or are recorded as missed.
-      const slots = slotsBetween(state.job.schedule, new Date(state.nextSlot.getTime() - 1), now, MAX_MISSED_RECORDED);
-      const latest = slots[slots.length - 1] ?? state.nextSlot;
-      state.nextSlot = state.job.schedule.next(now);
+      // Usually one slot is due: the one after it is still ahead (one schedule step per job,
+      // for thousands of jobs a tick). If this worker slept through several slots (a blocked
+      // event loop, a suspended VM), claim only the latest: the others ran elsewhere or are
+      // recorded as missed.
+      let latest = state.nextSlot;
+      const following = state.job.schedule.next(latest);
+      if (following === null || following > now) {
+        state.nextSlot = following;
+      } else {
+        const slots = slotsBetween(state.job.schedule, new Date(state.nextSlot.getTime() - 1), now, MAX_MISSED_RECORDED);
+        latest = slots[slots.length - 1] ?? state.nextSlot;
+        state.nextSlot = state.job.schedule.next(now);
+      }
       if (now.getTime() - latest.getTime() > state.job.startingDeadlineMs) {
         this.logger.warn({ event: 'slot:late', job: state.job.name, slot: latest.toISOString() }, `slot of "${state.job.name}" is past its starting deadline; not claiming it`);
         continue;
@@ -225,7 +233,7 @@ export class ClaimEngine {
           // buffer-one / buffer-all (and catch-up): the next waiting slot starts as soon as we release
           if (report.nextBufferedSlot) this.claimOrLog([{ job, slot: report.nextBufferedSlot }], 'claiming the buffered slot failed');
         });
-        if (row.previous_slot) void this.recordMissed(job, row.previous_slot, row.slot);
+        if (row.previous_slot && this.missedBetween(job, row.previous_slot, row.slot)) void this.recordMissed(job, row.previous_slot, row.slot);
       } else if (row.reason === 'held') {
         if (row.skip_recorded) this.reportSkip(job, row);
       } else if (row.reason === 'slot-not-due' && (attempt >= RETRY_DELAYS_MS.length || this.clock.now() < row.slot)) {
@@ -276,6 +284,12 @@ export class ClaimEngine {
   /** Slots between the previous claim and this one that neither ran nor were skipped. */
   // Slots inside a stored clock step window are dropped by record_missed() itself; so the
   // windows this worker saw are stored first (missed slots are not recorded until they are).
+  /** A slot of `job` lies strictly between `previous` and `claimed` (one schedule step: the usual answer is no). */
+  private missedBetween(job: JobDefinition, previous: Date, claimed: Date): boolean {
+    const next = job.schedule.next(previous);
+    return next !== null && next < claimed;
+  }
+
   private async recordMissed(job: JobDefinition, previous: Date, claimed: Date): Promise<void> {
     const between = slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED);
     if (between.length === 0) return;

@@ -2,10 +2,12 @@
 // shared heartbeat), call the handler with its context, retry if configured, then record the
 // outcome and release the lease in one statement (finish_run). Start and end are events (the
 // logger is one of their subscribers); the handler's logger is made only if it asks for it.
+// A job with a timeout gets a RunDeadline: the signal fires at the deadline, the run is
+// recorded timed-out, and a handler that never settles is given up one ttl later.
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { inTransaction } from '../db/transaction.js';
-import { LeaseLostError, ShutdownError } from '../errors.js';
+import { LeaseLostError, RunTimeoutError, ShutdownError } from '../errors.js';
 import type { Lease } from '../lease/lease.js';
 import { releasedRemotely, type LeaseTracker } from '../lease/tracker.js';
 import { childLogger, type JobLogger } from '../observe/child-logger.js';
@@ -69,43 +71,73 @@ export async function executeRun(
       .catch(() => undefined);
     return { job: job.name, slot, fence, outcome: 'aborted', error: errorText, durationMs: 0, nextBufferedSlot: null };
   }
-  const signal = lease ? AbortSignal.any([lease.signal, env.shutdown]) : env.shutdown;
+  const deadline = job.timeoutMs === null ? null : new RunDeadline(job, slot, fence, sentAt, lease);
+  // The run's signal combines its parts only when asked for (ctx.signal, a retry's pause):
+  // AbortSignal.any() costs more than the rest of starting a run, and many handlers never read it.
+  const aborted = () => env.shutdown.aborted || (lease?.signal.aborted ?? false) || (deadline?.signal.aborted ?? false);
+  let combined: AbortSignal | undefined;
+  const signal = () => (combined ??= runSignal(env.shutdown, lease, deadline));
   let logger: JobLogger | undefined;
   const log = () => (logger ??= childLogger(env.logger, { job: job.name, slot: slot.toISOString(), fence }));
   if (env.events.wants('run:started')) env.events.emit('run:started', { job: job.name, slot, fence, holder: env.holder });
 
-  let outcome: RunOutcome = 'succeeded';
-  let error: unknown;
-  let attempt = 1;
-  for (; ; attempt++) {
-    try {
-      const ctx = context(env, job, claim, lease, slot, fence, signal, attempt, log);
-      const call = async (): Promise<void> => void (await job.handler(ctx));
-      await (env.wrapHandler ? env.wrapHandler({ job: job.name, slot, fence, attempt }, call) : call());
-      error = undefined;
-      break;
-    } catch (caught) {
-      error = caught;
-      if (attempt >= job.retry.attempts || signal.aborted) break;
-      log().warn({ event: 'run:retry', attempt, err: String(caught) }, `run of "${job.name}" failed; retrying`);
-      if (!(await pause(job.retry.delayMs, signal))) break;
+  let current = 1;
+  const attempts = async (): Promise<{ error: unknown; attempt: number }> => {
+    let error: unknown;
+    let attempt = 1;
+    for (; ; attempt++, current++) {
+      try {
+        const ctx = context(env, job, claim, lease, slot, fence, signal, attempt, log, deadline);
+        const call = async (): Promise<void> => void (await job.handler(ctx));
+        await (env.wrapHandler ? env.wrapHandler({ job: job.name, slot, fence, attempt }, call) : call());
+        error = undefined;
+        break;
+      } catch (caught) {
+        error = caught;
+        if (attempt >= job.retry.attempts || aborted()) break;
+        log().warn({ event: 'run:retry', attempt, err: String(caught) }, `run of "${job.name}" failed; retrying`);
+        if (!(await pause(job.retry.delayMs, signal()))) break;
+      }
     }
-  }
-  if (lease?.lost) outcome = 'lost';
+    return { error, attempt };
+  };
+  // A handler that ignores its timeout is given one ttl more to settle; after that the run is
+  // recorded timed-out without it and its lease is left to expire (its writes are refused already).
+  const settledRun = deadline ? Promise.race([attempts(), deadline.abandoned().then(() => ({ error: ABANDONED, attempt: current }))]) : attempts();
+  const { error, attempt } = await settledRun;
+  // the database may say so before this process's timer does (a clock step, a late timer)
+  if (deadline && lease && refusedForTimeout(lease)) deadline.expire();
+  deadline?.clear();
+  const abandoned = error === ABANDONED;
+
+  let outcome: RunOutcome = 'succeeded';
+  if (deadline?.error) outcome = 'timed-out';
+  else if (lease?.lost) outcome = 'lost';
   else if (error !== undefined) outcome = env.shutdown.aborted ? 'aborted' : 'failed';
-  const errorText = outcome === 'lost' ? (lease?.lostReason?.message ?? 'lease lost') : error === undefined ? null : describeError(error);
+  const errorText =
+    outcome === 'timed-out'
+      ? abandoned
+        ? `${deadline!.error!.message} The handler did not settle within one ttl after it; the lease was left to expire.`
+        : deadline!.error!.message
+      : outcome === 'lost'
+        ? (lease?.lostReason?.message ?? 'lease lost')
+        : error === undefined
+          ? null
+          : describeError(error);
 
   let nextBufferedSlot: Date | null = null;
   try {
     // A lost lease's token is passed too: if the lease is in fact still ours (say the liveness
     // session dropped), this frees it at once; if not, the release matches nothing.
     if (lease) env.tracker.stopRenewing(lease);
-    const finished = await env.finisher.finish({ job: job.name, fence, token: lease?.token ?? null, outcome, error: errorText, attempts: attempt });
+    // an abandoned run keeps its lease until the TTL ends it: its handler may still be running
+    const token = abandoned ? null : (lease?.token ?? null);
+    const finished = await env.finisher.finish({ job: job.name, fence, token, outcome, error: errorText, attempts: attempt });
     nextBufferedSlot = finished.nextBufferedSlot;
   } catch (finishError) {
     log().error({ event: 'run:finish-failed', err: String(finishError) }, 'could not record the run; its lease ends by its TTL');
   } finally {
-    if (lease) releasedRemotely(lease);
+    if (lease && !abandoned) releasedRemotely(lease);
   }
   const durationMs = performance.now() - started;
   const report: RunReport = { job: job.name, slot, fence, outcome, error: errorText, durationMs, nextBufferedSlot };
@@ -141,17 +173,22 @@ function context(
   lease: Lease | null,
   slot: Date,
   fence: number,
-  signal: AbortSignal,
+  signal: () => AbortSignal,
   attempt: number,
   log: () => JobLogger,
+  deadline: RunDeadline | null,
 ): JobContext {
   return {
     job: job.name,
     slot,
     fence,
-    idempotencyKey: idempotencyKey(job.name, claim),
+    get idempotencyKey() {
+      return idempotencyKey(job.name, claim);
+    },
     trigger: claim.trigger ?? 'schedule',
-    signal,
+    get signal() {
+      return signal();
+    },
     attempt,
     get log() {
       return log();
@@ -159,7 +196,11 @@ function context(
     lease,
     // without a lease (overlap 'allow') there is nothing to fence against; statements get the
     // job's ttl as their timeout, as a fenced transaction's get the lease's
-    transaction: lease ? (fn) => lease.transaction(fn) : (fn) => inTransaction(env.tracker.runtime.workPool, env.tracker.runtime.where, fn, job.ttlMs),
+    // after the run's deadline the client refuses at once (the database would too: LH003)
+    transaction: (fn) => {
+      if (deadline?.error) return Promise.reject(deadline.error);
+      return lease ? lease.transaction(fn) : inTransaction(env.tracker.runtime.workPool, env.tracker.runtime.where, fn, job.ttlMs);
+    },
   };
 }
 
@@ -168,6 +209,82 @@ function idempotencyKey(job: string, claim: ClaimRow): string {
   if (claim.trigger === 'manual') return `${job}@manual:${claim.request_id ?? ''}`;
   if (claim.trigger === 'backfill') return `${job}@backfill:${claim.slot.toISOString()}`;
   return `${job}@${claim.slot.toISOString()}`;
+}
+
+/** The database refused the lease's fence because the run's timeout passed (assert_lease's DETAIL). */
+function refusedForTimeout(lease: Lease): boolean {
+  const lost = lease.lostReason;
+  return lost !== undefined && lost.reason === 'fence-mismatch' && lost.message.includes(TIMED_OUT_DETAIL);
+}
+
+/** The first words of assert_lease's DETAIL for a run past its timeout (sql/0013_run_timeout.sql). */
+const TIMED_OUT_DETAIL = 'the run timed out';
+
+/** The shutdown signal, and the lease's and the deadline's when there are. */
+function runSignal(shutdown: AbortSignal, lease: Lease | null, deadline: RunDeadline | null): AbortSignal {
+  if (!lease && !deadline) return shutdown;
+  const signals = [shutdown];
+  if (lease) signals.push(lease.signal);
+  if (deadline) signals.push(deadline.signal);
+  return AbortSignal.any(signals);
+}
+
+/** The result of RunDeadline.abandoned(): the handler did not settle in time. */
+const ABANDONED: unique symbol = Symbol('abandoned');
+
+/**
+ * A run's timeout, on the monotonic clock from when the claim was sent (before the database's
+ * now() that starts its deadline there, so the signal fires no later than the database begins
+ * to refuse the run's writes). A lease lost before the deadline makes the run lost, not
+ * timed out.
+ */
+class RunDeadline {
+  private readonly controller = new AbortController();
+  private timer: NodeJS.Timeout | undefined;
+  private abandonTimer: NodeJS.Timeout | undefined;
+  private onAbandon: (() => void) | undefined;
+  error: RunTimeoutError | undefined;
+
+  constructor(
+    job: JobDefinition,
+    slot: Date,
+    fence: number,
+    sentAt: number,
+    lease: Lease | null,
+  ) {
+    const timeoutMs = job.timeoutMs ?? 0;
+    this.expire = () => {
+      if (this.error) return;
+      this.error = new RunTimeoutError(job.name, slot, fence, timeoutMs);
+      this.controller.abort(this.error);
+    };
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      if (lease?.lost && !refusedForTimeout(lease)) return;
+      this.expire();
+      this.abandonTimer = setTimeout(() => this.onAbandon?.(), job.ttlMs);
+    }, Math.max(0, sentAt + timeoutMs - performance.now()));
+  }
+
+  /** The deadline has passed: fire the signal (once) with a RunTimeoutError. */
+  readonly expire: () => void;
+
+  get signal(): AbortSignal {
+    return this.controller.signal;
+  }
+
+  /** Resolves one ttl after the deadline (never, if the run settles first). */
+  abandoned(): Promise<void> {
+    return new Promise((resolve) => {
+      this.onAbandon = resolve;
+    });
+  }
+
+  clear(): void {
+    clearTimeout(this.timer);
+    clearTimeout(this.abandonTimer);
+    this.onAbandon = undefined;
+  }
 }
 
 /** Waits `ms` unless the signal fires first; returns false when it did. */

@@ -51,7 +51,10 @@ export interface JobContext {
   idempotencyKey: string;
   /** What started this run. */
   trigger: RunTrigger;
-  /** Fires when the lease is lost or replaced, or the worker shuts down; `signal.reason` says which. */
+  /**
+   * Fires when the lease is lost or replaced, the run's `timeout` passes (RunTimeoutError), or
+   * the worker shuts down; `signal.reason` says which.
+   */
   signal: AbortSignal;
   /** 1 for the first attempt, 2 for the first retry, ... */
   attempt: number;
@@ -95,6 +98,14 @@ export interface JobOptions {
     /** Wait between attempts. @default '1s' */
     delay?: Duration;
   };
+  /**
+   * The most a run may last, from its claim, retries included (1 ms to 366 days). At the
+   * deadline the run's signal fires with a RunTimeoutError, the database refuses its fenced
+   * writes (LH003) and the run is recorded `timed-out`; the lease is released when the handler
+   * settles (or, if it does not within one `ttl` more, is left to expire). See docs/scheduler.md,
+   * "Timeouts". @default none
+   */
+  timeout?: Duration;
   handler: (context: JobContext) => Promise<unknown>;
 }
 
@@ -111,6 +122,8 @@ export interface JobDefinition {
   /** This job's fixed delay after each slot, in [0, jitterMs): src/schedule/jitter.ts. */
   readonly jitterOffsetMs: number;
   readonly retry: { attempts: number; delayMs: number };
+  /** The run timeout in milliseconds; null: none. */
+  readonly timeoutMs: number | null;
   readonly handler: (context: JobContext) => Promise<unknown>;
 }
 
@@ -126,6 +139,7 @@ const JOB_OPTION_KEYS = optionKeys<JobOptions>({
   startingDeadline: true,
   jitter: true,
   retry: true,
+  timeout: true,
   handler: true,
 });
 
@@ -177,6 +191,8 @@ export function defineJob(options: JobOptions): JobDefinition {
   const jitterMs = checkJitter(options.jitter, schedule, startingDeadlineMs, options.startingDeadline !== undefined, where);
   const attempts = integerSetting(options.retry?.attempts, JOB_DEFAULTS.retryAttempts, 'retry', `${where}: retry.attempts`);
   const delayMs = durationSetting(options.retry?.delay, JOB_DEFAULTS.retryDelay, `${where}: retry.delay`);
+  const timeoutMs =
+    options.timeout === undefined ? null : parseBoundedDuration(options.timeout, `${where}: timeout`, JOB_DEFAULTS.timeout.minMs, JOB_DEFAULTS.timeout.maxMs);
   if (ttlMs < JOB_DEFAULTS.scheduledTtlMinMs) {
     throw new InvalidArgumentError(
       'ttl',
@@ -194,6 +210,7 @@ export function defineJob(options: JobOptions): JobDefinition {
     jitterMs,
     jitterOffsetMs: jitterOffsetMs(name, jitterMs),
     retry: { attempts, delayMs },
+    timeoutMs,
     handler: options.handler,
   });
 }

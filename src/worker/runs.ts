@@ -29,7 +29,7 @@ export interface RunSetSettings {
 export class RunSet {
   private readonly runs = new Set<Promise<RunReport>>();
   /** job, fence and token of runs whose handler has not settled. */
-  private readonly pending = new Map<string, { job: string; fence: number; token: string | null }>();
+  private readonly pending = new Set<{ job: string; fence: number; token: string | null }>();
   /** Worker.wrapHandlers(): every handler call from now on runs inside it (undefined: none). */
   wrapHandler: HandlerWrapper | undefined;
 
@@ -43,19 +43,31 @@ export class RunSet {
   launch(state: JobState, row: ClaimRow, holderKey: string | null, sentAt: number, settled: (report: RunReport) => void): void {
     const { job } = state;
     state.running++;
-    const key = `${job.name}#${row.fence}`;
-    this.pending.set(key, { job: job.name, fence: Number(row.fence), token: row.token });
+    const entry = { job: job.name, fence: Number(row.fence), token: row.token };
+    this.pending.add(entry);
     const { tracker, finisher, events, logger, holder, shutdown } = this.settings;
     const run = executeRun({ tracker, finisher, logger, events, holder, shutdown, wrapHandler: this.wrapHandler }, job, row, holderKey, sentAt);
     this.runs.add(run);
-    void run
-      .then(settled)
-      .catch((error: unknown) => logger.error({ event: 'run:error', job: job.name, err: String(error) }, 'a run failed outside its handler'))
-      .finally(() => {
-        this.runs.delete(run);
-        this.pending.delete(key);
-        state.running--;
-      });
+    const done = () => {
+      this.runs.delete(run);
+      this.pending.delete(entry);
+      state.running--;
+    };
+    // one reaction per run (a worker starts thousands per tick), not a then/catch/finally chain
+    run.then(
+      (report) => {
+        done();
+        try {
+          settled(report);
+        } catch (error) {
+          logger.error({ event: 'run:error', job: job.name, err: String(error) }, 'a run failed outside its handler');
+        }
+      },
+      (error: unknown) => {
+        done();
+        logger.error({ event: 'run:error', job: job.name, err: String(error) }, 'a run failed outside its handler');
+      },
+    );
   }
 
   /** Resolves when every run started so far has settled. */
