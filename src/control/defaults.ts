@@ -6,10 +6,6 @@ const DAY = 86_400_000;
 export const CONTROL_DEFAULTS = {
   /** The payload as JSON text, in bytes (UTF-8). */
   payloadMaxBytes: 65_536,
-  /** Per-run timeout of a data job: stored, applied by the worker's timeout option. */
-  timeout: { minMs: 1, maxMs: 7 * DAY },
-  /** Per-job jitter of a data job: stored, applied by the worker's jitter option. */
-  jitter: { minMs: 1, maxMs: DAY },
   /** pause(): end the running run's lease too. */
   stopRunning: { default: false },
   /** A pause's reason, in characters. */

@@ -6,7 +6,6 @@ import { InvalidArgumentError } from '../errors.js';
 import type { DbHandle } from '../db/handle.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import type { Duration } from '../validate/duration.js';
-import { parseBoundedDuration } from '../validate/duration.js';
 import { checkHolder, checkLeaseName } from '../validate/names.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { defineJob, describeCatchUp, type CatchUpPolicy, type JobDefinition, type OverlapPolicy } from '../worker/job.js';
@@ -39,9 +38,9 @@ export interface ScheduleOptions {
   catchUp?: CatchUpPolicy;
   /** How late a slot may start and still run. @default the schedule's interval, at most 1h */
   startingDeadline?: Duration;
-  /** Per-run timeout (stored for the worker's timeout option; null: none). */
+  /** Per-run timeout, as the job option `timeout` (null: none). */
   timeout?: Duration | null;
-  /** Per-job jitter (stored for the worker's jitter option; null: none). */
+  /** Spread after each slot, as the job option `jitter` (null: none). */
   jitter?: Duration | null;
 }
 
@@ -109,7 +108,9 @@ export function checkSchedule(options: ScheduleOptions): CheckedSchedule {
   const where = typeof options.name === 'string' ? `schedule "${options.name}"` : 'schedule';
   checkOptionKeys(options, SCHEDULE_OPTION_KEYS, where);
   const { handler, by, payload, timeout, jitter, ...jobOptions } = options;
-  const job = defineJob({ ...jobOptions, handler: noHandler });
+  // the worker's own rules, timeout and jitter included: what define() accepts, every worker runs
+  // (null, like leaving them out, means none)
+  const job = defineJob({ ...jobOptions, ...(timeout != null ? { timeout } : {}), ...(jitter != null ? { jitter } : {}), handler: noHandler });
   const handlerName = checkText(handler, 'handler', `${where}: handler`);
   const byName = checkHolder(by);
   let payloadJson: string;
@@ -123,18 +124,7 @@ export function checkSchedule(options: ScheduleOptions): CheckedSchedule {
   if (bytes > CONTROL_DEFAULTS.payloadMaxBytes) {
     throw new InvalidArgumentError('payload', `${where}: payload is ${bytes} bytes as JSON; at most ${CONTROL_DEFAULTS.payloadMaxBytes} (store large data elsewhere and put its key in the payload).`);
   }
-  const timeoutMs = timeout == null ? null : bounded(timeout, 'timeout', where, CONTROL_DEFAULTS.timeout);
-  const jitterMs = jitter == null ? null : bounded(jitter, 'jitter', where, CONTROL_DEFAULTS.jitter);
-  return { job, handler: handlerName, by: byName, payloadJson, timeoutMs, jitterMs };
-}
-
-function bounded(value: Duration, argument: string, where: string, bounds: { minMs: number; maxMs: number }): number {
-  try {
-    return parseBoundedDuration(value, `${where}: ${argument}`, bounds.minMs, bounds.maxMs);
-  } catch (error) {
-    if (error instanceof InvalidArgumentError) throw new InvalidArgumentError(argument, error.message);
-    throw error;
-  }
+  return { job, handler: handlerName, by: byName, payloadJson, timeoutMs: job.timeoutMs, jitterMs: job.jitterMs > 0 ? job.jitterMs : null };
 }
 
 function checkText(value: unknown, argument: string, what: string): string {

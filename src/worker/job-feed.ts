@@ -312,6 +312,8 @@ export class JobFeed {
         ...(row.buffer_limit !== null ? { bufferLimit: row.buffer_limit } : {}),
         catchUp,
         ...(row.starting_deadline_ms !== null ? { startingDeadline: Number(row.starting_deadline_ms) } : {}),
+        ...(row.timeout_ms !== null ? { timeout: Number(row.timeout_ms) } : {}),
+        ...(row.jitter_ms !== null ? { jitter: Number(row.jitter_ms) } : {}),
         // the handler sees the code job's context plus the payload and handler name
         handler: (context) => {
           const data = Object.defineProperties({}, Object.getOwnPropertyDescriptors(context)) as DataJobContext;

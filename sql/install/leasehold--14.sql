@@ -1,4 +1,4 @@
--- leasehold schema version 12: complete install script.
+-- leasehold schema version 14: complete install script.
 -- Generated from the migrations in sql/ (leasehold migrate --dry-run prints it for a database).
 -- Apply it in ONE transaction, as the role that is to own the schema (not a superuser if you can):
 --   psql --single-transaction -v ON_ERROR_STOP=1 -f this-file.sql
@@ -17,7 +17,7 @@ create table if not exists leasehold.migrations (
 
 do $$ begin
   if (select coalesce(max(version), 0) from leasehold.migrations) <> 0 then
-    raise exception 'this script upgrades the leasehold schema from version 0 to 12, but the database is at version %',
+    raise exception 'this script upgrades the leasehold schema from version 0 to 14, but the database is at version %',
       (select coalesce(max(version), 0) from leasehold.migrations);
   end if;
 end $$;
@@ -2494,7 +2494,7 @@ begin
     or (v_catch_up ~ '^all:[0-9]{1,4}$' and substr(v_catch_up, 5)::integer between 1 and 1000), 'catch_up', 'must be latest, none or all:N with N from 1 to 1000');
   perform leasehold.check_schedule_field(p_buffer_limit between 1 and 1000, 'buffer_limit', 'must be from 1 to 1000');
   perform leasehold.check_schedule_field(p_starting_deadline is null or (v_deadline_ms between 1 and 366::bigint * 86400000), 'starting_deadline', 'must be from 1 millisecond to 366 days');
-  perform leasehold.check_schedule_field(p_timeout is null or (p_timeout > interval '0' and p_timeout <= interval '7 days'), 'timeout', 'must be a positive interval of at most 7 days');
+  perform leasehold.check_schedule_field(p_timeout is null or (p_timeout > interval '0' and p_timeout <= interval '366 days'), 'timeout', 'must be a positive interval of at most 366 days');
   perform leasehold.check_schedule_field(p_jitter is null or (p_jitter > interval '0' and p_jitter <= interval '1 day'), 'jitter', 'must be a positive interval of at most 1 day');
   perform leasehold.check_schedule_field(octet_length(v_payload::text) <= 65536, 'payload', format('must be JSON of at most 65536 bytes (got %s)', coalesce(octet_length(v_payload::text), 0)));
 
@@ -2635,9 +2635,8 @@ begin
     perform set_config('leasehold.job_writer', '', true);
   end if;
   if p_stop_running and v_lease.token is not null then
-    update leasehold.leases l
-       set token = null, expires_at = null, holder_key = null, released_at = now(), fence = leasehold.next_fence(l.fence)
-     where l.name = p_name;
+    -- the operator's override, as force_release does it: the fence moves past the holder's
+    perform from leasehold.force_release(p_name);
     update leasehold.runs r
        set outcome = 'aborted', finished_at = now(), error = left('stopped: paused by ' || p_by || coalesce(' (' || p_reason || ')', ''), 4000)
      where r.job = p_name and r.outcome = 'running';
@@ -3237,6 +3236,328 @@ insert into leasehold.access (object, level) values
   ('claim_requests', 'client');
 
 insert into leasehold.migrations (version, name, breaking) values (12, '0012_manual_runs', false);
+
+-- 0013_run_timeout
+-- leasehold migration 0013: per-run timeouts.
+--
+-- Additive. A job may have a timeout (jobs.timeout_ms): the most a run of it may last, counted
+-- from the moment its lease was granted (leases.acquired_at, the claim's now()), retries
+-- included. Once it has passed, the run's lease is no longer held for the purpose of fenced
+-- writes: holds_lease() is false, so assert_lease() and start_run() refuse with LH003, whatever
+-- the holding process does or fails to do (a paused or stuck process cannot commit after its
+-- deadline). The lease row itself stays the holder's until the run is finished (or its TTL
+-- runs out): no other run of the job starts while the timed-out one might still be writing
+-- elsewhere. A run that ended this way is recorded with the new outcome 'timed-out'.
+--
+-- Code-defined jobs get their timeout into the row with set_job_timeouts(), which workers
+-- call right after register_jobs() (whose signature SQL callers depend on, so it is left as
+-- it is). A null timeout_ms means no timeout.
+
+alter table leasehold.jobs add column if not exists timeout_ms bigint;
+
+-- set_job_timeouts: sets (or, with null, clears) the timeout of each named job, as its latest
+-- registration says. Names that are not registered are ignored. Returns the rows changed.
+create function leasehold.set_job_timeouts(p_names text[], p_timeout_ms bigint[]) returns integer
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+declare
+  v_bad bigint;
+  v_changed integer;
+begin
+  if coalesce(cardinality(p_names), 0) <> coalesce(cardinality(p_timeout_ms), 0) then
+    raise exception 'set_job_timeouts needs as many timeouts as names (% names, % timeouts)',
+      coalesce(cardinality(p_names), 0), coalesce(cardinality(p_timeout_ms), 0)
+      using errcode = '22023';
+  end if;
+  -- the bounds of the client's `timeout` option: 1 ms to 366 days
+  select t into v_bad from unnest(p_timeout_ms) t where t < 1 or t > 31622400000 limit 1;
+  if found then
+    raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
+  end if;
+  update leasehold.jobs j
+     set timeout_ms = i.timeout_ms
+    from unnest(p_names, p_timeout_ms) as i(name, timeout_ms)
+   where j.name = i.name and j.timeout_ms is distinct from i.timeout_ms;
+  get diagnostics v_changed = row_count;
+  return v_changed;
+end $$;
+
+-- holds_lease: as in 0001, and a lease of a job with a timeout is not held once the timeout
+-- has passed since the lease was granted.
+create or replace function leasehold.holds_lease(p_name text, p_token uuid, p_fence bigint) returns boolean
+language plpgsql volatile as $$
+begin
+  perform 1 from leasehold.leases l
+   where l.name = p_name and l.token = p_token and l.fence = p_fence and l.expires_at > now()
+     and l.epoch = leasehold.epoch()
+     and not leasehold.run_timed_out(l.name, l.acquired_at)
+     for key share of l;
+  return found;
+end $$;
+
+-- run_timed_out: the deadline rule alone (holds_lease applies it; assert_lease names it in its
+-- refusal): a run of job p_job whose lease was granted at p_acquired_at has outlived the job's
+-- timeout.
+create function leasehold.run_timed_out(p_job text, p_acquired_at timestamptz) returns boolean
+language sql stable as $$
+  select exists (
+    select 1 from leasehold.jobs j
+     where j.name = p_job and j.timeout_ms is not null
+       and now() >= p_acquired_at + j.timeout_ms * interval '1 millisecond');
+$$;
+
+-- assert_lease: as in 0001, with the timeout named in the refusal (otherwise a timed-out lease,
+-- unexpired and with a matching token, would be explained as unconfirmed since a failover, and
+-- clients would renew it and try again).
+create or replace function leasehold.assert_lease(p_name text, p_token uuid, p_fence bigint) returns bigint
+language plpgsql volatile as $$
+declare
+  r leasehold.leases;
+  v_detail text;
+begin
+  -- the rule and the lock are holds_lease's; this function only explains a refusal
+  if leasehold.holds_lease(p_name, p_token, p_fence) then
+    return p_fence;
+  end if;
+  select * into r from leasehold.leases l where l.name = p_name;
+  v_detail := case
+      when r.name is null then 'no such lease'
+      when r.fence <> p_fence and r.token is null then format('the lease was force-released (fence is now %s, held by nobody)', r.fence)
+      when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, r.holder)
+      when r.token is null then 'the lease was released'
+      when r.expires_at <= now() then 'the lease expired'
+      -- a wrong token is no failover, whatever the row's epoch says
+      when r.token <> p_token then 'the token does not match the lease'
+      when leasehold.run_timed_out(r.name, r.acquired_at) then
+        format('the run timed out: its job''s timeout of %s ms passed at %s',
+               (select j.timeout_ms from leasehold.jobs j where j.name = r.name),
+               r.acquired_at + (select j.timeout_ms from leasehold.jobs j where j.name = r.name) * interval '1 millisecond')
+    end;
+  if v_detail is not null then
+    raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
+      using errcode = 'LH003', detail = v_detail,
+            hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
+  end if;
+  -- Not lost as far as this server knows, only unconfirmed since a failover. The DETAIL's
+  -- first words are part of the contract: clients recognise this case by them, renew, and
+  -- run the transaction again.
+  raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
+    using errcode = 'LH003',
+          detail = format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
+                          'renew it, or roll back if it is lost', r.epoch, leasehold.epoch()),
+          hint = 'Roll back, renew the lease (leasehold.renew) and run the transaction again; if the renewal fails, the lease is lost.';
+end $$;
+
+-- run_outcomes: as in 0006, with 'timed-out' (the run outlived its job's timeout) appended.
+create or replace function leasehold.run_outcomes() returns text[]
+language sql immutable as $$
+  select array['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out'];
+$$;
+
+insert into leasehold.access (object, level) values
+  ('set_job_timeouts', 'client'),
+  -- a step of holds_lease and assert_lease
+  ('run_timed_out', 'owner');
+
+insert into leasehold.migrations (version, name, breaking) values (13, '0013_run_timeout', false);
+
+-- 0014_summary
+-- leasehold migration 0014: a fleet summary that does not read a day of runs.
+--
+-- Additive. The dashboard's summary (and the metrics' fleet gauges) showed counts over the last
+-- 24 hours: runs, failed and lost runs, and how many jobs' p95 duration creeps towards their
+-- interval. At 100,000 jobs every 15 minutes that is ~10 million runs a day, and the summary
+-- read all of them (26 s). Two small tables, kept by statement-level triggers on runs (one
+-- aggregate per statement over its changed rows, whatever path wrote them: claim, finish,
+-- exec, prune), let it answer from bounded reads, with the same numbers:
+--   * run_counts: finished runs per minute of started_at, for the last 25 hours, in a ring of
+--     1,500 buckets per shard (the shard is the writing backend's pid mod 64, so concurrent
+--     finishing workers rarely wait on the same row; rows are taken in bucket order, so two
+--     that do wait, never deadlock). runs in 24 h = the buckets wholly inside
+--     the window + an exact count of the one partial minute at its old edge.
+--   * slow_runs: per job, the latest start of a finished run that took at least half the job's
+--     interval (at the time it finished). A job whose p95 over 24 h reaches a ratio >= 0.5 of
+--     its interval has such a run in the window, so the summary computes the exact p95 only for
+--     these jobs (usually none or few).
+-- Failed and lost counts use the partial index runs_failed (0008). TRUNCATE of runs is not
+-- seen by the triggers: refresh_run_counts() rebuilds both tables from runs.
+
+create table leasehold.run_counts (
+  bucket  smallint not null check (bucket >= 0 and bucket < 1500),
+  shard   smallint not null check (shard >= 0 and shard < 64),
+  minute  bigint not null,   -- minutes since the epoch: floor(extract(epoch from started_at) / 60)
+  runs    bigint not null,
+  primary key (bucket, shard)
+);
+comment on table leasehold.run_counts is
+  'Finished runs per minute of their start over the last 25 hours (a ring of 1,500 minutes per shard; sum the shards of a minute, ignore minutes outside the window).';
+
+create table leasehold.slow_runs (
+  job           text primary key,
+  last_started  timestamptz not null
+);
+comment on table leasehold.slow_runs is
+  'Per job, the latest start of a finished run that took at least half its interval: the only jobs whose p95 can creep.';
+
+-- add_run_counts: adds signed per-minute counts to this backend's shard. Minutes older than
+-- 25 hours are never read and are dropped; a bucket that still holds a minute 25 hours older
+-- is taken over.
+create function leasehold.add_run_counts(p_minutes bigint[], p_counts bigint[]) returns void
+language sql volatile as $$
+  insert into leasehold.run_counts as c (bucket, shard, minute, runs)
+  select (d.minute % 1500)::smallint, (pg_backend_pid() % 64)::smallint, d.minute, d.n
+    from unnest(p_minutes, p_counts) as d (minute, n)
+   where d.n <> 0 and d.minute > floor(extract(epoch from now()) / 60)::bigint - 1500
+   order by 1 -- rows locked in bucket order: two sessions on one shard wait, never deadlock
+  on conflict (bucket, shard) do update
+     set minute = excluded.minute,
+         runs = case when c.minute = excluded.minute then c.runs + excluded.runs else excluded.runs end
+   where c.minute <= excluded.minute;
+$$;
+
+-- The triggers: one per event (a trigger with transition tables has one event). Each sums the
+-- statement's changed rows by minute (added minus removed finished runs) in one aggregate.
+create function leasehold.count_runs_inserted() returns trigger
+language plpgsql volatile set jit = off as $$
+begin
+  perform leasehold.add_run_counts(array_agg(minute), array_agg(n))
+     from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
+             from new_runs where finished_at is not null group by 1) d;
+  perform leasehold.mark_slow_runs(array_agg(job), array_agg(started_at), array_agg(finished_at))
+     from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds';
+  return null;
+end $$;
+
+create function leasehold.count_runs_updated() returns trigger
+language plpgsql volatile set jit = off as $$
+begin
+  perform leasehold.add_run_counts(array_agg(minute), array_agg(n))
+     from (select minute, sum(n)::bigint as n
+             from (select floor(extract(epoch from started_at) / 60)::bigint as minute, 1 as n from new_runs where finished_at is not null
+                   union all
+                   select floor(extract(epoch from started_at) / 60)::bigint, -1 from old_runs where finished_at is not null) c
+            group by 1) d;
+  perform leasehold.mark_slow_runs(array_agg(job), array_agg(started_at), array_agg(finished_at))
+     from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds';
+  return null;
+end $$;
+
+create function leasehold.count_runs_deleted() returns trigger
+language plpgsql volatile set jit = off as $$
+begin
+  -- prune_history deletes old rows: only those of the last 25 hours change a count
+  perform leasehold.add_run_counts(array_agg(minute), array_agg(-n))
+     from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
+             from old_runs where finished_at is not null and started_at > now() - interval '25 hours' group by 1) d;
+  return null;
+end $$;
+
+-- mark_slow_runs: the runs (>= 500 ms, the shortest interval's half) that took at least half
+-- their job's interval. Nothing when there are none (the usual case: no join at all).
+create function leasehold.mark_slow_runs(p_jobs text[], p_started timestamptz[], p_finished timestamptz[]) returns void
+language sql volatile as $$
+  insert into leasehold.slow_runs as s (job, last_started)
+  select r.job, max(r.started_at)
+    from unnest(p_jobs, p_started, p_finished) as r (job, started_at, finished_at)
+    join leasehold.jobs j on j.name = r.job
+   where p_jobs is not null and j.interval_ms > 0
+     and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
+   group by r.job
+  on conflict (job) do update set last_started = greatest(s.last_started, excluded.last_started);
+$$;
+
+create trigger runs_count_inserted after insert on leasehold.runs
+  referencing new table as new_runs for each statement execute function leasehold.count_runs_inserted();
+create trigger runs_count_updated after update on leasehold.runs
+  referencing old table as old_runs new table as new_runs for each statement execute function leasehold.count_runs_updated();
+create trigger runs_count_deleted after delete on leasehold.runs
+  referencing old table as old_runs for each statement execute function leasehold.count_runs_deleted();
+
+-- refresh_run_counts: rebuilds both tables from runs (after a TRUNCATE, or a restore). This
+-- migration calls it once for the history already there.
+create function leasehold.refresh_run_counts() returns void
+language plpgsql volatile set jit = off as $$
+begin
+  lock table leasehold.run_counts, leasehold.slow_runs in exclusive mode;
+  delete from leasehold.run_counts;
+  delete from leasehold.slow_runs;
+  insert into leasehold.run_counts (bucket, shard, minute, runs)
+  select (minute % 1500)::smallint, 0, minute, n
+    from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
+            from leasehold.runs
+           where finished_at is not null and started_at > now() - interval '25 hours'
+           group by 1) d;
+  insert into leasehold.slow_runs (job, last_started)
+  select r.job, max(r.started_at)
+    from leasehold.runs r join leasehold.jobs j on j.name = r.job
+   where r.finished_at is not null and r.started_at > now() - interval '25 hours' and j.interval_ms > 0
+     and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
+   group by r.job;
+end $$;
+
+select leasehold.refresh_run_counts();
+
+-- fleet_summary: the dashboard's summary counts over the last 24 hours, from the tables above
+-- (bounded reads; see the top of this file). p_warn_ratio (>= 0.5): a job creeps when its p95
+-- duration is at least that share of its interval, and is over when it is at least the interval.
+create function leasehold.fleet_summary(p_warn_ratio double precision default 0.8)
+returns table (
+  jobs integer, running integer, expired integer, failing integer, creeping integer, over_interval integer,
+  runs_24h bigint, failed_24h bigint, lost_24h bigint, skips_24h bigint, missed_24h bigint
+)
+language plpgsql stable set jit = off as $$
+#variable_conflict use_column
+declare
+  v_since timestamptz := now() - interval '24 hours';
+  v_edge  bigint := floor(extract(epoch from now() - interval '24 hours') / 60)::bigint;
+begin
+  if p_warn_ratio is null or p_warn_ratio < 0.5 or p_warn_ratio >= 1 then
+    raise exception 'p_warn_ratio must be from 0.5 to below 1 (got %)', p_warn_ratio using errcode = '22023';
+  end if;
+  return query
+  with states as (
+    select count(*) filter (where l.state = 'held') as held, count(*) filter (where l.state = 'expired') as expired
+      from leasehold.jobs j join leasehold.lease_status l on l.name = j.name
+  ),
+  failures as (
+    select count(distinct r.job) filter (where exists (select 1 from leasehold.jobs j where j.name = r.job)) as jobs,
+           count(*) filter (where r.outcome = 'failed') as failed,
+           count(*) filter (where r.outcome = 'lost') as lost
+      from leasehold.runs r
+     where r.outcome in ('failed', 'lost') and r.started_at > v_since and r.finished_at is not null
+  ),
+  ratios as (
+    select (select percentile_cont(0.95) within group (order by extract(epoch from r.finished_at - r.started_at))
+              from leasehold.runs r
+             where r.job = j.name and r.finished_at is not null and r.started_at > v_since) * 1000 / j.interval_ms as ratio
+      from leasehold.slow_runs s join leasehold.jobs j on j.name = s.job
+     where s.last_started > v_since and j.interval_ms > 0
+  )
+  select (select count(*) from leasehold.jobs)::integer,
+         (select held from states)::integer,
+         (select expired from states)::integer,
+         (select f.jobs from failures f)::integer,
+         (select count(*) from ratios where ratio >= p_warn_ratio and ratio < 1)::integer,
+         (select count(*) from ratios where ratio >= 1)::integer,
+         (select coalesce(sum(c.runs), 0) from leasehold.run_counts c where c.minute > v_edge)::bigint
+           + (select count(*) from leasehold.runs r
+               where r.started_at > v_since and r.started_at < to_timestamp((v_edge + 1) * 60) and r.finished_at is not null)::bigint,
+         (select f.failed from failures f)::bigint,
+         (select f.lost from failures f)::bigint,
+         (select count(*) from leasehold.skips where recorded_at > v_since)::bigint,
+         (select count(*) from leasehold.missed where recorded_at > v_since)::bigint;
+end $$;
+
+insert into leasehold.access (object, level) values
+  ('fleet_summary', 'reader'),
+  ('run_counts', 'reader'), ('slow_runs', 'reader'),
+  ('refresh_run_counts', 'operator'),
+  -- steps of the triggers on runs, never called directly
+  ('add_run_counts', 'owner'), ('mark_slow_runs', 'owner'),
+  ('count_runs_inserted', 'owner'), ('count_runs_updated', 'owner'), ('count_runs_deleted', 'owner');
+
+insert into leasehold.migrations (version, name, breaking) values (14, '0014_summary', false);
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
