@@ -176,6 +176,8 @@ describe('many jobs', () => {
   it('claims 300 jobs due at the same tick with one statement per tick, each slot once', async () => {
     const jobs: JobOptions[] = Array.from({ length: 300 }, (_, i) => ({ name: `bulk-${i}`, every: '1s', handler: async () => undefined }));
     const pool = rawPool(url, 1);
+    // the earlier tests' workers are gone, liveness sessions included: this worker's share is all
+    await waitFor(async () => (await pool.query<{ n: number }>('select count(*)::int as n from leasehold.liveness_locks()')).rows[0]!.n === 0, 5_000, 20);
     await worker(jobs);
     let claims = 0;
     const claimedPerTick: number[] = [];

@@ -123,6 +123,35 @@ describe('hash shares', () => {
   });
 });
 
+describe('a peer that leaves', () => {
+  it('drops out of the list at the first tick whose second pass took its share over, not at the next periodic read', async () => {
+    const all = names('gone', 0, 40);
+    const peer = await silentPeer();
+    await worker(all);
+    // while the silent peer lives, its share goes to the second pass every tick
+    await waitFor(() => [...calls.keys()].some((k) => k.startsWith('gone-')), 5_000, 20);
+    await peer.end();
+    extra.splice(extra.indexOf(peer), 1);
+    const perCall: number[] = [];
+    const store = (await import('../src/worker/claims.js')).SchedulerStore.prototype;
+    const claim = store.claim;
+    store.claim = async function (this: typeof store, ...args: Parameters<typeof claim>) {
+      perCall.push(args[0].length);
+      return claim.apply(this, args);
+    };
+    try {
+      // the list is read every 10 s otherwise; 3.5 s is a few ticks
+      await sleep(3_500);
+    } finally {
+      store.claim = claim;
+    }
+    // the first tick after the peer left may still split; the ones after claim all 40 at once
+    expect(perCall.filter((n) => n === all.length).length, JSON.stringify(perCall)).toBeGreaterThanOrEqual(2);
+    await Promise.all(workers.splice(0).map((w) => w.stop()));
+    await checkHistory('gone', all);
+  });
+});
+
 describe('claim_due', () => {
   it('decides as claim() does and returns only the rows the caller must act on', async () => {
     const pool = rawPool(url, 2);

@@ -58,7 +58,7 @@ export class ClaimEngine {
   /** Windows of forward database clock steps, stored in the database. */
   private readonly steps: StepRecorder;
   /** Claims in flight: stopping waits for them, so that no run is claimed behind its back. */
-  private readonly claiming = new Set<Promise<void>>();
+  private readonly claiming = new Set<Promise<number>>();
   private readonly retryTimers = new Set<NodeJS.Timeout>();
   private timer: NodeJS.Timeout | undefined;
   private lastTickAt = -Infinity;
@@ -194,7 +194,16 @@ export class ClaimEngine {
     const delay = Math.min(Math.max(STEAL_DELAY_MIN_MS, ownShareMs), STEAL_DELAY_MAX_MS);
     const timer = setTimeout(() => {
       this.retryTimers.delete(timer);
-      this.claimOrLog(requests, 'claiming slots of other workers\' shares failed');
+      this.claim(requests, 0).then(
+        // a peer in the list did not claim its share (it stopped or died): read the list again
+        // before the next tick rather than splitting by a dead peer for up to 10 s more
+        (claimed) => {
+          if (claimed === 0) return;
+          this.peers.expire();
+          void this.peers.refresh(this.tracker.livenessKey());
+        },
+        (error: unknown) => this.logger.error({ event: 'claim:failed', err: String(error) }, 'claiming slots of other workers\' shares failed'),
+      );
     }, delay);
     this.retryTimers.add(timer);
   }
@@ -203,21 +212,22 @@ export class ClaimEngine {
     this.claim(requests, attempt).catch((error: unknown) => this.logger.error({ event: 'claim:failed', err: String(error) }, message));
   }
 
-  /** Claims `requests` in one statement; retries the transient refusals a few times. */
-  private claim(requests: ClaimRequest[], attempt: number): Promise<void> {
-    if (!this.running || requests.length === 0) return Promise.resolve();
+  /** Claims `requests` in one statement; retries the transient refusals a few times. Resolves to the number of runs it started. */
+  private claim(requests: ClaimRequest[], attempt: number): Promise<number> {
+    if (!this.running || requests.length === 0) return Promise.resolve(0);
     const claiming = this.claimOnce(requests, attempt);
     this.claiming.add(claiming);
     return claiming.finally(() => this.claiming.delete(claiming));
   }
 
-  private async claimOnce(requests: ClaimRequest[], attempt: number): Promise<void> {
+  private async claimOnce(requests: ClaimRequest[], attempt: number): Promise<number> {
     const holderKey = this.tracker.livenessKey();
     const sentAt = performance.now();
     const rows = await this.store.claim(requests, this.holder, holderKey);
     // the claim's database time is a clock sample: a step shows here before the rows are used
     if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
-    if (!this.running) return this.handBack(rows);
+    if (!this.running) return this.handBack(rows).then(() => 0);
+    let started = 0;
     const retry: ClaimRequest[] = [];
     const orphans: ClaimRow[] = [];
     for (const row of rows) {
@@ -229,6 +239,7 @@ export class ClaimEngine {
       }
       const { job } = state;
       if (row.claimed) {
+        started++;
         this.runs.launch(state, row, holderKey, sentAt, (report) => {
           // buffer-one / buffer-all (and catch-up): the next waiting slot starts as soon as we release
           if (report.nextBufferedSlot) this.claimOrLog([{ job, slot: report.nextBufferedSlot }], 'claiming the buffered slot failed');
@@ -257,6 +268,7 @@ export class ClaimEngine {
       }, RETRY_DELAYS_MS[attempt]);
       this.retryTimers.add(timer);
     }
+    return started;
   }
 
   /** Stopping began while the claim ran: hand back what it claimed, unrun. */

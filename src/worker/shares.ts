@@ -63,6 +63,11 @@ export class PeerList {
     return { mine, others };
   }
 
+  /** Makes the next refresh() read the list again, however recent it is. */
+  expire(): void {
+    this.readAt = Number.NEGATIVE_INFINITY;
+  }
+
   /** For tests: use this list as if read from the database. */
   setKeys(keys: readonly string[]): void {
     this.keys = [...keys].sort();
