@@ -10,6 +10,7 @@ import { checkHolder, checkLeaseName } from '../validate/names.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { defineJob, describeCatchUp, type CatchUpPolicy, type JobDefinition, type OverlapPolicy } from '../worker/job.js';
 import { CONTROL_DEFAULTS } from './defaults.js';
+import type { StoredJobRow } from './job-row.js';
 import { sqlError } from './sql-errors.js';
 
 /** A job defined as data: run by every worker that has a handler of that name. */
@@ -191,26 +192,8 @@ export async function removeSchedule(db: ControlDb, name: string, options: { by:
   return rows[0]?.removed ?? false;
 }
 
-interface JobRow {
-  name: string;
-  source: 'code' | 'data';
-  handler: string | null;
-  schedule: string;
-  timezone: string | null;
-  interval_ms: string | null;
-  ttl_ms: string;
-  overlap: string;
-  catch_up: string;
-  buffer_limit: number | null;
-  starting_deadline_ms: string | null;
-  timeout_ms: string | null;
-  jitter_ms: string | null;
-  payload: unknown;
+interface JobRow extends StoredJobRow {
   defined_by: string | null;
-  revision: string;
-  paused_at: Date | null;
-  paused_by: string | null;
-  pause_reason: string | null;
 }
 
 const num = (value: string | null): number | null => (value === null ? null : Number(value));

@@ -5,6 +5,7 @@
 // changed one is replaced in place (its running run finishes under its lease, the new schedule
 // applies from the next slot). The database enforces pause and removal in claim(); this feed
 // only spares the workers claims they would lose, and applies catch-up on resume.
+import type { StoredJobRow } from '../control/job-row.js';
 import { timedQuery } from '../db/connection.js';
 import { LeaseholdError } from '../errors.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
@@ -51,26 +52,8 @@ export function dataJobSettings(job: JobDefinition): DataJobSettings | undefined
   return dataJobs.get(job);
 }
 
-export interface FeedRow {
-  revision: string;
-  name: string;
-  source: 'code' | 'data';
-  handler: string | null;
+export interface FeedRow extends StoredJobRow {
   removed: boolean;
-  schedule: string;
-  timezone: string | null;
-  interval_ms: string | null;
-  ttl_ms: string;
-  overlap: string;
-  catch_up: string;
-  buffer_limit: number | null;
-  starting_deadline_ms: string | null;
-  timeout_ms: string | null;
-  jitter_ms: string | null;
-  payload: unknown;
-  paused_at: Date | null;
-  paused_by: string | null;
-  pause_reason: string | null;
   last_slot: Date | null;
   database_time: Date;
 }
