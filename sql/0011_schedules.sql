@@ -246,6 +246,33 @@ language sql stable as $$
    limit greatest(1, least(coalesce(p_limit, 1000), 10000));
 $$;
 
+-- schedule_snapshot: what a starting worker needs of leasehold.jobs before it follows
+-- schedule_changes(): the data jobs of the handlers p_handlers and the paused jobs (code jobs
+-- that are not paused, other handlers' jobs and tombstones are none of its business: at 100,000
+-- jobs a worker of one handler would otherwise read them all), after revision p_after_revision
+-- in revision order, at most p_limit. The caller reads the newest revision of the table first
+-- and follows schedule_changes() from it: a change made meanwhile is read twice, never missed.
+create function leasehold.schedule_snapshot(p_handlers text[], p_after_revision bigint default 0, p_limit integer default 1000)
+returns table (
+  revision bigint, name text, source text, handler text, removed boolean,
+  schedule text, timezone text, interval_ms bigint, ttl_ms bigint, overlap text, catch_up text,
+  buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, payload jsonb,
+  paused_at timestamptz, paused_by text, pause_reason text, last_slot timestamptz, database_time timestamptz
+)
+language sql stable as $$
+  select j.revision, j.name, j.source, j.handler, false,
+         j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up,
+         j.buffer_limit, j.starting_deadline_ms, j.timeout_ms, j.jitter_ms,
+         case when j.handler = any (p_handlers) then j.payload end,
+         j.paused_at, j.paused_by, j.pause_reason,
+         (select l.last_slot from leasehold.leases l where l.name = j.name), now()
+    from leasehold.jobs j
+   where j.revision > coalesce(p_after_revision, 0) and j.removed_at is null
+     and ((j.source = 'data' and j.handler = any (p_handlers)) or j.paused_at is not null)
+   order by j.revision
+   limit greatest(1, least(coalesce(p_limit, 1000), 10000));
+$$;
+
 -- pause_job: no slot of the job is claimed until resume_job. The lease's last_slot stays where
 -- it is, so the pause is downtime on purpose: on resume the workers apply the job's catch-up
 -- policy and record the slots that do not run as missed ('paused'). With p_stop_running the run
@@ -524,7 +551,7 @@ end $$;
 
 insert into leasehold.access (object, level) values
   ('job_revisions', 'owner'), ('jobs_revision', 'owner'), ('check_schedule_field', 'owner'),
-  ('define_schedule', 'client'), ('remove_schedule', 'client'), ('schedule_changes', 'client'),
+  ('define_schedule', 'client'), ('remove_schedule', 'client'), ('schedule_changes', 'client'), ('schedule_snapshot', 'client'),
   ('pause_job', 'operator'), ('resume_job', 'operator');
 
 -- job_status: as in schema 8, without removed data jobs, with state 'paused' for a paused job

@@ -112,12 +112,27 @@ export class JobFeed {
    * runs, their last slots for the catch-up plan, and which jobs are paused.
    */
   async load(): Promise<{ jobs: JobDefinition[]; lastSlots: Map<string, Date | null> }> {
+    // Only this worker's data jobs and the paused jobs (schedule_snapshot), not every definition
+    // of the fleet; changes from the revision read first on come through schedule_changes() (a
+    // change made while the snapshot is read is applied twice, which changes nothing).
+    const newest = await this.newestRevision();
     const latest = new Map<string, FeedRow>();
+    let after = 0;
     for (;;) {
-      const rows = await this.fetch();
+      const { runtime } = this.parts;
+      const { rows } = await timedQuery<FeedRow & Record<string, unknown>>(
+        runtime.controlPool,
+        'select * from leasehold.schedule_snapshot($1, $2, $3)',
+        [this.handlerNames, after, PAGE],
+        runtime.queryTimeoutMs,
+        runtime.where,
+      );
       for (const row of rows) latest.set(row.name, row);
-      if (rows.length < PAGE) break;
+      const last = rows[rows.length - 1];
+      if (!last || rows.length < PAGE) break;
+      after = Number(last.revision);
     }
+    this.revision = newest;
     const jobs: JobDefinition[] = [];
     const lastSlots = new Map<string, Date | null>();
     for (const row of latest.values()) {
@@ -168,6 +183,19 @@ export class JobFeed {
       if (!this.failing) this.parts.logger.warn({ event: 'schedules:refresh-failed', err: String(error) }, 'could not read schedule changes; retrying');
       this.failing = true;
     }
+  }
+
+  /** The newest revision of leasehold.jobs (0 for none). */
+  private async newestRevision(): Promise<number> {
+    const { runtime } = this.parts;
+    const { rows } = await timedQuery<{ revision: string }>(
+      runtime.controlPool,
+      'select coalesce(max(revision), 0)::text as revision from leasehold.jobs',
+      [],
+      runtime.queryTimeoutMs,
+      runtime.where,
+    );
+    return Number(rows[0]?.revision ?? 0);
   }
 
   private async fetch(): Promise<FeedRow[]> {
