@@ -61,7 +61,7 @@ export function summaryLine(c: FleetCounts): string {
   const jobs = [
     `${c.running} running`,
     `${c.expired} with an expired lease`,
-    `${c.failing} failing (failed or lost run in 24 h)`,
+    `${c.failing} failing (failed, lost or timed-out run in 24 h)`,
     `${c.skipping} skipping (24 h)`,
     `${c.missing} with missed slots (24 h)`,
   ];
