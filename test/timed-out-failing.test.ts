@@ -2,15 +2,20 @@
 // failure wherever "failing" is shown: job_status, fleet_summary(), the dashboard's failing
 // filter and counts, `leasehold status --json` and the metrics. A job whose every run times
 // out must not look healthy; a timed-out run older than 24 h, or another job's, counts nowhere.
+// Everything is read through a role with only the documented `reader` grant (what dashboards
+// and `leasehold status` are given, docs/security.md).
+import http from 'node:http';
 import type pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createMetrics } from '../src/index.js';
+import { createMetrics, startDashboard } from '../src/index.js';
 import { fleetSummary, jobPage } from '../src/dashboard/queries.js';
-import { client, freshDatabase, rawPool } from './support/db.js';
 import { cli } from './support/cli.js';
+import { pool, ROLE, urlAs, usePrivilegeFixture } from './support/privileges.js';
 
 let url: string;
 let owner: pg.Pool;
+let reader: pg.Pool;
+usePrivilegeFixture((fixture) => ({ url, owner } = fixture));
 
 async function job(name: string): Promise<void> {
   await owner.query(
@@ -34,9 +39,7 @@ async function runs(name: string, outcome: string, agoMinutes: number[]): Promis
 }
 
 beforeAll(async () => {
-  url = await freshDatabase();
-  await (await client(url, { liveness: false })).close();
-  owner = rawPool(url, 2);
+  reader = pool(url, ROLE.reader);
   // 'capped': every run in 24 h timed out; 'healthy': succeeded runs and one timed-out run 30 h ago
   await job('capped');
   await job('healthy');
@@ -47,15 +50,15 @@ beforeAll(async () => {
 
 describe('a job whose runs time out is failing', () => {
   it('in job_status (timed_out_24h, the last column) and fleet_summary() (failing, timed_out_24h)', async () => {
-    const status = await owner.query(`select job, runs_24h, failed_24h, lost_24h, timed_out_24h from leasehold.job_status order by job`);
+    const status = await reader.query(`select job, runs_24h, failed_24h, lost_24h, timed_out_24h from leasehold.job_status order by job`);
     expect(status.rows).toEqual([
       { job: 'capped', runs_24h: 3, failed_24h: 0, lost_24h: 0, timed_out_24h: 3 },
       { job: 'healthy', runs_24h: 3, failed_24h: 0, lost_24h: 0, timed_out_24h: 0 },
     ]);
     expect(status.fields.at(-1)?.name).toBe('timed_out_24h');
-    const [summary] = (await owner.query(`select failing, failed_24h, lost_24h, timed_out_24h from leasehold.fleet_summary()`)).rows;
+    const [summary] = (await reader.query(`select failing, failed_24h, lost_24h, timed_out_24h from leasehold.fleet_summary()`)).rows;
     expect(summary).toEqual({ failing: 1, failed_24h: '0', lost_24h: '0', timed_out_24h: '3' });
-    expect(await fleetSummary(owner)).toMatchObject({ failing: 1, failed24h: 0, lost24h: 0, timedOut24h: 3 });
+    expect(await fleetSummary(reader)).toMatchObject({ failing: 1, failed24h: 0, lost24h: 0, timedOut24h: 3 });
   });
 
   it('reads failures through the partial index runs_failing, which replaced runs_failed', async () => {
@@ -74,18 +77,40 @@ describe('a job whose runs time out is failing', () => {
     }
   });
 
-  it('in the dashboard: the failing filter, the page figures and the summary', async () => {
-    const failing = await jobPage(owner, { filter: 'failing', limit: 10, offset: 0 });
+  it('in the dashboard: the failing filter, the page figures, the failures column and the summary', async () => {
+    const failing = await jobPage(reader, { filter: 'failing', limit: 10, offset: 0 });
     expect(failing.jobs.map((j) => j.job)).toEqual(['capped']);
     expect(failing.jobs[0]).toMatchObject({ runs24h: 3, failed24h: 0, lost24h: 0, timedOut24h: 3 });
-    const all = await jobPage(owner, { filter: 'all', limit: 10, offset: 0 });
+    const all = await jobPage(reader, { filter: 'all', limit: 10, offset: 0 });
     expect(all.jobs.map((j) => [j.job, j.timedOut24h])).toEqual([['capped', 3], ['healthy', 0]]);
+    // the light first paint has no 24 h figures: zero, not a stale or missing field
+    expect((await jobPage(reader, { filter: 'all', limit: 10, offset: 0, light: true })).jobs.map((j) => j.timedOut24h)).toEqual([0, 0]);
+
+    const d = await startDashboard({ pool: reader, port: 0 });
+    try {
+      const api = async (path: string) => (await fetch(`${d.url}${path}`, { headers: { 'x-leasehold-dashboard': '1' } })).json() as Promise<Record<string, unknown>>;
+      expect(((await api('api/jobs?filter=failing')).jobs as Array<{ job: string }>).map((j) => j.job)).toEqual(['capped']);
+      expect((await api('api/summary')).summary).toMatchObject({ jobs: 2, failing: 1, failed24h: 0, lost24h: 0, timedOut24h: 3 });
+      // the server-rendered first page: the failures column counts the timed-out runs
+      // as a browser navigates (fetch() would send sec-fetch-mode: cors, which gets no rows)
+      const html = await new Promise<string>((resolve, reject) => {
+        http.get(d.url, { headers: { 'sec-fetch-mode': 'navigate' } }, (res) => {
+          let body = '';
+          res.setEncoding('utf8').on('data', (chunk: string) => (body += chunk)).on('end', () => resolve(body)).on('error', reject);
+        }).on('error', reject);
+      });
+      const cell = (job: string) => new RegExp(`<tr data-job="${job}"[^]*?data-testid="failures"><span([^>]*)>([^<]*)</span>`).exec(html)?.slice(1);
+      expect(cell('capped')).toEqual([' class="count-bad"', '3 of 3 · 100%']);
+      expect(cell('healthy')).toEqual(['', '0 of 3']);
+    } finally {
+      await d.close();
+    }
   });
 
   it('in `leasehold status` and its --json', async () => {
-    const text = await cli(['status'], { DATABASE_URL: url });
+    const text = await cli(['status'], { DATABASE_URL: urlAs(url, ROLE.reader) });
     expect(text.stdout).toMatch(/2 jobs: .*1 failing \(failed, lost or timed-out run in 24 h\)/);
-    const out = await cli(['status', '--json'], { DATABASE_URL: url });
+    const out = await cli(['status', '--json'], { DATABASE_URL: urlAs(url, ROLE.reader) });
     const json = JSON.parse(out.stdout) as { summary: { failing: number }; jobs: Array<{ job: string; attention: string | null; timedOut24h: number }> };
     expect(json.summary.failing).toBe(1);
     expect(json.jobs.map((j) => [j.job, j.attention, j.timedOut24h])).toEqual([['capped', 'failing', 3], ['healthy', null, 0]]);
@@ -93,7 +118,7 @@ describe('a job whose runs time out is failing', () => {
 
   it('in the metrics: leasehold_job_timed_out_24h, the fleet runs by outcome and jobs_failing', async () => {
     const metrics = createMetrics();
-    metrics.observeDatabase(owner);
+    metrics.observeDatabase(reader);
     const text = await metrics.metrics();
     expect(text).toMatch(/^leasehold_job_timed_out_24h\{job="capped"\} 3$/m);
     expect(text).toMatch(/^leasehold_job_timed_out_24h\{job="healthy"\} 0$/m);
