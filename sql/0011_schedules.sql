@@ -555,8 +555,9 @@ insert into leasehold.access (object, level) values
   ('pause_job', 'operator'), ('resume_job', 'operator');
 
 -- job_status: as in schema 8, without removed data jobs, with state 'paused' for a paused job
--- whose lease is not held (a run left running shows 'running'), and five columns at the end:
--- source ('code' or 'data'), handler, and who paused the job, when and why.
+-- whose lease is not held (a run left running shows 'running'), and six columns at the end:
+-- source ('code' or 'data'), handler, who paused the job, when and why, and timed_out_24h (runs
+-- that outlived their job's timeout, schema 13: a failure like failed and lost).
 create or replace view leasehold.job_status as
 select j.name as job,
        j.schedule,
@@ -588,7 +589,8 @@ select j.name as job,
        j.handler,
        j.paused_at,
        j.paused_by,
-       j.pause_reason
+       j.pause_reason,
+       coalesce(rc.timed_out, 0)::integer as timed_out_24h
   from leasehold.jobs j
   left join leasehold.leases l on l.name = j.name
   left join lateral (
@@ -599,6 +601,7 @@ select j.name as job,
     select count(*) as runs,
            count(*) filter (where x.outcome = 'failed') as failed,
            count(*) filter (where x.outcome = 'lost') as lost,
+           count(*) filter (where x.outcome = 'timed-out') as timed_out,
            percentile_cont(0.5) within group (order by extract(epoch from x.finished_at - x.started_at)) as p50,
            percentile_cont(0.95) within group (order by extract(epoch from x.finished_at - x.started_at)) as p95
       from leasehold.runs x

@@ -15,8 +15,14 @@
 --     interval (at the time it finished). A job whose p95 over 24 h reaches a ratio >= 0.5 of
 --     its interval has such a run in the window, so the summary computes the exact p95 only for
 --     these jobs (usually none or few).
--- Failed and lost counts use the partial index runs_failed (0008). TRUNCATE of runs is not
+-- Failed, lost and timed-out counts use the partial index runs_failing (below; it replaces
+-- 0008's runs_failed, which left out the timed-out runs of schema 13). TRUNCATE of runs is not
 -- seen by the triggers: refresh_run_counts() rebuilds both tables from runs.
+
+-- runs_failing: every failure outcome (a job whose runs all time out is failing), still a small
+-- share of the runs; runs_failed is dropped once the wider index exists.
+create index runs_failing on leasehold.runs (started_at desc) where outcome in ('failed', 'lost', 'timed-out');
+drop index leasehold.runs_failed;
 
 create table leasehold.run_counts (
   bucket  smallint not null check (bucket >= 0 and bucket < 1500),
@@ -139,7 +145,7 @@ select leasehold.refresh_run_counts();
 create function leasehold.fleet_summary(p_warn_ratio double precision default 0.8)
 returns table (
   jobs integer, running integer, expired integer, failing integer, creeping integer, over_interval integer,
-  runs_24h bigint, failed_24h bigint, lost_24h bigint, skips_24h bigint, missed_24h bigint
+  runs_24h bigint, failed_24h bigint, lost_24h bigint, skips_24h bigint, missed_24h bigint, timed_out_24h bigint
 )
 language plpgsql stable set jit = off as $$
 #variable_conflict use_column
@@ -158,9 +164,10 @@ begin
   failures as (
     select count(distinct r.job) filter (where exists (select 1 from leasehold.jobs j where j.name = r.job)) as jobs,
            count(*) filter (where r.outcome = 'failed') as failed,
-           count(*) filter (where r.outcome = 'lost') as lost
+           count(*) filter (where r.outcome = 'lost') as lost,
+           count(*) filter (where r.outcome = 'timed-out') as timed_out
       from leasehold.runs r
-     where r.outcome in ('failed', 'lost') and r.started_at > v_since and r.finished_at is not null
+     where r.outcome in ('failed', 'lost', 'timed-out') and r.started_at > v_since and r.finished_at is not null
   ),
   ratios as (
     select (select percentile_cont(0.95) within group (order by extract(epoch from r.finished_at - r.started_at))
@@ -181,7 +188,8 @@ begin
          (select f.failed from failures f)::bigint,
          (select f.lost from failures f)::bigint,
          (select count(*) from leasehold.skips where recorded_at > v_since)::bigint,
-         (select count(*) from leasehold.missed where recorded_at > v_since)::bigint;
+         (select count(*) from leasehold.missed where recorded_at > v_since)::bigint,
+         (select f.timed_out from failures f)::bigint;
 end $$;
 
 insert into leasehold.access (object, level) values

@@ -140,6 +140,19 @@ async function scrapeScenario(): Promise<void> {
   const jobs: JobOptions[] = [
     missedJob,
     {
+      // every run outlives its timeout: a failure for both failing-runs alerts
+      name: 'p-timeout',
+      every: '1s',
+      ttl: '5s',
+      timeout: '200ms',
+      handler: async (ctx) => {
+        await new Promise<void>((resolve) => {
+          ctx.signal.addEventListener('abort', () => resolve(), { once: true });
+          setTimeout(resolve, 2_000).unref();
+        });
+      },
+    },
+    {
       // outlasts its interval (skips, duration creep) and fails every other run
       name: 'p-slow',
       every: '1s',
@@ -185,6 +198,7 @@ async function scrapeScenario(): Promise<void> {
         total(samples, 'leasehold_lease_losses_total', { lease: 'p-lost' }) > 0 &&
         total(samples, 'leasehold_skipped_slots_total', { job: 'p-slow' }) > 0 &&
         total(samples, 'leasehold_runs_total', { job: 'p-slow', outcome: 'failed' }) > 0 &&
+        total(samples, 'leasehold_runs_total', { job: 'p-timeout', outcome: 'timed-out' }) > 0 &&
         total(samples, 'leasehold_missed_slots_total', { job: 'p-missed' }) > 0;
       return ready && samples;
     }, 60_000, 250);
@@ -230,10 +244,10 @@ function series(samples: Sample[][], phases: number[]): Array<{ series: string; 
 
 /** The labels and value an alert's expression yields, computed from the scrapes the same way. */
 type Firing = { labels: Record<string, string>; value: number };
-function sumBy(samples: Sample[], name: string, by: string[], filter: Record<string, string> = {}): Firing[] {
+function sumBy(samples: Sample[], name: string, by: string[], filter: Record<string, string | RegExp> = {}): Firing[] {
   const groupsByKey = new Map<string, Firing>();
   for (const s of samples) {
-    if (s.name !== name || !Object.entries(filter).every(([k, v]) => s.labels[k] === v)) continue;
+    if (s.name !== name || !Object.entries(filter).every(([k, v]) => (typeof v === 'string' ? s.labels[k] === v : v.test(s.labels[k] ?? '')))) continue;
     const labels = Object.fromEntries(by.filter((k) => s.labels[k] !== undefined).map((k) => [k, s.labels[k]!]));
     const key = JSON.stringify(labels);
     const group = groupsByKey.get(key) ?? { labels, value: 0 };
@@ -252,7 +266,7 @@ function expected(alert: string, worker: Sample[], fleet: Sample[], window: '15m
     case 'LeaseholdSlotsSkipped':
       return counted(sumBy(worker, 'leasehold_skipped_slots_total', ['job']));
     case 'LeaseholdRunsFailing':
-      return counted(sumBy(worker, 'leasehold_runs_total', ['job'], { outcome: 'failed' }));
+      return counted(sumBy(worker, 'leasehold_runs_total', ['job'], { outcome: /^(failed|timed-out)$/ }));
     case 'LeaseholdLeasesLost':
       return window === '15m' ? counted(sumBy(worker, 'leasehold_lease_losses_total', ['lease', 'reason'])) : [];
     case 'LeaseholdSlotsMissed':
@@ -267,8 +281,10 @@ function expected(alert: string, worker: Sample[], fleet: Sample[], window: '15m
       return perJob(fleet, 'leasehold_job_duration_interval_ratio').filter((f) => f.value > 0.8);
     case 'LeaseholdRunsFailingFleet': {
       const runs = new Map(perJob(fleet, 'leasehold_job_runs_24h').map((f) => [f.labels.job, f.value]));
+      const timedOut = new Map(perJob(fleet, 'leasehold_job_timed_out_24h').map((f) => [f.labels.job, f.value]));
       return perJob(fleet, 'leasehold_job_failed_24h')
-        .map((f) => ({ labels: f.labels, value: f.value / Math.max(runs.get(f.labels.job) ?? 0, 1) }))
+        .filter((f) => timedOut.has(f.labels.job))
+        .map((f) => ({ labels: f.labels, value: (f.value + timedOut.get(f.labels.job)!) / Math.max(runs.get(f.labels.job) ?? 0, 1) }))
         .filter((f) => runs.has(f.labels.job) && f.value > 0.1);
     }
     case 'LeaseholdRunsLostFleet':

@@ -40,9 +40,9 @@ describe('job_status', () => {
     const pool = rawPool(url, 2);
     const all = await pool.query(`select * from leasehold.job_status order by job`);
     const v5 = await pool.query(`select * from ${schema5JobStatus()} order by job`);
-    // schema 11 appended five columns (source, handler and the pause); the others are unchanged
+    // schema 11 appended six columns (source, handler, the pause, timed-out runs); the others are unchanged
     const columns = v5.fields.map((f) => f.name);
-    expect(all.fields.map((f) => f.name)).toEqual([...columns, 'source', 'handler', 'paused_at', 'paused_by', 'pause_reason']);
+    expect(all.fields.map((f) => f.name)).toEqual([...columns, 'source', 'handler', 'paused_at', 'paused_by', 'pause_reason', 'timed_out_24h']);
     const now = await pool.query(`select ${columns.join(', ')} from leasehold.job_status order by job`);
     expect(now.fields.map((f) => [f.name, f.dataTypeID])).toEqual(v5.fields.map((f) => [f.name, f.dataTypeID]));
     // lease_age_seconds moves with now(): compare the rest exactly
@@ -153,7 +153,7 @@ describe('leasehold status at fleet scale', () => {
     expect(out.code).toBe(0);
     const lines = out.stdout.trim().split('\n');
     expect(lines[0]).toBe(
-      '7 jobs: 1 running, 1 with an expired lease, 2 failing (failed or lost run in 24 h), 1 skipping (24 h), 1 with missed slots (24 h); 1 other lease (1 held)',
+      '7 jobs: 1 running, 1 with an expired lease, 2 failing (failed, lost or timed-out run in 24 h), 1 skipping (24 h), 1 with missed slots (24 h); 1 other lease (1 held)',
     );
     expect(lines[1]).toMatch(/^JOB\s+SCHEDULE\s+.*MISSED 24H\s+ATTENTION$/);
     expect(lines[2]).toMatch(/^quiet-3\s+0 3 \* \* \*\s+expired\s+worker-gone\s.*\sexpired$/);

@@ -25,14 +25,15 @@ select (select count(*) from leasehold.jobs)::int as jobs,
        (select count(*) from leasehold.jobs j join leasehold.lease_status l on l.name = j.name where l.state = 'held')::int as running,
        (select count(*) from leasehold.jobs j join leasehold.lease_status l on l.name = j.name where l.state = 'expired')::int as expired,
        (select count(distinct r.job) from leasehold.runs r join leasehold.jobs j on j.name = r.job
-         where r.outcome in ('failed', 'lost') and r.finished_at is not null and r.started_at > now() - interval '24 hours')::int as failing,
+         where r.outcome in ('failed', 'lost', 'timed-out') and r.finished_at is not null and r.started_at > now() - interval '24 hours')::int as failing,
        (select count(*) from ratios where ratio >= $1 and ratio < 1)::int as creeping,
        (select count(*) from ratios where ratio >= 1)::int as over_interval,
        (select count(*) from leasehold.runs where finished_at is not null and started_at > now() - interval '24 hours')::int as runs_24h,
        (select count(*) from leasehold.runs where outcome = 'failed' and finished_at is not null and started_at > now() - interval '24 hours')::int as failed_24h,
        (select count(*) from leasehold.runs where outcome = 'lost' and finished_at is not null and started_at > now() - interval '24 hours')::int as lost_24h,
        (select count(*) from leasehold.skips where recorded_at > now() - interval '24 hours')::int as skips_24h,
-       (select count(*) from leasehold.missed where recorded_at > now() - interval '24 hours')::int as missed_24h`;
+       (select count(*) from leasehold.missed where recorded_at > now() - interval '24 hours')::int as missed_24h,
+       (select count(*) from leasehold.runs where outcome = 'timed-out' and finished_at is not null and started_at > now() - interval '24 hours')::int as timed_out_24h`;
 
 /** Both computations in one transaction (one now()), as plain numbers. */
 async function both(): Promise<{ direct: Record<string, number>; summary: Record<string, number> }> {
@@ -79,7 +80,7 @@ beforeAll(async () => {
   url = await freshDatabase();
   await (await client(url, { liveness: false })).close();
   owner = rawPool(url, 4);
-  for (const [name, interval] of [['fine', 60_000], ['creep', 10_000], ['over', 10_000], ['mixed', 10_000], ['edge', 60_000], ['live', 1_000]] as const) {
+  for (const [name, interval] of [['fine', 60_000], ['creep', 10_000], ['over', 10_000], ['mixed', 10_000], ['edge', 60_000], ['live', 1_000], ['capped', 60_000]] as const) {
     await job(name, interval);
   }
   // one lease held, one expired while held
@@ -96,8 +97,11 @@ describe('fleet_summary equals a pass over a day of runs', () => {
     await finished(owner, 'mixed', [...Array.from({ length: 40 }, (_, i) => ({ ago: 100 + i * 600, took: 1 })), { ago: 5_000, took: 30, outcome: 'lost' }]);
     // around the old edge of the window: inside by seconds, outside by seconds, in the partial minute
     await finished(owner, 'edge', [day - 20, day - 5, day + 5, day + 20, day - 70, day + 70, day + 3_000].map((ago) => ({ ago, took: 1 })));
-    const s = await expectSame({ failing: 2, lost_24h: 1, runs_24h: 100 });
-    expect(s).toMatchObject({ jobs: 6, running: 1, expired: 1, creeping: 1, over_interval: 1 });
+    // every run outlives the job's timeout: failing, though nothing failed or was lost
+    await finished(owner, 'capped', Array.from({ length: 6 }, (_, i) => ({ ago: 30 + i * 3_600, took: 2, outcome: 'timed-out' })));
+    const s = await expectSame({ failing: 3, lost_24h: 1, runs_24h: 106 });
+    expect(s).toMatchObject({ jobs: 7, running: 1, expired: 1, creeping: 1, over_interval: 1, failing: 3, timed_out_24h: 6 });
+    expect(await fleetSummary(owner)).toMatchObject({ failing: 3, timedOut24h: 6 });
     expect((await fleetSummary(owner)).runs24h).toBe(s.runs_24h);
   });
 

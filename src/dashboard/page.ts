@@ -38,7 +38,7 @@ function body(data: PageData | undefined): string {
         <input id="search" type="search" placeholder="filter by name" aria-label="filter jobs by name" data-testid="search">
         <select id="filter" aria-label="show" data-testid="filter">
           <option value="all">all jobs</option><option value="running">running</option><option value="expired">expired leases</option>
-          <option value="failing">failed or lost in 24 h</option><option value="creeping">p95 near or over interval</option><option value="paused">paused</option>
+          <option value="failing">failed, lost or timed out in 24 h</option><option value="creeping">p95 near or over interval</option><option value="paused">paused</option>
         </select>
         <button type="button" id="prev" aria-label="previous page">‹ prev</button><button type="button" id="next" aria-label="next page">next ›</button>
       </span>

@@ -11,7 +11,7 @@ export interface FleetSummary {
   jobs: number;
   running: number;
   expired: number;
-  /** Jobs with at least one failed or lost run in the last 24 h. */
+  /** Jobs with at least one failed, lost or timed-out run in the last 24 h. */
   failing: number;
   /** Jobs whose p95 duration over 24 h is at least CREEP_WARNING_RATIO of the interval, below 1. */
   creeping: number;
@@ -22,6 +22,8 @@ export interface FleetSummary {
   lost24h: number;
   skips24h: number;
   missed24h: number;
+  /** Runs that outlived their job's timeout in the last 24 h. */
+  timedOut24h: number;
 }
 
 // leasehold.fleet_summary() (sql/0014_summary.sql): bounded reads of per-minute run counts and
@@ -44,6 +46,7 @@ export async function fleetSummary(db: Queryable): Promise<FleetSummary> {
     lost24h: n('lost_24h'),
     skips24h: n('skips_24h'),
     missed24h: n('missed_24h'),
+    timedOut24h: n('timed_out_24h'),
   };
 }
 
@@ -53,7 +56,7 @@ const FILTER_SQL: Record<JobFilter, string> = {
   paused: 'j.paused_at is not null',
   running: `exists (select 1 from leasehold.lease_status l where l.name = j.name and l.state = 'held')`,
   expired: `exists (select 1 from leasehold.lease_status l where l.name = j.name and l.state = 'expired')`,
-  failing: `exists (select 1 from leasehold.runs r where r.job = j.name and r.started_at > now() - interval '24 hours' and r.outcome in ('failed', 'lost'))`,
+  failing: `exists (select 1 from leasehold.runs r where r.job = j.name and r.started_at > now() - interval '24 hours' and r.outcome in ('failed', 'lost', 'timed-out'))`,
   // only jobs with a slow run in 24 h can creep (leasehold.slow_runs, sql/0014_summary.sql): the
   // exact p95 for those, through their own index range
   creeping: `j.name in (select s.job from leasehold.slow_runs s join leasehold.jobs k on k.name = s.job
@@ -68,12 +71,13 @@ const FILTER_SQL: Record<JobFilter, string> = {
 const FIGURES = `  left join lateral (select count(*) as runs,
                             count(*) filter (where r.outcome = 'failed') as failed,
                             count(*) filter (where r.outcome = 'lost') as lost,
+                            count(*) filter (where r.outcome = 'timed-out') as timed_out,
                             percentile_cont(0.5) within group (order by extract(epoch from r.finished_at - r.started_at)) as p50,
                             percentile_cont(0.95) within group (order by extract(epoch from r.finished_at - r.started_at)) as p95
                        from leasehold.runs r
                       where r.job = p.name and r.finished_at is not null and r.started_at > now() - interval '24 hours') rc on true`;
 // Without them: state, holder, last run and schedule only, for a first paint that cannot wait.
-const LIGHT_FIGURES = `  cross join (select 0 as runs, 0 as failed, 0 as lost, null::double precision as p50, null::double precision as p95) rc`;
+const LIGHT_FIGURES = `  cross join (select 0 as runs, 0 as failed, 0 as lost, 0 as timed_out, null::double precision as p50, null::double precision as p95) rc`;
 
 const PAGE_SQL = (filter: JobFilter, light: boolean) => `
 with matching as (
@@ -96,6 +100,7 @@ select p.name as job, p.schedule, p.timezone, p.interval_ms, p.ttl_ms, p.overlap
        ${light ? '0' : `(select count(*) from leasehold.skips s where s.job = p.name and s.recorded_at > now() - interval '24 hours')`}::integer as skips_24h,
        ${light ? '0' : `(select count(*) from leasehold.missed m where m.job = p.name and m.recorded_at > now() - interval '24 hours')`}::integer as missed_24h,
        p.source, p.handler, p.paused_at, p.paused_by, p.pause_reason,
+       coalesce(rc.timed_out, 0)::integer as timed_out_24h,
        (select count(*) from matching)::integer as total,
        now() as db_now
   from page p

@@ -65,7 +65,7 @@ const utc = (d: Date): string => `${d.toISOString().slice(11, 16)} UTC`;
 function row(j: JobRow, now: Date, warnAt: number, partial: boolean): string {
   const ratio = j.p95IntervalRatio;
   const level = ratio === null ? 'none' : ratio >= 1 ? 'danger' : ratio >= warnAt ? 'warning' : 'ok';
-  const bad = j.failed24h + j.lost24h;
+  const bad = j.failed24h + j.lost24h + j.timedOut24h;
   const slots = j.runs24h + j.skips24h;
   const last = j.lastRun;
   const later = '<span class="small" title="loading the 24 h figures">…</span>';

@@ -8,8 +8,8 @@ export const SCRIPT_TABLE = String.raw`
     if (s.expired) parts.push([num(s.expired), ' expired', 'danger']);
     if (s.creeping) parts.push([num(s.creeping), ' near their interval', 'warn']);
     if (s.over) parts.push([num(s.over), ' over their interval', 'danger']);
-    if (s.failing) parts.push([num(s.failing), ' with failed or lost runs in 24 h', 'danger']);
-    parts.push([num(s.runs24h), ' runs in 24 h (' + num(s.failed24h) + ' failed, ' + num(s.lost24h) + ' lost)', '']);
+    if (s.failing) parts.push([num(s.failing), ' with failed, lost or timed-out runs in 24 h', 'danger']);
+    parts.push([num(s.runs24h), ' runs in 24 h (' + num(s.failed24h) + ' failed, ' + num(s.lost24h) + ' lost, ' + num(s.timedOut24h) + ' timed out)', '']);
     parts.forEach(function (p, i) {
       if (i) append(box, ' · ');
       append(box, el('span', { class: p[2] || null }, [el('b', { text: p[0] }), p[1]]));
@@ -85,8 +85,8 @@ export const SCRIPT_TABLE = String.raw`
         if (last.error) append(lastCell, el('div', { class: 'small', title: last.error }, visible(last.error.length > 48 ? last.error.slice(0, 47) + '…' : last.error)));
       } else append(lastCell, el('span', { class: 'pill none', text: 'never ran' }));
       append(tr, lastCell);
-      var bad = j.failed24h + j.lost24h;
-      append(tr, el('td', { class: 'num', 'data-testid': 'failures', title: j.runs24h + ' finished runs in 24 h: ' + j.failed24h + ' failed, ' + j.lost24h + ' lost' },
+      var bad = j.failed24h + j.lost24h + j.timedOut24h;
+      append(tr, el('td', { class: 'num', 'data-testid': 'failures', title: j.runs24h + ' finished runs in 24 h: ' + j.failed24h + ' failed, ' + j.lost24h + ' lost, ' + j.timedOut24h + ' timed out' },
         el('span', { class: bad ? 'count-bad' : null, text: bad ? bad + ' of ' + j.runs24h + ' · ' + pct(bad / j.runs24h) : '0 of ' + j.runs24h })));
       append(tr, el('td', { class: 'num' }, j.p50Seconds === null ? '–' : fmtSeconds(j.p50Seconds) + ' / ' + fmtSeconds(j.p95Seconds)));
       var ratioCell = el('td', { class: 'ratio ' + level, 'data-testid': 'ratio', 'data-level': level,

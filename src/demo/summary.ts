@@ -45,7 +45,7 @@ export async function summary(demo: Demo): Promise<void> {
   story.plain(demo.paint(`  ${'slot'.padEnd(8)}  ${'job'.padEnd(14)}  ${'kind'.padEnd(4)}  ${'outcome'.padEnd(9)}  ${'fence'.padStart(5)}  ${'holder'.padEnd(8)}  ${'took'.padStart(6)}  detail`, 'bold'));
   for (const row of history.rows) {
     const took = row.duration_seconds === null ? '' : `${row.duration_seconds.toFixed(1)} s`;
-    const outcomeStyle: Style[] = row.outcome === 'lost' || row.outcome === 'failed' ? ['red'] : row.kind === 'skip' ? ['yellow'] : [];
+    const outcomeStyle: Style[] = row.outcome === 'lost' || row.outcome === 'failed' || row.outcome === 'timed-out' ? ['red'] : row.kind === 'skip' ? ['yellow'] : [];
     story.plain(
       `  ${clockTime(row.slot).padEnd(8)}  ${row.job.padEnd(14)}  ${row.kind.padEnd(4)}  ${demo.paint(row.outcome.padEnd(9), ...outcomeStyle)}  ${(row.fence ?? '').padStart(5)}  ${(row.holder ?? '').padEnd(8)}  ${took.padStart(6)}  ${shorten(row.detail ?? '', 90)}`,
     );

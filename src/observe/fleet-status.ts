@@ -1,7 +1,7 @@
 // The operator's first look at a fleet of any size (`leasehold status`): counts for the whole
 // fleet, then at most `limit` jobs, those that need attention first. Every part is bounded or
 // index-driven, so it answers in well under a second at 100,000 jobs and 10 million runs:
-// expired leases from lease_status (what a reader may see), failures through the partial index runs_failed, skips
+// expired leases from lease_status (what a reader may see), failures (failed, lost, timed-out) through the partial index runs_failing, skips
 // and missed slots through their BRIN time indexes, and the listed jobs' figures through
 // job_status, one index range per listed job.
 import type pg from 'pg';
@@ -15,7 +15,7 @@ export interface FleetCounts {
   running: number;
   /** Jobs whose lease expired while held: the holder stopped renewing. */
   expired: number;
-  /** Jobs with a failed or lost run in the last 24 h. */
+  /** Jobs with a failed, lost or timed-out run in the last 24 h. */
   failing: number;
   /** Jobs with a skipped slot in the last 24 h. */
   skipping: number;
@@ -44,7 +44,7 @@ flagged as (
    where l.state = 'expired'
   union all
   select r.job, 1, max(r.started_at) from leasehold.runs r
-   where r.outcome in ('failed', 'lost') and r.started_at > now() - interval '24 hours' group by r.job
+   where r.outcome in ('failed', 'lost', 'timed-out') and r.started_at > now() - interval '24 hours' group by r.job
   union all
   select s.job, 2, max(s.recorded_at) from leasehold.skips s where s.recorded_at > now() - interval '24 hours' group by s.job
   union all

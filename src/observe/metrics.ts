@@ -52,7 +52,7 @@ export interface LeaseholdMetrics {
  * | job_duration_interval_ratio | gauge | job | p95 run duration over 24 h ÷ interval |
  * | job_running | gauge | job | 1 while a run holds the job's lease |
  * | job_skips_24h, job_missed_24h | gauge | job | from leasehold.job_status |
- * | job_runs_24h, job_failed_24h, job_lost_24h | gauge | job | finished, failed and lost runs in 24 h |
+ * | job_runs_24h, job_failed_24h, job_lost_24h, job_timed_out_24h | gauge | job | finished, failed, lost and timed-out runs in 24 h |
  * | jobs, jobs_running, jobs_expired, jobs_failing | gauge | — | fleet counts |
  * | runs_24h | gauge | outcome | the fleet's finished runs in 24 h (succeeded, failed, lost, aborted, timed-out) |
  * | live_workers | gauge | — | liveness sessions present on the database |
@@ -111,9 +111,10 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
   jobGauge('job_runs_24h', 'Finished runs in the last 24 h.', (job) => job.runs24h);
   jobGauge('job_failed_24h', 'Failed runs in the last 24 h.', (job) => job.failed24h);
   jobGauge('job_lost_24h', 'Lost runs in the last 24 h (the lease went before the run finished).', (job) => job.lost24h);
+  jobGauge('job_timed_out_24h', 'Timed-out runs in the last 24 h (the run outlived the job’s timeout).', (job) => job.timedOut24h);
 
   // Fleet gauges: one summary per scrape, like the job gauges.
-  let fleet: { at: number; value: Promise<{ summary: FleetSummary; workers: number; succeeded: number; aborted: number; timedOut: number }[]> } | undefined;
+  let fleet: { at: number; value: Promise<{ summary: FleetSummary; workers: number; succeeded: number; aborted: number }[]> } | undefined;
   const fleetSnapshot = () => {
     if (!fleet || Date.now() - fleet.at > 1_000) {
       fleet = {
@@ -125,14 +126,13 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
             const [summary, workers, outcomes] = await Promise.all([
               fleetSummary(db),
               liveWorkers(db, 1),
-              db.query<{ succeeded: number; aborted: number; timed_out: number }>(
-                `select count(*) filter (where outcome = 'succeeded')::int as succeeded, count(*) filter (where outcome = 'aborted')::int as aborted,
-                        count(*) filter (where outcome = 'timed-out')::int as timed_out
+              db.query<{ succeeded: number; aborted: number }>(
+                `select count(*) filter (where outcome = 'succeeded')::int as succeeded, count(*) filter (where outcome = 'aborted')::int as aborted
                    from leasehold.runs where finished_at is not null and started_at > now() - interval '24 hours'`,
               ),
             ]);
             const row = outcomes.rows[0]!;
-            return { summary, workers: workers.total, succeeded: row.succeeded, aborted: row.aborted, timedOut: row.timed_out };
+            return { summary, workers: workers.total, succeeded: row.succeeded, aborted: row.aborted };
           }),
         ),
       };
@@ -158,7 +158,7 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
     fleetGauge('jobs', 'Registered scheduled jobs.', (s) => s.jobs);
     fleetGauge('jobs_running', 'Jobs whose lease is held now.', (s) => s.running);
     fleetGauge('jobs_expired', 'Jobs whose lease expired without a release (holder gone or stalled).', (s) => s.expired);
-    fleetGauge('jobs_failing', 'Jobs with at least one failed or lost run in the last 24 h.', (s) => s.failing);
+    fleetGauge('jobs_failing', 'Jobs with at least one failed, lost or timed-out run in the last 24 h.', (s) => s.failing);
     fleetGauge('live_workers', 'Liveness sessions present on the database (live worker and client processes).', (_s, workers) => workers);
     new client.Gauge({
       name: `${prefix}runs_24h`,
@@ -174,7 +174,7 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
         this.set({ outcome: 'failed' }, total((f) => f.summary.failed24h));
         this.set({ outcome: 'lost' }, total((f) => f.summary.lost24h));
         this.set({ outcome: 'aborted' }, total((f) => f.aborted));
-        this.set({ outcome: 'timed-out' }, total((f) => f.timedOut));
+        this.set({ outcome: 'timed-out' }, total((f) => f.summary.timedOut24h));
       },
     });
   };

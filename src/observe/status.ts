@@ -44,6 +44,8 @@ export interface JobStatus {
   runs24h: number;
   failed24h: number;
   lost24h: number;
+  /** Runs that outlived their job's timeout in the last 24 h (a failure, like failed and lost). */
+  timedOut24h: number;
   p50Seconds: number | null;
   p95Seconds: number | null;
   /** p95 duration / interval over the last 24 h; above CREEP_WARNING_RATIO the job is creeping toward overlap. */
@@ -92,6 +94,7 @@ export interface JobStatusRow {
   paused_at?: Date | null;
   paused_by?: string | null;
   pause_reason?: string | null;
+  timed_out_24h?: number;
 }
 
 export async function jobStatus(db: pg.Pool | pg.ClientBase, job?: string, options: ReadOptions = {}): Promise<JobStatus[]> {
@@ -130,6 +133,7 @@ export function toJobStatus(row: JobStatusRow): JobStatus {
     runs24h: row.runs_24h,
     failed24h: row.failed_24h,
     lost24h: row.lost_24h,
+    timedOut24h: row.timed_out_24h ?? 0,
     p50Seconds: row.p50_seconds,
     p95Seconds: row.p95_seconds,
     p95IntervalRatio: ratio,

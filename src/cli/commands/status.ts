@@ -1,5 +1,5 @@
 // leasehold status: a summary line with the fleet's counts, then at most --limit jobs (those
-// that need attention first: expired lease, failed or lost runs, skipped or missed slots in
+// that need attention first: expired lease, failed, lost or timed-out runs, skipped or missed slots in
 // 24 h) with schedule, holder, last run, durations against the interval, skips; a warning line
 // for each listed job creeping toward (or past) overlap; and other leases (taken with
 // acquire(), psql, Python, a shell script) with holder, fence and expiry. Bounded, so it answers
@@ -61,7 +61,7 @@ export function summaryLine(c: FleetCounts): string {
   const jobs = [
     `${c.running} running`,
     `${c.expired} with an expired lease`,
-    `${c.failing} failing (failed or lost run in 24 h)`,
+    `${c.failing} failing (failed, lost or timed-out run in 24 h)`,
     `${c.skipping} skipping (24 h)`,
     `${c.missing} with missed slots (24 h)`,
   ];
