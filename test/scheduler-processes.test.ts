@@ -41,6 +41,7 @@ describe('three workers', () => {
     ];
     await workers(3, jobs);
     await sleep(9_000);
+    const stopAt = (await rawPool(url, 1).query<{ now: Date }>('select clock_timestamp() as now')).rows[0]!.now;
     await Promise.all(children.map(async (c) => c.signal('SIGTERM')));
     await Promise.all(children.map((c) => c.exited));
 
@@ -67,9 +68,12 @@ describe('three workers', () => {
     const slots = fast.map((r) => r.slot.getTime());
     expect(new Set(slots).size).toBe(slots.length);
     for (let i = 1; i < slots.length; i++) expect(slots[i]! - slots[i - 1]!).toBe(1_000);
-    expect(fast.every((r) => r.outcome === 'succeeded')).toBe(true);
+    // every run succeeded, but for one claimed just as the workers were told to stop: that one
+    // is handed back unrun, as aborted (nothing else may end otherwise)
+    const unsucceeded = fast.filter((r) => r.outcome !== 'succeeded');
+    expect(unsucceeded.filter((r) => !(r.outcome === 'aborted' && r.started_at >= new Date(stopAt.getTime() - 1_000))), JSON.stringify(unsucceeded)).toEqual([]);
     const { rows } = await rawPool(url, 1).query<{ n: number }>(`select count(*)::int as n from sched_witness where job = 'fast'`);
-    expect(rows[0]!.n).toBe(fast.length);
+    expect(rows[0]!.n).toBe(fast.length - unsucceeded.length);
   });
 });
 
