@@ -5,19 +5,21 @@ import { createLeasehold, type Leasehold, type LeaseholdOptions } from '../../sr
 import { silentLogger } from '../../src/observe/logger.js';
 import { createTestDatabase } from '../../src/testing.js';
 
+const databases: Array<{ drop(): Promise<void> }> = [];
+const open: Array<{ close(): Promise<void> }> = [];
+// Registered when the file imports this module: an afterAll registered inside a beforeAll (where
+// freshDatabase() is usually called) would never run, and the database would be left behind.
+afterAll(async () => {
+  await Promise.allSettled(open.splice(0).map((item) => item.close()));
+  await Promise.all(databases.splice(0).map((db) => db.drop()));
+});
+
 /** A fresh database for this test file, dropped after it. */
 export async function freshDatabase(): Promise<string> {
   const db = await createTestDatabase(inject('serverUrl'));
-  afterAll(async () => {
-    await db.drop();
-  });
+  databases.push(db);
   return db.url;
 }
-
-const open: Array<{ close(): Promise<void> }> = [];
-afterAll(async () => {
-  await Promise.allSettled(open.splice(0).map((item) => item.close()));
-});
 
 /** A leasehold client on `url` with a silent logger, closed after the file. */
 export async function client(url: string, options: LeaseholdOptions = {}): Promise<Leasehold> {
