@@ -113,10 +113,13 @@ describe('jobs defined as data', () => {
     const lines = children.flatMap((c) => c.lines);
     expect(lines.some((l) => l.event === 'handler' && JSON.stringify(l.payload) === '{"write":true}')).toBe(true);
     expect(lines.some((l) => l.event === 'handler' && l.job === 'dyn-code' && l.payload === null)).toBe(true);
-    expect(all.filter((r) => r.outcome !== 'succeeded')).toEqual([]);
+    // every run finished, but for slots handed back unrun, as documented: claimed just as the
+    // workers were told to stop, or as dyn-9 went over to the code job
+    const handedBack = /^(the worker was stopping|the job was removed from this worker while it was being claimed)$/;
+    expect(all.filter((r) => r.outcome !== 'succeeded' && !(r.outcome === 'aborted' && handedBack.test(r.error ?? '')))).toEqual([]);
     // the witness agrees with the runs
     const { rows: witnessed } = await rawPool(url, 2).query<{ n: string }>("select count(*)::text as n from sched_witness where job like 'dyn-%'");
-    expect(Number(witnessed[0]!.n)).toBe(all.length);
+    expect(Number(witnessed[0]!.n)).toBe(all.filter((r) => r.outcome === 'succeeded').length);
   }, 30_000);
 });
 
@@ -162,18 +165,37 @@ describe('pause and resume', () => {
     await sleep(3_500);
     const resumedAt = await dbNow();
     expect((await lh.control.resume('r-job', { by: 'bob' })).resumed).toBe(true);
-    await sleep(2_500);
+    await sleep(3_000);
+    const seen = children.map((c) => c.lines.filter((l) => (l as { job?: string }).job === 'r-job'));
     await stopAll();
     await eachSlotOnce('r-job');
     const all = await runs('r-job');
-    // the two latest slots of the pause ran after the resume (catch-up { all: 2 })
-    const window = all.filter((r) => r.slot.getTime() > pausedAt.getTime() && r.slot.getTime() <= resumedAt.getTime());
-    expect(window.length).toBeGreaterThanOrEqual(2);
-    expect(window.length).toBeLessThanOrEqual(3);
-    for (const run of window) expect(run.started_at.getTime()).toBeGreaterThanOrEqual(resumedAt.getTime());
-    const { rows: missed } = await rawPool(url, 2).query<{ reason: string }>("select reason from leasehold.missed where job = 'r-job'");
+    // what the workers and the database saw, for the messages of the checks below
+    const q = async (sql: string) => (await rawPool(url, 2).query(sql)).rows;
+    const diagnosis = JSON.stringify({
+      pausedAt,
+      resumedAt,
+      runs: all,
+      skips: await q("select slot, holder, recorded_by from leasehold.skips where job = 'r-job'"),
+      buffered: await q("select slot from leasehold.buffered where job = 'r-job'"),
+      lease: await q("select fence, holder, token is not null as held, last_slot, released_at, suspended from leasehold.leases where name = 'r-job'"),
+      seen,
+    });
+    // nothing of the job started while it was paused
+    expect(all.filter((r) => r.slot.getTime() > pausedAt.getTime() && r.started_at.getTime() < resumedAt.getTime()), diagnosis).toEqual([]);
+    // catch-up { all: 2 }, applied when the workers saw the resume (within a refresh, 1 s): the
+    // two latest slots due by then ran after the resume
+    const caughtUp = all.filter((r) => r.slot.getTime() > pausedAt.getTime() && r.slot.getTime() <= resumedAt.getTime() + 1_500);
+    expect(caughtUp.length, diagnosis).toBeGreaterThanOrEqual(2);
+    const { rows: missed } = await rawPool(url, 2).query<{ slot: Date; reason: string }>("select slot, reason from leasehold.missed where job = 'r-job'");
     expect(missed.length).toBeGreaterThanOrEqual(1);
     for (const m of missed) expect(m.reason).toMatch(/^paused by bob .*\(maintenance\)$/);
+    // every slot of the pause either ran after the resume or is recorded missed as paused
+    const ran = new Set(all.map((r) => r.slot.getTime()));
+    const missedAt = new Set(missed.map((m) => m.slot.getTime()));
+    for (let t = Math.floor(pausedAt.getTime() / 1_000) * 1_000 + 1_000; t <= resumedAt.getTime(); t += 1_000) {
+      expect(ran.has(t) || missedAt.has(t), `${new Date(t).toISOString()} ${diagnosis}`).toBe(true);
+    }
     const { rows: actions } = await rawPool(url, 2).query("select action, actor from leasehold.actions where job = 'r-job' order by id");
     expect(actions).toEqual([
       { action: 'schedule-defined', actor: 'app' },
