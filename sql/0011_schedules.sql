@@ -403,7 +403,11 @@ begin
                  least(c.slot, coalesce(
                    (select min(b.slot) from leasehold.buffered b
                      where b.job = c.job
-                       and b.slot > coalesce((select l2.last_slot from leasehold.leases l2 where l2.name = c.job), '-infinity')),
+                       and b.slot > coalesce((select l2.last_slot from leasehold.leases l2 where l2.name = c.job), '-infinity')
+                       -- a queued catch-up slot whose skip is final (overlap 'skip') never runs:
+                       -- it must not stand in front of the later slots for ever
+                       and not (c.mode = 'exclusive' and c.buffer_cap = 0
+                                and exists (select 1 from leasehold.skips k where k.job = b.job and k.slot = b.slot))),
                    c.slot)) as claim_slot
             from unnest(p_claims) c
         ) w on w.job = l.name

@@ -231,3 +231,27 @@ describe('the batch functions', () => {
     }
   });
 });
+
+describe('a caught-up slot that was skipped', () => {
+  it('does not block the job: later slots are claimed (a catch-up slot skipped behind a peer\'s run was waiting forever)', async () => {
+    const [a, b] = conns as [pg.Client, pg.Client];
+    const at = slots();
+    await register(a, ['caught']);
+    // a runs slot 1; catch-up { all: 2 } queued slots 2 and 3 (as after a resume or downtime)
+    const [first] = await claim(a, ['caught'], at(1), 'holder-a');
+    expect(first).toMatchObject({ claimed: true });
+    await a.query(`select leasehold.enqueue_slots('caught', array[$1, $2]::timestamptz[])`, [at(2), at(3)]);
+    // b's late tick asks for slot 3 while a's run holds the lease: slot 3 is skipped, for good
+    const [late] = await claim(b, ['caught'], at(3), 'holder-b');
+    expect(late).toMatchObject({ claimed: false, reason: 'held', skip_recorded: true });
+    // a finishes and runs the next queued slot, 2; slot 3 stays skipped
+    await finish(a, first!);
+    const [second] = await claim(a, ['caught'], at(2), 'holder-a');
+    expect(second).toMatchObject({ claimed: true, slot: at(2) });
+    await finish(a, second!);
+    // the next scheduled slot runs: the skipped queued slot 3 does not stand in its way
+    const [next] = await claim(b, ['caught'], at(4), 'holder-b');
+    expect(next).toMatchObject({ claimed: true, slot: at(4) });
+    expect(await history(a, 'caught')).toEqual({ runs: [at(1), at(2), at(4)].map((d) => d.getTime()), skips: [at(3).getTime()] });
+  });
+});
