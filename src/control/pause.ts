@@ -1,12 +1,12 @@
 // Pause and resume, fleet-wide and durable: leasehold.pause_job marks the job's lease row so
 // that claim() refuses its slots (whatever the workers know), and with stopRunning ends the
 // running run's lease (its heartbeat and fenced writes then fail, its signal fires).
-import { timedQuery } from '../db/connection.js';
 import { InvalidArgumentError } from '../errors.js';
 import { checkHolder, checkLeaseName, codePoints, unsafeCharacter } from '../validate/names.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { CONTROL_DEFAULTS } from './defaults.js';
-import { run, type ControlDb } from './schedules.js';
+import type { Queryable } from '../db/handle.js';
+import { run } from './schedules.js';
 
 export interface PauseOptions {
   /** Who pauses (a person or tool), recorded in leasehold.actions and shown by status. */
@@ -53,7 +53,7 @@ function checkReason(reason: unknown): string | null {
   return reason;
 }
 
-export async function pauseJob(db: ControlDb, name: string, options: PauseOptions): Promise<PauseResult> {
+export async function pauseJob(db: Queryable, name: string, options: PauseOptions): Promise<PauseResult> {
   checkLeaseName(name);
   if (!options || typeof options !== 'object') throw new InvalidArgumentError('by', 'pause(name, { by }) needs an options object naming who pauses.');
   checkOptionKeys(options, PAUSE_KEYS, 'pause()');
@@ -63,13 +63,8 @@ export async function pauseJob(db: ControlDb, name: string, options: PauseOption
     throw new InvalidArgumentError('stopRunning', `stopRunning must be true or false (got ${String(options.stopRunning)}).`);
   }
   const { rows } = await run(() =>
-    timedQuery<{ already_paused: boolean; stopped_holder: string | null; stopped_fence: string | null }>(
-      db.pool,
-      'select * from leasehold.pause_job($1, $2, $3, $4)',
-      [name, by, reason, options.stopRunning ?? CONTROL_DEFAULTS.stopRunning.default],
-      db.timeoutMs,
-      db.where,
-    ),
+    db.query<{ already_paused: boolean; stopped_holder: string | null; stopped_fence: string | null }>('select * from leasehold.pause_job($1, $2, $3, $4)',
+      [name, by, reason, options.stopRunning ?? CONTROL_DEFAULTS.stopRunning.default]),
   );
   const row = rows[0];
   return {
@@ -79,19 +74,14 @@ export async function pauseJob(db: ControlDb, name: string, options: PauseOption
   };
 }
 
-export async function resumeJob(db: ControlDb, name: string, options: ResumeOptions): Promise<ResumeResult> {
+export async function resumeJob(db: Queryable, name: string, options: ResumeOptions): Promise<ResumeResult> {
   checkLeaseName(name);
   if (!options || typeof options !== 'object') throw new InvalidArgumentError('by', 'resume(name, { by }) needs an options object naming who resumes.');
   checkOptionKeys(options, RESUME_KEYS, 'resume()');
   const by = checkHolder(options.by);
   const { rows } = await run(() =>
-    timedQuery<{ resumed: boolean; paused_at: Date | null; paused_by: string | null }>(
-      db.pool,
-      'select * from leasehold.resume_job($1, $2)',
-      [name, by],
-      db.timeoutMs,
-      db.where,
-    ),
+    db.query<{ resumed: boolean; paused_at: Date | null; paused_by: string | null }>('select * from leasehold.resume_job($1, $2)',
+      [name, by]),
   );
   const row = rows[0];
   return { job: name, resumed: row?.resumed ?? false, pausedAt: row?.paused_at ?? null, pausedBy: row?.paused_by ?? null };

@@ -1,10 +1,8 @@
 // Schedules defined as data: validated here with the same rules as code jobs (defineJob, croner
 // for cron and timezone), then stored by leasehold.define_schedule, which checks them again for
 // callers that bypass the client. Removing leaves a tombstone the workers read.
-import { timedQuery } from '../db/connection.js';
 import { InvalidArgumentError } from '../errors.js';
-import type { DbHandle } from '../db/handle.js';
-import type { LeaseRuntime } from '../lease/runtime.js';
+import type { Queryable } from '../db/handle.js';
 import type { Duration } from '../validate/duration.js';
 import { checkHolder, checkLeaseName } from '../validate/names.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
@@ -145,15 +143,13 @@ function ms(value: number | null): string | null {
   return value === null ? null : `${value} milliseconds`;
 }
 
-export async function defineSchedule(db: ControlDb, options: ScheduleOptions): Promise<DefineResult> {
+export async function defineSchedule(db: Queryable, options: ScheduleOptions): Promise<DefineResult> {
   const checked = checkSchedule(options);
   const { job } = checked;
   const isCron = /\s/.test(job.schedule.expression);
   const defaultDeadline = options.startingDeadline === undefined;
   const { rows } = await run(() =>
-    timedQuery<{ name: string; revision: string; created: boolean; changed: boolean }>(
-      db.pool,
-      `select * from leasehold.define_schedule(p_name => $1, p_handler => $2, p_by => $3, p_cron => $4, p_every => $5::interval,
+    db.query<{ name: string; revision: string; created: boolean; changed: boolean }>(`select * from leasehold.define_schedule(p_name => $1, p_handler => $2, p_by => $3, p_cron => $4, p_every => $5::interval,
          p_timezone => $6, p_payload => $7::jsonb, p_ttl => $8::interval, p_overlap => $9, p_catch_up => $10,
          p_buffer_limit => $11, p_starting_deadline => $12::interval, p_timeout => $13::interval, p_jitter => $14::interval)`,
       [
@@ -171,23 +167,20 @@ export async function defineSchedule(db: ControlDb, options: ScheduleOptions): P
         defaultDeadline ? null : ms(job.startingDeadlineMs),
         ms(checked.timeoutMs),
         ms(checked.jitterMs),
-      ],
-      db.timeoutMs,
-      db.where,
-    ),
+      ]),
   );
   const row = rows[0];
   if (!row) throw new Error('leasehold.define_schedule returned no row');
   return { name: row.name, revision: Number(row.revision), created: row.created, changed: row.changed };
 }
 
-export async function removeSchedule(db: ControlDb, name: string, options: { by: string }): Promise<boolean> {
+export async function removeSchedule(db: Queryable, name: string, options: { by: string }): Promise<boolean> {
   checkLeaseName(name);
   if (!options || typeof options !== 'object') throw new InvalidArgumentError('by', 'remove(name, { by }) needs an options object naming who removes.');
   checkOptionKeys(options, ['by'], 'remove()');
   const by = checkHolder(options.by);
   const { rows } = await run(() =>
-    timedQuery<{ removed: boolean }>(db.pool, 'select leasehold.remove_schedule($1, $2) as removed', [name, by], db.timeoutMs, db.where),
+    db.query<{ removed: boolean }>('select leasehold.remove_schedule($1, $2) as removed', [name, by]),
   );
   return rows[0]?.removed ?? false;
 }
@@ -224,20 +217,15 @@ const COLUMNS = `name, source, handler, schedule, timezone, interval_ms, ttl_ms,
   starting_deadline_ms, timeout_ms, jitter_ms, payload, defined_by, revision, paused_at, paused_by, pause_reason`;
 
 /** Every job not removed (code and data), by name, read in pages (a reader's grant suffices). */
-export async function listSchedules(db: ControlDb, filter: { source?: 'code' | 'data' } = {}): Promise<ScheduleInfo[]> {
+export async function listSchedules(db: Queryable, filter: { source?: 'code' | 'data' } = {}): Promise<ScheduleInfo[]> {
   const all: ScheduleInfo[] = [];
   let after = '';
   for (;;) {
     const { rows } = await run(() =>
-      timedQuery<JobRow>(
-        db.pool,
-        `select ${COLUMNS} from leasehold.jobs
+      db.query<JobRow>(`select ${COLUMNS} from leasehold.jobs
           where removed_at is null and name > $1 and ($2::text is null or source = $2)
           order by name limit $3`,
-        [after, filter.source ?? null, CONTROL_DEFAULTS.listPage],
-        db.timeoutMs,
-        db.where,
-      ),
+        [after, filter.source ?? null, CONTROL_DEFAULTS.listPage]),
     );
     all.push(...rows.map(toInfo));
     if (rows.length < CONTROL_DEFAULTS.listPage) return all;
@@ -245,19 +233,14 @@ export async function listSchedules(db: ControlDb, filter: { source?: 'code' | '
   }
 }
 
-export async function getSchedule(db: ControlDb, name: string): Promise<ScheduleInfo | null> {
+export async function getSchedule(db: Queryable, name: string): Promise<ScheduleInfo | null> {
   const { rows } = await run(() =>
-    timedQuery<JobRow>(db.pool, `select ${COLUMNS} from leasehold.jobs where name = $1 and removed_at is null`, [name], db.timeoutMs, db.where),
+    db.query<JobRow>(`select ${COLUMNS} from leasehold.jobs where name = $1 and removed_at is null`, [name]),
   );
   return rows[0] ? toInfo(rows[0]) : null;
 }
 
 /** Where the control statements go: a client's control pool, or the CLI's handle. */
-export type ControlDb = Pick<DbHandle, 'pool' | 'where' | 'timeoutMs'>;
-
-export function controlDb(runtime: LeaseRuntime): ControlDb {
-  return { pool: runtime.controlPool, where: runtime.where, timeoutMs: runtime.queryTimeoutMs };
-}
 
 /** Runs a statement; the protocol's own refusals (LH00x) become typed errors. */
 export async function run<T>(statement: () => Promise<T>): Promise<T> {
