@@ -271,9 +271,11 @@ describe('lease lifecycle', () => {
     const events: string[] = [];
     a.on('lease:renewed', () => events.push('renewed'));
     a.on('lease:lost', (_info, error) => events.push(`lost:${error.reason}`));
-    const { lease } = held(await a.acquire('events', { ttl: 300 }));
+    // (a ttl of 1 s: under a loaded machine's parallel suite the renewal's own round trip must
+    // not outlast the lease)
+    const { lease } = held(await a.acquire('events', { ttl: 1_000 }));
     await lease.renew();
-    await waitFor(() => lease.lost, 2_000);
+    await waitFor(() => lease.lost, 5_000);
     expect(events).toEqual(['renewed', 'lost:expired']);
     await expect(lease.renew()).rejects.toMatchObject({ reason: 'expired' });
     expect(await lease.release()).toBe(true); // nobody took it: our token still frees it
