@@ -52,6 +52,22 @@ describe('cron schedules across DST (Europe/Berlin, croner rules)', () => {
   });
 });
 
+describe('schedules sharing a cron pattern', () => {
+  it('answer each next() with a fresh Date, the same slot for the same instant, whatever was asked before', () => {
+    const a = parseSchedule({ cron: '0 3 * * *' });
+    const b = parseSchedule({ cron: '0 3 * * *' });
+    const at = new Date('2026-01-01T12:00:00Z');
+    const first = a.next(at);
+    const second = b.next(new Date(at.getTime()));
+    expect(first?.toISOString()).toBe('2026-01-02T03:00:00.000Z');
+    expect(second).not.toBe(first);
+    first?.setTime(0);
+    expect(b.next(at)?.toISOString()).toBe('2026-01-02T03:00:00.000Z');
+    expect(a.next(new Date('2026-01-02T03:00:00Z'))?.toISOString()).toBe('2026-01-03T03:00:00.000Z');
+    expect(b.next(at)?.toISOString()).toBe('2026-01-02T03:00:00.000Z');
+  });
+});
+
 describe('job definitions fail at definition time with a clear message', () => {
   const handler = async () => undefined;
   it.each([

@@ -13,6 +13,7 @@ import {
 import { freePort } from '../src/db/embedded.js';
 import { silentLogger, stderrLogger, type Logger } from '../src/observe/logger.js';
 import { childLogger } from '../src/observe/child-logger.js';
+import { codePoints } from '../src/validate/names.js';
 import { defineJob, startWorker } from '../src/index.js';
 import { client, freshDatabase, waitFor } from './support/db.js';
 
@@ -238,5 +239,25 @@ describe('a job logger', () => {
     }
     expect(JSON.parse(written[0]!)).toMatchObject({ level: 'info', msg: 'hello' });
     expect(JSON.parse(written[0]!)).not.toHaveProperty('0');
+  });
+});
+
+describe('defaults and lengths of job definitions', () => {
+  it('a job that leaves its options out gets the same values as one that states the defaults', () => {
+    const handler = async () => undefined;
+    const bare = defineJob({ name: 'd', cron: '0 3 * * *', handler });
+    const stated = defineJob({ name: 'd', cron: '0 3 * * *', ttl: '30s', bufferLimit: 10, retry: { attempts: 1, delay: '1s' }, jitter: 0, handler });
+    expect({ ...bare, schedule: null }).toEqual({ ...stated, schedule: null });
+    expect(bare.ttlMs).toBe(30_000);
+    expect(bare.retry).toEqual({ attempts: 1, delayMs: 1_000 });
+  });
+
+  it('counts code points as for…of does: a surrogate pair is one, a lone surrogate one', () => {
+    const forOf = (value: string) => [...value].length;
+    for (const value of ['', 'abc', '\u{1F680}', 'a\u{1F680}b', '\ud800', '\udc00\ud800', 'x\ud83d', '\ud83d\ude00\ude00', '\u{1F680}'.repeat(200)]) {
+      expect(codePoints(value)).toBe(forOf(value));
+    }
+    expect(() => defineJob({ name: '\u{1F680}'.repeat(200), every: '1m', handler: async () => undefined })).not.toThrow();
+    expect(() => defineJob({ name: '\u{1F680}'.repeat(201), every: '1m', handler: async () => undefined })).toThrow(/got 201/);
   });
 });

@@ -23,8 +23,9 @@ export function jitterKey(name: string): bigint {
 
 /** The job's offset in whole milliseconds, in [0, jitterMs); 0 when jitterMs is 0. */
 export function jitterOffsetMs(name: string, jitterMs: number): number {
+  // no BigInt for the usual jitter of 0
+  if (Math.floor(jitterMs) <= 0) return 0;
   const span = BigInt(Math.floor(jitterMs));
-  if (span <= 0n) return 0;
   return Number((jitterKey(name) * span) / SPACE);
 }
 

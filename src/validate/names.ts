@@ -25,10 +25,20 @@ export function unsafeCharacter(value: string): string | null {
   return `U+${code}, ${kind}, at position ${codePoints(value.slice(0, match.index))}`;
 }
 
-/** Length in code points (not UTF-16 units). */
+/** Length in code points (not UTF-16 units), as for…of counts them (a lone surrogate is one). */
 export function codePoints(value: string): number {
-  let n = 0;
-  for (const _ of value) n++;
+  // by index, not for…of: a string iterator per call is garbage when 10,000 jobs are defined
+  let n = value.length;
+  for (let i = 0; i < value.length - 1; i++) {
+    const unit = value.charCodeAt(i);
+    if (unit >= 0xd800 && unit <= 0xdbff) {
+      const next = value.charCodeAt(i + 1);
+      if (next >= 0xdc00 && next <= 0xdfff) {
+        n--;
+        i++;
+      }
+    }
+  }
   return n;
 }
 

@@ -26,6 +26,14 @@ export function optionKeys<T extends object>(keys: Record<keyof T, true>): reado
   return Object.keys(keys);
 }
 
+/** True when `options` has a key that is not in `valid` (checkOptionKeys then throws). */
+export function hasUnknownKey(options: object, valid: readonly string[]): boolean {
+  for (const key in options) {
+    if (Object.hasOwn(options, key) && !valid.includes(key)) return true;
+  }
+  return false;
+}
+
 /** Throws InvalidArgumentError naming the first unknown key of `options`, the closest valid one and all valid ones. */
 export function checkOptionKeys(options: unknown, valid: readonly string[], where: string): void {
   if (options === null || typeof options !== 'object') return;

@@ -7,6 +7,7 @@ import { jobClock } from '../schedule/jitter.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import type { ClaimRequest, SchedulerStore } from './claims.js';
 import type { JobState } from './runs.js';
+import { NextSlots } from './next-slots.js';
 
 export const MAX_MISSED_RECORDED = 1_000;
 
@@ -19,12 +20,13 @@ export async function planStart(
   logger: Logger,
 ): Promise<ClaimRequest[]> {
   const catchUp: ClaimRequest[] = [];
+  const nextSlots = new NextSlots();
   for (const state of states) {
     const { job } = state;
     // with jitter, a slot whose fire time (slot + offset) is still ahead is the next one, not a catch-up
     const now = jobClock(startNow, job.jitterOffsetMs);
     const last = lastSlots.get(job.name) ?? null;
-    state.nextSlot = job.schedule.next(now);
+    state.nextSlot = nextSlots.of(job.schedule, now);
     if (!last || job.catchUp === 'none') continue;
     const due = slotsBetween(job.schedule, last, now, MAX_MISSED_RECORDED);
     if (due.length === 0) continue;

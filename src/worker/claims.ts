@@ -1,5 +1,6 @@
 // The scheduler's statements: register jobs, claim many slots in one call, finish a run,
 // queue catch-up slots, record missed slots, prune history. Each is one round trip.
+import { integerArrayLiteral, textArrayLiteral } from '../db/array-literal.js';
 import { timedQuery } from '../db/connection.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import { claimMode, describeCatchUp, type JobDefinition } from './job.js';
@@ -39,24 +40,27 @@ export class SchedulerStore {
     return timedQuery<R>(this.runtime.controlPool, text, values, timeoutMs, this.runtime.where);
   }
 
-  /** Upserts the definitions; returns each job's last claimed slot. */
+  /** Upserts the definitions; returns the last claimed slot of each job that has one (get() ?? null for the others). */
   async register(jobs: readonly JobDefinition[], holder: string): Promise<Map<string, Date | null>> {
+    // sent as array literals, built flat (array-literal.ts): 10,000 jobs are one statement
+    const names = textArrayLiteral(jobs.map((j) => j.name));
     const { rows } = await this.query<{ name: string; last_slot: Date | null }>(
-      'select name, last_slot from leasehold.register_jobs($1, $2, $3, $4, $5, $6, $7, $8)',
+      // only the jobs with a last slot: a row per job would be 10,000 rows to parse for new jobs
+      'select name, last_slot from leasehold.register_jobs($1, $2, $3, $4, $5, $6, $7, $8) where last_slot is not null',
       [
-        jobs.map((j) => j.name),
-        jobs.map((j) => j.schedule.expression),
-        jobs.map((j) => j.schedule.timezone),
-        jobs.map((j) => j.schedule.nominalIntervalMs),
-        jobs.map((j) => j.ttlMs),
-        jobs.map((j) => j.overlap),
-        jobs.map((j) => describeCatchUp(j.catchUp)),
+        names,
+        textArrayLiteral(jobs.map((j) => j.schedule.expression)),
+        textArrayLiteral(jobs.map((j) => j.schedule.timezone)),
+        integerArrayLiteral(jobs.map((j) => j.schedule.nominalIntervalMs)),
+        integerArrayLiteral(jobs.map((j) => j.ttlMs)),
+        textArrayLiteral(jobs.map((j) => j.overlap)),
+        textArrayLiteral(jobs.map((j) => describeCatchUp(j.catchUp))),
         holder,
       ],
     );
     // the timeouts are not among register_jobs' arguments (SQL callers use its signature): set
     // (or clear) them right after, before any slot of these jobs is claimed by this worker
-    await this.query('select leasehold.set_job_timeouts($1, $2::bigint[])', [jobs.map((j) => j.name), jobs.map((j) => j.timeoutMs)]);
+    await this.query('select leasehold.set_job_timeouts($1, $2::bigint[])', [names, integerArrayLiteral(jobs.map((j) => j.timeoutMs))]);
     return new Map(rows.map((r) => [r.name, r.last_slot]));
   }
 

@@ -18,6 +18,7 @@ import { FinishQueue } from './finish-queue.js';
 import type { JobDefinition } from './job.js';
 import { dataJobSettings } from './job-feed.js';
 import { RunSet, type JobState } from './runs.js';
+import { NextSlots } from './next-slots.js';
 import { RequestPoller } from './requests.js';
 import { PeerList, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
 
@@ -67,7 +68,9 @@ export class ClaimEngine {
   constructor(parts: EngineParts, jobs: readonly JobDefinition[]) {
     ({ tracker: this.tracker, store: this.store, clock: this.clock, events: this.events, logger: this.logger, holder: this.holder } = parts);
     this.states = jobs.map((job) => ({ job, nextSlot: null, running: 0 }));
-    this.byName = new Map(this.states.map((state) => [state.job.name, state]));
+    // set one by one: a [name, state] pair per job would be garbage
+    this.byName = new Map();
+    for (const state of this.states) this.byName.set(state.job.name, state);
     this.steps = new StepRecorder(this.store, this.holder, this.logger);
     this.finisher = new FinishQueue(this.store);
     this.runs = new RunSet({ ...parts, finisher: this.finisher, shutdown: this.shutdown.signal });
@@ -131,10 +134,18 @@ export class ClaimEngine {
     if (!this.running) return;
     clearTimeout(this.timer);
     let earliest: number | null = null;
+    let seen: Date | null = null;
+    let seenOffset = 0;
     for (const state of this.states) {
+      const slot = state.nextSlot;
+      // jobs sharing a next slot share its Date (next-slots.ts): one sum for a run of them, not
+      // a boxed number per job each time the timer is set
+      if (slot === null || (slot === seen && state.job.jitterOffsetMs === seenOffset)) continue;
+      seen = slot;
+      seenOffset = state.job.jitterOffsetMs;
       // a job with jitter fires its slot at slot + offset (src/schedule/jitter.ts)
-      const at = state.nextSlot ? state.nextSlot.getTime() + state.job.jitterOffsetMs : undefined;
-      if (at !== undefined && (earliest === null || at < earliest)) earliest = at;
+      const at = slot.getTime() + seenOffset;
+      if (earliest === null || at < earliest) earliest = at;
     }
     if (earliest === null) return;
     const gap = MIN_TICK_GAP_MS - (performance.now() - this.lastTickAt);
@@ -147,6 +158,8 @@ export class ClaimEngine {
     this.lastTickAt = performance.now();
     const tickNow = this.clock.now();
     const due: ClaimRequest[] = [];
+    const advanced: JobState[] = [];
+    const nextSlots = new NextSlots();
     for (const state of this.states) {
       // jitter: each job reads the clock behind by its offset, so its slots, its lateness and
       // its next slot are all judged from its fire times (slot + offset)
@@ -157,7 +170,8 @@ export class ClaimEngine {
       // event loop, a suspended VM), claim only the latest: the others ran elsewhere or are
       // recorded as missed.
       let latest = state.nextSlot;
-      const following = state.job.schedule.next(latest);
+      const { ahead } = state;
+      const following = ahead && ahead.from === latest && ahead.job === state.job ? ahead.next : nextSlots.of(state.job.schedule, latest);
       if (following === null || following > now) {
         state.nextSlot = following;
       } else {
@@ -170,6 +184,7 @@ export class ClaimEngine {
         continue;
       }
       due.push({ job: state.job, slot: latest });
+      advanced.push(state);
     }
     // This worker's hash share first; the rest after about as long as the share took, by
     // when the live peers have claimed theirs (the second pass then gets back almost no rows)
@@ -177,6 +192,8 @@ export class ClaimEngine {
     const ownKey = this.tracker.livenessKey();
     const { mine, others } = this.peers.split(due, (request) => request.job.name, ownKey);
     const startedAt = performance.now();
+    // once the claim is on its way: the step after each advanced job's next slot, for the next tick
+    setImmediate(() => lookAhead(advanced));
     try {
       if (mine.length > 0) await this.claim(mine, 0);
     } catch (error) {
@@ -344,5 +361,14 @@ export class ClaimEngine {
       `slot ${slot.toISOString()} of "${job.name}" is not due yet by the database clock (${databaseTime.toISOString()}); claiming it when it is`,
     );
     void this.clock.sync().catch(() => undefined).finally(() => this.schedule());
+  }
+}
+
+/** Works out each state's slot after its next one (JobState.ahead). */
+function lookAhead(states: readonly JobState[]): void {
+  const nextSlots = new NextSlots();
+  for (const state of states) {
+    const from = state.nextSlot;
+    state.ahead = from ? { job: state.job, from, next: nextSlots.of(state.job.schedule, from) } : undefined;
   }
 }

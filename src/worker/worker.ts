@@ -227,7 +227,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     await clock.sync();
     const lastSlots = jobs.length > 0 ? await store.register(jobs, leasehold.holder) : new Map<string, Date | null>();
     // after the code jobs' registration, which takes over any data job of the same name
-    const feed = new JobFeed({ runtime, store, logger, holder: leasehold.holder, handlers: handlers ?? {}, codeNames: new Set(jobs.map((job) => job.name)), refreshMs });
+    // `seen` holds the code jobs' names already
+    const feed = new JobFeed({ runtime, store, logger, holder: leasehold.holder, handlers: handlers ?? {}, codeNames: seen, refreshMs });
     const data = await feed.load();
     for (const [name, slot] of data.lastSlots) lastSlots.set(name, slot);
     const engine = new ClaimEngine({ tracker, store, clock, events: runtime.events, logger, holder: leasehold.holder }, [...jobs, ...data.jobs]);
