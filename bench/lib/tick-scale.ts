@@ -3,6 +3,9 @@
 //   before    every worker sends every due job to claim() as sql/0006_contract.sql defined it
 //             (installed here as leasehold.claim_0006; the previous path) and gets one row per
 //             job back
+//   schema14  the share path below, on claim() and claim_due() as schema 14 defined them
+//             (sql/0011_schedules.sql and sql/0009_tick.sql, installed here as
+//             leasehold.claim_0014 and leasehold.claim_due_0014): this path before schema 15
 //   after     every worker sends its hash share (src/worker/shares.ts) to leasehold.claim_due()
 //             and, after about as long as that took, the rest; only rows to act on come back
 //   baseline  a plain batched UPDATE ... FOR UPDATE SKIP LOCKED of last_slot, returning names:
@@ -18,7 +21,7 @@ import { nameHash } from '../../src/worker/shares.js';
 import { Session } from './session.js';
 import { median, percentileOfSorted, round, sleep, sortedCopy } from './stats.js';
 
-export const TICK_PATHS = ['before', 'after', 'baseline'] as const;
+export const TICK_PATHS = ['before', 'schema14', 'after', 'baseline'] as const;
 export type TickPath = (typeof TICK_PATHS)[number];
 
 export interface TickRound {
@@ -66,9 +69,27 @@ function previousClaim(): string {
   return text.slice(start, end).replace('create function leasehold.claim(', 'create or replace function leasehold.claim_0006(');
 }
 
+/** claim() of schema 14 (sql/0011_schedules.sql) and claim_due() of schema 9, as claim_0014 and claim_due_0014. */
+function schema14Claim(): string[] {
+  const cut = (file: string, head: string) => {
+    const text = readFileSync(new URL(`../../sql/${file}`, import.meta.url), 'utf8');
+    const start = text.indexOf(head);
+    const end = text.indexOf('$$;', text.indexOf('as $$', start) + 5) + '$$;'.length;
+    if (start < 0 || end < start) throw new Error(`sql/${file}: ${head.trim()} not found`);
+    return text.slice(start, end);
+  };
+  const claim = cut('0011_schedules.sql', 'create or replace function leasehold.claim(\n').replace('function leasehold.claim(', 'function leasehold.claim_0014(');
+  const due = cut('0009_tick.sql', 'create function leasehold.claim_due(\n')
+    .replace('create function leasehold.claim_due(', 'create or replace function leasehold.claim_due_0014(')
+    .replace('from leasehold.claim(p_claims', 'from leasehold.claim_0014(p_claims');
+  if (!due.includes('claim_0014(')) throw new Error('sql/0009_tick.sql: claim_due() no longer calls claim() as expected');
+  return [claim, due];
+}
+
 export async function prepareTick(url: string, jobs: number, workers: number): Promise<{ names: string[]; claimers: Claimer[]; admin: Session }> {
   const admin = await Session.open(url, 'bench-tick-admin');
   await admin.execute(previousClaim());
+  for (const text of schema14Claim()) await admin.execute(text);
   const names = Array.from({ length: jobs }, (_, i) => `tk${jobs}-${String(i).padStart(6, '0')}`);
   const n = names.length;
   for (let i = 0; i < n; i += 20_000) {
@@ -116,20 +137,22 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
         : await claimer.session.query<{ claimed: boolean }>(ROW.replace('%FN%', fn), [list, slot, claimer.holder, claimer.key]);
     const back = performance.now();
     statementMs.push(back - sent);
+    if (process.env.BENCH_TICK_TRACE) console.error(`[trace] ${path} ${claimer.holder} ${fn} ${list.length} jobs: sent ${(sent - t0).toFixed(1)} back ${(back - t0).toFixed(1)} ms, ${rows.length} rows`);
     rowsReturned += rows.length;
     for (const row of rows) if (fn === 'baseline' || (row as { claimed: boolean }).claimed) arrivals.push(back - t0);
     return back - sent;
   };
   await Promise.all(
     claimers.map(async (claimer) => {
-      if (path !== 'after') return call(claimer, path === 'before' ? 'claim_0006' : 'baseline', names);
+      if (path === 'before' || path === 'baseline') return call(claimer, path === 'before' ? 'claim_0006' : 'baseline', names);
+      const fn = path === 'after' ? 'claim_due' : 'claim_due_0014';
       const own = keys.indexOf(claimer.key);
       const mine: string[] = [];
       const others: string[] = [];
       for (const name of names) (nameHash(name) % keys.length === own ? mine : others).push(name);
-      const took = await call(claimer, 'claim_due', mine);
+      const took = await call(claimer, fn, mine);
       await sleep(Math.min(Math.max(50, took), 2_000));
-      return call(claimer, 'claim_due', others);
+      return call(claimer, fn, others);
     }),
   );
   const [check] = await admin.query<{ once: number; doubled: number }>(
