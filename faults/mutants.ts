@@ -28,7 +28,7 @@ export const MUTANT_DESCRIPTIONS: Record<MutantName, string> = {
   'unfenced-write': "the worker's final write runs in a plain transaction, outside ctx.transaction (no assert_lease)",
   'release-no-token-check': 'leasehold.release_matching (the release of release, finish_run and finish_runs) frees the lease whatever token it is given',
   'acquire-ignores-expiry': 'leasehold.is_free (the rule of acquire and claim) never treats an expired lease as free',
-  'slot-guard-off': 'leasehold.claim claims a slot even when it is not after the last claimed one',
+  'slot-guard-off': 'leasehold.claim (and claim_due, which asks it) claims a slot even when it is not after the last claimed one',
 };
 
 export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = {
@@ -58,8 +58,13 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'liveness-any-incarnation': [
     { fn: 'is_free', pattern: /when l\.holder_incarnation is not distinct from leasehold\.incarnation\(\) then/, replacement: 'when true then' },
   ],
-  // both forms of the guard in claim() (schema 9 checks the slot asked for first, cheaply)
-  'slot-guard-off': [{ fn: 'claim', pattern: /\s+and \(l\.last_slot is null or (?:w\.claim_slot|\(w\.claim\)\.slot) > l\.last_slot\)/, replacement: '' }],
+  // both forms of the guard in claim() (schema 9 checks the slot asked for first, cheaply), and
+  // claim_due's pre-filter (schema 15), which leaves out of claim() the slots the guard refuses
+  // so that a tick does not pay for them: without it the guard would still hold through it
+  'slot-guard-off': [
+    { fn: 'claim', pattern: /\s+and \(l\.last_slot is null or (?:w\.claim_slot|\(w\.claim\)\.slot) > l\.last_slot\)/, replacement: '' },
+    { fn: 'claim_due', pattern: /or l\.last_slot is null or r\.slot > l\.last_slot/, replacement: 'or true' },
+  ],
 };
 
 /** Installs `mutant` into the database `client` is connected to. Throws if a guard was not found. */
