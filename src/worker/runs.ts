@@ -16,7 +16,7 @@ export interface JobState {
   /**
    * The slot after nextSlot, worked out after the previous tick's claim was sent, so that the
    * next tick sends its claim without a schedule step per job first. Valid while `job` and
-   * `from` are still the state's job and nextSlot (any other writer of nextSlot replaces it).
+   * `from` are still the state's job and nextSlot (a later write to nextSlot replaces it).
    */
   ahead?: { job: JobDefinition; from: Date; next: Date | null };
 }
