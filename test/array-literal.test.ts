@@ -1,7 +1,7 @@
 // The array literals the scheduler builds itself must read back as pg's own encoding does.
 import { createRequire } from 'node:module';
 import pg from 'pg';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { integerArrayLiteral, textArrayLiteral } from '../src/db/array-literal.js';
 
 // pg's own encoder of query parameters (what it sent for these arrays before)
@@ -22,7 +22,7 @@ describe('array literals', () => {
   });
 
   describe('against the server', () => {
-    const client = new pg.Client({ connectionString: process.env.DATABASE_URL });
+    const client = new pg.Client({ connectionString: inject('serverUrl') }) // the suite's server, embedded or DATABASE_URL;
     beforeAll(() => client.connect());
     afterAll(() => client.end());
 
