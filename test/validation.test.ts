@@ -27,6 +27,11 @@ describe('durations', () => {
     ['1.5s', 1_500],
     ['1d', 86_400_000],
     [' 2m ', 120_000],
+    // whole milliseconds, rounded: 4.1 * 60,000 is 245999.99999999997 in floating point
+    ['4.1m', 246_000],
+    ['1.001s', 1_001],
+    [2500.4, 2_500],
+    ['0.5ms', 1],
   ])('parses %j as %d ms', (input, ms) => {
     expect(parseDuration(input, 'ttl')).toBe(ms);
   });

@@ -1,5 +1,7 @@
 // Durations are accepted as milliseconds (a number) or as a string such as '500ms', '30s',
-// '5m', '1h30m' or '1d'. One format everywhere: options, the CLI and the docs.
+// '5m', '1h30m' or '1d'. One format everywhere: options, the CLI and the docs. A duration is a
+// whole number of milliseconds: the database columns are bigint milliseconds, and '4.1m' is
+// 245999.99999999997 in floating point, so every duration rounds to the nearest millisecond.
 import { InvalidArgumentError } from '../errors.js';
 
 export type Duration = number | string;
@@ -13,7 +15,7 @@ export function parseDuration(value: Duration, what: string): number {
     if (!Number.isFinite(value)) {
       throw new InvalidArgumentError(what, `${what} must be a finite number of milliseconds (got ${value}).`);
     }
-    return value;
+    return Math.round(value);
   }
   if (typeof value !== 'string') {
     throw new InvalidArgumentError(what, `${what} must be milliseconds or a string such as '30s' or '5m' (got ${typeof value}).`);
@@ -36,7 +38,7 @@ export function parseDuration(value: Duration, what: string): number {
       `${what} '${value}' is not a duration: use milliseconds or a string such as '500ms', '30s', '5m', '1h30m' or '1d'.`,
     );
   }
-  return total;
+  return Math.round(total);
 }
 
 /** Parses and checks a duration against inclusive bounds, with a message that says what to do. */
