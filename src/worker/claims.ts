@@ -1,6 +1,6 @@
 // The scheduler's statements: register jobs, claim many slots in one call, finish a run,
 // queue catch-up slots, record missed slots, prune history. Each is one round trip.
-import { integerArrayLiteral, textArrayLiteral } from '../db/array-literal.js';
+import { numberArrayLiteral, textArrayLiteral, timestampArrayLiteral } from '../db/array-literal.js';
 import { timedQuery } from '../db/connection.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import { claimMode, describeCatchUp, type JobDefinition } from './job.js';
@@ -51,8 +51,8 @@ export class SchedulerStore {
         names,
         textArrayLiteral(jobs.map((j) => j.schedule.expression)),
         textArrayLiteral(jobs.map((j) => j.schedule.timezone)),
-        integerArrayLiteral(jobs.map((j) => j.schedule.nominalIntervalMs)),
-        integerArrayLiteral(jobs.map((j) => j.ttlMs)),
+        numberArrayLiteral(jobs.map((j) => j.schedule.nominalIntervalMs)),
+        numberArrayLiteral(jobs.map((j) => j.ttlMs)),
         textArrayLiteral(jobs.map((j) => j.overlap)),
         textArrayLiteral(jobs.map((j) => describeCatchUp(j.catchUp))),
         holder,
@@ -60,7 +60,7 @@ export class SchedulerStore {
     );
     // the timeouts are not among register_jobs' arguments (SQL callers use its signature): set
     // (or clear) them right after, before any slot of these jobs is claimed by this worker
-    await this.query('select leasehold.set_job_timeouts($1, $2::bigint[])', [names, integerArrayLiteral(jobs.map((j) => j.timeoutMs))]);
+    await this.query('select leasehold.set_job_timeouts($1, $2::bigint[])', [names, numberArrayLiteral(jobs.map((j) => j.timeoutMs))]);
     return new Map(rows.map((r) => [r.name, r.last_slot]));
   }
 
@@ -76,23 +76,30 @@ export class SchedulerStore {
    * per request, with its reason (leasehold.claim), for callers that report each outcome.
    */
   async claim(requests: readonly ClaimRequest[], holder: string, holderKey: string | null, every = false): Promise<ClaimRow[]> {
-    const modes = requests.map((r) => claimMode(r.job));
+    const names: string[] = new Array<string>(requests.length);
+    const slots: Date[] = new Array<Date>(requests.length);
+    const ttls: number[] = new Array<number>(requests.length);
+    const modes: string[] = new Array<string>(requests.length);
+    const caps: number[] = new Array<number>(requests.length);
+    for (let i = 0; i < requests.length; i++) {
+      const { job, slot } = requests[i] as ClaimRequest;
+      const mode = claimMode(job);
+      names[i] = job.name;
+      slots[i] = slot;
+      ttls[i] = job.ttlMs;
+      modes[i] = mode.mode;
+      caps[i] = mode.bufferCap;
+    }
     // The composite array is built on the server from plain arrays: pg has no encoder for
     // composite values, and a text literal of 10,000 rows would need quoting rules of its own.
+    // The plain arrays go as literals built flat (src/db/array-literal.ts), the ttls as whole
+    // milliseconds (durations are, src/validate/duration.ts).
     const { rows } = await this.query<ClaimRow & Record<string, unknown>>(
       `select * from leasehold.${every ? 'claim' : 'claim_due'}(
-         array(select row(i.job, i.slot, i.ttl, i.mode, i.cap)::leasehold.slot_claim
-                 from unnest($1::text[], $2::timestamptz[], $3::interval[], $4::text[], $5::integer[]) as i(job, slot, ttl, mode, cap)),
+         array(select row(i.job, i.slot, i.ttl_ms * interval '1 millisecond', i.mode, i.cap)::leasehold.slot_claim
+                 from unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[]) as i(job, slot, ttl_ms, mode, cap)),
          $6, $7::bigint)`,
-      [
-        requests.map((r) => r.job.name),
-        requests.map((r) => r.slot),
-        requests.map((r) => `${r.job.ttlMs} milliseconds`),
-        modes.map((m) => m.mode),
-        modes.map((m) => m.bufferCap),
-        holder,
-        holderKey,
-      ],
+      [textArrayLiteral(names), timestampArrayLiteral(slots), numberArrayLiteral(ttls), textArrayLiteral(modes), numberArrayLiteral(caps), holder, holderKey],
       // a big batch takes longer than a single claim; allow for it, bounded
       Math.max(this.runtime.queryTimeoutMs, Math.min(60_000, requests.length)),
     );
@@ -120,8 +127,15 @@ export class SchedulerStore {
     runs: ReadonlyArray<{ job: string; fence: number; token: string | null; outcome: string; error: string | null; attempts: number }>,
   ): Promise<Array<{ job: string; fence: number; recorded: boolean; released: boolean; nextBufferedSlot: Date | null }>> {
     const { rows } = await this.query<{ job: string; fence: string; recorded: boolean; released: boolean; next_buffered_slot: Date | null }>(
-      'select * from leasehold.finish_runs($1, $2, $3::uuid[], $4, $5, $6)',
-      [runs.map((r) => r.job), runs.map((r) => r.fence), runs.map((r) => r.token), runs.map((r) => r.outcome), runs.map((r) => r.error), runs.map((r) => r.attempts)],
+      'select * from leasehold.finish_runs($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::integer[])',
+      [
+        textArrayLiteral(runs.map((r) => r.job)),
+        numberArrayLiteral(runs.map((r) => r.fence)),
+        textArrayLiteral(runs.map((r) => r.token)),
+        textArrayLiteral(runs.map((r) => r.outcome)),
+        textArrayLiteral(runs.map((r) => r.error)),
+        numberArrayLiteral(runs.map((r) => r.attempts)),
+      ],
       Math.max(this.runtime.queryTimeoutMs, Math.min(60_000, runs.length)),
     );
     return rows.map((r) => ({ job: r.job, fence: Number(r.fence), recorded: r.recorded, released: r.released, nextBufferedSlot: r.next_buffered_slot }));
