@@ -27,17 +27,24 @@ describe('durations', () => {
     ['1.5s', 1_500],
     ['1d', 86_400_000],
     [' 2m ', 120_000],
-    // whole milliseconds, rounded: 4.1 * 60,000 is 245999.99999999997 in floating point
+    // whole milliseconds: 4.1 * 60,000 is 245999.99999999997 in floating point
     ['4.1m', 246_000],
     ['1.001s', 1_001],
-    [2500.4, 2_500],
-    ['0.5ms', 1],
+    ['8.3m', 498_000],
   ])('parses %j as %d ms', (input, ms) => {
     expect(parseDuration(input, 'ttl')).toBe(ms);
   });
 
   it.each(['', 'abc', '5 minutes', '1x', '-5s', '5s5', 's'])('rejects %j with a hint', (input) => {
     expect(() => parseDuration(input, 'ttl')).toThrow(/ttl '.*' is not a duration: use milliseconds or a string such as '500ms', '30s'/);
+  });
+
+  it.each([
+    [2500.4, /ttl must be a whole number of milliseconds \(got 2500\.4\)/],
+    ['0.5ms', /ttl '0\.5ms' is not a whole number of milliseconds \(0\.5 ms\)/],
+    ['1.0005s', /ttl '1\.0005s' is not a whole number of milliseconds \(1000\.5 ms\)/],
+  ])('refuses %j, a fraction of a millisecond', (input, message) => {
+    expect(() => parseDuration(input, 'ttl')).toThrow(message);
   });
 
   it.each(['5', '60000', ' 1.5 '])('rejects the unitless %j, naming the unit it lacks', (input) => {

@@ -1,7 +1,7 @@
 // Durations are accepted as milliseconds (a number) or as a string such as '500ms', '30s',
 // '5m', '1h30m' or '1d'. One format everywhere: options, the CLI and the docs. A duration is a
-// whole number of milliseconds: the database columns are bigint milliseconds, and '4.1m' is
-// 245999.99999999997 in floating point, so every duration rounds to the nearest millisecond.
+// whole number of milliseconds (the database takes bigint milliseconds): a fraction of one is
+// refused, but '4.1m', 245999.99999999997 in floating point, is the 246,000 ms it says.
 import { InvalidArgumentError } from '../errors.js';
 
 export type Duration = number | string;
@@ -15,7 +15,8 @@ export function parseDuration(value: Duration, what: string): number {
     if (!Number.isFinite(value)) {
       throw new InvalidArgumentError(what, `${what} must be a finite number of milliseconds (got ${value}).`);
     }
-    return Math.round(value);
+    if (!Number.isInteger(value)) throw new InvalidArgumentError(what, `${what} must be a whole number of milliseconds (got ${value}).`);
+    return value;
   }
   if (typeof value !== 'string') {
     throw new InvalidArgumentError(what, `${what} must be milliseconds or a string such as '30s' or '5m' (got ${typeof value}).`);
@@ -38,7 +39,12 @@ export function parseDuration(value: Duration, what: string): number {
       `${what} '${value}' is not a duration: use milliseconds or a string such as '500ms', '30s', '5m', '1h30m' or '1d'.`,
     );
   }
-  return Math.round(total);
+  // decimal units in binary floating point: accept what is a whole millisecond up to rounding
+  const ms = Math.round(total);
+  if (Math.abs(total - ms) > 1e-6) {
+    throw new InvalidArgumentError(what, `${what} '${value}' is not a whole number of milliseconds (${Number(total.toFixed(6))} ms).`);
+  }
+  return ms;
 }
 
 /** Parses and checks a duration against inclusive bounds, with a message that says what to do. */
