@@ -13,7 +13,7 @@
 //   BENCH_SCHED_JOBS       jobs, all due at every tick (default 10000)
 //   BENCH_SCHED_WORKERS    worker processes (default 4)
 //   BENCH_SCHED_EVERY      seconds between ticks; must leave time to finish the previous
-//                          tick's runs (and a lease whose finish_run failed lives
+//                          tick's runs (and a lease whose finish_runs failed lives
 //                          out its 30 s TTL), or those jobs are skipped (default 40)
 //   BENCH_SCHED_WARMUP     ticks after all workers are ready that are not measured (default 1)
 //   BENCH_SCHED_TICKS      measured ticks (default 2)

@@ -4,14 +4,14 @@
 // same `jobs` job definitions, all `every: <interval>`, so every job is due at every tick.
 // Once every worker is ready, the first `warmupTicks` ticks are left alone and the next
 // `measuredTicks` are measured:
-//   - wall time: the slot instant -> the last claim_slots statement that claimed a slot
+//   - wall time: the slot instant -> the last claim statement that claimed a slot
 //     returned, over all workers. Slots are database time; they are mapped onto the local
 //     clock (which all processes on this machine share) with the offset measured here.
 //   - statements per worker per tick: every statement a worker sent from 1 s before the slot
 //     to 1 s before the next one, by the leasehold function it called.
 //   - tick-to-start latency: each handler's start minus its slot, every run of the tick.
 //   - in the database: leasehold.runs has exactly one row per (job, slot), for every job.
-// The interval must leave time to finish the previous tick's runs (one finish_run each):
+// The interval must leave time to finish the previous tick's runs (finish_runs, up to 2,000 runs a statement):
 // a job whose previous run still holds its lease is skipped, which the check would report.
 // Then: one claim of all the jobs alone with auto_explain (claim-probe.ts), and the idle part:
 // a worker holding `jobs` definitions whose next slot is months away, and one holding a single
@@ -30,7 +30,7 @@ import { dump, spawnWorker, usage, waitReady } from './tick-workers.js';
 /** Far away: the idle workers never claim anything. */
 export const IDLE_CRON = '0 0 1 1 *';
 
-/** A worker retries the jobs another worker was still committing this many times at most (worker.ts RETRY_DELAYS_MS). */
+/** A worker retries the jobs another worker was still committing this many times at most (src/worker/engine.ts RETRY_DELAYS_MS). */
 export const MAX_CLAIM_RETRIES = 3;
 
 /** See bench/lib/config.ts (BENCH_SCHED_*). */
@@ -68,7 +68,7 @@ export interface SchedulerResults {
   ticks: TickResult[];
   /** The ticks between all workers ready and the measured ones (for diagnosis only). */
   warmupTicks: TickResult[];
-  /** Why finish_run calls failed, over the whole tick phase, by message. */
+  /** Why finish_runs statements failed, over the whole tick phase, by message. */
   finishErrors: Record<string, number>;
   probe: ClaimProbeResult;
   idle: IdleResult;
@@ -199,10 +199,10 @@ export async function measureScheduler(options: {
         `  ${warmupTicks.includes(tick) ? 'warm-up' : 'measured'} tick ${tick.slot.slice(11, 23)}: last claim ${tick.wallMs.toFixed(1)} ms after the slot; ` +
           `claim statements per worker ${tick.claimStatementsPerWorker.join(', ')}; start latency p50 ${tick.startLatencyMs.p50} ms, p99 ${tick.startLatencyMs.p99} ms; ` +
           `exactly once ${v.exactlyOnce}/${settings.jobs}, missing ${v.missing} (skipped ${v.missingSkipped}), doubled ${v.doubled}; ` +
-          `runs recorded by ${tick.lastFinishMs.toFixed(0)} ms, ${tick.finishFailed} finish_run failed`,
+          `runs recorded by ${tick.lastFinishMs.toFixed(0)} ms, ${tick.finishFailed} runs not recorded`,
       );
     }
-    for (const [message, n] of Object.entries(finishErrors)) progress(`  finish_run failed ${n} time(s): ${message}`);
+    for (const [message, n] of Object.entries(finishErrors)) progress(`  finish_runs failed for ${n} run(s): ${message}`);
     if (settings.probeRuns > 0) progress(`one claim of all ${settings.jobs.toLocaleString('en-US')} jobs, alone, with auto_explain: ${settings.probeRuns} run(s)`);
     const probe = await probeClaim({ connectionString, jobNames: jobNames(settings.jobs, TICK_PREFIX), everySeconds: settings.everySeconds, runs: settings.probeRuns });
     for (const run of probe.runs) {

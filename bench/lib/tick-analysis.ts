@@ -32,17 +32,17 @@ export type StatementCounts = Record<StatementKind | 'total', number[]>;
 
 export interface TickResult {
   slot: string;
-  /** Slot -> the last claim_slots statement that claimed at least one slot returned (any worker). */
+  /** Slot -> the last claim statement that claimed at least one slot returned (any worker). */
   wallMs: number;
-  /** Slot -> the last claim_slots statement for this slot returned, including retries that claimed nothing. */
+  /** Slot -> the last claim statement for this slot returned, including retries that claimed nothing. */
   lastClaimStatementMs: number;
-  /** Slot -> the first claim_slots statement was sent (timer margin + building the batch). */
+  /** Slot -> the first claim statement was sent (timer margin + building the batch). */
   firstClaimSentMs: number;
-  /** Per worker: duration of its first claim_slots statement of the tick (the full batch), client side. */
+  /** Per worker: duration of its first claim statement of the tick (the full batch), client side. */
   batchMs: number[];
-  /** Per worker: claim_slots statements for this tick (the batch plus retries). */
+  /** Per worker: claim statements for this tick (the batch plus retries). */
   claimStatementsPerWorker: number[];
-  /** Per worker: jobs in each of its claim_slots statements, in order (e.g. "10000+7500"). */
+  /** Per worker: jobs in each of its claim statements, in order (e.g. "10000+7500"). */
   claimBatches: string[];
   /** Per worker: slots it claimed. */
   claimedPerWorker: number[];
@@ -52,9 +52,9 @@ export interface TickResult {
   statementsPerWorker: StatementCounts;
   /** Handler start minus slot, every run of the tick. */
   startLatencyMs: { count: number; p50: number; p99: number; max: number };
-  /** Slot -> the last finish_run of the tick's window settled (every run recorded, or given up). */
+  /** Slot -> the last finish_runs of the tick's window settled (every run recorded, or given up). */
   lastFinishMs: number;
-  /** finish_run calls that threw (e.g. no pool connection within connectTimeout): those leases stay held until their TTL runs out. */
+  /** Runs whose finish_runs statement threw (e.g. no pool connection within connectTimeout): those leases stay held until their TTL runs out. */
   finishFailed: number;
   verification: TickVerification;
 }

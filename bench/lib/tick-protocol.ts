@@ -1,10 +1,13 @@
 // What bench/fixtures/tick-worker.ts reports to the scheduler benchmark over stdout.
 
-/** Statements are classified by the leasehold function they call. */
-export const STATEMENT_KINDS = ['other', 'claim', 'finish_run', 'renew', 'record_missed', 'register_jobs'] as const;
+// What a worker's statements are for, by the leasehold function they call (tick-worker.ts
+// classifies them): the tick's own work (claims, recording the runs, renewing their leases,
+// missed slots), registering the jobs, the polls an idle worker also makes (schedule changes,
+// run requests, the live workers' list), and anything else.
+export const STATEMENT_KINDS = ['other', 'claim', 'finish_runs', 'renew_leases', 'record_missed', 'register_jobs', 'poll'] as const;
 export type StatementKind = (typeof STATEMENT_KINDS)[number];
 
-/** One SchedulerStore.claim() call, i.e. one claim_slots statement. Times: local epoch ms. */
+/** One SchedulerStore.claim() call, i.e. one claim statement. Times: local epoch ms. */
 export interface ClaimRecord {
   /** Earliest and latest slot asked for (epoch ms, database time). */
   slotMin: number;
