@@ -1,6 +1,7 @@
 // The operator's first look at a fleet of any size (`leasehold status`): counts for the whole
-// fleet, then at most `limit` jobs, those that need attention first. Every part is bounded or
-// index-driven, so it answers in well under a second at 100,000 jobs and 10 million runs:
+// fleet, then at most `limit` jobs, those that need attention first. Every part is bounded by
+// the flagged jobs or index-driven, not by the history (docs/scheduler.md "Reads and history"
+// has its cost at 100,000 jobs and 10 million runs, with every job flagged):
 // expired leases from lease_status (what a reader may see), failures (failed, lost, timed-out) through the partial index runs_failing, skips
 // and missed slots through their BRIN time indexes, and the listed jobs' figures through
 // job_status, one index range per listed job.
