@@ -49,7 +49,6 @@ function prefix(job: string | undefined): string {
 
 function intervalSchedule(every: Duration, where: string): Schedule {
   const ms = parseBoundedDuration(every, `${where}every`, MIN_INTERVAL_MS, MAX_INTERVAL_MS);
-  if (!Number.isInteger(ms)) throw new InvalidArgumentError('every', `${where}every must be a whole number of milliseconds.`);
   return {
     description: `every ${formatDuration(ms)}`,
     expression: formatDuration(ms),

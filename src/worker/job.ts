@@ -236,7 +236,8 @@ function checkJitter(value: Duration | undefined, schedule: Schedule, startingDe
   if (value === undefined) return 0;
   const what = `${where}: jitter`;
   const ms = parseDuration(value, what);
-  if (ms < 0 || !Number.isInteger(ms)) throw new InvalidArgumentError('jitter', `${what} must be a whole number of milliseconds, 0 or more (got ${String(value)}).`);
+  // parseDuration refuses fractions of a millisecond; a jitter may be 0 but not negative
+  if (ms < 0) throw new InvalidArgumentError('jitter', `${what} must be a whole number of milliseconds, 0 or more (got ${String(value)}).`);
   if (ms === 0) return 0;
   const { maxMs } = JOB_DEFAULTS.jitter;
   if (ms > maxMs) throw new InvalidArgumentError('jitter', `${what} must be at most ${formatDuration(maxMs)} (got ${formatDuration(ms)}).`);
