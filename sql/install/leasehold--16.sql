@@ -1,4 +1,4 @@
--- leasehold schema version 15: complete install script.
+-- leasehold schema version 16: complete install script.
 -- Generated from the migrations in sql/ (leasehold migrate --dry-run prints it for a database).
 -- Apply it in ONE transaction, as the role that is to own the schema (not a superuser if you can):
 --   psql --single-transaction -v ON_ERROR_STOP=1 -f this-file.sql
@@ -17,7 +17,7 @@ create table if not exists leasehold.migrations (
 
 do $$ begin
   if (select coalesce(max(version), 0) from leasehold.migrations) <> 0 then
-    raise exception 'this script upgrades the leasehold schema from version 0 to 15, but the database is at version %',
+    raise exception 'this script upgrades the leasehold schema from version 0 to 16, but the database is at version %',
       (select coalesce(max(version), 0) from leasehold.migrations);
   end if;
 end $$;
@@ -4057,6 +4057,24 @@ $$;
 insert into leasehold.access (object, level) values ('check_lease_name', 'owner'), ('confirm_leases', 'owner');
 
 insert into leasehold.migrations (version, name, breaking) values (15, '0015_claim_at_scale', false);
+
+-- 0016_run_start_time
+-- leasehold migration 0016: a run's started_at is when its lease was granted.
+--
+-- Additive; no function changes. Every path that starts a run (claim(), the run-now requests,
+-- start_run() of exec) inserts its runs row without a started_at, so the column's
+-- default decides it. That default was now(): the start of the claiming transaction, not the
+-- moment the lease was granted. A claim that waited on the lease row while the previous holder
+-- finished (its statement began first, its lock came after the release), or a claim inside a
+-- transaction that began before the release, recorded a start before the previous run's
+-- finished_at: history drew two runs of one job overlapping by a few milliseconds, which never
+-- happened. clock_timestamp() is read when the row is inserted, after the lease row's lock is
+-- held, so after the previous holder's release committed (on the same server clock).
+-- Lease expiry keeps the transaction's now(): a lease's expires_at can only be earlier for it,
+-- never later.
+alter table leasehold.runs alter column started_at set default clock_timestamp();
+
+insert into leasehold.migrations (version, name, breaking) values (16, '0016_run_start_time', false);
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

@@ -1,0 +1,14 @@
+-- leasehold migration 0016: a run's started_at is when its lease was granted.
+--
+-- Additive; no function changes. Every path that starts a run (claim(), the run-now requests,
+-- start_run() of exec) inserts its runs row without a started_at, so the column's
+-- default decides it. That default was now(): the start of the claiming transaction, not the
+-- moment the lease was granted. A claim that waited on the lease row while the previous holder
+-- finished (its statement began first, its lock came after the release), or a claim inside a
+-- transaction that began before the release, recorded a start before the previous run's
+-- finished_at: history drew two runs of one job overlapping by a few milliseconds, which never
+-- happened. clock_timestamp() is read when the row is inserted, after the lease row's lock is
+-- held, so after the previous holder's release committed (on the same server clock).
+-- Lease expiry keeps the transaction's now(): a lease's expires_at can only be earlier for it,
+-- never later.
+alter table leasehold.runs alter column started_at set default clock_timestamp();

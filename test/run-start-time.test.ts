@@ -1,0 +1,93 @@
+// A run's started_at is when its lease was granted (schema 16), not when the claiming
+// transaction began. A claim in READ COMMITTED can see a release that committed after its
+// transaction (or its plpgsql function call) began, while now() stays at that beginning; the
+// history then showed the next run starting before the previous one finished. Each case here
+// claims in a transaction that began before the previous holder finished, which is that
+// interleaving made deterministic.
+import { setTimeout as sleep } from 'node:timers/promises';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type pg from 'pg';
+import { client, freshDatabase, rawPool } from './support/db.js';
+
+let pool: pg.Pool;
+
+beforeAll(async () => {
+  const url = await freshDatabase();
+  await (await client(url, { liveness: false })).close(); // installs the schema
+  pool = rawPool(url, 4);
+});
+afterAll(async () => {
+  await pool?.end();
+});
+
+const register = (job: string, overlap: string) =>
+  pool.query(`select leasehold.register_jobs(array[$1], array['* * * * *'], array[null::text], array[60000::bigint], array[30000::bigint], array[$2], array['none'], 'test')`, [
+    job,
+    overlap,
+  ]);
+
+type Claimed = { job: string; claimed: boolean; token: string; fence: string };
+const claimDue = (db: pg.ClientBase | pg.Pool, job: string, slot: Date, holder: string) =>
+  db.query<Claimed>(
+    `select job, claimed, token, fence from leasehold.claim_due(array[row($1, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim], $3)`,
+    [job, slot, holder],
+  );
+
+const runsOf = async (job: string) =>
+  (await pool.query<{ fence: string; started_at: Date; finished_at: Date | null }>('select fence, started_at, finished_at from leasehold.runs where job = $1 order by fence', [job])).rows;
+
+/** Begins a transaction on its own connection, lets `before` finish while it is open, then runs `claim` in it. */
+async function claimInOlderTransaction(before: () => Promise<void>, claim: (c: pg.PoolClient) => Promise<void>): Promise<Date> {
+  const c = await pool.connect();
+  try {
+    await c.query('begin');
+    const { rows } = await c.query<{ now: Date }>('select now()');
+    await sleep(20); // the clock moves on: a start read from now() would be visibly too early
+    await before();
+    await claim(c);
+    await c.query('commit');
+    return rows[0]!.now;
+  } finally {
+    c.release();
+  }
+}
+
+const second = (offsetS: number) => new Date(Math.floor(Date.now() / 1000) * 1000 + offsetS * 1000);
+
+describe("a run's started_at", () => {
+  it('is never before the previous run finished, for a slot claimed by claim_due()', async () => {
+    await register('handover', 'skip');
+    const [first] = (await claimDue(pool, 'handover', second(-60), 'worker-a')).rows;
+    expect(first).toMatchObject({ claimed: true });
+    const began = await claimInOlderTransaction(
+      async () => {
+        await pool.query(`select * from leasehold.finish_run('handover', $1, $2, 'succeeded')`, [first!.fence, first!.token]);
+      },
+      async (c) => {
+        expect((await claimDue(c, 'handover', second(0), 'worker-b')).rows).toMatchObject([{ claimed: true }]);
+      },
+    );
+    const [previous, next] = await runsOf('handover');
+    expect(previous!.finished_at!.getTime()).toBeGreaterThan(began.getTime());
+    expect(next!.started_at.getTime()).toBeGreaterThanOrEqual(previous!.finished_at!.getTime());
+  });
+
+  it('is never before the previous run finished, for a run now claimed by claim_requests()', async () => {
+    await register('handover-now', 'buffer-all');
+    const [held] = (await claimDue(pool, 'handover-now', second(-60), 'worker-a')).rows;
+    expect(held).toMatchObject({ claimed: true });
+    await pool.query(`select leasehold.run_now('handover-now', 'alice')`);
+    // held: the request waits (buffer-all)
+    expect((await pool.query(`select * from leasehold.claim_requests(array['handover-now'], 'worker-b')`)).rows).toEqual([]);
+    await claimInOlderTransaction(
+      async () => {
+        await pool.query(`select * from leasehold.finish_run('handover-now', $1, $2, 'succeeded')`, [held!.fence, held!.token]);
+      },
+      async (c) => {
+        expect((await c.query(`select kind, claimed from leasehold.claim_requests(array['handover-now'], 'worker-b')`)).rows).toEqual([{ kind: 'manual', claimed: true }]);
+      },
+    );
+    const [previous, next] = await runsOf('handover-now');
+    expect(next!.started_at.getTime()).toBeGreaterThanOrEqual(previous!.finished_at!.getTime());
+  });
+});
