@@ -13,6 +13,8 @@
 //               and an idle worker's RSS on the compiled package
 //   heartbeats - renewal statements per minute for 1,000 running leases on one client: the
 //               shared heartbeat against one statement per lease every ttl/3 (the baseline)
+//   dashboard - the page in headless Chromium over 10,000 jobs against 50 (the baseline): first
+//               paint, longest main-thread task, refresh time, DOM size
 // Prints the tables, writes bench/results/*.json (local, ignored by git) and regenerates
 // bench/RESULTS.md (committed).
 // Settings: environment variables, see bench/lib/config.ts (BENCH_PARTS=heartbeats runs one part);

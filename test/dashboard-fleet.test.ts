@@ -1,6 +1,8 @@
 // The dashboard at fleet scale and against hostile text: 10,000 jobs with 24 hours of history in
-// headless Chromium (first useful paint, longest main-thread task, refreshes one after another),
-// and job names and error texts built to inject markup, terminal escapes and bidi reordering.
+// headless Chromium (the first page of rows in the HTML, a bounded DOM, refreshes one after
+// another), and job names and error texts built to inject markup, terminal escapes and bidi
+// reordering. How fast it paints and how long its main-thread tasks are is measured by
+// `npm run bench -- dashboard` (bench/lib/dashboard.ts) with the load average, not here.
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDashboard, type Dashboard } from '../src/dashboard/server.js';
@@ -38,9 +40,7 @@ afterAll(async () => {
 describe.skipIf(!haveChromium)(
   haveChromium ? 'dashboard with 10,000 jobs in a browser' : NO_CHROMIUM,
   () => {
-    // retried: the numbers are wall-clock times on a machine that other test runs share
-    it('paints a useful first page within 1 s, never blocks the main thread 200 ms, never overlaps refreshes; hostile text stays inert', { timeout: 120_000, retry: 2 }, async () => {
-      await dashboard?.close(); // from a previous attempt
+    it('paints the first page with its rows, pages and searches on the server, never overlaps refreshes; hostile text stays inert', { timeout: 120_000 }, async () => {
       dashboard = await startDashboard({ pool, port: 0, refresh: 1000 });
       const d = dashboard;
       const browser = await launchChromium();
@@ -56,33 +56,17 @@ describe.skipIf(!haveChromium)(
           const u = new URL(req.url());
           if (!req.url().startsWith(d.url) || !(u.pathname === '/' || u.pathname.startsWith('/api/'))) problems.push(`unexpected request: ${req.url()}`);
         });
-        // every main-thread task over 50 ms, as [start, duration]
-        await page.addInitScript(`window.longTasks = [];
-          new PerformanceObserver((list) => list.getEntries().forEach((e) => window.longTasks.push([Math.round(e.startTime), Math.round(e.duration)])))
-            .observe({ type: 'longtask', buffered: true });`);
-
-        // a running dashboard has its connections open: one navigation-like request first
-        await fetch(d.url, { headers: { 'sec-fetch-mode': 'navigate', 'sec-fetch-site': 'none' } }).then((r) => r.text());
         await page.goto(d.url, { waitUntil: 'domcontentloaded', timeout: 15_000 });
         const table = page.getByTestId('jobs-table');
         await table.locator('tr[data-job="fleet-00001"]').waitFor({ timeout: 10_000 });
-        const firstPaint = await page.evaluate(() => performance.getEntriesByName('first-contentful-paint')[0]?.startTime ?? Infinity);
         const rowsInHtml = await page.evaluate<number>(`performance.getEntriesByName('first-contentful-paint').length && document.querySelectorAll('#jobs-body tr').length`);
         expect(rowsInHtml).toBe(50);
-        // the first paint already shows the table: its rows come in the HTML
-        const navigation = await page.evaluate<string>(`(() => {
-          const n = performance.getEntriesByType('navigation')[0];
-          return 'server ' + Math.round(n.responseStart - n.requestStart) + ' ms, response end ' + Math.round(n.responseEnd) + ' ms, dom ' + Math.round(n.domContentLoadedEventEnd) + ' ms';
-        })()`);
-        expect(firstPaint, navigation).toBeLessThan(1_000);
         expect(await page.getByTestId('page-count').innerText()).toMatch(/^1–50 of 10,005/);
 
         // let it refresh itself a few times (every second)
         await page.waitForFunction(() => performance.getEntriesByName('lh-refresh-end').length >= 4, undefined, { timeout: 40_000 });
         const marks = await page.evaluate(() => performance.getEntriesByType('mark').filter((m) => m.name.startsWith('lh-refresh')).map((m) => [m.name, Math.round(m.startTime)] as const));
         marks.forEach(([name], i) => expect(name, `mark ${i}`).toBe(i % 2 ? 'lh-refresh-end' : 'lh-refresh-start'));
-        const longTasks = await page.evaluate<Array<[number, number]>>('window.longTasks');
-        expect(Math.max(0, ...longTasks.map((t) => t[1])), `measures ${JSON.stringify(await page.evaluate(() => performance.getEntriesByType('measure').map((m) => [m.name, Math.round(m.startTime)])))} long tasks ${JSON.stringify(longTasks)}, refreshes ${JSON.stringify(marks)}`).toBeLessThan(200);
         expect(await page.evaluate<number>(`document.getElementsByTagName('*').length`)).toBeLessThan(20_000);
         expect(await table.locator('tbody tr').count()).toBe(50);
         expect(await page.getByTestId('timelines').locator('svg[data-job]').count()).toBe(50);

@@ -6,7 +6,8 @@
 //   BENCH_WAL_ATTEMPTS     declined acquisitions per WAL trial (default 2000)
 //   BENCH_WAL_TRIALS       WAL trials per pattern; the median is reported (default 3)
 //   BENCH_TAKEOVER_RUNS    SIGKILL takeovers per mechanism (default 5)
-//   BENCH_PARTS            which parts bench/index.ts runs: acquire,scheduler,tick,heartbeats (default all)
+//   BENCH_PARTS            which parts bench/index.ts runs: acquire,scheduler,tick,heartbeats,reads,dashboard
+//                          (default all)
 //   BENCH_REDIS            'off' leaves the Redis lock out; by default it is measured on a
 //                          private redis-server whenever one is installed
 // The scheduler part (bench/lib/scheduler.ts):
@@ -32,12 +33,15 @@
 //   BENCH_READS_BASELINE_CAP seconds after which a baseline read is cut off (default 120)
 //   BENCH_READS_REPEATS      timed repetitions of each read, median reported (default 3)
 //   BENCH_READS_IDLE_JOBS    job definitions of the idle worker whose RSS is measured (default 10000)
+// The dashboard part (bench/lib/dashboard.ts):
+//   BENCH_DASHBOARD_ROUNDS   page loads per fleet, 50 and 10,000 jobs (default 3)
 //   DATABASE_URL           use this server instead of an embedded one
 
+import type { DashboardSettings } from './dashboard.js';
 import type { ReadsSettings } from './reads.js';
 import { FULL_SCALE, QUICK_SCALE } from './reads-seed.js';
 
-export const BENCH_PARTS = ['acquire', 'scheduler', 'tick', 'heartbeats', 'reads'] as const;
+export const BENCH_PARTS = ['acquire', 'scheduler', 'tick', 'heartbeats', 'reads', 'dashboard'] as const;
 export type BenchPart = (typeof BENCH_PARTS)[number];
 
 export interface SchedulerConfig {
@@ -64,6 +68,7 @@ export interface BenchConfig {
   scheduler: SchedulerConfig;
   heartbeats: { leases: number; ttlMs: number; windowSeconds: number };
   reads: ReadsSettings;
+  dashboard: DashboardSettings;
   databaseUrl: string | undefined;
 }
 
@@ -152,6 +157,7 @@ export function readConfig(): BenchConfig {
       repeats: positiveNumber('BENCH_READS_REPEATS', 3, { integer: true }),
       idleJobs: positiveNumber('BENCH_READS_IDLE_JOBS', 10_000, { integer: true }),
     },
+    dashboard: { rounds: positiveNumber('BENCH_DASHBOARD_ROUNDS', 3, { integer: true }) },
     databaseUrl: process.env.DATABASE_URL || undefined,
   };
 }

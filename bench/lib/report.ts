@@ -4,6 +4,7 @@
 import { acquireMarkdown, acquireTargets, acquireText, guaranteesTable, redisLine, summaryTable } from './acquire-report.js';
 import { heartbeatLines, heartbeatTargets } from './heartbeats.js';
 import { readsLines, readsTargets } from './reads.js';
+import { dashboardLines, dashboardTargets } from './dashboard.js';
 import { tickLines } from './tick-suite.js';
 import { shortPostgresVersion, type MachineInfo } from './machine.js';
 import type { BenchResults, TargetCheck } from './results.js';
@@ -22,6 +23,7 @@ export function checkTargets(results: Omit<BenchResults, 'targets'>): TargetChec
     ...(results.scheduler ? schedulerTargets(results.scheduler) : []),
     ...(results.heartbeats ? heartbeatTargets(results.heartbeats) : []),
     ...(results.reads ? readsTargets(results.reads) : []),
+    ...(results.dashboard ? dashboardTargets(results.dashboard) : []),
   ];
 }
 
@@ -99,6 +101,7 @@ export function renderReport(results: BenchResults): string {
     ...(results.tick ? tickLines(results.tick, renderText) : []),
     ...(results.heartbeats ? heartbeatLines(results.heartbeats, renderText) : []),
     ...(results.reads ? readsLines(results.reads, renderText) : []),
+    ...(results.dashboard ? dashboardLines(results.dashboard, renderText) : []),
     'Targets',
     renderText(targetsTable(results.targets)),
     '',
@@ -123,6 +126,7 @@ export function renderMarkdownPage(results: BenchResults, jsonName: string): str
     ...(results.tick ? ['## The tick at scale', '', ...tickLines(results.tick, renderMarkdown)] : []),
     ...(results.heartbeats ? ['## Heartbeats', '', ...heartbeatLines(results.heartbeats, renderMarkdown)] : []),
     ...(results.reads ? ['## Reads at fleet scale', '', ...readsLines(results.reads, renderMarkdown)] : []),
+    ...(results.dashboard ? ['## The dashboard at fleet scale', '', ...dashboardLines(results.dashboard, renderMarkdown)] : []),
     '## Targets',
     '',
     renderMarkdown(targetsTable(results.targets)),

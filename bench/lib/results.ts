@@ -10,6 +10,7 @@ import type { PatternInfo } from './pattern.js';
 import { renderMarkdownPage } from './report.js';
 import type { HeartbeatResults } from './heartbeats.js';
 import type { ReadsResults } from './reads.js';
+import type { DashboardResults } from './dashboard.js';
 import type { TickSuiteResult } from './tick-suite.js';
 import type { SchedulerResults } from './scheduler.js';
 import type { TakeoverResult } from './takeover.js';
@@ -61,6 +62,7 @@ export interface BenchResults {
   tick?: TickSuiteResult;
   heartbeats?: HeartbeatResults;
   reads?: ReadsResults;
+  dashboard?: DashboardResults;
   targets: TargetCheck[];
   /** os.loadavg() (1, 5, 15 min) when the run started and ended: other work on the machine skews the numbers. */
   loadAverage: { start: number[]; end: number[] };

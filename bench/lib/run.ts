@@ -13,6 +13,7 @@ import { writeResults, type BenchResults } from './results.js';
 import { measureHeartbeats } from './heartbeats.js';
 import { measureScheduler } from './scheduler.js';
 import { measureReads } from './reads.js';
+import { measureDashboard } from './dashboard.js';
 import { round } from './stats.js';
 import { measureTickSuite, tickSettings } from './tick-suite.js';
 
@@ -52,6 +53,7 @@ export async function runBench(parts?: BenchPart[]): Promise<void> {
     const tick = chosen.includes('tick') ? await measureTickSuite(url, tickSettings(), progress) : undefined;
     const heartbeats = chosen.includes('heartbeats') ? await measureHeartbeats(url, config.heartbeats, progress) : undefined;
     const reads = chosen.includes('reads') ? await measureReads(url, config.reads, progress) : undefined;
+    const dashboard = chosen.includes('dashboard') ? await measureDashboard(url, config.dashboard, progress) : undefined;
 
     const partial: Omit<BenchResults, 'targets'> = {
       benchmark: 'leasehold',
@@ -62,6 +64,7 @@ export async function runBench(parts?: BenchPart[]): Promise<void> {
       ...(tick ? { tick } : {}),
       ...(heartbeats ? { heartbeats } : {}),
       ...(reads ? { reads } : {}),
+      ...(dashboard ? { dashboard } : {}),
       loadAverage: { start: loadAtStart.map((n) => round(n, 2)), end: os.loadavg().map((n) => round(n, 2)) },
       durationSeconds: round((performance.now() - started) / 1000, 1),
     };
