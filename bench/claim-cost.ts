@@ -5,7 +5,7 @@
 // the library's latest, from the install scripts of both versions. Rounds alternate between the
 // two; a plain batched UPDATE ... FOR UPDATE SKIP LOCKED of the same rows (on the latest
 // database) is the floor. Prints the medians, their ratios and the load average.
-//   DATABASE_URL=postgres://... npx tsx bench/claim-cost.ts [jobs=10000] [rounds=5] [from=14]
+//   DATABASE_URL=postgres://... npx tsx bench/claim-cost.ts [jobs=10000] [rounds=5] [from=16]
 //   (without DATABASE_URL an embedded server)
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
@@ -15,7 +15,7 @@ import { createTestDatabase, startEmbeddedPostgres, type EmbeddedPostgres } from
 
 const jobs = Number(process.argv[2] ?? 10_000);
 const rounds = Number(process.argv[3] ?? 5);
-const from = Number(process.argv[4] ?? 14);
+const from = Number(process.argv[4] ?? 16);
 const to = latestVersion();
 if (!(from >= 1 && from < to)) throw new Error(`from must be a schema version below ${to} (got ${process.argv[4]})`);
 

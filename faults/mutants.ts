@@ -26,13 +26,13 @@ interface Edit {
 
 export const MUTANT_DESCRIPTIONS: Record<MutantName, string> = {
   'unfenced-write': "the worker's final write runs in a plain transaction, outside ctx.transaction (no assert_lease)",
-  'release-no-token-check': 'leasehold.release_matching (the release of release, finish_run and finish_runs) frees the lease whatever token it is given',
+  'release-no-token-check': 'leasehold.end_runs (the release of release, finish_run and finish_runs) frees the lease whatever token it is given',
   'acquire-ignores-expiry': 'leasehold.is_free (the rule of acquire and claim) never treats an expired lease as free',
-  'slot-guard-off': 'leasehold.claim (and claim_due, which asks it) claims a slot even when it is not after the last claimed one',
+  'slot-guard-off': 'leasehold.claim_batch (behind claim, claim_due and claim_tick) claims a slot even when it is not after the last claimed one',
 };
 
 export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = {
-  'fence-without-epoch': 'leasehold.next_fence is the old fence + 1, without the epoch',
+  'fence-without-epoch': 'leasehold.fences_after (behind next_fence and every claim) is the old fence + 1, without the epoch',
   'epoch-not-checked': 'leasehold.holds_lease (and so assert_lease and start_run) accepts a lease confirmed before a failover',
   'liveness-any-incarnation': 'leasehold.is_free asks for the liveness lock on any server incarnation',
 };
@@ -40,7 +40,8 @@ export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = 
 const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'unfenced-write': [],
   // Each guard lives in one function (sql/0006_contract.sql), so each mutant edits one.
-  'release-no-token-check': [{ fn: 'release_matching', pattern: /where l\.name = i\.name and l\.token = i\.token/, replacement: 'where l.name = i.name' }],
+  // (end_runs since schema 17: release_matching and finish_runs release through it)
+  'release-no-token-check': [{ fn: 'end_runs', pattern: /l\.token = i\.token/, replacement: 'i.token is not null' }],
   // Both expiry rules go: only a released lease or a gone liveness lock frees it. The skip
   // reports use the same rule, so a stalled holder's slots are recorded as skips naming a
   // holder whose lease had expired.
@@ -49,8 +50,8 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
     { fn: 'is_free', pattern: /\n\s+when l\.epoch is distinct from leasehold\.epoch\(\)\n\s+and l\.expires_at \+ coalesce\(l\.ttl, interval '0'\) <= now\(\) then true/, replacement: '' },
   ],
   'fence-without-epoch': [
-    // the rule lives in fence_after() since schema 9 (next_fence() and claim() call it)
-    { fn: 'fence_after', pattern: /greatest\(coalesce\(p_old, 0\) \+ 1, \(p_epoch - 1\)::bigint << 40\)/, replacement: 'coalesce(p_old, 0) + 1' },
+    // the rule lives in fences_after() since schema 17 (fence_after(), next_fence() and claim() call it)
+    { fn: 'fences_after', pattern: /greatest\(coalesce\(o\.old, 0\) \+ 1, \(p_epoch - 1\)::bigint << 40\)/, replacement: 'coalesce(o.old, 0) + 1' },
   ],
   'epoch-not-checked': [
     { fn: 'holds_lease', pattern: /\s+and l\.epoch = leasehold\.epoch\(\)/, replacement: '' },
@@ -58,12 +59,10 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'liveness-any-incarnation': [
     { fn: 'is_free', pattern: /when l\.holder_incarnation is not distinct from leasehold\.incarnation\(\) then/, replacement: 'when true then' },
   ],
-  // both forms of the guard in claim() (schema 9 checks the slot asked for first, cheaply), and
-  // claim_due's pre-filter (schema 15), which leaves out of claim() the slots the guard refuses
-  // so that a tick does not pay for them: without it the guard would still hold through it
+  // the guard in claim_batch() (behind claim, claim_due and claim_tick, schema 17): both the
+  // slot asked for and the slot claimed (an older buffered one) must be after the last claimed
   'slot-guard-off': [
-    { fn: 'claim', pattern: /\s+and \(l\.last_slot is null or (?:w\.claim_slot|\(w\.claim\)\.slot) > l\.last_slot\)/, replacement: '' },
-    { fn: 'claim_due', pattern: /or l\.last_slot is null or r\.slot > l\.last_slot/, replacement: 'or true' },
+    { fn: 'claim_batch', pattern: /\s+and \(l\.last_slot is null or \(w\.slot > l\.last_slot and w\.claim_slot > l\.last_slot\)\)/, replacement: '' },
   ],
 };
 

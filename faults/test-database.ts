@@ -32,15 +32,16 @@ export async function installTestSchema(admin: pg.Pool, jobs: JobSpec[]): Promis
       return null;
     end $$;
     -- Which transaction recorded each run's outcome: a run's lease is released in that same
-    -- transaction (finish_run/finish_runs), by the run itself.
+    -- transaction (finish_run/finish_runs), by the run itself. A scheduled run's history row is
+    -- inserted when it ends (schema 17); a run now's is updated.
     create function test_record_run_end() returns trigger language plpgsql as $$
     begin
-      if old.outcome = 'running' and new.outcome <> 'running' then
+      if new.outcome <> 'running' and (tg_op = 'INSERT' or old.outcome = 'running') then
         insert into public.test_run_ends (job, fence, outcome, txid) values (new.job, new.fence, new.outcome, pg_current_xact_id()::text);
       end if;
       return null;
     end $$;
-    create trigger test_record_run_end after update on leasehold.runs
+    create trigger test_record_run_end after insert or update on leasehold.run_log
       for each row execute function test_record_run_end();
     create trigger test_record_grant after insert or update on leasehold.leases
       for each row execute function test_record_grant();

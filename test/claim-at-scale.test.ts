@@ -35,32 +35,31 @@ const claimSql = (fn: string, cap = 0) => `select job, slot, claimed, reason, to
 const second = (offsetS: number) => new Date(Math.floor(Date.now() / 1000) * 1000 + offsetS * 1000);
 
 describe('claim_due', () => {
-  it('does not hand claim() a slot already claimed, and still reports a paused job', async () => {
+  it('passes over a slot already claimed before asking anything of its lease, and still reports a paused job', async () => {
     const jobs = ['taken-0', 'taken-1', 'taken-2'];
     await register(jobs);
     const slot = second(-20);
     const first = (await pool.query<Row>(claimSql('claim_due'), [jobs, slot, 'a'])).rows;
     expect(first.map((r) => r.reason)).toEqual(['claimed', 'claimed', 'claimed']);
-    for (const r of first) await pool.query(`select * from leasehold.finish_run($1, $2, $3, 'succeeded')`, [r.job, r.fence, r.token]);
-    await pool.query(`select * from leasehold.pause_job('taken-2', 'test', 'maintenance')`);
 
-    // claim() is still asked, with nothing but the paused job: it looks at one ttl, not three
-    // (claim() checks each distinct ttl of what it is handed; all three share one, so this
-    // counts whether anything reached it). The taken slots of taken-0 and taken-1 come back as
-    // nothing, as before; the paused job's reason still comes back.
+    // A peer's second pass over slots 'a' claimed and still holds: nothing comes back, and
+    // is_free() (a read of pg_locks per lease) is never asked: the slot guard passes them over
+    // first (schema 9), and claim_due() reports nothing for them (schema 17: claim_batch()).
     const c = await pool.connect();
     try {
       await c.query('begin');
       await c.query(`set local track_functions = 'all'`);
-      const again = (await c.query<Row>(claimSql('claim_due'), [jobs.slice(0, 2), slot, 'c'])).rows;
+      const again = (await c.query<Row>(claimSql('claim_due'), [jobs, slot, 'c'])).rows;
       const asked = await c.query<{ calls: string }>(
-        `select coalesce(sum(calls), 0)::text as calls from pg_stat_xact_user_functions where schemaname = 'leasehold' and funcname = 'check_ttl'`,
+        `select coalesce(sum(calls), 0)::text as calls from pg_stat_xact_user_functions where schemaname = 'leasehold' and funcname = 'is_free'`,
       );
       expect(again).toEqual([]);
       expect(asked.rows[0]!.calls).toBe('0');
+      await c.query('commit');
+      for (const r of first) await pool.query(`select * from leasehold.finish_run($1, $2, $3, 'succeeded')`, [r.job, r.fence, r.token]);
+      await pool.query(`select * from leasehold.pause_job('taken-2', 'test', 'maintenance')`);
       const paused = (await c.query<Row>(claimSql('claim_due'), [jobs, slot, 'c'])).rows;
       expect(paused.map((r) => [r.job, r.reason])).toEqual([['taken-2', 'paused']]);
-      await c.query('commit');
     } finally {
       c.release();
     }

@@ -170,7 +170,7 @@ describe('hostile text, every lease, manners', () => {
   it('prints stored control sequences inert in human output and exact in JSON', async () => {
     const hostile = '\u001b]8;;http://x\u0007click\u001b]8;;\u0007\u001b[2J';
     await rawPool(db, 1).query(
-      `insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome, error)
+      `insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome, error)
        values ('hostile', now(), 1, 'evil\u202Eholder', now(), now(), 'failed', $1)`,
       [hostile],
     );

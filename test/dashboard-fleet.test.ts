@@ -27,7 +27,7 @@ beforeAll(async () => {
     [HOSTILE_NAMES],
   );
   await pool.query(
-    `insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome, error)
+    `insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome, error)
      select n, date_trunc('minute', now()) - interval '7 minutes', 1, 'worker-\u202Eevil', now() - interval '6 minutes', now() - interval '5 minutes', 'failed', $2
        from unnest($1::text[]) n`,
     [HOSTILE_NAMES, HOSTILE_ERROR],

@@ -19,7 +19,7 @@ beforeAll(async () => {
     insert into leasehold.jobs (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
     select format('quiet-%s', g), '0 3 * * *', null, 86400000, 30000, 'skip', 'latest', 'seed' from generate_series(1, 5) g;
     insert into leasehold.leases (name, fence, last_slot) select format('quiet-%s', g), 1, now() - interval '3 days' from generate_series(1, 5) g;
-    insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome)
+    insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome)
     select format('quiet-%s', g), now() - interval '3 days', 1, 'worker-q', now() - interval '3 days', now() - interval '3 days' + interval '1 second', 'succeeded'
       from generate_series(1, 5) g;
     update leasehold.leases set token = gen_random_uuid(), holder = 'worker-gone', acquired_at = now() - interval '2 minutes',
@@ -83,13 +83,13 @@ describe('prune_history', () => {
     await (await client(db, { liveness: false })).close();
     const pool = rawPool(db, 1);
     await pool.query(`
-      insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome)
+      insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome)
       select 'old', now() - make_interval(days => 40, mins => g), g, 'w', now() - make_interval(days => 40, mins => g),
              now() - make_interval(days => 40, mins => g) + interval '1 second', 'succeeded' from generate_series(1, 25) g;
-      insert into leasehold.runs (job, slot, fence, holder, started_at, outcome)
+      insert into leasehold.run_log (job, slot, fence, holder, started_at, outcome)
       select 'old', now() - make_interval(days => 41, mins => g), 100 + g, 'w', now() - make_interval(days => 41, mins => g), 'running'
         from generate_series(1, 3) g;
-      insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome)
+      insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome)
       select 'old', now() - make_interval(mins => g), 200 + g, 'w', now() - make_interval(mins => g), now(), 'succeeded' from generate_series(1, 4) g;
       insert into leasehold.skips (job, slot, holder, recorded_by, recorded_at)
       select 'old', now() - make_interval(days => 40, mins => g), 'w', 'w', now() - make_interval(days => 40, mins => g) from generate_series(1, 12) g;
@@ -113,7 +113,7 @@ describe('prune_history', () => {
     await expect(pool.query(`select leasehold.prune_history('30 days', 0)`)).rejects.toMatchObject({ code: '22023' });
 
     await pool.query(`
-      insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome)
+      insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome)
       select 'old', now() - make_interval(days => 50, mins => g), 1000 + g, 'w', now() - make_interval(days => 50, mins => g),
              now() - make_interval(days => 50, mins => g), 'failed' from generate_series(1, 25000) g`);
     expect(Number((await pool.query<{ n: string }>(`select leasehold.prune_history('30 days')::text as n`)).rows[0]!.n)).toBe(25_000);

@@ -39,7 +39,7 @@ function sections(): Array<{ name: string; args: string | undefined; returns: st
 /** Rows `| \`column\` | type | ...` of the first column table in a section. */
 const columnsOf = (body: string) => [...body.matchAll(/^\| `(\w+)` \| ([a-z][a-z ]*) \|/gm)].map((m) => `${m[1]} ${m[2]}`);
 
-const VIEWS = ['lease_status', 'job_status', 'run_history', 'run_request_status'];
+const VIEWS = ['lease_status', 'job_status', 'run_history', 'run_request_status', 'runs'];
 
 /** The level table of "The contract": `| \`a\`, \`b\` | \`level\` ... |` rows, as "name level". */
 const levels = () =>

@@ -52,7 +52,7 @@ describe('run outcomes', () => {
     const [c] = conns as [pg.Client];
     const { rows } = await c.query<{ list: string[] }>('select leasehold.run_outcomes() as list');
     expect(rows[0]!.list).toEqual([...RUN_OUTCOMES]);
-    await expect(c.query(`insert into leasehold.runs (job, slot, fence, holder, outcome) values ('x', now(), 1, 'h', 'exploded')`)).rejects.toMatchObject({
+    await expect(c.query(`insert into leasehold.run_log (job, slot, fence, holder, outcome) values ('x', now(), 1, 'h', 'exploded')`)).rejects.toMatchObject({
       code: '23514',
     });
     for (const bad of ['running', 'exploded']) {
@@ -174,7 +174,7 @@ describe('claim()', () => {
 });
 
 describe('the batch functions', () => {
-  const BATCH = ['claim', 'finish_runs', 'register_jobs'];
+  const BATCH = ['claim', 'claim_batch', 'claim_due', 'claim_tick', 'end_runs', 'finish_runs', 'register_jobs'];
 
   it('plan each call for its own arrays (plan_cache_mode = force_custom_plan) without JIT, next to the pinned search_path', async () => {
     const [c] = conns as [pg.Client];
@@ -201,7 +201,7 @@ describe('the batch functions', () => {
     }
     const plans: string[] = [];
     d.on('notice', (notice: { message?: string }) => {
-      if (notice.message?.includes('update leasehold.runs')) plans.push(notice.message);
+      if (notice.message?.includes('update leasehold.run_log')) plans.push(notice.message);
     });
     // the session asks for generic plans outright; the function's own setting must win
     await d.query(`set auto_explain.log_min_duration = 0; set auto_explain.log_nested_statements = on; set auto_explain.log_verbose = on;

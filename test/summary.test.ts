@@ -68,7 +68,7 @@ async function job(name: string, intervalMs: number): Promise<void> {
 /** Finished runs written in one statement (the way a write-once history would), `ago` and `took` in seconds. */
 async function finished(db: pg.Pool | pg.Client, name: string, runs: Array<{ ago: number; took: number; outcome?: string }>): Promise<void> {
   await db.query(
-    `insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome)
+    `insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome)
      select $1, now() - r.ago * interval '1 second', 1000000 + nextval('leasehold.runs_id_seq'), 'test',
             now() - r.ago * interval '1 second', now() - (r.ago - r.took) * interval '1 second', r.outcome
        from unnest($2::float8[], $3::float8[], $4::text[]) r(ago, took, outcome)`,
@@ -112,7 +112,7 @@ describe('fleet_summary equals a pass over a day of runs', () => {
       await Promise.all(
         clients.map((c, w) =>
           c.query(
-            `insert into leasehold.runs (job, slot, fence, holder, started_at)
+            `insert into leasehold.run_log (job, slot, fence, holder, started_at)
              select 'live', now() - g * interval '1 second', 2000000 + $1 * 1000 + g, 'w' || $1, now() - g * interval '1 second'
                from generate_series(1, 200) g`,
             [w],
@@ -141,19 +141,19 @@ describe('fleet_summary equals a pass over a day of runs', () => {
   });
 
   it('after updates of finished runs (outcome changed, a run reopened) and prune deletes', async () => {
-    await owner.query(`update leasehold.runs set outcome = 'failed' where job = 'mixed' and outcome = 'succeeded' and started_at > now() - interval '2 hours'`);
-    await owner.query(`update leasehold.runs set finished_at = null, outcome = 'running' where id = (select min(id) from leasehold.runs where job = 'fine')`);
-    await owner.query(`update leasehold.runs set started_at = started_at - interval '2 days' where job = 'edge' and started_at > now() - interval '23 hours'`);
+    await owner.query(`update leasehold.run_log set outcome = 'failed' where job = 'mixed' and outcome = 'succeeded' and started_at > now() - interval '2 hours'`);
+    await owner.query(`update leasehold.run_log set finished_at = null, outcome = 'running' where id = (select min(id) from leasehold.run_log where job = 'fine')`);
+    await owner.query(`update leasehold.run_log set started_at = started_at - interval '2 days' where job = 'edge' and started_at > now() - interval '23 hours'`);
     await expectSame();
     await owner.query(`select leasehold.prune_history('3 hours')`);
     const after = await expectSame();
     expect(after.runs_24h).toBeGreaterThan(0);
-    await owner.query(`delete from leasehold.runs where job = 'live' and fence % 3 = 0`);
+    await owner.query(`delete from leasehold.run_log where job = 'live' and fence % 3 = 0`);
     await expectSame();
   });
 
   it('ignores minutes outside the window and takes over a bucket that still holds a minute 25 hours old', async () => {
-    await owner.query('truncate leasehold.runs');
+    await owner.query('truncate leasehold.run_log');
     await owner.query('select leasehold.refresh_run_counts()');
     await finished(owner, 'fine', [{ ago: 3_600, took: 1 }]);
     const nowMinute = Number((await owner.query<{ m: string }>('select floor(extract(epoch from now()) / 60)::bigint::text as m')).rows[0]!.m);
@@ -176,7 +176,7 @@ describe('fleet_summary equals a pass over a day of runs', () => {
   });
 
   it('after a TRUNCATE (not seen by the triggers) once refresh_run_counts() has run', async () => {
-    await owner.query('truncate leasehold.runs');
+    await owner.query('truncate leasehold.run_log');
     await finished(owner, 'creep', Array.from({ length: 10 }, (_, i) => ({ ago: 100 + i * 600, took: 9.5 })));
     await owner.query('select leasehold.refresh_run_counts()');
     const s = await expectSame({ creeping: 1, runs_24h: 10 });

@@ -17,7 +17,7 @@ export function seedStatements({ jobs, runsPerJob }: ReadsScale): string[] {
        select ${name('i')}, ${runsPerJob}, now() - interval '1 minute' from generate_series(1, ${jobs}) i`,
     `insert into leasehold.jobs (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
        select ${name('i')}, '*/15 * * * *', null, 900000, 60000, 'skip', 'latest', 'seed' from generate_series(1, ${jobs}) i`,
-    `insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome)
+    `insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome)
        select ${name('j')}, t.at, ${runsPerJob + 1} - k, 'worker-' || (j % 4), t.at, t.at + interval '2 seconds',
               case when k % 50 = 0 then 'failed' else 'succeeded' end
          from generate_series(${runsPerJob}, 1, -1) k

@@ -3,11 +3,13 @@
 //   before    every worker sends every due job to claim() as sql/0006_contract.sql defined it
 //             (installed here as leasehold.claim_0006; the previous path) and gets one row per
 //             job back
-//   schema14  the share path below, on claim() and claim_due() as schema 14 defined them
-//             (sql/0011_schedules.sql and sql/0009_tick.sql, installed here as
-//             leasehold.claim_0014 and leasehold.claim_due_0014): this path before schema 15
-//   after     every worker sends its hash share (src/worker/shares.ts) to leasehold.claim_due()
-//             and, after about as long as that took, the rest; only rows to act on come back
+//   schema16  the share path below, on claim() and claim_due() as schema 15 defined them
+//             (sql/0015_claim_at_scale.sql, installed here as leasehold.claim_0016 and
+//             leasehold.claim_due_0016, writing their running rows to run_log): the path before
+//             schema 17, with a run_log row inserted per claimed slot
+//   after     every worker sends its hash share (src/worker/shares.ts) to leasehold.claim_tick()
+//             as the worker does and, after about as long as that took, the rest; only rows to
+//             act on come back, the run in flight stays on its lease row
 //   baseline  a plain batched UPDATE ... FOR UPDATE SKIP LOCKED of last_slot, returning names:
 //             the floor of one statement per worker (no tokens, no runs rows, no skips)
 // Each worker is its own connection with its own liveness session; they share this process's
@@ -21,7 +23,7 @@ import { nameHash } from '../../src/worker/shares.js';
 import { Session } from './session.js';
 import { median, percentileOfSorted, round, sleep, sortedCopy } from './stats.js';
 
-export const TICK_PATHS = ['before', 'schema14', 'after', 'baseline'] as const;
+export const TICK_PATHS = ['before', 'schema16', 'after', 'baseline'] as const;
 export type TickPath = (typeof TICK_PATHS)[number];
 
 export interface TickRound {
@@ -44,6 +46,11 @@ export interface TickRound {
   doubled: number;
 }
 
+/** The worker's claim (src/worker/claims.ts), every column parsed. */
+const TICK = `select * from leasehold.claim_tick($1::text[], array_fill($2::timestamptz, array[cardinality($1::text[])]),
+  array_fill(30000::bigint, array[cardinality($1::text[])]), array_fill('exclusive'::text, array[cardinality($1::text[])]),
+  array_fill(0, array[cardinality($1::text[])]), $3, $4::bigint)`;
+
 const ROW = `select * from leasehold.%FN%(
   array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3, $4::bigint)`;
 
@@ -60,36 +67,39 @@ interface Claimer {
   key: string;
 }
 
-/** claim() of schema 6, verbatim, under another name: the previous path, on the same database. */
+/** The functions of the earlier paths wrote a runs row per claimed slot: now the table run_log. */
+const toRunLog = (text: string) => text.replaceAll('leasehold.runs ', 'leasehold.run_log ').replaceAll('leasehold.runs(', 'leasehold.run_log(');
+
+/** claim() of schema 6, verbatim, under another name: the first path, on the same database. */
 function previousClaim(): string {
   const text = readFileSync(new URL('../../sql/0006_contract.sql', import.meta.url), 'utf8');
   const start = text.indexOf('create function leasehold.claim(\n');
   const end = text.indexOf('end $$;', start) + 'end $$;'.length;
   if (start < 0 || end < start) throw new Error('sql/0006_contract.sql: claim() not found');
-  return text.slice(start, end).replace('create function leasehold.claim(', 'create or replace function leasehold.claim_0006(');
+  return toRunLog(text.slice(start, end).replace('create function leasehold.claim(', 'create or replace function leasehold.claim_0006('));
 }
 
-/** claim() of schema 14 (sql/0011_schedules.sql) and claim_due() of schema 9, as claim_0014 and claim_due_0014. */
-function schema14Claim(): string[] {
-  const cut = (file: string, head: string) => {
-    const text = readFileSync(new URL(`../../sql/${file}`, import.meta.url), 'utf8');
+/** claim() and claim_due() of schema 15 (sql/0015_claim_at_scale.sql), as claim_0016 and claim_due_0016. */
+function schema16Claim(): string[] {
+  const text = readFileSync(new URL('../../sql/0015_claim_at_scale.sql', import.meta.url), 'utf8');
+  const cut = (head: string) => {
     const start = text.indexOf(head);
     const end = text.indexOf('$$;', text.indexOf('as $$', start) + 5) + '$$;'.length;
-    if (start < 0 || end < start) throw new Error(`sql/${file}: ${head.trim()} not found`);
+    if (start < 0 || end < start) throw new Error(`sql/0015_claim_at_scale.sql: ${head.trim()} not found`);
     return text.slice(start, end);
   };
-  const claim = cut('0011_schedules.sql', 'create or replace function leasehold.claim(\n').replace('function leasehold.claim(', 'function leasehold.claim_0014(');
-  const due = cut('0009_tick.sql', 'create function leasehold.claim_due(\n')
-    .replace('create function leasehold.claim_due(', 'create or replace function leasehold.claim_due_0014(')
-    .replace('from leasehold.claim(p_claims', 'from leasehold.claim_0014(p_claims');
-  if (!due.includes('claim_0014(')) throw new Error('sql/0009_tick.sql: claim_due() no longer calls claim() as expected');
-  return [claim, due];
+  const claim = cut('create or replace function leasehold.claim(\n').replace('function leasehold.claim(', 'function leasehold.claim_0016(');
+  const due = cut('create or replace function leasehold.claim_due(\n')
+    .replace('function leasehold.claim_due(', 'function leasehold.claim_due_0016(')
+    .replace('from leasehold.claim(', 'from leasehold.claim_0016(');
+  if (!due.includes('claim_0016(')) throw new Error('sql/0015_claim_at_scale.sql: claim_due() no longer calls claim() as expected');
+  return [toRunLog(claim), due];
 }
 
 export async function prepareTick(url: string, jobs: number, workers: number): Promise<{ names: string[]; claimers: Claimer[]; admin: Session }> {
   const admin = await Session.open(url, 'bench-tick-admin');
   await admin.execute(previousClaim());
-  for (const text of schema14Claim()) await admin.execute(text);
+  for (const text of schema16Claim()) await admin.execute(text);
   const names = Array.from({ length: jobs }, (_, i) => `tk${jobs}-${String(i).padStart(6, '0')}`);
   const n = names.length;
   for (let i = 0; i < n; i += 20_000) {
@@ -113,8 +123,12 @@ export async function prepareTick(url: string, jobs: number, workers: number): P
 
 /** Frees every lease of `names` and closes their runs, so that the next round claims them all again. */
 async function reset(admin: Session, names: string[]): Promise<void> {
-  await admin.execute(`update leasehold.runs set outcome = 'succeeded', finished_at = now() where job = any($1::text[]) and outcome = 'running'`, [names]);
-  await admin.execute(`update leasehold.leases set token = null, expires_at = null, holder_key = null, released_at = now() where name = any($1::text[])`, [names]);
+  await admin.execute(`update leasehold.run_log set outcome = 'succeeded', finished_at = now() where job = any($1::text[]) and outcome = 'running'`, [names]);
+  await admin.execute(
+    `update leasehold.leases set token = null, expires_at = null, holder_key = null, released_at = now(), run_slot = null, run_started_at = null
+      where name = any($1::text[])`,
+    [names],
+  );
   await admin.execute('vacuum analyze leasehold.leases');
 }
 
@@ -134,7 +148,7 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
     const rows =
       fn === 'baseline'
         ? await claimer.session.query<{ name: string }>(BASELINE, [list, slot, claimer.holder])
-        : await claimer.session.query<{ claimed: boolean }>(ROW.replace('%FN%', fn), [list, slot, claimer.holder, claimer.key]);
+        : await claimer.session.query<{ claimed: boolean }>(fn === 'claim_tick' ? TICK : ROW.replace('%FN%', fn), [list, slot, claimer.holder, claimer.key]);
     const back = performance.now();
     statementMs.push(back - sent);
     if (process.env.BENCH_TICK_TRACE) console.error(`[trace] ${path} ${claimer.holder} ${fn} ${list.length} jobs: sent ${(sent - t0).toFixed(1)} back ${(back - t0).toFixed(1)} ms, ${rows.length} rows`);
@@ -145,7 +159,7 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
   await Promise.all(
     claimers.map(async (claimer) => {
       if (path === 'before' || path === 'baseline') return call(claimer, path === 'before' ? 'claim_0006' : 'baseline', names);
-      const fn = path === 'after' ? 'claim_due' : 'claim_due_0014';
+      const fn = path === 'after' ? 'claim_tick' : 'claim_due_0016';
       const own = keys.indexOf(claimer.key);
       const mine: string[] = [];
       const others: string[] = [];

@@ -71,9 +71,10 @@ export class SchedulerStore {
   }
 
   /**
-   * One statement for any number of jobs (leasehold.claim_due, one leasehold.slot_claim per
-   * request): only the rows the caller must act on come back (0009_tick.sql). `every`: one row
-   * per request, with its reason (leasehold.claim), for callers that report each outcome.
+   * One statement for any number of jobs. The worker's tick uses leasehold.claim_tick(): only
+   * the rows it must act on come back, with times as epoch milliseconds (numbers to parse, not
+   * timestamps). `every`: one row per request with its reason (leasehold.claim), for callers
+   * that report each outcome.
    */
   async claim(requests: readonly ClaimRequest[], holder: string, holderKey: string | null, every = false): Promise<ClaimRow[]> {
     const names: string[] = new Array<string>(requests.length);
@@ -90,20 +91,29 @@ export class SchedulerStore {
       modes[i] = mode.mode;
       caps[i] = mode.bufferCap;
     }
-    // The composite array is built on the server from plain arrays: pg has no encoder for
-    // composite values, and a text literal of 10,000 rows would need quoting rules of its own.
     // The plain arrays go as literals built flat (src/db/array-literal.ts), the ttls as whole
     // milliseconds (durations are, src/validate/duration.ts).
-    const { rows } = await this.query<ClaimRow & Record<string, unknown>>(
-      `select * from leasehold.${every ? 'claim' : 'claim_due'}(
-         array(select row(i.job, i.slot, i.ttl_ms * interval '1 millisecond', i.mode, i.cap)::leasehold.slot_claim
-                 from unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[]) as i(job, slot, ttl_ms, mode, cap)),
-         $6, $7::bigint)`,
-      [textArrayLiteral(names), timestampArrayLiteral(slots), numberArrayLiteral(ttls), textArrayLiteral(modes), numberArrayLiteral(caps), holder, holderKey],
-      // a big batch takes longer than a single claim; allow for it, bounded
-      Math.max(this.runtime.queryTimeoutMs, Math.min(60_000, requests.length)),
+    const values = [textArrayLiteral(names), timestampArrayLiteral(slots), numberArrayLiteral(ttls), textArrayLiteral(modes), numberArrayLiteral(caps), holder, holderKey];
+    // a big batch takes longer than a single claim; allow for it, bounded
+    const timeoutMs = Math.max(this.runtime.queryTimeoutMs, Math.min(60_000, requests.length));
+    if (every) {
+      const { rows } = await this.query<ClaimRow & Record<string, unknown>>(
+        // pg has no encoder for composite values: the composite array is built on the server
+        `select * from leasehold.claim(
+           array(select row(i.job, i.slot, i.ttl_ms * interval '1 millisecond', i.mode, i.cap)::leasehold.slot_claim
+                   from unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[]) as i(job, slot, ttl_ms, mode, cap)),
+           $6, $7::bigint)`,
+        values,
+        timeoutMs,
+      );
+      return rows;
+    }
+    const { rows } = await this.query<TickRow>(
+      'select * from leasehold.claim_tick($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[], $6, $7::bigint)',
+      values,
+      timeoutMs,
     );
-    return rows;
+    return tickRows(rows, requests);
   }
 
   async finish(
@@ -172,3 +182,61 @@ export class SchedulerStore {
 
 /** Rows of each kind prune_history deletes per statement: short transactions, bounded WAL bursts. */
 const PRUNE_BATCH = 5_000;
+
+/** A row of leasehold.claim_tick(): a ClaimRow with its times as epoch milliseconds. */
+type TickRow = Omit<ClaimRow, 'slot' | 'expires_at' | 'previous_slot' | 'holder_slot' | 'holder_since' | 'database_time'> & {
+  slot: number;
+  expires_at: number | null;
+  previous_slot: number | null;
+  holder_slot: number | null;
+  holder_since: number | null;
+  database_time: number;
+};
+
+/**
+ * ClaimRows from claim_tick()'s rows: a claimed slot that is the one asked for reuses the
+ * request's Date (jobs due at one instant share it), and rows with the same database time share
+ * one Date.
+ */
+function tickRows(rows: TickRow[], requests: readonly ClaimRequest[]): ClaimRow[] {
+  const asked = new Map<number, Date>();
+  for (const request of requests) {
+    const t = request.slot.getTime();
+    if (!asked.has(t)) asked.set(t, request.slot);
+  }
+  const out: ClaimRow[] = new Array<ClaimRow>(rows.length);
+  let databaseMs = Number.NaN;
+  let databaseTime = new Date(0);
+  for (let i = 0; i < rows.length; i++) {
+    const row = rows[i] as TickRow;
+    if (row.database_time !== databaseMs) {
+      databaseMs = row.database_time;
+      databaseTime = new Date(databaseMs);
+    }
+    const slotMs = Math.round(row.slot);
+    out[i] = {
+      job: row.job,
+      slot: asked.get(slotMs) ?? new Date(slotMs),
+      claimed: row.claimed,
+      reason: row.reason,
+      token: row.token,
+      fence: row.fence,
+      expires_at: toDate(row.expires_at),
+      previous_slot: toDate(row.previous_slot),
+      holder: row.holder,
+      holder_fence: row.holder_fence,
+      holder_slot: toDate(row.holder_slot),
+      holder_since: toDate(row.holder_since),
+      skip_recorded: row.skip_recorded,
+      buffered: row.buffered,
+      database_time: databaseTime,
+      took_over: row.took_over,
+    };
+  }
+  return out;
+}
+
+/** Epoch milliseconds (with the microseconds as a fraction) to a Date, as pg parses a timestamptz: to the millisecond. */
+function toDate(ms: number | null): Date | null {
+  return ms === null ? null : new Date(Math.floor(ms));
+}

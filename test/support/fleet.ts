@@ -32,7 +32,7 @@ export async function seedFleet(db: pg.Pool | pg.ClientBase, size = FLEET_SIZE):
            date_trunc('hour', now())
       from generate_series(1, ${size}) g;
 
-    insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome, error)
+    insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome, error)
     select j.name, s.slot, s.n, 'worker-' || (s.n % 7), s.slot + interval '1 second',
            s.slot + interval '1 second' + make_interval(secs => 2 + (s.n % 11)),
            case when s.n % 50 = 0 then 'lost' when s.n % 7 = 0 then 'failed' else 'succeeded' end,

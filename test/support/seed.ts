@@ -21,13 +21,13 @@ export async function seedHistory(db: pg.Pool | pg.ClientBase): Promise<void> {
            ('cleanup', null, 11, 'worker-b', now() - interval '4 minutes', null, date_trunc('minute', now()) - interval '5 minutes')
     on conflict (name) do nothing;
 
-    insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome, error)
+    insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome, error)
     select 'report', s.slot, 1 + g, case when g % 2 = 0 then 'worker-a' else 'worker-b' end,
            s.slot + interval '1 second', s.slot + interval '1 second' + make_interval(secs => 45 + (g % 8)),
            'succeeded', null
       from generate_series(1, 20) g,
            lateral (select date_trunc('minute', now()) - make_interval(mins => 60 - g * 2) as slot) s;
-    insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome, error)
+    insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome, error)
     values ('report', date_trunc('minute', now()) - interval '10 minutes', 22, 'worker-b',
             date_trunc('minute', now()) - interval '10 minutes' + interval '1 second',
             date_trunc('minute', now()) - interval '10 minutes' + interval '12 seconds', 'failed', 'Error: upstream returned 503'),
@@ -39,7 +39,7 @@ export async function seedHistory(db: pg.Pool | pg.ClientBase): Promise<void> {
            date_trunc('minute', now()) - make_interval(mins => m + 1), interval '65 seconds', 'worker-c'
       from (values (3), (5), (7)) v(m);
 
-    insert into leasehold.runs (job, slot, fence, holder, started_at, finished_at, outcome, error)
+    insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome, error)
     select 'cleanup', date_trunc('minute', now()) - make_interval(mins => 5 * g), g, 'worker-b',
            date_trunc('minute', now()) - make_interval(mins => 5 * g) + interval '1 second',
            date_trunc('minute', now()) - make_interval(mins => 5 * g) + interval '3 seconds',
