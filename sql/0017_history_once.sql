@@ -25,7 +25,15 @@
 --   claim(): claim_batch() skips the reporting of slots already claimed itself.
 -- * claim_tick() is the worker's claim: claim_due()'s rows with times as epoch milliseconds
 --   (double precision), so a client parses numbers instead of timestamps.
--- * claim_batch() validates modes and buffer caps (22023), which claim() did not.
+-- * claim_batch() validates modes and buffer caps (22023), and finish_runs() the lengths of its
+--   arrays: an unknown mode was taken as 'exclusive' before, arrays of other lengths were
+--   padded with nulls.
+-- * Found on the way: end_runs() locks like an UPDATE (FOR NO KEY UPDATE), so a holder's open
+--   fenced transaction does not hold up its release; confirm_leases() locks in name order, as
+--   end_runs() does (a renewal racing a finish of the same leases could deadlock);
+--   add_run_counts() serializes a shard's transactions (one that recorded runs twice could
+--   deadlock with another); acquire() and force_release() end a scheduled run in flight on the
+--   row as lost, as a claim's takeover does.
 
 alter table leasehold.runs rename to run_log;
 comment on table leasehold.run_log is
@@ -148,14 +156,19 @@ select q.job, q.slot, 'skip', 'skipped', q.skip_fence, q.skip_holder, q.decided_
 -- For each element: the lease p_names[i] is released if its token is p_tokens[i]; the run of
 -- fence p_fences[i] in flight on it, if it still is, is recorded with outcome, error and
 -- attempts and forgotten on the row. Both in one update of the row, which is locked first (a
--- takeover of the lease, which ends the same run as lost, waits or skips). Returns the rows it
--- changed: released, and whether the run was recorded.
+-- takeover of the lease, which ends the same run as lost, waits or skips). The lock is FOR NO
+-- KEY UPDATE, as an UPDATE's own: the holder's fenced transactions (FOR KEY SHARE) do not
+-- block it, so a release goes through while the holder still has a transaction open, as before.
+-- Returns the rows it changed: released, and whether the run was recorded.
 create function leasehold.end_runs(
   p_names text[], p_tokens uuid[], p_fences bigint[], p_outcomes text[], p_errors text[], p_attempts integer[]
 ) returns table (name text, fence bigint, released boolean, recorded boolean)
 language plpgsql volatile
 set plan_cache_mode = force_custom_plan
 set jit = off
+-- the lease rows of a batch are found through the primary key, not by a scan of every lease
+-- (see claim_batch)
+set random_page_cost = 1.1
 as $$
 #variable_conflict use_column
 begin
@@ -171,11 +184,15 @@ begin
              as i(name, token, fence, outcome, error, attempts) on l.name = i.name
      where l.token = i.token or (l.run_slot is not null and l.run_fence = i.fence)
      order by l.name
-       for update of l
+       for no key update of l
   ),
-  -- one change per row (a name given twice: the element that ends its run)
+  -- one change per row: a name given twice is released if any element has its token, and its
+  -- run is recorded with the element that ends it
   changing as (
-    select distinct on (k.name) * from locked k order by k.name, k.ending desc, k.releasing desc
+    select distinct on (k.name) k.name, k.fence, k.outcome, k.error, k.attempts, k.ending,
+           bool_or(k.releasing) over (partition by k.name) as releasing,
+           k.run_slot, k.run_fence, k.run_holder, k.run_started_at
+      from locked k order by k.name, k.ending desc
   ),
   changed as (
     update leasehold.leases l
@@ -249,6 +266,11 @@ language plpgsql volatile
 set lock_timeout = '2s'
 set plan_cache_mode = force_custom_plan
 set jit = off
+-- Lease rows are hot (every tick touches them): with the default cost of a random page the
+-- planner joins a worker's share of 2,500 jobs to the leases by scanning and hashing every
+-- lease row (27,500 of them: 24 ms of a 32 ms step), where 2,500 primary-key probes take 7 ms.
+-- What a call costs grows with the jobs it is given, not with the jobs registered.
+set random_page_cost = 1.1
 as $$
 #variable_conflict use_column
 declare
@@ -272,7 +294,8 @@ declare
   -- the locked rows that carry a run in flight of an earlier claim (a takeover): name, fence
   v_taken_names text[];
   v_taken_fences bigint[];
-  -- and those whose previous grant was not claim()'s, which may have a run_log row running
+  -- and those whose previous grant was not claim()'s (run now, start_run, acquire, a forced
+  -- release), which may have a run_log row still running: it is lost to this claim
   v_older text[];
   v_epoch integer := leasehold.epoch();
   v_incarnation text := leasehold.liveness_incarnation(p_holder_key);
@@ -313,7 +336,7 @@ begin
          coalesce(array_agg(x.fence), '{}'),
          array_agg(x.job) filter (where x.run_slot is not null and x.mode <> 'allow'),
          array_agg(x.run_fence) filter (where x.run_slot is not null and x.mode <> 'allow'),
-         array_agg(x.job) filter (where x.held and x.mode <> 'allow' and x.run_fence is distinct from x.fence)
+         array_agg(x.job) filter (where x.mode <> 'allow' and x.run_fence is distinct from x.fence)
     into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences,
          v_taken_names, v_taken_fences, v_older
     from (
@@ -618,6 +641,13 @@ declare
   v_queued boolean;
 begin
   perform leasehold.pin_synchronous_commit();
+  if coalesce(cardinality(p_fences), 0) <> coalesce(cardinality(p_jobs), 0) or coalesce(cardinality(p_tokens), 0) <> coalesce(cardinality(p_jobs), 0)
+     or coalesce(cardinality(p_outcomes), 0) <> coalesce(cardinality(p_jobs), 0)
+     or coalesce(cardinality(p_errors), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0)
+     or coalesce(cardinality(p_attempts), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0) then
+    raise exception 'finish_runs: as many fences, tokens, outcomes, errors and attempts as jobs are needed (% jobs)',
+      coalesce(cardinality(p_jobs), 0) using errcode = '22023';
+  end if;
   select o into v_bad from unnest(p_outcomes) o
    where o is null or o = 'running' or not (o = any (leasehold.run_outcomes())) limit 1;
   if found then
@@ -640,7 +670,7 @@ begin
   -- the runs that have a run_log row from their start
   recorded as (
     update leasehold.run_log r
-       set outcome = i.outcome, finished_at = now(), error = left(i.error, 4000), attempts = i.attempts
+       set outcome = i.outcome, finished_at = now(), error = left(i.error, 4000), attempts = coalesce(i.attempts, 1)
       from input i
      where cardinality(v_recorded) < cardinality(p_jobs)
        and r.job = i.job and r.fence = i.fence and r.outcome = 'running'
@@ -918,12 +948,12 @@ begin
   end if;
   if p_stop_running and v_lease.token is not null then
     -- the operator's override, as force_release does it: the fence moves past the holder's
-    perform from leasehold.force_release(p_name);
     -- its run ends aborted, whether it is in flight on the lease row or a run_log row
     if v_lease.run_slot is not null then
       perform leasehold.end_runs(array[p_name], null, array[v_lease.run_fence], array['aborted'],
         array['stopped: paused by ' || p_by || coalesce(' (' || p_reason || ')', '')], null);
     end if;
+    perform from leasehold.force_release(p_name);
     update leasehold.run_log r
        set outcome = 'aborted', finished_at = now(), error = left('stopped: paused by ' || p_by || coalesce(' (' || p_reason || ')', ''), 4000)
      where r.job = p_name and r.outcome = 'running';
@@ -933,6 +963,214 @@ begin
   return query select true, v_job.paused_at is not null,
     case when p_stop_running and v_lease.token is not null then v_lease.holder end,
     case when p_stop_running and v_lease.token is not null then v_lease.fence end;
+end $$;
+
+-- acquire: as in schema 1; a winner that takes over a lease with a scheduled run in flight on
+-- it records that run as lost, as a claim does.
+create or replace function leasehold.acquire(
+  p_name       text,
+  p_ttl        interval,
+  p_holder     text,
+  p_holder_key bigint default null,
+  p_slot       timestamptz default null,
+  p_token      uuid default null
+) returns table (
+  acquired       boolean,
+  token          uuid,
+  fence          bigint,
+  expires_at     timestamptz,
+  holder         text,
+  acquired_at    timestamptz,
+  last_slot      timestamptz,
+  reason         text,
+  database_time  timestamptz,
+  took_over      boolean
+)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+#variable_conflict use_column
+declare
+  r leasehold.leases;
+  candidate text;
+  previous_token uuid;
+  -- a scheduled run in flight on the row (claim_batch), lost to this acquisition
+  previous_run_slot timestamptz;
+  previous_run_fence bigint;
+  key_share_free boolean;
+  why text;
+begin
+  perform leasehold.check_name(p_name);
+  perform leasehold.check_ttl(p_ttl);
+  perform leasehold.check_holder(p_holder);
+  perform leasehold.pin_synchronous_commit();
+
+  if p_token is not null then
+    -- the retry of an acquisition whose answer was lost: still ours, so hand it back
+    -- (renewed and confirmed in this epoch), with the fence it was granted
+    r := leasehold.confirm(p_name, p_token, p_ttl);
+    if r.name is not null then
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                          r.last_slot, 'acquired'::text, now(), false;
+      return;
+    end if;
+  end if;
+
+  select l.name, l.token, l.run_slot, l.run_fence into candidate, previous_token, previous_run_slot, previous_run_fence
+    from leasehold.leases l
+   where l.name = p_name
+     and leasehold.is_free(l)
+     and (p_slot is null or ((l.last_slot is null or p_slot > l.last_slot) and p_slot <= now()))
+     for update skip locked;
+
+  if found then
+    if previous_run_slot is not null then
+      perform leasehold.end_runs(array[p_name], null, array[previous_run_fence], array['lost'],
+                                 array['lease taken over by ' || p_holder], null);
+    end if;
+    update leasehold.leases l
+       set token = coalesce(p_token, gen_random_uuid()), fence = leasehold.next_fence(l.fence),
+           holder = p_holder, holder_key = p_holder_key, acquired_at = now(),
+           expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch(),
+           holder_incarnation = leasehold.liveness_incarnation(p_holder_key),
+           released_at = null, last_slot = coalesce(p_slot, l.last_slot)
+     where l.name = p_name
+    returning l.* into r;
+    -- took_over: the previous holder never released (expired, or its liveness lock is gone)
+    return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                        r.last_slot, 'acquired'::text, now(), previous_token is not null;
+    return;
+  end if;
+
+  select * into r from leasehold.leases l where l.name = p_name;
+  if not found then
+    if p_slot is not null and p_slot > now() then
+      return query select false, null::uuid, 0::bigint, null::timestamptz, null::text,
+                          null::timestamptz, null::timestamptz, 'slot-not-due'::text, now(), false;
+      return;
+    end if;
+    -- First use of this name. Concurrent creators are resolved by the primary key: one
+    -- inserts, the others do nothing and report the winner below.
+    insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at,
+                                      last_slot, ttl, epoch, holder_incarnation)
+    values (p_name, coalesce(p_token, gen_random_uuid()), leasehold.next_fence(0), p_holder, p_holder_key,
+            now(), now() + p_ttl, p_slot, p_ttl, leasehold.epoch(), leasehold.liveness_incarnation(p_holder_key))
+    on conflict (name) do nothing
+    returning l.* into r;
+    if found then
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                          r.last_slot, 'acquired'::text, now(), false;
+      return;
+    end if;
+  end if;
+
+  -- Lost. When the row is free by the rules but was locked, find out by whom before
+  -- reading it: a fenced transaction holds FOR KEY SHARE (which a KEY SHARE probe passes),
+  -- a concurrent acquirer holds FOR UPDATE (which it does not). Read the row after the
+  -- probe, so an acquirer that committed meanwhile is reported as the holder.
+  select * into r from leasehold.leases l where l.name = p_name;
+  if leasehold.is_free(r) and (p_slot is null or r.last_slot is null or p_slot > r.last_slot) then
+    perform 1 from leasehold.leases l where l.name = p_name for key share skip locked;
+    key_share_free := found;
+    select * into r from leasehold.leases l where l.name = p_name;
+  end if;
+
+  -- Our own first attempt may have committed since the token check at the top: adopt it.
+  if p_token is not null and r.token = p_token then
+    r := leasehold.confirm(p_name, p_token, p_ttl);
+    if r.name is not null then
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                          r.last_slot, 'acquired'::text, now(), false;
+      return;
+    end if;
+    select * into r from leasehold.leases l where l.name = p_name;
+  end if;
+
+  why := case
+      when p_slot is not null and p_slot > now() then 'slot-not-due'
+      when p_slot is not null and r.last_slot is not null and p_slot <= r.last_slot then 'slot-taken'
+      when not leasehold.is_free(r) then 'held'
+      -- free by the rules but locked by another acquirer taking it right now: the row
+      -- still names the previous holder, which must not be reported
+      when key_share_free is false then 'being-acquired'
+      -- locked by its holder's fenced transaction, which is committing
+      else 'holder-committing'
+    end;
+  if why = 'being-acquired' then
+    return query select false, null::uuid, r.fence, null::timestamptz, null::text, null::timestamptz,
+                        r.last_slot, why, now(), false;
+  else
+    return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at,
+                        r.last_slot, why, now(), false;
+  end if;
+end $$;
+
+-- force_release: as in schema 1; the scheduled run in flight on the row ends lost with it.
+create or replace function leasehold.force_release(p_name text)
+returns table (released boolean, previous_holder text, previous_fence bigint, fence bigint)
+language plpgsql volatile as $$
+#variable_conflict use_column
+declare
+  old leasehold.leases;
+  r leasehold.leases;
+begin
+  perform leasehold.pin_synchronous_commit();
+  select * into old from leasehold.leases l where l.name = p_name for update;
+  if not found then
+    return query select false, null::text, null::bigint, null::bigint;
+    return;
+  end if;
+  -- the scheduled run in flight on the row, if any, ends with its lease
+  if old.run_slot is not null then
+    perform leasehold.end_runs(array[p_name], null, array[old.run_fence], array['lost'],
+                               array['the lease was released by force (leasehold.force_release)'], null);
+  end if;
+  update leasehold.leases l
+     set token = null, expires_at = null, holder_key = null, released_at = now(),
+         fence = leasehold.next_fence(l.fence)
+   where l.name = p_name
+  returning l.* into r;
+  return query select old.token is not null, old.holder, old.fence, r.fence;
+end $$;
+
+-- add_run_counts: as in schema 14, and the first call of a transaction takes its shard's
+-- advisory lock: a transaction that records runs twice (the insert and the update trigger of
+-- one finish_runs(), a takeover that records both kinds of run) locks buckets in bucket order
+-- within each call but not across them, and two such transactions on one shard could deadlock.
+create or replace function leasehold.add_run_counts(p_minutes bigint[], p_counts bigint[]) returns void
+language sql volatile as $$
+  select pg_advisory_xact_lock(1819042147, (pg_backend_pid() % 64)::integer);
+  insert into leasehold.run_counts as c (bucket, shard, minute, runs)
+  select (d.minute % 1500)::smallint, (pg_backend_pid() % 64)::smallint, d.minute, d.n
+    from unnest(p_minutes, p_counts) as d (minute, n)
+   where d.n <> 0 and d.minute > floor(extract(epoch from now()) / 60)::bigint - 1500
+   order by 1 -- rows locked in bucket order: two sessions on one shard wait, never deadlock
+  on conflict (bucket, shard) do update
+     set minute = excluded.minute,
+         runs = case when c.minute = excluded.minute then c.runs + excluded.runs else excluded.runs end
+   where c.minute <= excluded.minute;
+$$;
+
+-- confirm_leases: as in schema 15, with the rows locked in name order first, the order of
+-- end_runs(): a renewal still in flight as the same leases are finished waited for the finish
+-- while the finish waited for it (the update locked in physical order).
+create or replace function leasehold.confirm_leases(p_names text[], p_tokens uuid[], p_ttls interval[]) returns setof leasehold.leases
+language plpgsql volatile
+set plan_cache_mode = force_custom_plan
+set enable_nestloop = off
+set jit = off
+as $$
+begin
+  perform 1 from leasehold.leases l join unnest(p_names, p_tokens) as i(name, token) on l.name = i.name and l.token = i.token
+   where l.name = any (p_names) and l.expires_at > now()
+   order by l.name
+     for no key update of l;
+  return query
+  update leasehold.leases l
+     set expires_at = now() + i.ttl, ttl = i.ttl, epoch = (select leasehold.epoch())
+    from unnest(p_names, p_tokens, p_ttls) as i(name, token, ttl)
+   where l.name = any (p_names) and l.name = i.name and l.token = i.token and l.expires_at > now()
+  returning l.*;
 end $$;
 
 insert into leasehold.access (object, level) values

@@ -139,6 +139,53 @@ describe('a scheduled run', () => {
   });
 });
 
+describe('a lease row letting go', () => {
+  it('releases and records while the holder still has a fenced transaction open (FOR KEY SHARE does not hold up the finish)', async () => {
+    await register(['open-tx']);
+    const [run] = await claim(pool, ['open-tx'], slot(1), 'worker-1');
+    const holder = await pool.connect();
+    try {
+      await holder.query('begin');
+      await holder.query('select leasehold.assert_lease($1, $2, $3)', ['open-tx', run!.token, run!.fence]);
+      // lock_timeout is 2 s inside finish_runs: a wait on the open transaction would fail it
+      expect(await finish(pool, [run!])).toEqual([{ job: 'open-tx', recorded: true, released: true }]);
+      await holder.query('commit');
+    } finally {
+      holder.release();
+    }
+    expect(await logOf('open-tx')).toEqual([{ fence: run!.fence, outcome: 'succeeded' }]);
+  });
+
+  it('a run now left running when its lease was released by force is recorded lost by the next claim', async () => {
+    await register(['orphan']);
+    await pool.query(`select leasehold.run_now('orphan', 'ops')`);
+    const { rows: taken } = await pool.query<{ fence: string }>(`select fence from leasehold.claim_requests(array['orphan'], 'w-dead')`);
+    await pool.query(`select * from leasehold.force_release('orphan')`);
+    const [next] = await claim(pool, ['orphan'], slot(1), 'worker-2');
+    expect(next).toMatchObject({ claimed: true });
+    expect(await runsOf('orphan')).toEqual([
+      expect.objectContaining({ fence: taken[0]!.fence, holder: 'w-dead', outcome: 'lost', error: 'lease taken over by worker-2' }),
+      expect.objectContaining({ fence: next!.fence, outcome: 'running' }),
+    ]);
+  });
+
+  it('a scheduled run in flight ends lost when a plain acquire takes its expired lease, and when its lease is released by force', async () => {
+    await register(['by-acquire', 'by-force'], 'skip', 300);
+    const [dead] = await claim(pool, ['by-acquire'], slot(1), 'worker-1', { ttl: '300 milliseconds' });
+    await sleep(400);
+    const { rows: got } = await pool.query<{ acquired: boolean; fence: string }>(`select acquired, fence from leasehold.acquire('by-acquire', '30 seconds', 'exec-host')`);
+    expect(got[0]).toMatchObject({ acquired: true });
+    expect(await runsOf('by-acquire')).toEqual([expect.objectContaining({ fence: dead!.fence, holder: 'worker-1', outcome: 'lost', error: 'lease taken over by exec-host' })]);
+
+    const [forced] = await claim(pool, ['by-force'], slot(1), 'worker-1');
+    await pool.query(`select * from leasehold.force_release('by-force')`);
+    expect(await runsOf('by-force')).toEqual([
+      expect.objectContaining({ fence: forced!.fence, outcome: 'lost', error: 'the lease was released by force (leasehold.force_release)' }),
+    ]);
+    expect(await finish(pool, [forced!])).toEqual([{ job: 'by-force', recorded: false, released: false }]);
+  });
+});
+
 describe('the runs view', () => {
   it('shows every run exactly once while claims and finishes commit on other connections', async () => {
     const jobs = Array.from({ length: 50 }, (_, i) => `flow-${String(i).padStart(2, '0')}`);

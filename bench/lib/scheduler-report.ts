@@ -163,7 +163,7 @@ function setupLine(results: SchedulerResults): string {
   const s = results.settings;
   return (
     `${integer(s.jobs)} jobs, all \`every: '${s.everySeconds}s'\` (so all due at every tick), on ${s.workers} worker processes ` +
-    `(bench/fixtures/tick-worker.ts: startWorker() with default options; the handler only notes when it started); ` +
+    `(bench/fixtures/tick-worker.ts: startWorker() with default options, ${results.workerBuild === 'dist' ? 'from the compiled package (dist/)' : 'from the sources through tsx'}; the handler only notes when it started); ` +
     `${s.warmupTicks} tick(s) after all workers were ready left alone, then ${s.measuredTicks} measured. ` +
     `startWorker() took ${list(results.workerStartMs)} ms; RSS after the ticks ${list(results.workerRssMiB, 1)} MiB. ` +
     `Times run from the slot instant (database time, mapped to the local clock: local - database = ${fixed(results.clockOffsetMs, 2)} ms).`

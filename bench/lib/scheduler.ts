@@ -62,6 +62,8 @@ export interface SchedulerResults {
   clockRoundTripMs: number;
   /** Per tick worker: startWorker() with every definition (validation, register_jobs, ...), ms. */
   workerStartMs: number[];
+  /** What the tick workers ran: 'dist' (the compiled package) or 'src' (the sources through tsx). */
+  workerBuild: string;
   /** Per tick worker: RSS after the measured ticks, MiB. */
   workerRssMiB: number[];
   /** The measured ticks. */
@@ -91,7 +93,7 @@ async function measureTicks(
   admin: Session,
   offsetMs: number,
   progress: (message: string) => void,
-): Promise<{ ticks: TickResult[]; warmupTicks: TickResult[]; finishErrors: Record<string, number>; workerStartMs: number[]; workerRssMiB: number[] }> {
+): Promise<{ ticks: TickResult[]; warmupTicks: TickResult[]; finishErrors: Record<string, number>; workerStartMs: number[]; workerRssMiB: number[]; workerBuild: string }> {
   const intervalMs = settings.everySeconds * 1000;
   const holders = Array.from({ length: settings.workers }, (_, i) => `bench-tick-${i}`);
   const children = holders.map((holder) =>
@@ -126,7 +128,7 @@ async function measureTicks(
     for (const slot of slots) ticks.push(await analyse(slot));
     const finishErrors: Record<string, number> = {};
     for (const d of dumps) for (const [message, n] of Object.entries(d.finishErrors)) finishErrors[message] = (finishErrors[message] ?? 0) + n;
-    return { ticks, warmupTicks, finishErrors, workerStartMs: ready.map((r) => round(r.startMs, 0)), workerRssMiB: rss.map((u) => mib(u.rss)) };
+    return { ticks, warmupTicks, finishErrors, workerStartMs: ready.map((r) => round(r.startMs, 0)), workerRssMiB: rss.map((u) => mib(u.rss)), workerBuild: ready[0]?.build ?? 'src' };
   } finally {
     await killAll(children);
   }
@@ -192,7 +194,7 @@ export async function measureScheduler(options: {
       `scheduler: ${settings.jobs.toLocaleString('en-US')} jobs every ${settings.everySeconds}s on ${settings.workers} worker processes; ` +
         `local - database clock = ${clock.offsetMs.toFixed(2)} ms (round trip ${clock.roundTripMs.toFixed(2)} ms)`,
     );
-    const { ticks, warmupTicks, finishErrors, workerStartMs, workerRssMiB } = await measureTicks(connectionString, settings, admin, clock.offsetMs, progress);
+    const { ticks, warmupTicks, finishErrors, workerStartMs, workerRssMiB, workerBuild } = await measureTicks(connectionString, settings, admin, clock.offsetMs, progress);
     for (const tick of [...warmupTicks, ...ticks]) {
       const v = tick.verification;
       progress(
@@ -221,6 +223,7 @@ export async function measureScheduler(options: {
       clockOffsetMs: round(clock.offsetMs, 2),
       clockRoundTripMs: round(clock.roundTripMs, 2),
       workerStartMs,
+      workerBuild,
       workerRssMiB,
       ticks,
       warmupTicks,

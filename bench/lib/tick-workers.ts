@@ -12,9 +12,9 @@ export function spawnWorker(connectionString: string, holder: string, env: Recor
   return JsonLinesProcess.nodeScript(TICK_WORKER, { label: holder, env: { DATABASE_URL: connectionString, HOLDER: holder, ...env }, nodeArgs: ['--expose-gc'] });
 }
 
-export async function waitReady(child: JsonLinesProcess): Promise<{ at: number; startMs: number }> {
+export async function waitReady(child: JsonLinesProcess): Promise<{ at: number; startMs: number; build: string }> {
   const line = await child.waitFor((l) => l.event === 'ready', START_TIMEOUT_MS);
-  return { at: Number(line.at), startMs: Number(line.startMs) };
+  return { at: Number(line.at), startMs: Number(line.startMs), build: String(line.build ?? 'src') };
 }
 
 export async function dump(child: JsonLinesProcess): Promise<WorkerDump> {

@@ -20,6 +20,7 @@ import { LivenessSession } from './liveness.js';
 import { LEASEHOLD_OPTION_KEYS } from './option-keys.js';
 import type { ReplicationReport } from './replication.js';
 import { LeaseTracker } from './tracker.js';
+import { Deadlines } from './deadlines.js';
 
 /** Everything a Leasehold is made of. */
 export interface ClientParts {
@@ -106,7 +107,7 @@ export async function openClient(options: LeaseholdOptions): Promise<ClientParts
   }
   const session = liveness;
   tracker = new LeaseTracker(
-    { controlPool, renewPool, clock, workPool, queryTimeoutMs, where, logger, events },
+    { controlPool, renewPool, clock, workPool, queryTimeoutMs, where, logger, events, deadlines: new Deadlines() },
     () => session?.key ?? null,
   );
   return { holder, tracker, liveness, ownedPools, replication, logger, events };

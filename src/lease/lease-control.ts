@@ -9,6 +9,7 @@
 import { performance } from 'node:perf_hooks';
 import { LeaseLostError, type LeaseLostReason } from '../errors.js';
 import type { LeaseInfo } from '../observe/events.js';
+import type { DeadlineHolder } from './deadlines.js';
 import type { LeaseRuntime } from './runtime.js';
 
 export interface LeaseGrant {
@@ -27,7 +28,7 @@ export interface LeaseGrant {
 
 type LeaseState = 'held' | 'lost' | 'released';
 
-export class LeaseControl {
+export class LeaseControl implements DeadlineHolder {
   state: LeaseState = 'held';
   expiry: Date;
   lostError: LeaseLostError | undefined;
@@ -36,11 +37,10 @@ export class LeaseControl {
   private controller: AbortController | undefined;
   /** Why the lease ended, once it has, for a signal asked for afterwards (a thunk: made on demand). */
   private abortReason: (() => unknown) | undefined;
-  /** performance.now() at which the lease counts as lost without a confirmed renewal. */
+  /** performance.now() at which the lease counts as lost without a confirmed renewal (on runtime.deadlines). */
   private deadline = 0;
-  private deadlineTimer: NodeJS.Timeout | undefined;
   /** Called once when the lease ends (lost or released): the tracker stops renewing it. */
-  onEnd: (() => void) | undefined;
+  onEnd: ((control: LeaseControl) => void) | undefined;
 
   constructor(
     readonly grant: LeaseGrant,
@@ -140,18 +140,21 @@ export class LeaseControl {
     if (this.state === 'released') throw new LeaseLostError(this.grant.name, this.grant.fence, 'released');
   }
 
+  /** The local deadline passed without a confirmed renewal (runtime.deadlines). */
+  deadlinePassed(): void {
+    this.markLost('expired');
+  }
+
   private armDeadline(monotonicDeadline: number): void {
-    clearTimeout(this.deadlineTimer);
     this.deadline = monotonicDeadline;
-    this.deadlineTimer = setTimeout(() => this.markLost('expired'), Math.max(0, monotonicDeadline - performance.now()));
-    this.deadlineTimer.unref();
+    this.runtime.deadlines.set(this, monotonicDeadline);
   }
 
   private end(): void {
-    clearTimeout(this.deadlineTimer);
+    this.runtime.deadlines.delete(this);
     const onEnd = this.onEnd;
     this.onEnd = undefined;
-    onEnd?.();
+    onEnd?.(this);
   }
 }
 

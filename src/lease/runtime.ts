@@ -4,6 +4,7 @@ import type pg from 'pg';
 import type { LeaseholdEmitter } from '../observe/events.js';
 import type { DatabaseClock } from '../schedule/database-clock.js';
 import type { Logger } from '../observe/logger.js';
+import type { Deadlines } from './deadlines.js';
 
 export interface LeaseRuntime {
   /** Pool for acquire, renew and release: kept apart from user work so a busy app pool cannot starve heartbeats. */
@@ -23,4 +24,6 @@ export interface LeaseRuntime {
   readonly where: string;
   readonly logger: Logger;
   readonly events: LeaseholdEmitter;
+  /** The local deadlines of this client's leases, on one timer. */
+  readonly deadlines: Deadlines;
 }

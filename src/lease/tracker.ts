@@ -12,6 +12,11 @@ export class LeaseTracker {
   private readonly active = new Map<LeaseControl, Lease>();
   private readonly heartbeat: Heartbeat;
   private closed = false;
+  /** A lease ended: no longer held here, no longer renewed (one function for all of them). */
+  private readonly ended = (control: LeaseControl): void => {
+    this.active.delete(control);
+    this.heartbeat.drop(control);
+  };
 
   constructor(
     readonly runtime: LeaseRuntime,
@@ -34,10 +39,7 @@ export class LeaseTracker {
     const control = new LeaseControl(grant, this.runtime);
     const lease = leaseOf(control);
     this.active.set(control, lease);
-    control.onEnd = () => {
-      this.active.delete(control);
-      this.heartbeat.drop(control);
-    };
+    control.onEnd = this.ended;
     if (grant.holderKey !== null && this.livenessKey() !== grant.holderKey) control.markLost('liveness-lost');
     return lease;
   }

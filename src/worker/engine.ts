@@ -29,6 +29,11 @@ const RETRY_DELAYS_MS = [25, 100, 400];
 // Jobs with jitter fire at many distinct moments: ticks are at least this far apart, so that
 // those due within it share one claim statement (and one pass over the jobs).
 const MIN_TICK_GAP_MS = 50;
+// A claim that started this many runs holds back the recording of their ends (FinishQueue.hold)
+// for about as long as the claim took, at most FINISH_HOLD_MAX_MS: the other workers are
+// claiming and starting the same tick on the same database and cores.
+const FINISH_HOLD_MIN_RUNS = 500;
+const FINISH_HOLD_MAX_MS = 500;
 
 export interface EngineParts {
   tracker: LeaseTracker;
@@ -244,6 +249,7 @@ export class ClaimEngine {
     // the claim's database time is a clock sample: a step shows here before the rows are used
     if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
     if (!this.running) return this.handBack(rows).then(() => 0);
+    if (rows.length >= FINISH_HOLD_MIN_RUNS) this.finisher.hold(Math.min(FINISH_HOLD_MAX_MS, performance.now() - sentAt));
     let started = 0;
     const retry: ClaimRequest[] = [];
     const orphans: ClaimRow[] = [];

@@ -15,7 +15,7 @@ import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
 import type { ClaimRow } from './claims.js';
 import type { FinishQueue } from './finish-queue.js';
-import type { JobContext, JobDefinition } from './job.js';
+import type { JobContext, JobDefinition, RunTrigger } from './job.js';
 
 import type { RunOutcome } from './run-outcomes.js';
 
@@ -50,99 +50,175 @@ export interface RunReport {
 }
 
 /** Runs a claimed slot to its end. Never throws: the outcome is recorded and returned. */
-export async function executeRun(
-  env: RunEnvironment,
-  job: JobDefinition,
-  claim: ClaimRow,
-  holderKey: string | null,
-  sentAt: number,
-): Promise<RunReport> {
-  const started = performance.now();
-  const fence = Number(claim.fence);
-  const slot = claim.slot;
-  let lease: Lease | null;
-  try {
-    lease = adoptLease(env, job, claim, holderKey, sentAt);
-  } catch (error) {
-    // The client closed between the claim and now: record the run as aborted, unrun.
-    const errorText = describeError(error);
-    await env.finisher
-      .finish({ job: job.name, fence, token: claim.token, outcome: 'aborted', error: errorText, attempts: 0 })
-      .catch(() => undefined);
-    return { job: job.name, slot, fence, outcome: 'aborted', error: errorText, durationMs: 0, nextBufferedSlot: null };
-  }
-  const deadline = job.timeoutMs === null ? null : new RunDeadline(job, slot, fence, sentAt, lease);
-  // The run's signal combines its parts only when asked for (ctx.signal, a retry's pause):
-  // AbortSignal.any() costs more than the rest of starting a run, and many handlers never read it.
-  const aborted = () => env.shutdown.aborted || (lease?.signal.aborted ?? false) || (deadline?.signal.aborted ?? false);
-  let combined: AbortSignal | undefined;
-  const signal = () => (combined ??= runSignal(env.shutdown, lease, deadline));
-  let logger: JobLogger | undefined;
-  const log = () => (logger ??= childLogger(env.logger, { job: job.name, slot: slot.toISOString(), fence }));
-  if (env.events.wants('run:started')) env.events.emit('run:started', { job: job.name, slot, fence, holder: env.holder });
+export function executeRun(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, holderKey: string | null, sentAt: number): Promise<RunReport> {
+  return new Run(env, job, claim, holderKey, sentAt).execute();
+}
 
-  let current = 1;
-  const attempts = async (): Promise<{ error: unknown; attempt: number }> => {
-    let error: unknown;
-    let attempt = 1;
-    for (; ; attempt++, current++) {
+/**
+ * One run. A class rather than closures: a worker starts thousands of runs a tick, and each
+ * closure of a run (its signal, its logger, its attempts) was an allocation per run.
+ */
+class Run {
+  readonly fence: number;
+  readonly slot: Date;
+  lease: Lease | null = null;
+  deadline: RunDeadline | null = null;
+  /** The attempt being made: 1, then 2 for the first retry, ... */
+  attempt = 1;
+  /** The run's signal combines its parts only when asked for (ctx.signal, a retry's pause): AbortSignal.any() costs more than the rest of starting a run, and many handlers never read it. */
+  private combined: AbortSignal | undefined;
+  /** Made only when the handler (or a retry) logs. */
+  private logger: JobLogger | undefined;
+
+  constructor(
+    readonly env: RunEnvironment,
+    readonly job: JobDefinition,
+    readonly claim: ClaimRow,
+    private readonly holderKey: string | null,
+    private readonly sentAt: number,
+  ) {
+    this.fence = Number(claim.fence);
+    this.slot = claim.slot;
+  }
+
+  get aborted(): boolean {
+    return this.env.shutdown.aborted || (this.lease?.signal.aborted ?? false) || (this.deadline?.signal.aborted ?? false);
+  }
+
+  signal(): AbortSignal {
+    return (this.combined ??= runSignal(this.env.shutdown, this.lease, this.deadline));
+  }
+
+  log(): JobLogger {
+    return (this.logger ??= childLogger(this.env.logger, { job: this.job.name, slot: this.slot.toISOString(), fence: this.fence }));
+  }
+
+  async execute(): Promise<RunReport> {
+    const { env, job, claim, fence, slot } = this;
+    const started = performance.now();
+    try {
+      this.lease = adoptLease(env, job, claim, this.holderKey, this.sentAt);
+    } catch (error) {
+      // The client closed between the claim and now: record the run as aborted, unrun.
+      const errorText = describeError(error);
+      await env.finisher.finish({ job: job.name, fence, token: claim.token, outcome: 'aborted', error: errorText, attempts: 0 }).catch(() => undefined);
+      return { job: job.name, slot, fence, outcome: 'aborted', error: errorText, durationMs: 0, nextBufferedSlot: null };
+    }
+    const { lease } = this;
+    const deadline = job.timeoutMs === null ? null : new RunDeadline(job, slot, fence, this.sentAt, lease);
+    this.deadline = deadline;
+    if (env.events.wants('run:started')) env.events.emit('run:started', { job: job.name, slot, fence, holder: env.holder });
+
+    // A handler that ignores its timeout is given one ttl more to settle; after that the run is
+    // recorded timed-out without it and its lease is left to expire (its writes are refused already).
+    const error = deadline ? await Promise.race([this.attempts(), deadline.abandoned().then(() => ABANDONED)]) : await this.attempts();
+    const attempt = this.attempt;
+    // the database may say so before this process's timer does (a clock step, a late timer)
+    if (deadline && lease && refusedForTimeout(lease)) deadline.expire();
+    deadline?.clear();
+    const abandoned = error === ABANDONED;
+
+    let outcome: RunOutcome = 'succeeded';
+    if (deadline?.error) outcome = 'timed-out';
+    else if (lease?.lost) outcome = 'lost';
+    else if (error !== undefined) outcome = env.shutdown.aborted ? 'aborted' : 'failed';
+    const errorText =
+      outcome === 'timed-out'
+        ? abandoned
+          ? `${deadline!.error!.message} The handler did not settle within one ttl after it; the lease was left to expire.`
+          : deadline!.error!.message
+        : outcome === 'lost'
+          ? (lease?.lostReason?.message ?? 'lease lost')
+          : error === undefined
+            ? null
+            : describeError(error);
+
+    let nextBufferedSlot: Date | null = null;
+    try {
+      // A lost lease's token is passed too: if the lease is in fact still ours (say the liveness
+      // session dropped), this frees it at once; if not, the release matches nothing.
+      if (lease) env.tracker.stopRenewing(lease);
+      // an abandoned run keeps its lease until the TTL ends it: its handler may still be running
+      const token = abandoned ? null : (lease?.token ?? null);
+      const finished = await env.finisher.finish({ job: job.name, fence, token, outcome, error: errorText, attempts: attempt });
+      nextBufferedSlot = finished.nextBufferedSlot;
+    } catch (finishError) {
+      this.log().error({ event: 'run:finish-failed', err: String(finishError) }, 'could not record the run; its lease ends by its TTL');
+    } finally {
+      if (lease && !abandoned) releasedRemotely(lease);
+    }
+    const report: RunReport = { job: job.name, slot, fence, outcome, error: errorText, durationMs: performance.now() - started, nextBufferedSlot };
+    env.events.emit('run:finished', report);
+    return report;
+  }
+
+  /** Calls the handler, again after a failure as the job's retry says; resolves to the last error (undefined: it succeeded). */
+  private async attempts(): Promise<unknown> {
+    const { job, env } = this;
+    for (; ; this.attempt++) {
       try {
-        const ctx = context(env, job, claim, lease, slot, fence, signal, attempt, log, deadline);
-        const call = async (): Promise<void> => void (await job.handler(ctx));
-        await (env.wrapHandler ? env.wrapHandler({ job: job.name, slot, fence, attempt }, call) : call());
-        error = undefined;
-        break;
+        const ctx = new RunContext(this, this.attempt);
+        const wrap = env.wrapHandler;
+        if (wrap) await wrap({ job: job.name, slot: this.slot, fence: this.fence, attempt: this.attempt }, () => callHandler(job, ctx));
+        else await job.handler(ctx);
+        return undefined;
       } catch (caught) {
-        error = caught;
-        if (attempt >= job.retry.attempts || aborted()) break;
-        log().warn({ event: 'run:retry', attempt, err: String(caught) }, `run of "${job.name}" failed; retrying`);
-        if (!(await pause(job.retry.delayMs, signal()))) break;
+        if (this.attempt >= job.retry.attempts || this.aborted) return caught;
+        this.log().warn({ event: 'run:retry', attempt: this.attempt, err: String(caught) }, `run of "${job.name}" failed; retrying`);
+        if (!(await pause(job.retry.delayMs, this.signal()))) return caught;
       }
     }
-    return { error, attempt };
-  };
-  // A handler that ignores its timeout is given one ttl more to settle; after that the run is
-  // recorded timed-out without it and its lease is left to expire (its writes are refused already).
-  const settledRun = deadline ? Promise.race([attempts(), deadline.abandoned().then(() => ({ error: ABANDONED, attempt: current }))]) : attempts();
-  const { error, attempt } = await settledRun;
-  // the database may say so before this process's timer does (a clock step, a late timer)
-  if (deadline && lease && refusedForTimeout(lease)) deadline.expire();
-  deadline?.clear();
-  const abandoned = error === ABANDONED;
-
-  let outcome: RunOutcome = 'succeeded';
-  if (deadline?.error) outcome = 'timed-out';
-  else if (lease?.lost) outcome = 'lost';
-  else if (error !== undefined) outcome = env.shutdown.aborted ? 'aborted' : 'failed';
-  const errorText =
-    outcome === 'timed-out'
-      ? abandoned
-        ? `${deadline!.error!.message} The handler did not settle within one ttl after it; the lease was left to expire.`
-        : deadline!.error!.message
-      : outcome === 'lost'
-        ? (lease?.lostReason?.message ?? 'lease lost')
-        : error === undefined
-          ? null
-          : describeError(error);
-
-  let nextBufferedSlot: Date | null = null;
-  try {
-    // A lost lease's token is passed too: if the lease is in fact still ours (say the liveness
-    // session dropped), this frees it at once; if not, the release matches nothing.
-    if (lease) env.tracker.stopRenewing(lease);
-    // an abandoned run keeps its lease until the TTL ends it: its handler may still be running
-    const token = abandoned ? null : (lease?.token ?? null);
-    const finished = await env.finisher.finish({ job: job.name, fence, token, outcome, error: errorText, attempts: attempt });
-    nextBufferedSlot = finished.nextBufferedSlot;
-  } catch (finishError) {
-    log().error({ event: 'run:finish-failed', err: String(finishError) }, 'could not record the run; its lease ends by its TTL');
-  } finally {
-    if (lease && !abandoned) releasedRemotely(lease);
   }
-  const durationMs = performance.now() - started;
-  const report: RunReport = { job: job.name, slot, fence, outcome, error: errorText, durationMs, nextBufferedSlot };
-  env.events.emit('run:finished', report);
-  return report;
+}
+
+async function callHandler(job: JobDefinition, ctx: JobContext): Promise<void> {
+  await job.handler(ctx);
+}
+
+/** Where a RunContext keeps its run: a symbol, so that the context's own keys are what JobContext names. */
+const RUN = Symbol('run');
+
+/** The handler's context: the run's fields, and on the prototype what is made only when read. */
+class RunContext implements JobContext {
+  readonly job: string;
+  readonly slot: Date;
+  readonly fence: number;
+  readonly trigger: RunTrigger;
+  readonly attempt: number;
+  readonly lease: Lease | null;
+  readonly [RUN]: Run;
+
+  constructor(run: Run, attempt: number) {
+    this[RUN] = run;
+    this.job = run.job.name;
+    this.slot = run.slot;
+    this.fence = run.fence;
+    this.trigger = run.claim.trigger ?? 'schedule';
+    this.attempt = attempt;
+    this.lease = run.lease;
+  }
+
+  get idempotencyKey(): string {
+    return idempotencyKey(this.job, this[RUN].claim);
+  }
+
+  get signal(): AbortSignal {
+    return this[RUN].signal();
+  }
+
+  get log(): JobLogger {
+    return this[RUN].log();
+  }
+
+  // without a lease (overlap 'allow') there is nothing to fence against; statements get the
+  // job's ttl as their timeout, as a fenced transaction's get the lease's; after the run's
+  // deadline the client refuses at once (the database would too: LH003)
+  transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
+    const run = this[RUN];
+    if (run.deadline?.error) return Promise.reject(run.deadline.error);
+    const runtime = run.env.tracker.runtime;
+    return this.lease ? this.lease.transaction(fn) : inTransaction(runtime.workPool, runtime.where, fn, run.job.ttlMs);
+  }
 }
 
 /** The lease the claim created (null under overlap 'allow'), with its heartbeat running. */
@@ -164,44 +240,6 @@ function adoptLease(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, ho
     },
     claim.took_over,
   );
-}
-
-function context(
-  env: RunEnvironment,
-  job: JobDefinition,
-  claim: ClaimRow,
-  lease: Lease | null,
-  slot: Date,
-  fence: number,
-  signal: () => AbortSignal,
-  attempt: number,
-  log: () => JobLogger,
-  deadline: RunDeadline | null,
-): JobContext {
-  return {
-    job: job.name,
-    slot,
-    fence,
-    get idempotencyKey() {
-      return idempotencyKey(job.name, claim);
-    },
-    trigger: claim.trigger ?? 'schedule',
-    get signal() {
-      return signal();
-    },
-    attempt,
-    get log() {
-      return log();
-    },
-    lease,
-    // without a lease (overlap 'allow') there is nothing to fence against; statements get the
-    // job's ttl as their timeout, as a fenced transaction's get the lease's
-    // after the run's deadline the client refuses at once (the database would too: LH003)
-    transaction: (fn) => {
-      if (deadline?.error) return Promise.reject(deadline.error);
-      return lease ? lease.transaction(fn) : inTransaction(env.tracker.runtime.workPool, env.tracker.runtime.where, fn, job.ttlMs);
-    },
-  };
 }
 
 /** Distinct per trigger, so that a run now or a backfill never shares a key with a scheduled slot. */

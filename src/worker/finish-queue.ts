@@ -1,6 +1,10 @@
 // Runs that end at about the same moment (a tick that started thousands of short jobs) are
 // recorded and released with one finish_runs() statement instead of one each, so that they
 // neither flood the small control pool nor leave leases to their TTL when it is busy.
+// After a tick that started many runs at once the batches wait a little longer (hold()): the
+// other workers are claiming the same tick on the same database, and recording runs that have
+// ended can wait a few hundred milliseconds; their leases are released then.
+import { performance } from 'node:perf_hooks';
 import type { SchedulerStore } from './claims.js';
 import type { RunOutcome } from './execute-run.js';
 
@@ -34,19 +38,27 @@ export class FinishQueue {
   private timer: NodeJS.Timeout | undefined;
   // Batches go out one at a time, in order: the pool stays free for claims and heartbeats.
   private chain: Promise<void> = Promise.resolve();
+  /** performance.now() before which no batch is sent (hold()). */
+  private heldUntil = 0;
 
   constructor(private readonly store: SchedulerStore) {}
 
   finish(request: FinishRequest): Promise<FinishResult> {
     return new Promise((resolve, reject) => {
       this.pending.push({ request, resolve, reject });
-      if (this.pending.length >= MAX_BATCH) this.flush();
-      else this.timer ??= setTimeout(() => this.flush(), BATCH_DELAY_MS);
+      if (this.pending.length >= MAX_BATCH && performance.now() >= this.heldUntil) this.flush();
+      else this.timer ??= setTimeout(() => this.flush(), Math.max(BATCH_DELAY_MS, this.heldUntil - performance.now()));
     });
+  }
+
+  /** Sends no batch for the next `ms` (a tick just started many runs); drain() still sends at once. */
+  hold(ms: number): void {
+    this.heldUntil = Math.max(this.heldUntil, performance.now() + ms);
   }
 
   /** Resolves when everything queued so far has been written (or has failed). */
   drain(): Promise<void> {
+    this.heldUntil = 0;
     this.flush();
     return this.chain;
   }
@@ -55,6 +67,11 @@ export class FinishQueue {
     clearTimeout(this.timer);
     this.timer = undefined;
     if (this.pending.length === 0) return;
+    const wait = this.heldUntil - performance.now();
+    if (wait > 0) {
+      this.timer = setTimeout(() => this.flush(), wait);
+      return;
+    }
     const batch = this.pending.splice(0, MAX_BATCH);
     this.chain = this.chain.then(() => this.write(batch));
     if (this.pending.length > 0) this.timer = setTimeout(() => this.flush(), 0);

@@ -327,9 +327,11 @@ export class JobFeed {
         ...(row.jitter_ms !== null ? { jitter: Number(row.jitter_ms) } : {}),
         // the handler sees the code job's context plus the payload and handler name
         handler: (context) => {
-          const data = Object.defineProperties({}, Object.getOwnPropertyDescriptors(context)) as DataJobContext;
-          data.payload = payload;
-          data.handler = handlerName;
+          // the code job's context underneath (its lazy parts are getters of its prototype)
+          const data = Object.create(context, {
+            payload: { value: payload, enumerable: true },
+            handler: { value: handlerName, enumerable: true },
+          }) as DataJobContext;
           return fn(data);
         },
       });

@@ -4,7 +4,7 @@ import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
 import type { LeaseTracker } from '../lease/tracker.js';
 import type { ClaimRow, SchedulerStore } from './claims.js';
-import { executeRun, type HandlerWrapper, type RunReport } from './execute-run.js';
+import { executeRun, type HandlerWrapper, type RunEnvironment, type RunReport } from './execute-run.js';
 import type { FinishQueue } from './finish-queue.js';
 import type { JobDefinition } from './job.js';
 
@@ -39,7 +39,18 @@ export class RunSet {
   /** Worker.wrapHandlers(): every handler call from now on runs inside it (undefined: none). */
   wrapHandler: HandlerWrapper | undefined;
 
+  /** What every run shares, made again only when wrapHandler changes. */
+  private env: RunEnvironment | undefined;
+
   constructor(private readonly settings: RunSetSettings) {}
+
+  private environment(): RunEnvironment {
+    if (this.env?.wrapHandler !== this.wrapHandler || !this.env) {
+      const { tracker, finisher, events, logger, holder, shutdown } = this.settings;
+      this.env = { tracker, finisher, logger, events, holder, shutdown, wrapHandler: this.wrapHandler };
+    }
+    return this.env;
+  }
 
   get size(): number {
     return this.runs.size;
@@ -51,8 +62,8 @@ export class RunSet {
     state.running++;
     const entry = { job: job.name, fence: Number(row.fence), token: row.token };
     this.pending.add(entry);
-    const { tracker, finisher, events, logger, holder, shutdown } = this.settings;
-    const run = executeRun({ tracker, finisher, logger, events, holder, shutdown, wrapHandler: this.wrapHandler }, job, row, holderKey, sentAt);
+    const { logger } = this.settings;
+    const run = executeRun(this.environment(), job, row, holderKey, sentAt);
     this.runs.add(run);
     const done = () => {
       this.runs.delete(run);
