@@ -156,6 +156,26 @@ export class SchedulerStore {
     return rows[0]?.n ?? 0;
   }
 
+  /** recordMissed() for many jobs in one statement; returns the slots recorded, by job. */
+  async recordMissedMany(missed: ReadonlyArray<{ job: string; slots: readonly Date[] }>, reason: string, holder: string): Promise<Map<string, Date[]>> {
+    const jobs: string[] = [];
+    const slots: Date[] = [];
+    for (const entry of missed) for (const slot of entry.slots) (jobs.push(entry.job), slots.push(slot));
+    const recorded = new Map<string, Date[]>();
+    if (jobs.length === 0) return recorded;
+    const { rows } = await this.query<{ job: string; slot: Date }>(
+      'select job, slot from leasehold.record_missed_slots($1::text[], $2::timestamptz[], $3, $4) order by job, slot',
+      [textArrayLiteral(jobs), timestampArrayLiteral(slots), reason, holder],
+      Math.max(this.runtime.queryTimeoutMs, Math.min(60_000, jobs.length)),
+    );
+    for (const row of rows) {
+      const list = recorded.get(row.job);
+      if (list) list.push(row.slot);
+      else recorded.set(row.job, [row.slot]);
+    }
+    return recorded;
+  }
+
   async recordMissed(job: string, slots: Date[], reason: string, holder: string): Promise<number> {
     if (slots.length === 0) return 0;
     const { rows } = await this.query<{ n: number }>('select leasehold.record_missed($1, $2, $3, $4) as n', [job, slots, reason, holder]);

@@ -253,6 +253,7 @@ export class ClaimEngine {
     let started = 0;
     const retry: ClaimRequest[] = [];
     const orphans: ClaimRow[] = [];
+    const missed: Array<{ job: JobDefinition; previous: Date; claimed: Date }> = [];
     for (const row of rows) {
       const state = this.byName.get(row.job);
       // removed from this worker while the claim ran: hand the slot back unrun
@@ -267,7 +268,7 @@ export class ClaimEngine {
           // buffer-one / buffer-all (and catch-up): the next waiting slot starts as soon as we release
           if (report.nextBufferedSlot) this.claimOrLog([{ job, slot: report.nextBufferedSlot }], 'claiming the buffered slot failed');
         });
-        if (row.previous_slot && this.missedBetween(job, row.previous_slot, row.slot)) void this.recordMissed(job, row.previous_slot, row.slot);
+        if (row.previous_slot && this.missedBetween(job, row.previous_slot, row.slot)) missed.push({ job, previous: row.previous_slot, claimed: row.slot });
       } else if (row.reason === 'held') {
         if (row.skip_recorded) this.reportSkip(job, row);
       } else if (row.reason === 'slot-not-due' && (attempt >= RETRY_DELAYS_MS.length || this.clock.now() < row.slot)) {
@@ -282,6 +283,8 @@ export class ClaimEngine {
         retry.push({ job, slot: row.slot });
       }
     }
+    // after a downtime many jobs have missed slots: recorded in one statement
+    if (missed.length > 0) void this.recordMissed(missed);
     // 'paused' and 'removed' need nothing: the job feed stops or drops the job within a refresh
     if (orphans.length > 0) await this.handBack(orphans, 'the job was removed from this worker while it was being claimed');
     if (retry.length > 0 && attempt < RETRY_DELAYS_MS.length) {
@@ -325,16 +328,20 @@ export class ClaimEngine {
     return next !== null && next < claimed;
   }
 
-  private async recordMissed(job: JobDefinition, previous: Date, claimed: Date): Promise<void> {
-    const between = slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED);
-    if (between.length === 0) return;
+  private async recordMissed(claims: ReadonlyArray<{ job: JobDefinition; previous: Date; claimed: Date }>): Promise<void> {
+    const missed: Array<{ job: string; slots: Date[] }> = [];
+    for (const { job, previous, claimed } of claims) {
+      const between = slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED);
+      if (between.length > 0) missed.push({ job: job.name, slots: between });
+    }
+    if (missed.length === 0) return;
     if (!(await this.steps.flush())) {
-      this.logger.warn({ event: 'slot:missed-record-failed', job: job.name }, 'not recording missed slots: a clock step window is not stored yet');
+      this.logger.warn({ event: 'slot:missed-record-failed', jobs: missed.length }, 'not recording missed slots: a clock step window is not stored yet');
       return;
     }
     try {
-      const recorded = await this.store.recordMissed(job.name, between, 'no worker claimed it in time (downtime or past its starting deadline)', this.holder);
-      if (recorded > 0) this.events.emit('slot:missed', { job: job.name, slots: between.slice(0, recorded) });
+      const recorded = await this.store.recordMissedMany(missed, 'no worker claimed it in time (downtime or past its starting deadline)', this.holder);
+      for (const [job, slots] of recorded) this.events.emit('slot:missed', { job, slots });
     } catch (error) {
       this.logger.warn({ event: 'slot:missed-record-failed', err: String(error) }, 'could not record missed slots');
     }
