@@ -145,6 +145,41 @@ describe('catch-up after all workers were down', () => {
     expect(missed.length).toBe((first!.slot.getTime() - last.getTime()) / 1_000 - 1);
   });
 
+  it('records the slots a whole fleet of jobs missed in one statement, not one per job', async () => {
+    const pool = rawPool(url, 1);
+    const names = Array.from({ length: 300 }, (_, i) => `catch-fleet-${String(i).padStart(3, '0')}`);
+    await pool.query(
+      `insert into leasehold.leases (name, fence, last_slot) select n, 0, date_trunc('second', now()) - interval '6 seconds' from unnest($1::text[]) n
+       on conflict (name) do update set last_slot = excluded.last_slot`,
+      [names],
+    );
+    // statistics of every function call, for the worker's sessions opened from now on
+    const db = (await pool.query<{ d: string }>('select current_database() as d')).rows[0]!.d;
+    await pool.query(`alter database "${db}" set track_functions = 'all'`);
+    try {
+      await worker(names.map((name) => ({ name, every: '1s', catchUp: 'latest' as const, handler: async () => undefined })));
+      const counted = await waitFor(async () => {
+        const { rows } = await pool.query<{ n: number; jobs: number }>(
+          `select count(*)::int as n, count(distinct job)::int as jobs from leasehold.missed where job like 'catch-fleet-%'`,
+        );
+        return rows[0]!.jobs === names.length ? rows[0] : undefined;
+      }, 10_000, 50);
+      expect(counted!.n).toBeGreaterThanOrEqual(names.length * 4);
+      const calls = await waitFor(async () => {
+        const { rows } = await pool.query<{ fn: string; calls: number }>(
+          `select funcname as fn, calls::int from pg_stat_user_functions where schemaname = 'leasehold' and funcname in ('record_missed', 'record_missed_slots')`,
+        );
+        const slots = rows.find((r) => r.fn === 'record_missed_slots');
+        return slots ? rows : undefined;
+      }, 5_000, 100);
+      // one claim of all 300 jobs: one statement for their missed slots
+      expect(calls.find((r) => r.fn === 'record_missed_slots')!.calls).toBeLessThanOrEqual(2);
+      expect(calls.find((r) => r.fn === 'record_missed')?.calls ?? 0).toBe(0);
+    } finally {
+      await pool.query(`alter database "${db}" reset track_functions`);
+    }
+  });
+
   it("'none' runs nothing until the next slot, and the gap is recorded as missed", async () => {
     const last = await downFor('catch-none', 10);
     await worker([{ name: 'catch-none', every: '1s', catchUp: 'none', handler: async () => undefined }]);
