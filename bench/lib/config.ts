@@ -17,6 +17,7 @@
 //                          tick's runs (and a lease whose finish_runs failed lives
 //                          out its 30 s TTL), or those jobs are skipped (default 40)
 //   BENCH_SCHED_WARMUP     ticks after all workers are ready that are not measured (default 1)
+//   BENCH_WORKER_NODE_ARGS extra node flags for the tick workers (e.g. --cpu-prof --cpu-prof-dir=DIR)
 //   BENCH_SCHED_TICKS      measured ticks (default 2)
 //   BENCH_SCHED_PROBES     claims of all jobs alone with auto_explain, after the ticks (default 2)
 //   BENCH_IDLE_SECONDS     how long the idle workers are sampled (default 30)

@@ -9,7 +9,7 @@ const TICK_WORKER = fileURLToPath(new URL('../fixtures/tick-worker.ts', import.m
 const START_TIMEOUT_MS = 240_000;
 
 export function spawnWorker(connectionString: string, holder: string, env: Record<string, string>): JsonLinesProcess {
-  return JsonLinesProcess.nodeScript(TICK_WORKER, { label: holder, env: { DATABASE_URL: connectionString, HOLDER: holder, ...env }, nodeArgs: ['--expose-gc'] });
+  return JsonLinesProcess.nodeScript(TICK_WORKER, { label: holder, env: { DATABASE_URL: connectionString, HOLDER: holder, ...env }, nodeArgs: ['--expose-gc', ...workerNodeArgs()] });
 }
 
 export async function waitReady(child: JsonLinesProcess): Promise<{ at: number; startMs: number; build: string }> {
@@ -27,4 +27,9 @@ export async function usage(child: JsonLinesProcess, gc = false): Promise<UsageS
   const answer = await child.send({ cmd: 'usage', gc });
   if (!isUsageSample(answer)) throw new Error(`${child.label}: unexpected usage ${JSON.stringify(answer).slice(0, 200)}`);
   return answer;
+}
+
+/** BENCH_WORKER_NODE_ARGS: extra node flags for the tick workers, e.g. '--cpu-prof --cpu-prof-dir=/tmp/prof' to see where a tick goes. */
+function workerNodeArgs(): string[] {
+  return (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter((arg) => arg.length > 0);
 }
