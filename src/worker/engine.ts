@@ -20,7 +20,7 @@ import { dataJobSettings } from './job-feed.js';
 import { RunSet, type JobState } from './runs.js';
 import { NextSlots } from './next-slots.js';
 import { RequestPoller } from './requests.js';
-import { PeerList, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
+import { PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
 
 const MAX_SLEEP_MS = 30_000;
 // Fire a little after the slot so that the database (whose now() decides) agrees it is due.
@@ -191,7 +191,7 @@ export class ClaimEngine {
       due.push({ job: state.job, slot: latest });
       advanced.push(state);
     }
-    // This worker's hash share first; the rest after about as long as the share took, by
+    // This worker's hash share first; the rest after twice as long as the share took, by
     // when the live peers have claimed theirs (the second pass then gets back almost no rows)
     // and a dead or missing peer's share is taken over.
     const ownKey = this.tracker.livenessKey();
@@ -213,7 +213,7 @@ export class ClaimEngine {
   /** The second pass over the other workers' shares. */
   private steal(requests: ClaimRequest[], ownShareMs: number): void {
     if (!this.running) return;
-    const delay = Math.min(Math.max(STEAL_DELAY_MIN_MS, ownShareMs), STEAL_DELAY_MAX_MS);
+    const delay = Math.min(Math.max(STEAL_DELAY_MIN_MS, STEAL_DELAY_FACTOR * ownShareMs), STEAL_DELAY_MAX_MS);
     const timer = setTimeout(() => {
       this.retryTimers.delete(timer);
       this.claim(requests, 0).then(
