@@ -1,8 +1,9 @@
 // Where the time of one big claim goes: the scheduler's own claim call (SchedulerStore.claim,
 // the statement a worker sends at a tick) for `jobs` free jobs, alone on a quiet database, on
-// a connection with auto_explain logging the duration of each statement inside leasehold.claim:
-//   part 1 "claim"  - lock the free leases, drop those with a recorded skip, update them and
-//                     insert the runs (steps 1-3, summed)
+// a connection with auto_explain logging the duration of each statement inside
+// leasehold.claim_tick (claim_batch):
+//   part 1 "claim"  - lock the free leases, drop those with a recorded skip, update them with
+//                     their runs in flight (steps 1-3, summed)
 //   part 2 "report" - say why every other job was not claimed (step 4, the CTE with pending)
 // plus the round trip seen by the worker (sending 10,000-element arrays, parsing the rows).
 // auto_explain needs a superuser (LOAD); without it only the round trip is reported.
@@ -19,11 +20,11 @@ export interface ClaimProbeRun {
   claimed: number;
   /** SchedulerStore.claim() call to rows back in JavaScript. */
   roundTripMs: number;
-  /** The leasehold.claim call on the server (auto_explain, top-level statement). */
+  /** The leasehold.claim_tick call on the server (auto_explain, top-level statement). */
   serverMs: number | null;
-  /** Part 1 inside leasehold.claim: lock, skip check, update leases, insert runs. */
+  /** Part 1 inside leasehold.claim_batch: lock, skip check, update leases (with their runs in flight). */
   claimPartMs: number | null;
-  /** Part 2 inside leasehold.claim: reasons for the jobs not claimed. */
+  /** Part 2 inside leasehold.claim_batch: reasons for the jobs not claimed. */
   reportPartMs: number | null;
   /** How part 2 matched the jobs against the runs this call started. */
   reportPartJoin: string | null;
@@ -72,7 +73,7 @@ export async function probeClaim(options: { connectionString: string; jobNames: 
     for (let i = 0; i < options.runs; i++) {
       // Every job free (workers stopped), and a slot after every job's last one.
       await pool.query(
-        `update leasehold.leases set token = null, expires_at = null, holder_key = null, released_at = now()
+        `update leasehold.leases set token = null, expires_at = null, holder_key = null, released_at = now(), run_slot = null, run_started_at = null
           where name = any($1) and token is not null`,
         [options.jobNames],
       );
@@ -89,7 +90,7 @@ export async function probeClaim(options: { connectionString: string; jobNames: 
       );
       const roundTripMs = performance.now() - started;
       const find = (needle: string) => logged.find((entry) => entry.text.includes(needle));
-      const top = find('leasehold.claim(');
+      const top = find('leasehold.claim_tick(');
       const claimSteps = [find('for update of l skip locked'), find('s.slot = k.claim_slot'), find('claiming as')].filter((e) => e !== undefined);
       const claimPart = claimSteps.length === 3 ? { durationMs: claimSteps.reduce((sum, e) => sum + e.durationMs, 0) } : undefined;
       const reportPart = find('pending as');
@@ -104,7 +105,9 @@ export async function probeClaim(options: { connectionString: string; jobNames: 
       });
     }
     // Leave the leases free.
-    await pool.query(`update leasehold.leases set token = null, expires_at = null, holder_key = null where name = any($1)`, [options.jobNames]);
+    await pool.query(`update leasehold.leases set token = null, expires_at = null, holder_key = null, run_slot = null, run_started_at = null where name = any($1)`, [
+      options.jobNames,
+    ]);
     return { runs, note };
   } finally {
     await leasehold.close();
