@@ -87,7 +87,7 @@ const mib = (bytes: number) => round(bytes / 2 ** 20, 1);
 
 const jobNames = (count: number, prefix: string) => Array.from({ length: count }, (_, i) => `${prefix}-${String(i).padStart(5, '0')}`);
 
-async function measureTicks(
+export async function measureTicks(
   connectionString: string,
   settings: SchedulerSettings,
   admin: Session,
