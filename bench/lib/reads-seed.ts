@@ -29,6 +29,6 @@ export function seedStatements({ jobs, runsPerJob }: ReadsScale): string[] {
               now() - (k * interval '15 minutes') + interval '1 second'
          from generate_series(3, 1, -1) k cross join generate_series(1, ${jobs}) j
         order by k desc, j`,
-    'vacuum analyze leasehold.leases, leasehold.jobs, leasehold.runs, leasehold.skips, leasehold.missed',
+    'vacuum analyze leasehold.leases, leasehold.jobs, leasehold.run_log, leasehold.skips, leasehold.missed',
   ];
 }
