@@ -4,7 +4,8 @@
 // plain select of the same rows. Baselines are cut off at BENCH_READS_BASELINE_CAP seconds
 // (statement_timeout) so one run stays bounded; a cut-off baseline reads "> cap". Also an idle
 // worker's RSS on the compiled package (dist/) with 10,000 job definitions, against a bare
-// node process and a 1-job worker.
+// node process and a 1-job worker. The baseline of `leasehold status` is its schema-17
+// statement alone (fleetStatus() lists the other leases beside it, on a second connection).
 import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import os from 'node:os';
@@ -87,6 +88,47 @@ select (select count(*) from leasehold.jobs) as jobs,
        (select count(*) from leasehold.skips where recorded_at > now() - interval '24 hours') as skips_24h,
        (select count(*) from leasehold.missed where recorded_at > now() - interval '24 hours') as missed_24h`;
 
+// `leasehold status` before fleet_status() (src/observe/fleet-status.ts of schema 17): every
+// flagged job found once, then all of them ranked together to count them and pick the first 50.
+const STATUS_V17 = `
+with flagged as (
+  select l.name as job, 0 as rank, l.expires_at as at
+    from leasehold.lease_status l join leasehold.jobs j on j.name = l.name
+   where l.state = 'expired'
+  union all
+  select r.job, 1, max(r.started_at) from leasehold.runs r
+   where r.outcome in ('failed', 'lost', 'timed-out') and r.started_at > now() - interval '24 hours' group by r.job
+  union all
+  select s.job, 2, max(s.recorded_at) from leasehold.skips s where s.recorded_at > now() - interval '24 hours' group by s.job
+  union all
+  select m.job, 3, max(m.recorded_at) from leasehold.missed m where m.recorded_at > now() - interval '24 hours' group by m.job
+),
+ranked as (select distinct on (job) job, rank, at from flagged order by job, rank, at desc),
+counts as (
+  select count(*) filter (where rank = 0) as expired, count(*) filter (where rank = 1) as failing,
+         count(*) filter (where rank = 2) as skipping, count(*) filter (where rank = 3) as missing
+    from flagged
+),
+chosen as (
+  (select job, rank, at from ranked order by rank, at desc, job limit 50)
+  union all
+  (select j.name, 9, null from leasehold.jobs j
+    where (select count(*) from ranked) < 50 and not exists (select 1 from ranked r where r.job = j.name)
+    order by j.name limit 50)
+),
+page as (select * from chosen order by rank, at desc nulls last, job limit 50)
+select p.rank, s.*, c.*,
+       (select count(*) from leasehold.jobs)::integer as total_jobs,
+       (select count(*) from leasehold.lease_status l join leasehold.jobs j on j.name = l.name
+         where l.state = 'held')::integer as total_running,
+       (select count(*) from leasehold.lease_status l where not exists (select 1 from leasehold.jobs j where j.name = l.name))::integer as total_leases,
+       (select count(*) from leasehold.lease_status l where l.state <> 'free'
+           and not exists (select 1 from leasehold.jobs j where j.name = l.name))::integer as total_leases_held
+  from counts c
+  left join page p on true
+  left join lateral (select * from leasehold.job_status s where s.job = p.job) s on true
+ order by p.rank, p.at desc nulls last, p.job`;
+
 const progressNote = (progress: (m: string) => void, read: string, ms: number, base: string) => progress(`  ${read}: ${ms.toFixed(0)} ms (baseline ${base})`);
 
 export async function measureReads(url: string, settings: ReadsSettings, progress: (message: string) => void): Promise<ReadsResults> {
@@ -136,7 +178,7 @@ export async function measureReads(url: string, settings: ReadsSettings, progres
     };
 
     const v5 = `select * from ${JOB_STATUS_V5}`;
-    await time('leasehold status (summary + 50 jobs)', async () => (await fleetStatus(pool, { limit: 50 })).jobs.length, 'schema-5 job_status, all rows', v5);
+    await time('leasehold status (summary + 50 jobs)', async () => (await fleetStatus(pool, { limit: 50 })).jobs.length, 'schema-17 statement: ranks every flagged job', STATUS_V17);
     await time('job_status, one job', async () => (await jobStatus(pool, one)).length, 'schema-5 job_status where job = …', `${v5} where job = '${one}'`);
     await time(
       'job_status order by job limit 50',

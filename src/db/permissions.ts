@@ -38,6 +38,7 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   liveness_locks: 'reader',
   run_outcomes: 'reader',
   fleet_summary: 'reader',
+  fleet_status: 'reader',
   run_counts: 'reader',
   slow_runs: 'reader',
 };
