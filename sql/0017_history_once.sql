@@ -301,6 +301,12 @@ declare
   v_incarnation text := leasehold.liveness_incarnation(p_holder_key);
   v_queued boolean;
   v_bad text;
+  v_bad_mode boolean;
+  v_bad_cap boolean;
+  v_bad_null boolean;
+  v_null_ttl boolean;
+  v_min_ttl interval;
+  v_max_ttl interval;
 begin
   perform leasehold.check_holder(p_holder);
   if coalesce(cardinality(p_slots), 0) <> v_n or coalesce(cardinality(p_ttls), 0) <> v_n
@@ -310,18 +316,28 @@ begin
   if v_n = 0 then
     return;
   end if;
-  select m into v_bad from unnest(p_modes) m where m is null or m not in ('exclusive', 'replace', 'allow') limit 1;
-  if found then
+  -- every request checked in one pass; the value named in an error is looked for after
+  select bool_or(i.mode is null or i.mode not in ('exclusive', 'replace', 'allow')), bool_or(i.cap is null or i.cap < 0),
+         bool_or(i.job is null or i.slot is null), bool_or(i.ttl is null), min(i.ttl), max(i.ttl)
+    into v_bad_mode, v_bad_cap, v_bad_null, v_null_ttl, v_min_ttl, v_max_ttl
+    from unnest(p_jobs, p_slots, p_ttls, p_modes, p_caps) as i(job, slot, ttl, mode, cap);
+  if v_bad_mode then
+    select m into v_bad from unnest(p_modes) m where m is null or m not in ('exclusive', 'replace', 'allow') limit 1;
     raise exception 'claim: mode must be exclusive, replace or allow (got %)', coalesce(v_bad, 'null') using errcode = '22023';
   end if;
-  select c::text into v_bad from unnest(p_caps) c where c is null or c < 0 limit 1;
-  if found then
+  if v_bad_cap then
+    select c::text into v_bad from unnest(p_caps) c where c is null or c < 0 limit 1;
     raise exception 'claim: buffer_cap must be 0 or more (got %)', coalesce(v_bad, 'null') using errcode = '22023';
   end if;
-  if exists (select 1 from unnest(p_jobs, p_slots) i(job, slot) where i.job is null or i.slot is null) then
+  if v_bad_null then
     raise exception 'claim: job and slot must not be null' using errcode = '22023';
   end if;
-  perform leasehold.check_ttl(d.ttl) from (select distinct t as ttl from unnest(p_ttls) t) d;
+  -- the same bounds as acquire (check_ttl's bounds are a range: its two ends tell for all)
+  if v_null_ttl then
+    perform leasehold.check_ttl(null);
+  end if;
+  perform leasehold.check_ttl(v_min_ttl);
+  perform leasehold.check_ttl(v_max_ttl);
   -- whether any job of this call has queued slots (buffered, catch-up): almost never at a
   -- tick, and then the per-job lookups of the queue are not planned at all (custom plans)
   -- (an empty table first: the usual answer, without a probe per job)
@@ -407,28 +423,40 @@ begin
       from unnest(v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_new_fences)
              k(job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, new_fence)
   ),
-  claimed as (
+  -- two updates, one per kind of claim: under overlap 'allow' only the fence and the slot
+  -- change (no exclusivity, the holder's token is kept); every other claim takes the lease
+  claimed_lease as (
     update leasehold.leases l
        set fence = c.new_fence,
            last_slot = c.claim_slot,
-           token = case when c.mode = 'allow' then l.token else gen_random_uuid() end,
-           holder = case when c.mode = 'allow' then l.holder else p_holder end,
-           holder_key = case when c.mode = 'allow' then l.holder_key else p_holder_key end,
-           acquired_at = case when c.mode = 'allow' then l.acquired_at else now() end,
-           expires_at = case when c.mode = 'allow' then l.expires_at else now() + c.ttl end,
-           released_at = case when c.mode = 'allow' then l.released_at else null end,
-           ttl = case when c.mode = 'allow' then l.ttl else c.ttl end,
-           epoch = case when c.mode = 'allow' then l.epoch else v_epoch end,
-           holder_incarnation = case when c.mode = 'allow' then l.holder_incarnation else v_incarnation end,
+           token = gen_random_uuid(),
+           holder = p_holder,
+           holder_key = p_holder_key,
+           acquired_at = now(),
+           expires_at = now() + c.ttl,
+           released_at = null,
+           ttl = c.ttl,
+           epoch = v_epoch,
+           holder_incarnation = v_incarnation,
            -- the run, on the lease row until finish_runs() writes its history row; read when
            -- the row is written, after the lock (so after the previous holder's release)
-           run_slot = case when c.mode = 'allow' then l.run_slot else c.claim_slot end,
-           run_fence = case when c.mode = 'allow' then l.run_fence else c.new_fence end,
-           run_holder = case when c.mode = 'allow' then l.run_holder else p_holder end,
-           run_started_at = case when c.mode = 'allow' then l.run_started_at else clock_timestamp() end
+           run_slot = c.claim_slot,
+           run_fence = c.new_fence,
+           run_holder = p_holder,
+           run_started_at = clock_timestamp()
       from claiming c
-     where l.name = c.name
+     where l.name = c.name and c.mode <> 'allow'
     returning l.name, c.claim_slot, c.wanted_slot, c.cap, c.mode, l.token, l.fence, l.expires_at, c.previous_slot, c.held
+  ),
+  claimed_allow as (
+    update leasehold.leases l
+       set fence = c.new_fence, last_slot = c.claim_slot
+      from claiming c
+     where l.name = c.name and c.mode = 'allow'
+    returning l.name, c.claim_slot, c.wanted_slot, c.cap, c.mode, l.token, l.fence, l.expires_at, c.previous_slot, c.held
+  ),
+  claimed as (
+    select * from claimed_lease union all select * from claimed_allow
   ),
   -- overlap 'allow' has no lease to carry its runs: a run_log row from the start, as before
   started as (

@@ -40,6 +40,8 @@ export interface TickResult {
   firstClaimSentMs: number;
   /** Per worker: duration of its first claim statement of the tick (the full batch), client side. */
   batchMs: number[];
+  /** Per worker: its first claim statement's rows back (parsed) -> the last of its handlers of the slot started: starting the runs. */
+  startSpanMs: number[];
   /** Per worker: claim statements for this tick (the batch plus retries). */
   claimStatementsPerWorker: number[];
   /** Per worker: jobs in each of its claim statements, in order (e.g. "10000+7500"). */
@@ -163,6 +165,12 @@ export function analyseTick(slotDb: number, offsetMs: number, intervalMs: number
       if (d.starts[i] === slotDb) latencies.push((d.starts[i + 1] as number) - slotLocal);
     }
   }
+  const startSpanMs = dumps.map((d, w) => {
+    const first = perWorkerClaims[w]?.[0];
+    let last = Number.NaN;
+    for (let i = 0; i + 1 < d.starts.length; i += 2) if (d.starts[i] === slotDb && !((d.starts[i + 1] as number) <= last)) last = d.starts[i + 1] as number;
+    return first && Number.isFinite(last) ? round(last - first.end, 1) : Number.NaN;
+  });
   const sorted = sortedCopy(latencies);
   return {
     slot: new Date(slotDb).toISOString(),
@@ -170,6 +178,7 @@ export function analyseTick(slotDb: number, offsetMs: number, intervalMs: number
     lastClaimStatementMs: round(max(all.map((c) => c.end)) - slotLocal, 1),
     firstClaimSentMs: round(min(all.map((c) => c.start)) - slotLocal, 1),
     batchMs: perWorkerClaims.map((claims) => (claims[0] ? round(claims[0].end - claims[0].start, 1) : Number.NaN)),
+    startSpanMs,
     claimStatementsPerWorker: perWorkerClaims.map((claims) => claims.length),
     claimBatches: perWorkerClaims.map((claims) => claims.map((c) => String(c.jobs)).join('+')),
     claimedPerWorker: perWorkerClaims.map((claims) => claims.reduce((n, c) => n + c.claimed, 0)),

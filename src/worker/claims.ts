@@ -57,10 +57,11 @@ export class SchedulerStore {
         textArrayLiteral(jobs.map((j) => describeCatchUp(j.catchUp))),
         holder,
       ],
+      batchTimeout(this.runtime.queryTimeoutMs, jobs.length),
     );
     // the timeouts are not among register_jobs' arguments (SQL callers use its signature): set
     // (or clear) them right after, before any slot of these jobs is claimed by this worker
-    await this.query('select leasehold.set_job_timeouts($1, $2::bigint[])', [names, numberArrayLiteral(jobs.map((j) => j.timeoutMs))]);
+    await this.query('select leasehold.set_job_timeouts($1, $2::bigint[])', [names, numberArrayLiteral(jobs.map((j) => j.timeoutMs))], batchTimeout(this.runtime.queryTimeoutMs, jobs.length));
     return new Map(rows.map((r) => [r.name, r.last_slot]));
   }
 
@@ -94,8 +95,7 @@ export class SchedulerStore {
     // The plain arrays go as literals built flat (src/db/array-literal.ts), the ttls as whole
     // milliseconds (durations are, src/validate/duration.ts).
     const values = [textArrayLiteral(names), timestampArrayLiteral(slots), numberArrayLiteral(ttls), textArrayLiteral(modes), numberArrayLiteral(caps), holder, holderKey];
-    // a big batch takes longer than a single claim; allow for it, bounded
-    const timeoutMs = Math.max(this.runtime.queryTimeoutMs, Math.min(60_000, requests.length));
+    const timeoutMs = batchTimeout(this.runtime.queryTimeoutMs, requests.length);
     if (every) {
       const { rows } = await this.query<ClaimRow & Record<string, unknown>>(
         // pg has no encoder for composite values: the composite array is built on the server
@@ -146,7 +146,7 @@ export class SchedulerStore {
         textArrayLiteral(runs.map((r) => r.error)),
         numberArrayLiteral(runs.map((r) => r.attempts)),
       ],
-      Math.max(this.runtime.queryTimeoutMs, Math.min(60_000, runs.length)),
+      batchTimeout(this.runtime.queryTimeoutMs, runs.length),
     );
     return rows.map((r) => ({ job: r.job, fence: Number(r.fence), recorded: r.recorded, released: r.released, nextBufferedSlot: r.next_buffered_slot }));
   }
@@ -166,7 +166,7 @@ export class SchedulerStore {
     const { rows } = await this.query<{ job: string; slot: Date }>(
       'select job, slot from leasehold.record_missed_slots($1::text[], $2::timestamptz[], $3, $4) order by job, slot',
       [textArrayLiteral(jobs), timestampArrayLiteral(slots), reason, holder],
-      Math.max(this.runtime.queryTimeoutMs, Math.min(60_000, jobs.length)),
+      batchTimeout(this.runtime.queryTimeoutMs, jobs.length),
     );
     for (const row of rows) {
       const list = recorded.get(row.job);
@@ -198,6 +198,15 @@ export class SchedulerStore {
       if (deleted < batch) return total;
     }
   }
+}
+
+/**
+ * The timeout of a statement over `rows` rows: a big batch takes longer than one row (at least
+ * a millisecond a row, at most a minute: 100,000 jobs registered by four workers at once
+ * took longer than the 5 s default).
+ */
+function batchTimeout(timeoutMs: number, rows: number): number {
+  return Math.max(timeoutMs, Math.min(60_000, rows));
 }
 
 /** Rows of each kind prune_history deletes per statement: short transactions, bounded WAL bursts. */

@@ -30,8 +30,9 @@ const RETRY_DELAYS_MS = [25, 100, 400];
 // those due within it share one claim statement (and one pass over the jobs).
 const MIN_TICK_GAP_MS = 50;
 // A claim that started this many runs holds back the recording of their ends (FinishQueue.hold)
-// for about as long as the claim took, at most FINISH_HOLD_MAX_MS: the other workers are
-// claiming and starting the same tick on the same database and cores.
+// for twice as long as the claim took, at most FINISH_HOLD_MAX_MS: the other workers are
+// claiming and starting the same tick on the same database and cores (their claims took about
+// as long, and starting their runs about as long again).
 const FINISH_HOLD_MIN_RUNS = 500;
 const FINISH_HOLD_MAX_MS = 500;
 
@@ -72,7 +73,7 @@ export class ClaimEngine {
 
   constructor(parts: EngineParts, jobs: readonly JobDefinition[]) {
     ({ tracker: this.tracker, store: this.store, clock: this.clock, events: this.events, logger: this.logger, holder: this.holder } = parts);
-    this.states = jobs.map((job) => ({ job, nextSlot: null, running: 0 }));
+    this.states = jobs.map((job) => ({ job, nextSlot: null, running: 0, aheadJob: undefined, aheadFrom: undefined, aheadNext: undefined }));
     // set one by one: a [name, state] pair per job would be garbage
     this.byName = new Map();
     for (const state of this.states) this.byName.set(state.job.name, state);
@@ -93,7 +94,7 @@ export class ClaimEngine {
   }
 
   addJob(job: JobDefinition): JobState {
-    const state: JobState = { job, nextSlot: null, running: 0 };
+    const state: JobState = { job, nextSlot: null, running: 0, aheadJob: undefined, aheadFrom: undefined, aheadNext: undefined };
     this.states.push(state);
     this.byName.set(job.name, state);
     return state;
@@ -175,8 +176,7 @@ export class ClaimEngine {
       // event loop, a suspended VM), claim only the latest: the others ran elsewhere or are
       // recorded as missed.
       let latest = state.nextSlot;
-      const { ahead } = state;
-      const following = ahead && ahead.from === latest && ahead.job === state.job ? ahead.next : nextSlots.of(state.job.schedule, latest);
+      const following = state.aheadFrom === latest && state.aheadJob === state.job ? (state.aheadNext ?? null) : nextSlots.of(state.job.schedule, latest);
       if (following === null || following > now) {
         state.nextSlot = following;
       } else {
@@ -249,7 +249,7 @@ export class ClaimEngine {
     // the claim's database time is a clock sample: a step shows here before the rows are used
     if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
     if (!this.running) return this.handBack(rows).then(() => 0);
-    if (rows.length >= FINISH_HOLD_MIN_RUNS) this.finisher.hold(Math.min(FINISH_HOLD_MAX_MS, performance.now() - sentAt));
+    if (rows.length >= FINISH_HOLD_MIN_RUNS) this.finisher.hold(Math.min(FINISH_HOLD_MAX_MS, 2 * (performance.now() - sentAt)));
     let started = 0;
     const retry: ClaimRequest[] = [];
     const orphans: ClaimRow[] = [];
@@ -377,11 +377,13 @@ export class ClaimEngine {
   }
 }
 
-/** Works out each state's slot after its next one (JobState.ahead). */
+/** Works out each state's slot after its next one (JobState.aheadNext). */
 function lookAhead(states: readonly JobState[]): void {
   const nextSlots = new NextSlots();
   for (const state of states) {
     const from = state.nextSlot;
-    state.ahead = from ? { job: state.job, from, next: nextSlots.of(state.job.schedule, from) } : undefined;
+    state.aheadJob = state.job;
+    state.aheadFrom = from;
+    state.aheadNext = from ? nextSlots.of(state.job.schedule, from) : null;
   }
 }
