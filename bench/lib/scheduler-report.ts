@@ -83,8 +83,8 @@ export function schedulerTargets(results: SchedulerResults): TargetCheck[] {
 
 function claimsTable(ticks: readonly TickResult[]): Table {
   return {
-    headers: ['tick (UTC)', 'tick -> last claim ms', 'incl. empty retries ms', 'tick -> first sent ms', 'batch ms per worker', 'rows back -> last start ms per worker', 'claim statements per worker', 'jobs per statement', 'claimed per worker'],
-    align: ['l', 'r', 'r', 'r', 'l', 'l', 'l', 'l', 'l'],
+    headers: ['tick (UTC)', 'tick -> last claim ms', 'incl. empty retries ms', 'tick -> first sent ms', 'batch ms per worker', 'rows back -> last start ms per worker', 'GC until the last start ms per worker', 'claim statements per worker', 'jobs per statement', 'claimed per worker'],
+    align: ['l', 'r', 'r', 'r', 'l', 'l', 'l', 'l', 'l', 'l'],
     rows: ticks.map((t) => [
       time(t.slot),
       fixed(t.wallMs, 1),
@@ -92,6 +92,7 @@ function claimsTable(ticks: readonly TickResult[]): Table {
       fixed(t.firstClaimSentMs, 1),
       list(t.batchMs),
       list(t.startSpanMs ?? []),
+      list(t.gcMs ?? []),
       list(t.claimStatementsPerWorker),
       t.claimBatches.map((b) => b || '-').join(' '),
       list(t.claimedPerWorker),
@@ -224,7 +225,7 @@ export function schedulerMarkdown(results: SchedulerResults, render: (table: Tab
       'primary-key probe); rows a peer was still committing come back as `holder-committing` and are retried 25, 100 and 400 ms ' +
       'later. "tick -> last claim" ends when the last statement that claimed a slot returned to its worker; "incl. empty retries" ' +
       'also waits for the second passes and retries that found every job taken. "batch ms" is each worker\'s first statement, client side; ' +
-      '"rows back -> last start" runs from its rows back (parsed) to the last of its handlers starting: starting the runs.',
+      '"rows back -> last start" runs from its rows back (parsed) to the last of its handlers starting: starting the runs; "GC" is the worker\'s garbage collection from the slot to the last handler start of the tick.',
     '',
     render(claimsTable(results.ticks)),
     '',

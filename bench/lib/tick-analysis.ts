@@ -42,6 +42,8 @@ export interface TickResult {
   batchMs: number[];
   /** Per worker: its first claim statement's rows back (parsed) -> the last of its handlers of the slot started: starting the runs. */
   startSpanMs: number[];
+  /** Per worker: garbage collection from the slot to the last handler start of the tick (any worker's), ms. */
+  gcMs: number[];
   /** Per worker: claim statements for this tick (the batch plus retries). */
   claimStatementsPerWorker: number[];
   /** Per worker: jobs in each of its claim statements, in order (e.g. "10000+7500"). */
@@ -172,6 +174,13 @@ export function analyseTick(slotDb: number, offsetMs: number, intervalMs: number
     return first && Number.isFinite(last) ? round(last - first.end, 1) : Number.NaN;
   });
   const sorted = sortedCopy(latencies);
+  const lastStart = slotLocal + (sorted[sorted.length - 1] ?? 0);
+  const gcMs = dumps.map((d) => {
+    let ms = 0;
+    const gcs = d.gcs ?? [];
+    for (let i = 0; i + 1 < gcs.length; i += 2) if ((gcs[i] as number) >= slotLocal && (gcs[i] as number) < lastStart) ms += gcs[i + 1] as number;
+    return round(ms, 1);
+  });
   return {
     slot: new Date(slotDb).toISOString(),
     wallMs: round(max(claiming.map((c) => c.end)) - slotLocal, 1),
@@ -179,6 +188,7 @@ export function analyseTick(slotDb: number, offsetMs: number, intervalMs: number
     firstClaimSentMs: round(min(all.map((c) => c.start)) - slotLocal, 1),
     batchMs: perWorkerClaims.map((claims) => (claims[0] ? round(claims[0].end - claims[0].start, 1) : Number.NaN)),
     startSpanMs,
+    gcMs,
     claimStatementsPerWorker: perWorkerClaims.map((claims) => claims.length),
     claimBatches: perWorkerClaims.map((claims) => claims.map((c) => String(c.jobs)).join('+')),
     claimedPerWorker: perWorkerClaims.map((claims) => claims.reduce((n, c) => n + c.claimed, 0)),

@@ -34,6 +34,8 @@ export interface WorkerDump {
   finishes: number[];
   /** Why finish() threw, by message (first sentence, without the address), with counts. */
   finishErrors: Record<string, number>;
+  /** Flat pairs: a garbage collection's start (local epoch ms) and duration (ms), from perf_hooks. */
+  gcs?: number[];
 }
 
 export interface UsageSample {

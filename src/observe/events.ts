@@ -74,6 +74,8 @@ export class LeaseholdEmitter {
   }
 
   emit<E extends keyof LeaseholdEvents>(event: E, ...args: LeaseholdEvents[E]): void {
+    // nobody listens (most events, most of the time): no copy of the listener list
+    if (this.emitter.listenerCount(event) === 0) return;
     for (const listener of this.emitter.listeners(event)) {
       try {
         (listener as (...a: unknown[]) => void)(...args);

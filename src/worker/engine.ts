@@ -18,6 +18,7 @@ import { FinishQueue } from './finish-queue.js';
 import type { JobDefinition } from './job.js';
 import { dataJobSettings } from './job-feed.js';
 import { RunSet, type JobState } from './runs.js';
+import type { RunReport } from './execute-run.js';
 import { NextSlots } from './next-slots.js';
 import { RequestPoller } from './requests.js';
 import { PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
@@ -107,6 +108,13 @@ export class ClaimEngine {
     this.byName.delete(name);
     this.states.splice(this.states.indexOf(state), 1);
   }
+
+  /** A run ended: under buffer-one / buffer-all (and catch-up) the next waiting slot starts as soon as it released. One function for every run. */
+  private readonly runSettled = (report: RunReport): void => {
+    if (!report.nextBufferedSlot) return;
+    const state = this.byName.get(report.job);
+    if (state) this.claimOrLog([{ job: state.job, slot: report.nextBufferedSlot }], 'claiming the buffered slot failed');
+  };
 
   claimNow(requests: ClaimRequest[]): void {
     this.claimOrLog(requests, 'claiming slots failed');
@@ -264,10 +272,7 @@ export class ClaimEngine {
       const { job } = state;
       if (row.claimed) {
         started++;
-        this.runs.launch(state, row, holderKey, sentAt, (report) => {
-          // buffer-one / buffer-all (and catch-up): the next waiting slot starts as soon as we release
-          if (report.nextBufferedSlot) this.claimOrLog([{ job, slot: report.nextBufferedSlot }], 'claiming the buffered slot failed');
-        });
+        this.runs.launch(state, row, holderKey, sentAt, this.runSettled);
         if (row.previous_slot && this.missedBetween(job, row.previous_slot, row.slot)) missed.push({ job, previous: row.previous_slot, claimed: row.slot });
       } else if (row.reason === 'held') {
         if (row.skip_recorded) this.reportSkip(job, row);

@@ -111,7 +111,18 @@ class Run {
 
     // A handler that ignores its timeout is given one ttl more to settle; after that the run is
     // recorded timed-out without it and its lease is left to expire (its writes are refused already).
-    const error = deadline ? await Promise.race([this.attempts(), deadline.abandoned().then(() => ABANDONED)]) : await this.attempts();
+    let error: unknown;
+    if (deadline) error = await Promise.race([this.attempts(), deadline.abandoned().then(() => ABANDONED)]);
+    else if (env.wrapHandler || job.retry.attempts > 1) error = await this.attempts();
+    else {
+      // one attempt, no wrapper, no deadline: the handler is awaited here (a worker starts
+      // thousands of runs a tick; each async step is an allocation)
+      try {
+        await job.handler(new RunContext(this, 1));
+      } catch (caught) {
+        error = caught;
+      }
+    }
     const attempt = this.attempt;
     // the database may say so before this process's timer does (a clock step, a late timer)
     if (deadline && lease && refusedForTimeout(lease)) deadline.expire();

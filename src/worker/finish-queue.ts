@@ -81,9 +81,16 @@ export class FinishQueue {
     for (let attempt = 1; ; attempt++) {
       try {
         const rows = await this.store.finishMany(batch.map((p) => p.request));
-        const byRun = new Map(rows.map((row) => [`${row.job}#${row.fence}`, row]));
-        for (const { request, resolve } of batch) {
-          const row = byRun.get(`${request.job}#${request.fence}`);
+        // finish_runs answers in the order asked; matched by job and fence all the same (a map
+        // only when the order does not hold)
+        let byRun: Map<string, FinishResult> | undefined;
+        for (let i = 0; i < batch.length; i++) {
+          const { request, resolve } = batch[i] as Pending;
+          let row: FinishResult | undefined = rows[i];
+          if (!(row && rows[i]?.job === request.job && rows[i]?.fence === request.fence)) {
+            byRun ??= new Map(rows.map((r) => [`${r.job}#${r.fence}`, r]));
+            row = byRun.get(`${request.job}#${request.fence}`);
+          }
           resolve({ recorded: row?.recorded ?? false, released: row?.released ?? false, nextBufferedSlot: row?.nextBufferedSlot ?? null });
         }
         return;

@@ -36,13 +36,20 @@ export interface RunSetSettings {
   shutdown: AbortSignal;
 }
 
+/** A run this set started: what abandon() needs, and what its end updates. */
+interface Started {
+  job: string;
+  fence: number;
+  token: string | null;
+  state: JobState;
+  settled: (report: RunReport) => void;
+  run: Promise<RunReport>;
+}
+
 export class RunSet {
-  private readonly runs = new Set<Promise<RunReport>>();
-  /** job, fence and token of runs whose handler has not settled. */
-  private readonly pending = new Set<{ job: string; fence: number; token: string | null }>();
+  private readonly started = new Set<Started>();
   /** Worker.wrapHandlers(): every handler call from now on runs inside it (undefined: none). */
   wrapHandler: HandlerWrapper | undefined;
-
   /** What every run shares, made again only when wrapHandler changes. */
   private env: RunEnvironment | undefined;
 
@@ -57,43 +64,39 @@ export class RunSet {
   }
 
   get size(): number {
-    return this.runs.size;
+    return this.started.size;
   }
 
   /** Starts the run of a claimed slot; `settled` gets its report (not called if it failed outside its handler). */
   launch(state: JobState, row: ClaimRow, holderKey: string | null, sentAt: number, settled: (report: RunReport) => void): void {
-    const { job } = state;
     state.running++;
-    const entry = { job: job.name, fence: Number(row.fence), token: row.token };
-    this.pending.add(entry);
+    const started: Started = { job: state.job.name, fence: Number(row.fence), token: row.token, state, settled, run: RUN_PENDING };
+    this.started.add(started);
+    started.run = executeRun(this.environment(), state.job, row, holderKey, sentAt);
+    // one reaction per run (a worker starts thousands per tick): the same two functions for
+    // every run, which find the run by the promise's value
+    track(this, started);
+  }
+
+  /** A run ended (its report) or failed outside its handler (the error). */
+  ended(started: Started, report: RunReport | undefined, error?: unknown): void {
+    if (!this.started.delete(started)) return;
+    started.state.running--;
     const { logger } = this.settings;
-    const run = executeRun(this.environment(), job, row, holderKey, sentAt);
-    this.runs.add(run);
-    const done = () => {
-      this.runs.delete(run);
-      this.pending.delete(entry);
-      state.running--;
-    };
-    // one reaction per run (a worker starts thousands per tick), not a then/catch/finally chain
-    run.then(
-      (report) => {
-        done();
-        try {
-          settled(report);
-        } catch (error) {
-          logger.error({ event: 'run:error', job: job.name, err: String(error) }, 'a run failed outside its handler');
-        }
-      },
-      (error: unknown) => {
-        done();
-        logger.error({ event: 'run:error', job: job.name, err: String(error) }, 'a run failed outside its handler');
-      },
-    );
+    if (report === undefined) {
+      logger.error({ event: 'run:error', job: started.job, err: String(error) }, 'a run failed outside its handler');
+      return;
+    }
+    try {
+      started.settled(report);
+    } catch (caught) {
+      logger.error({ event: 'run:error', job: started.job, err: String(caught) }, 'a run failed outside its handler');
+    }
   }
 
   /** Resolves when every run started so far has settled. */
   async settled(): Promise<void> {
-    await Promise.allSettled([...this.runs]);
+    await Promise.allSettled([...this.started].map((s) => s.run));
   }
 
   /**
@@ -103,9 +106,24 @@ export class RunSet {
    */
   async abandon(): Promise<void> {
     await Promise.allSettled(
-      [...this.pending.values()].map(({ job, fence, token }) =>
+      [...this.started].map(({ job, fence, token }) =>
         this.settings.store.finish(job, fence, token, 'aborted', 'did not stop within the shutdown grace period', 1),
       ),
     );
   }
+}
+
+/** Placeholder until executeRun() has returned (it returns at once). */
+const RUN_PENDING: Promise<RunReport> = new Promise(() => undefined);
+
+/** Waits for the run and tells its set; an async function, so one frame per run and no closures. */
+async function track(set: RunSet, started: Started): Promise<void> {
+  let report: RunReport;
+  try {
+    report = await started.run;
+  } catch (error) {
+    set.ended(started, undefined, error);
+    return;
+  }
+  set.ended(started, report);
 }
