@@ -34,7 +34,11 @@ const MIN_TICK_GAP_MS = 50;
 // for twice as long as the claim took, at most FINISH_HOLD_MAX_MS: the other workers are
 // claiming and starting the same tick on the same database and cores (their claims took about
 // as long, and starting their runs about as long again).
+// Not above FINISH_HOLD_MAX_RUNS: 25,000 runs held in memory cost a worker more garbage
+// collection than the database time the hold saves (100,000 jobs on 4 workers: handler start
+// p99 2.4-2.7 s without the hold, 2.9 s with it).
 const FINISH_HOLD_MIN_RUNS = 500;
+const FINISH_HOLD_MAX_RUNS = 5_000;
 const FINISH_HOLD_MAX_MS = 500;
 
 export interface EngineParts {
@@ -257,7 +261,7 @@ export class ClaimEngine {
     // the claim's database time is a clock sample: a step shows here before the rows are used
     if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
     if (!this.running) return this.handBack(rows).then(() => 0);
-    if (rows.length >= FINISH_HOLD_MIN_RUNS) this.finisher.hold(Math.min(FINISH_HOLD_MAX_MS, 2 * (performance.now() - sentAt)));
+    if (rows.length >= FINISH_HOLD_MIN_RUNS && rows.length <= FINISH_HOLD_MAX_RUNS) this.finisher.hold(Math.min(FINISH_HOLD_MAX_MS, 2 * (performance.now() - sentAt)));
     let started = 0;
     const retry: ClaimRequest[] = [];
     const orphans: ClaimRow[] = [];
