@@ -49,15 +49,18 @@ async function check(job: string, start: (fn: LeasedFunction, replica: number) =
     const { rows } = await db.query<{ slot: Date; n: string }>(`select slot, count(*) n from ${table} where job = $1 and slot between $2 and $3 group by slot`, [job, from, until]);
     return new Map(rows.map((r) => [r.slot.getTime(), Number(r.n)]));
   };
-  const [witness, runs, skips] = [await count('sched_witness'), await count('leasehold.runs'), await count('leasehold.skips')];
+  const [witness, runs, skips, missed] = [await count('sched_witness'), await count('leasehold.runs'), await count('leasehold.skips'), await count('leasehold.missed')];
   let skipped = 0;
   for (let t = from.getTime(); t <= until.getTime(); t += 1000) {
     const at = `${job} ${new Date(t).toISOString()}`;
     expect(witness.get(t) ?? 0, at).toBeLessThanOrEqual(1);
-    expect((runs.get(t) ?? 0) + (skips.get(t) ?? 0), `${at} ${JSON.stringify({ runs: [...runs], skips: [...skips] })}`).toBe(1);
+    // each slot once: run, skipped, or (when a loaded machine delayed both replicas' timers past
+    // the next slot) recorded missed by the next claim
+    const seen = JSON.stringify({ runs: [...runs], skips: [...skips], missed: [...missed] });
+    expect((runs.get(t) ?? 0) + (skips.get(t) ?? 0) + (missed.get(t) ?? 0), `${at} ${seen}`).toBe(1);
     skipped += skips.get(t) ?? 0;
   }
-  const detail = JSON.stringify({ from, until, witness: [...witness], runs: [...runs], skips: [...skips] });
+  const detail = JSON.stringify({ from, until, witness: [...witness], runs: [...runs], skips: [...skips], missed: [...missed] });
   expect(skipped, detail).toBeGreaterThan(0);
 }
 
