@@ -50,17 +50,16 @@ async function check(job: string, start: (fn: LeasedFunction, replica: number) =
     return new Map(rows.map((r) => [r.slot.getTime(), Number(r.n)]));
   };
   const [witness, runs, skips, missed] = [await count('sched_witness'), await count('leasehold.runs'), await count('leasehold.skips'), await count('leasehold.missed')];
+  const detail = JSON.stringify({ from, until, witness: [...witness], runs: [...runs], skips: [...skips], missed: [...missed] });
   let skipped = 0;
   for (let t = from.getTime(); t <= until.getTime(); t += 1000) {
     const at = `${job} ${new Date(t).toISOString()}`;
     expect(witness.get(t) ?? 0, at).toBeLessThanOrEqual(1);
     // each slot once: run, skipped, or (when a loaded machine delayed both replicas' timers past
     // the next slot) recorded missed by the next claim
-    const seen = JSON.stringify({ runs: [...runs], skips: [...skips], missed: [...missed] });
-    expect((runs.get(t) ?? 0) + (skips.get(t) ?? 0) + (missed.get(t) ?? 0), `${at} ${seen}`).toBe(1);
+    expect((runs.get(t) ?? 0) + (skips.get(t) ?? 0) + (missed.get(t) ?? 0), `${at} ${detail}`).toBe(1);
     skipped += skips.get(t) ?? 0;
   }
-  const detail = JSON.stringify({ from, until, witness: [...witness], runs: [...runs], skips: [...skips], missed: [...missed] });
   expect(skipped, detail).toBeGreaterThan(0);
 }
 

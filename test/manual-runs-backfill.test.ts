@@ -4,9 +4,8 @@
 // claim_requests raced on separate connections; hostile input to both acts.
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fileURLToPath } from 'node:url';
-import { setTimeout as sleep } from 'node:timers/promises';
 import { InvalidArgumentError, type Leasehold } from '../src/index.js';
-import { client, freshDatabase, rawPool } from './support/db.js';
+import { client, freshDatabase, rawPool, sleep } from './support/db.js';
 import { startFixture, type JsonLinesProcess, type Line } from './support/processes.js';
 
 const REQUEST_WORKER = fileURLToPath(new URL('./fixtures/request-worker.ts', import.meta.url));
