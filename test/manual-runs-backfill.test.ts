@@ -38,8 +38,10 @@ type Run = { job: string; slot: Date; fence: string; holder: string; started_at:
 const runs = async (job: string) =>
   (await rawPool(url, 2).query<Run>('select *, request_id::text as request_id from leasehold.runs where job = $1 order by started_at', [job])).rows;
 
+// in the order the handlers started, whichever process ran them (the workers share this
+// machine's clock; concatenating each process's lines would list one worker's runs first)
 function handlerLines(match: (l: Line) => boolean): Line[] {
-  return children.flatMap((c) => c.lines.filter((l) => l.event === 'handler' && match(l)));
+  return children.flatMap((c) => c.lines.filter((l) => l.event === 'handler' && match(l))).sort((x, y) => Number(x.at) - Number(y.at));
 }
 
 const done = (id: string) => lh.control.waitForRequest(id, { timeout: '15s' });
