@@ -58,8 +58,11 @@ const FILTER_SQL: Record<JobFilter, string> = {
   expired: `exists (select 1 from leasehold.lease_status l where l.name = j.name and l.state = 'expired')`,
   // failed, lost and timed-out runs have ended, so they are history rows: run_log, not the view
   // runs (through the view the planner probed every job instead of one hash join: 0.7 s against
-  // 0.4 s at 100,000 failing jobs)
-  failing: `exists (select 1 from leasehold.run_log r where r.job = j.name and r.started_at > now() - interval '24 hours' and r.outcome in ('failed', 'lost', 'timed-out'))`,
+  // 0.4 s at 100,000 failing jobs). The failing names grouped first, then joined as a set: an
+  // exists() per job probed the day's failures once per job (178 ms against 106 ms to count
+  // 100,000 failing jobs on embedded PostgreSQL 18).
+  failing: `j.name in (select r.job from leasehold.run_log r
+                        where r.started_at > now() - interval '24 hours' and r.outcome in ('failed', 'lost', 'timed-out') group by r.job)`,
   // only jobs with a slow run in 24 h can creep (leasehold.slow_runs, sql/0014_summary.sql): the
   // exact p95 for those, through their own index range
   creeping: `j.name in (select s.job from leasehold.slow_runs s join leasehold.jobs k on k.name = s.job
@@ -85,11 +88,13 @@ const LIGHT_FIGURES = `  cross join (select 0 as runs, 0 as failed, 0 as lost, 0
 
 const PAGE_SQL = (filter: JobFilter, light: boolean) => `
 with matching as (
-  select j.* from leasehold.jobs j
+  select j.name from leasehold.jobs j
    where ($1::text is null or strpos(lower(j.name), lower($1)) > 0) and ${FILTER_SQL[filter]}
      and j.removed_at is null
 ),
-page as (select * from matching order by name limit $2 offset $3)
+-- the matching names only, then the page's 50 rows: every matching job's whole row, kept to
+-- count and to sort, was most of the page (100,000 failing jobs: 160 of 220 ms)
+page as (select j.* from (select m.name from matching m order by m.name limit $2 offset $3) n join leasehold.jobs j on j.name = n.name)
 select p.name as job, p.schedule, p.timezone, p.interval_ms, p.ttl_ms, p.overlap, p.catch_up,
        case l.state when 'held' then 'running' when 'expired' then 'expired' else case when p.paused_at is not null then 'paused' else 'idle' end end as state,
        case when l.state = 'free' then null else l.holder end as holder,
