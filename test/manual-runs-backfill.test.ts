@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fileURLToPath } from 'node:url';
 import { InvalidArgumentError, type Leasehold } from '../src/index.js';
 import { client, freshDatabase, rawPool, sleep } from './support/db.js';
-import { startFixture, type JsonLinesProcess, type Line } from './support/processes.js';
+import { handlerLines, startFixture, type JsonLinesProcess, type Line } from './support/processes.js';
 
 const REQUEST_WORKER = fileURLToPath(new URL('./fixtures/request-worker.ts', import.meta.url));
 
@@ -38,11 +38,7 @@ type Run = { job: string; slot: Date; fence: string; holder: string; started_at:
 const runs = async (job: string) =>
   (await rawPool(url, 2).query<Run>('select *, request_id::text as request_id from leasehold.runs where job = $1 order by started_at', [job])).rows;
 
-// in the order the handlers started, whichever process ran them (the workers share this
-// machine's clock; concatenating each process's lines would list one worker's runs first)
-function handlerLines(match: (l: Line) => boolean): Line[] {
-  return children.flatMap((c) => c.lines.filter((l) => l.event === 'handler' && match(l))).sort((x, y) => Number(x.at) - Number(y.at));
-}
+const handlers = (match: (l: Line) => boolean): Line[] => handlerLines(children, match);
 
 const done = (id: string) => lh.control.waitForRequest(id, { timeout: '15s' });
 
@@ -63,7 +59,7 @@ describe('backfill', () => {
     expect(backfilled.map((r) => r.slot.getTime())).toEqual(a.slots.map((s) => s.getTime())); // once each, started in slot order
     for (let i = 1; i < backfilled.length; i++) expect(backfilled[i]!.started_at.getTime()).toBeGreaterThanOrEqual(backfilled[i - 1]!.finished_at!.getTime());
     expect(backfilled.every((r) => r.outcome === 'succeeded')).toBe(true);
-    const keys = handlerLines((l) => l.job === 'bf' && l.trigger === 'backfill').map((l) => l.key);
+    const keys = handlers((l) => l.job === 'bf' && l.trigger === 'backfill').map((l) => l.key);
     expect(keys).toEqual(a.slots.map((s) => `bf@backfill:${s.toISOString()}`));
 
     // a later backfill of the same range requests nothing again

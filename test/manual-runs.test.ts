@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { Leasehold, RunRequest } from '../src/index.js';
 import { client, freshDatabase, rawPool } from './support/db.js';
-import { startFixture, type JsonLinesProcess, type Line } from './support/processes.js';
+import { handlerLines, startFixture, type JsonLinesProcess, type Line } from './support/processes.js';
 
 const REQUEST_WORKER = fileURLToPath(new URL('./fixtures/request-worker.ts', import.meta.url));
 
@@ -48,9 +48,7 @@ function nextHandler(job: string, trigger: string, after: number, timeoutMs = 10
   return Promise.race(children.map((c) => c.waitFor((l) => l.event === 'handler' && l.job === job && l.trigger === trigger && Number(l.at) > after, timeoutMs)));
 }
 
-function handlerLines(match: (l: Line) => boolean): Line[] {
-  return children.flatMap((c) => c.lines.filter((l) => l.event === 'handler' && match(l)));
-}
+const handlers = (match: (l: Line) => boolean): Line[] => handlerLines(children, match);
 
 /** Waits for a scheduled run of `job` to start, then asks for a run now (or two) while it holds the lease. */
 async function runNowWhileHeld(job: string, count = 1): Promise<{ scheduled: Line; ids: string[] }> {
@@ -79,7 +77,7 @@ describe('run now', () => {
       expect(request.outcome).toBe('succeeded');
       expect(request.kind).toBe('manual');
       expect(request.requestedBy).toBe('alice');
-      const lines = handlerLines((l) => l.job === 'idle' && l.key === `idle@manual:${request.id}`);
+      const lines = handlers((l) => l.job === 'idle' && l.key === `idle@manual:${request.id}`);
       expect(lines).toHaveLength(1); // one handler call across the three workers
       expect(lines[0]!.trigger).toBe('manual');
     }
@@ -100,7 +98,7 @@ describe('run now', () => {
     const { rows } = await rawPool(url, 2).query<{ last_slot: Date }>(`select last_slot from leasehold.leases where name = 'idle'`);
     expect(rows[0]!.last_slot.getTime() % 1_000).toBe(0);
     // scheduled keys stay job@slot
-    expect(handlerLines((l) => l.job === 'idle' && l.trigger === 'schedule').every((l) => l.key === `idle@${String(l.slot)}`)).toBe(true);
+    expect(handlers((l) => l.job === 'idle' && l.trigger === 'schedule').every((l) => l.key === `idle@${String(l.slot)}`)).toBe(true);
   }, 20_000);
 
   it('follows each overlap policy while a scheduled run holds the lease', async () => {
@@ -161,7 +159,7 @@ describe('run now', () => {
     );
     expect(witness.map((w) => w.trigger)).toEqual(['manual']);
     expect(witness[0]!.key).toBe(`p-replace@manual:${replaced.id}`);
-    expect(handlerLines((l) => l.job === 'p-replace' && l.trigger === 'manual')[0]!.leaseKey).toBe(`p-replace#${replaced.fence}`);
+    expect(handlers((l) => l.job === 'p-replace' && l.trigger === 'manual')[0]!.leaseKey).toBe(`p-replace#${replaced.fence}`);
 
     // allow: runs alongside the scheduled run, with a fence of its own
     const alongside = await done(allow.ids[0]!);

@@ -2,7 +2,7 @@
 // that speak JSON lines (src/testing/json-lines.ts): send a command, await its answer, wait
 // for an event, signal.
 import { fileURLToPath } from 'node:url';
-import { JsonLinesProcess } from '../../src/testing/json-lines.js';
+import { JsonLinesProcess, type Line } from '../../src/testing/json-lines.js';
 
 export { JsonLinesProcess, type Line } from '../../src/testing/json-lines.js';
 
@@ -16,4 +16,13 @@ export const SCHEDULED_WORKER = fileURLToPath(new URL('../fixtures/scheduled-wor
  */
 export function startFixture(databaseUrl: string, env: Record<string, string> = {}, script = HOLDER): Promise<JsonLinesProcess> {
   return JsonLinesProcess.startScript(script, { DATABASE_URL: databaseUrl, ...env });
+}
+
+/**
+ * The 'handler' lines (test/fixtures/request-worker.ts) of every process that match, in the
+ * order the handlers started, whichever process ran them: the processes share this machine's
+ * clock, and taking each process's lines in turn would list one worker's runs first.
+ */
+export function handlerLines(children: readonly JsonLinesProcess[], match: (l: Line) => boolean): Line[] {
+  return children.flatMap((c) => c.lines.filter((l) => l.event === 'handler' && match(l))).sort((x, y) => Number(x.at) - Number(y.at));
 }
