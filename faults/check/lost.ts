@@ -34,6 +34,16 @@ export function checkNoSlotLost(ctx: CheckContext, violate: Violate, skipRows: R
   // use is answered with a reset (the moved address), seconds after the failover. The run fails
   // (typed, nothing committed) and its slot with it: an effect of the failover, not a bug.
   const failoverEnds = faults.filter((f) => f.kind === 'failover').map((f) => f.t1 + Number(f.params.rebuildMs ?? 0));
+  // For a violation's message: the faults that ended last before `t`, and how long before, so
+  // that a failure in CI can be read against the fault windows without the run's data files.
+  const faultsBefore = (t: number) => {
+    const last = faults
+      .filter((f) => f.kind !== 'skew' && f.t0 <= t)
+      .sort((x, y) => y.t0 - x.t0)
+      .slice(0, 2)
+      .map((f) => `${f.kind}${f.target ? ` of ${f.target}` : ''} ${Math.round(t - f.t1)} ms before (${Object.entries(f.params).map(([k, v]) => `${k} ${typeof v === 'number' ? Math.round(v) : String(v)}`).join(', ')})`);
+    return last.length > 0 ? `last faults: ${last.join('; ')}` : 'no fault before';
+  };
   const staleAfterFailover = (failAt: number, write: Extract<HistoryLine, { type: 'write' }> | undefined) =>
     !!write?.reason?.includes('connection broke') && failoverEnds.some((end) => failAt >= end - 5_000 && failAt <= end + POOL_IDLE_MS);
   for (const spec of config.jobs) for (const segment of segments) {
@@ -74,7 +84,7 @@ export function checkNoSlotLost(ctx: CheckContext, violate: Violate, skipRows: R
           else if (r.outcome === 'aborted' && failAt >= config.stopAt - 500) explained ??= 'shutdown';
           else if (lost && LOCAL_LOSS.has(lost.reason)) explained ??= `claimant-local-loss:${lost.reason}`;
           details.push(
-            `fence ${r.fence} by ${r.holder}: outcome ${r.outcome}${r.error ? ` (${r.error.slice(0, 80)})` : ''}, write ${write ? `${write.status}${write.reason ? ` (${write.reason})` : ''}` : 'none'}${lost ? `, lease lost (${lost.reason})` : ''}, no fault on ${r.holder} before`,
+            `fence ${r.fence} by ${r.holder}: outcome ${r.outcome}${r.error ? ` (${r.error.slice(0, 80)})` : ''}, write ${write ? `${write.status}${write.reason ? ` (${write.reason})` : ''}` : 'none'}${lost ? `, lease lost (${lost.reason}) ${Math.round(lost.mono - from)} ms after the grant` : ''}, no fault on ${r.holder} before; ${faultsBefore(from)}`,
           );
         }
         if (explained) {
@@ -127,7 +137,11 @@ export function checkNoSlotLost(ctx: CheckContext, violate: Violate, skipRows: R
     const lo = Math.min(from, lost.mono);
     const granted = Math.min(lo, toMono(r.startedAt));
     if (overlaps(global, granted, lost.mono) || overlaps(tight.get(r.holder), granted, lost.mono)) continue;
-    violate('c', 'lease-lost-while-healthy', `${r.job}: ${r.holder}'s lease (fence ${r.fence}, slot ${iso(r.slot)}) was lost (${lost.reason}) with no fault on ${r.holder} since it was granted`);
+    violate(
+      'c',
+      'lease-lost-while-healthy',
+      `${r.job}: ${r.holder}'s lease (fence ${r.fence}, slot ${iso(r.slot)}) was lost (${lost.reason}: ${lost.message.slice(0, 120)}) ${Math.round(lost.mono - granted)} ms after it was granted, with no fault on ${r.holder} since; ${faultsBefore(granted)}`,
+    );
   }
   return slots;
 }
