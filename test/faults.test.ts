@@ -163,6 +163,21 @@ describe('fault checker on synthetic histories', () => {
     expect(check(input(db, lines, [pause])).counts.slots.excused).toEqual({ 'holder-fault': 1 });
   });
 
+  it('(c) flags a lease a healthy worker lost to the database, naming when and the faults before it; not inside a failover', () => {
+    const { db, history } = healthy(12);
+    // the run of fence 6 (slot S+5s) was refused at its write: the lease had expired
+    const at = history.findIndex((l) => l.type === 'write' && l.fence === 6);
+    history.splice(at, 0, { type: 'lost', worker: 'w1', job: 'j', fence: 6, reason: 'fence-mismatch', message: 'the lease expired', mono: mono(S + 5_040) });
+    const kill: FaultRecord = { id: 1, kind: 'kill', target: 'w9', t0: mono(S + 1_000), t1: mono(S + 1_000), params: {}, targetHeld: false };
+    const lost = check(input(db, history, [kill])).violations.filter((v) => v.kind === 'lease-lost-while-healthy');
+    expect(lost).toHaveLength(1);
+    expect(lost[0]?.message).toMatch(/lost \(fence-mismatch: the lease expired\) 35 ms after it was granted/);
+    expect(lost[0]?.message).toMatch(/last faults: kill of w9 4005 ms before$/);
+    // a failover just before: every session ended, the loss is excused
+    const failover: FaultRecord = { id: 2, kind: 'failover', target: null, t0: mono(S + 4_000), t1: mono(S + 4_200), params: { how: 'kill', rebuildMs: 900 }, targetHeld: false };
+    expect(kinds(input(db, history, [kill, failover]))).not.toContain('lease-lost-while-healthy');
+  });
+
   it('(d) flags a skip that names a holder whose run had ended', () => {
     const { db, history } = healthy(12);
     db.skips.push({ job: 'j', slot: S + 20_000, holder: 'w1', holderFence: 2, holderSlot: S + 1_000, heldForMs: 10, recordedBy: 'w1', recordedAt: S + 20_003 });

@@ -41,7 +41,10 @@ export function checkNoSlotLost(ctx: CheckContext, violate: Violate, skipRows: R
       .filter((f) => f.kind !== 'skew' && f.t0 <= t)
       .sort((x, y) => y.t0 - x.t0)
       .slice(0, 2)
-      .map((f) => `${f.kind}${f.target ? ` of ${f.target}` : ''} ${Math.round(t - f.t1)} ms before (${Object.entries(f.params).map(([k, v]) => `${k} ${typeof v === 'number' ? Math.round(v) : String(v)}`).join(', ')})`);
+      .map((f) => {
+        const params = Object.entries(f.params).map(([k, v]) => `${k} ${typeof v === 'number' ? Math.round(v) : String(v)}`);
+        return `${f.kind}${f.target ? ` of ${f.target}` : ''} ${Math.round(t - f.t1)} ms before${params.length > 0 ? ` (${params.join(', ')})` : ''}`;
+      });
     return last.length > 0 ? `last faults: ${last.join('; ')}` : 'no fault before';
   };
   const staleAfterFailover = (failAt: number, write: Extract<HistoryLine, { type: 'write' }> | undefined) =>
