@@ -17,9 +17,14 @@
 
 create or replace function leasehold.record_clock_step(p_from timestamptz, p_to timestamptz, p_holder text)
 returns boolean
-language plpgsql volatile as $$
+language plpgsql volatile
+-- a custom plan per call: a generic one would not know how recent the window is, and read all of missed
+set plan_cache_mode = force_custom_plan
+as $$
 declare
-  v_new boolean;
+  v_new  boolean;
+  v_from timestamptz;
+  v_to   timestamptz;
 begin
   if p_from is null or p_to is null or not isfinite(p_from) or not isfinite(p_to) or p_to <= p_from then
     raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to
@@ -38,13 +43,14 @@ begin
     delete from leasehold.clock_steps
      where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
   end if;
-  -- The slots of the window (as merged) never existed: delete what record_missed() would have
-  -- refused had the window been here first. recorded_at: the BRIN index reads only the rows
-  -- recorded since the step began.
+  -- The slots of the window (as merged with the stored ones it overlaps: one interval) never
+  -- existed: delete what record_missed() would have refused had the window been here first.
+  -- Bounds as values, so that the BRIN index on recorded_at reads only the rows recorded since
+  -- the step began, however long the missed history is.
+  select min(w.from_time), max(w.to_time) into v_from, v_to
+    from leasehold.clock_steps w
+   where w.from_time <= p_to and p_from <= w.to_time;
   delete from leasehold.missed m
-   using leasehold.clock_steps w
-   where w.from_time <= p_to and p_from <= w.to_time
-     and m.slot > w.from_time and m.slot <= w.to_time
-     and m.recorded_at >= w.from_time;
+   where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to;
   return v_new;
 end $$;
