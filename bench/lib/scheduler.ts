@@ -25,7 +25,7 @@ import { Session } from './session.js';
 import { max, round, sleep } from './stats.js';
 import { analyseTick, TICK_PREFIX, verifySlot, waitForRuns, WINDOW_LEAD_MS, type TickResult } from './tick-analysis.js';
 import type { UsageSample } from './tick-protocol.js';
-import { dump, spawnWorker, usage, waitReady } from './tick-workers.js';
+import { dump, spawnWorker, stopWorkers, usage, waitReady } from './tick-workers.js';
 
 /** Far away: the idle workers never claim anything. */
 export const IDLE_CRON = '0 0 1 1 *';
@@ -120,7 +120,7 @@ export async function measureTicks(
     await sleep(300); // trailing statements of the last tick (record_missed, ...)
     const dumps = await Promise.all(children.map(dump));
     const rss = await Promise.all(children.map((child) => usage(child)));
-    await killAll(children);
+    await stopWorkers(children);
     const analyse = async (slot: Date) => analyseTick(slot.getTime(), offsetMs, intervalMs, dumps, await verifySlot(admin, slot, settings.jobs, holders));
     const warmupTicks: TickResult[] = [];
     for (const slot of warmupSlots) warmupTicks.push(await analyse(slot));

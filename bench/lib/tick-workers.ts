@@ -1,7 +1,8 @@
 // The tick-worker processes of the scheduler benchmark (bench/fixtures/tick-worker.ts), driven
 // through the JSON-lines toolkit: start, wait until ready, ask for their records and usage.
 import { fileURLToPath } from 'node:url';
-import { JsonLinesProcess } from '../../src/testing/json-lines.js';
+import { JsonLinesProcess, killAll } from '../../src/testing/json-lines.js';
+import { sleep } from './stats.js';
 import { isUsageSample, isWorkerDump, type UsageSample, type WorkerDump } from './tick-protocol.js';
 
 const TICK_WORKER = fileURLToPath(new URL('../fixtures/tick-worker.ts', import.meta.url));
@@ -32,4 +33,14 @@ export async function usage(child: JsonLinesProcess, gc = false): Promise<UsageS
 /** BENCH_WORKER_NODE_ARGS: extra node flags for the tick workers, e.g. '--cpu-prof --cpu-prof-dir=/tmp/prof' to see where a tick goes. */
 function workerNodeArgs(): string[] {
   return (process.env.BENCH_WORKER_NODE_ARGS ?? '').split(' ').filter((arg) => arg.length > 0);
+}
+
+/**
+ * Stops the workers as an application would (worker.stop(), then exit) so that what node writes
+ * at exit (a --cpu-prof profile) is written; then kills whatever has not exited within 10 s.
+ */
+export async function stopWorkers(children: readonly JsonLinesProcess[]): Promise<void> {
+  await Promise.allSettled(children.map((child) => child.send({ cmd: 'stop' }, 10_000)));
+  await Promise.allSettled(children.map((child) => Promise.race([child.exited, sleep(10_000)])));
+  await killAll(children);
 }
