@@ -36,7 +36,11 @@ const claimDue = (db: pg.ClientBase | pg.Pool, job: string, slot: Date, holder: 
 const runsOf = async (job: string) =>
   (await pool.query<{ fence: string; started_at: Date; finished_at: Date | null }>('select fence, started_at, finished_at from leasehold.runs where job = $1 order by fence', [job])).rows;
 
-/** Begins a transaction on its own connection, lets `before` finish while it is open, then runs `claim` in it. */
+/**
+ * Begins a transaction on its own connection, lets `before` finish while it is open, then runs
+ * `claim` in it. A failed claim rolls back and discards the connection: a transaction left open
+ * on a pooled connection would swallow the next test's statements.
+ */
 async function claimInOlderTransaction(before: () => Promise<void>, claim: (c: pg.PoolClient) => Promise<void>): Promise<Date> {
   const c = await pool.connect();
   try {
@@ -46,9 +50,12 @@ async function claimInOlderTransaction(before: () => Promise<void>, claim: (c: p
     await before();
     await claim(c);
     await c.query('commit');
-    return rows[0]!.now;
-  } finally {
     c.release();
+    return rows[0]!.now;
+  } catch (error) {
+    await c.query('rollback').catch(() => undefined);
+    c.release(true);
+    throw error;
   }
 }
 
@@ -59,12 +66,15 @@ describe("a run's started_at", () => {
     await register('handover', 'skip');
     const [first] = (await claimDue(pool, 'handover', second(-60), 'worker-a')).rows;
     expect(first).toMatchObject({ claimed: true });
+    // the slot is taken before the transaction begins, so it is due by that transaction's
+    // now(); taken later, a second boundary passing meanwhile made it 'slot-not-due' (CI, loaded)
+    const slot = second(0);
     const began = await claimInOlderTransaction(
       async () => {
         await pool.query(`select * from leasehold.finish_run('handover', $1, $2, 'succeeded')`, [first!.fence, first!.token]);
       },
       async (c) => {
-        expect((await claimDue(c, 'handover', second(0), 'worker-b')).rows).toMatchObject([{ claimed: true }]);
+        expect((await claimDue(c, 'handover', slot, 'worker-b')).rows).toMatchObject([{ claimed: true }]);
       },
     );
     const [previous, next] = await runsOf('handover');
