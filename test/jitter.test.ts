@@ -231,13 +231,20 @@ describe('two worker processes, every 1s with a jitter of 500ms', () => {
       const handedBack = runs.filter((r) => r.outcome === 'aborted' && r.error === 'the worker was stopping');
       expect(handedBack.every((r) => r === runs[runs.length - 1]), `${name}: handed back before the last slot`).toBe(true);
       expect(calls.map((h) => h.slot).sort()).toEqual(runs.filter((r) => !handedBack.includes(r)).map((r) => r.slot.toISOString()));
+      const delays: number[] = [];
       for (const call of calls) {
         expect(call.key).toBe(`${name}@${call.slot}`);
         const delay = call.at - Date.parse(call.slot);
-        // at slot + offset (+ the fire margin, the 50 ms tick gap and a loaded machine's timer lag), never before it
+        delays.push(delay);
+        // at slot + offset, never before it, and never as late as the next slot (1 s): a stalled
+        // timer on a loaded machine may add a few hundred ms to one call (468 ms seen in CI)
         expect(delay, `${name} ${call.slot}`).toBeGreaterThanOrEqual(offset);
-        expect(delay, `${name} ${call.slot}`).toBeLessThan(offset + 300);
+        expect(delay, `${name} ${call.slot}`).toBeLessThan(offset + 1_000);
       }
+      // typically at slot + offset (+ the fire margin and the 50 ms tick gap): the median call
+      // (an offset applied twice would put spread-2's at 808 ms)
+      delays.sort((a, b) => a - b);
+      expect(delays[Math.floor(delays.length / 2)], name).toBeLessThan(offset + 300);
       // the claim's database time agrees: started_at is slot + offset, not the slot
       for (const run of runs) expect(run.started_at.getTime() - run.slot.getTime()).toBeGreaterThanOrEqual(offset);
     }
