@@ -13,7 +13,7 @@ import { slotsBetween } from '../schedule/schedule.js';
 import { formatDuration, parseBoundedDuration, parseDuration, type Duration } from '../validate/duration.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { SchedulerStore, type ClaimRow } from '../worker/claims.js';
-import { executeRun, type RunEnvironment, type RunOutcome } from '../worker/execute-run.js';
+import { executeRunToReport, type RunEnvironment, type RunOutcome } from '../worker/execute-run.js';
 import { FinishQueue } from '../worker/finish-queue.js';
 import { defineJob, type JobContext, type JobDefinition, type JobOptions } from '../worker/job.js';
 import { defaultToleranceMs, occurrenceFor } from './occurrence.js';
@@ -219,7 +219,7 @@ class SlotGuard {
     };
     const fence = Number(row.fence);
     this.pending.set(fence, { fence, token: row.token });
-    const run = executeRun(env, this.job, row, holderKey, sentAt);
+    const run = executeRunToReport(env, this.job, row, holderKey, sentAt);
     this.runs.add(run);
     try {
       const report = await run;

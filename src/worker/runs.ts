@@ -4,7 +4,7 @@ import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
 import type { LeaseTracker } from '../lease/tracker.js';
 import type { ClaimRow, SchedulerStore } from './claims.js';
-import { executeRun, type HandlerWrapper, type RunEnvironment, type RunReport } from './execute-run.js';
+import { executeRun, type HandlerWrapper, type RunEnvironment, type RunReport, type RunWatcher } from './execute-run.js';
 import type { FinishQueue } from './finish-queue.js';
 import type { JobDefinition } from './job.js';
 
@@ -43,10 +43,11 @@ interface Started {
   token: string | null;
   state: JobState;
   settled: (report: RunReport) => void;
-  run: Promise<RunReport>;
+  /** Settles when the run has ended (never rejects). */
+  run: Promise<void>;
 }
 
-export class RunSet {
+export class RunSet implements RunWatcher<Started> {
   private readonly started = new Set<Started>();
   /** Worker.wrapHandlers(): every handler call from now on runs inside it (undefined: none). */
   wrapHandler: HandlerWrapper | undefined;
@@ -72,14 +73,12 @@ export class RunSet {
     state.running++;
     const started: Started = { job: state.job.name, fence: Number(row.fence), token: row.token, state, settled, run: RUN_PENDING };
     this.started.add(started);
-    started.run = executeRun(this.environment(), state.job, row, holderKey, sentAt);
-    // one reaction per run (a worker starts thousands per tick): the same two functions for
-    // every run, which find the run by the promise's value
-    track(this, started);
+    // the run tells this set when it ends (runEnded): nothing waits on its promise per run
+    started.run = executeRun(this.environment(), state.job, row, holderKey, sentAt, this, started);
   }
 
   /** A run ended (its report) or failed outside its handler (the error). */
-  ended(started: Started, report: RunReport | undefined, error?: unknown): void {
+  runEnded(started: Started, report: RunReport | undefined, error?: unknown): void {
     if (!this.started.delete(started)) return;
     started.state.running--;
     const { logger } = this.settings;
@@ -114,16 +113,4 @@ export class RunSet {
 }
 
 /** Placeholder until executeRun() has returned (it returns at once). */
-const RUN_PENDING: Promise<RunReport> = new Promise(() => undefined);
-
-/** Waits for the run and tells its set; an async function, so one frame per run and no closures. */
-async function track(set: RunSet, started: Started): Promise<void> {
-  let report: RunReport;
-  try {
-    report = await started.run;
-  } catch (error) {
-    set.ended(started, undefined, error);
-    return;
-  }
-  set.ended(started, report);
-}
+const RUN_PENDING: Promise<void> = new Promise(() => undefined);
