@@ -49,14 +49,23 @@ function prefix(job: string | undefined): string {
 
 function intervalSchedule(every: Duration, where: string): Schedule {
   const ms = parseBoundedDuration(every, `${where}every`, MIN_INTERVAL_MS, MAX_INTERVAL_MS);
-  return {
+  // one next() per interval, as for a cron pattern: the worker's jobs of one interval then
+  // share each slot's Date (next-slots.ts) instead of one Date each per tick
+  const cached = INTERVAL_CACHE.get(ms);
+  if (cached) return { ...cached };
+  const schedule: Schedule = {
     description: `every ${formatDuration(ms)}`,
     expression: formatDuration(ms),
     timezone: null,
     nominalIntervalMs: ms,
     next: (after) => new Date((Math.floor(after.getTime() / ms) + 1) * ms),
   };
+  INTERVAL_CACHE.set(ms, schedule);
+  return { ...schedule };
 }
+
+/** Interval schedules by their milliseconds (a handful of distinct intervals in practice). */
+const INTERVAL_CACHE = new Map<number, Schedule>();
 
 function cronSchedule(spec: { cron: string; timezone?: string }, job: string | undefined): Schedule {
   const { cron: pattern, timezone } = spec;

@@ -13,7 +13,7 @@ export const MAX_MISSED_RECORDED = 1_000;
 
 /** Sets each job's next slot and returns the catch-up claims (queueing the extra slots of { all: n }). */
 export async function planStart(
-  states: Iterable<JobState>,
+  states: Iterable<Pick<JobState, 'job' | 'nextSlot'>>,
   lastSlots: Map<string, Date | null>,
   startNow: Date,
   store: SchedulerStore,

@@ -21,7 +21,7 @@ import { RunSet, type JobState } from './runs.js';
 import type { RunReport } from './execute-run.js';
 import { NextSlots } from './next-slots.js';
 import { RequestPoller } from './requests.js';
-import { PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
+import { nameHash, PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
 
 const MAX_SLEEP_MS = 30_000;
 // Fire a little after the slot so that the database (whose now() decides) agrees it is due.
@@ -78,7 +78,7 @@ export class ClaimEngine {
 
   constructor(parts: EngineParts, jobs: readonly JobDefinition[]) {
     ({ tracker: this.tracker, store: this.store, clock: this.clock, events: this.events, logger: this.logger, holder: this.holder } = parts);
-    this.states = jobs.map((job) => ({ job, nextSlot: null, running: 0, aheadJob: undefined, aheadFrom: undefined, aheadNext: undefined }));
+    this.states = jobs.map(newState);
     // set one by one: a [name, state] pair per job would be garbage
     this.byName = new Map();
     for (const state of this.states) this.byName.set(state.job.name, state);
@@ -99,7 +99,7 @@ export class ClaimEngine {
   }
 
   addJob(job: JobDefinition): JobState {
-    const state: JobState = { job, nextSlot: null, running: 0, aheadJob: undefined, aheadFrom: undefined, aheadNext: undefined };
+    const state = newState(job);
     this.states.push(state);
     this.byName.set(job.name, state);
     return state;
@@ -175,7 +175,13 @@ export class ClaimEngine {
     if (!this.running) return;
     this.lastTickAt = performance.now();
     const tickNow = this.clock.now();
-    const due: ClaimRequest[] = [];
+    // This worker's hash share first; the rest after twice as long as the share took, by
+    // when the live peers have claimed theirs (the second pass then gets back almost no rows)
+    // and a dead or missing peer's share is taken over.
+    const ownKey = this.tracker.livenessKey();
+    const share = this.peers.share(ownKey);
+    const mine: ClaimRequest[] = [];
+    const others: ClaimRequest[] = [];
     const advanced: JobState[] = [];
     const nextSlots = new NextSlots();
     for (const state of this.states) {
@@ -200,22 +206,18 @@ export class ClaimEngine {
         this.logger.warn({ event: 'slot:late', job: state.job.name, slot: latest.toISOString() }, `slot of "${state.job.name}" is past its starting deadline; not claiming it`);
         continue;
       }
-      due.push({ job: state.job, slot: latest });
+      (share === null || state.shareHash % share.count === share.index ? mine : others).push({ job: state.job, slot: latest });
       advanced.push(state);
     }
-    // This worker's hash share first; the rest after twice as long as the share took, by
-    // when the live peers have claimed theirs (the second pass then gets back almost no rows)
-    // and a dead or missing peer's share is taken over.
-    const ownKey = this.tracker.livenessKey();
-    const { mine, others } = this.peers.split(due, (request) => request.job.name, ownKey);
     const startedAt = performance.now();
-    // once the claim is on its way: the step after each advanced job's next slot, for the next tick
-    setImmediate(() => lookAhead(advanced));
     try {
       if (mine.length > 0) await this.claim(mine, 0);
     } catch (error) {
       this.logger.error({ event: 'claim:failed', err: String(error), jobs: mine.length }, 'claiming slots failed; retrying at the next slot');
     } finally {
+      // The step after each advanced job's next slot, for the next tick: once this worker's own
+      // runs have started, not while its claim (and its peers') keep the database's CPU busy.
+      if (advanced.length > 0) setImmediate(() => lookAhead(advanced));
       if (others.length > 0) this.steal(others, performance.now() - startedAt);
       this.schedule();
       void this.peers.refresh(ownKey);
@@ -384,6 +386,10 @@ export class ClaimEngine {
     );
     void this.clock.sync().catch(() => undefined).finally(() => this.schedule());
   }
+}
+
+function newState(job: JobDefinition): JobState {
+  return { job, nextSlot: null, running: 0, shareHash: nameHash(job.name), aheadJob: undefined, aheadFrom: undefined, aheadNext: undefined };
 }
 
 /** Works out each state's slot after its next one (JobState.aheadNext). */

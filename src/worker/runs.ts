@@ -13,6 +13,8 @@ export interface JobState {
   /** The next slot this worker will try to claim. */
   nextSlot: Date | null;
   running: number;
+  /** nameHash(job.name), for the hash shares (shares.ts): a name's hash, once, not at every tick. */
+  readonly shareHash: number;
   /**
    * The slot after nextSlot, worked out after the previous tick's claim was sent, so that the
    * next tick sends its claim without a schedule step per job first. Valid while `aheadJob` and

@@ -51,15 +51,22 @@ export class PeerList {
     return this.reading;
   }
 
+  /**
+   * This worker's share of the hashes: a hash h is its own when h % count === index. Null when
+   * every job is its own (it is not in the list, or alone in it).
+   */
+  share(ownKey: string | null): { index: number; count: number } | null {
+    const index = ownKey === null ? -1 : this.keys.indexOf(ownKey);
+    return index < 0 || this.keys.length < 2 ? null : { index, count: this.keys.length };
+  }
+
   /** Splits `items` into this worker's share and the rest; all of them are this worker's when it is not in the list. */
   split<T>(items: readonly T[], nameOf: (item: T) => string, ownKey: string | null): { mine: T[]; others: T[] } {
-    const own = ownKey === null ? -1 : this.keys.indexOf(ownKey);
-    if (own < 0 || this.keys.length < 2) return { mine: [...items], others: [] };
+    const share = this.share(ownKey);
+    if (share === null) return { mine: [...items], others: [] };
     const mine: T[] = [];
     const others: T[] = [];
-    const n = this.keys.length;
-    // hashed again each time: FNV over a name is cheaper than finding it in a map of 100,000
-    for (const item of items) (nameHash(nameOf(item)) % n === own ? mine : others).push(item);
+    for (const item of items) (nameHash(nameOf(item)) % share.count === share.index ? mine : others).push(item);
     return { mine, others };
   }
 
