@@ -5,6 +5,7 @@
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { startWorker, type JobOptions, type Worker } from '../src/index.js';
+import { trackerOf } from '../src/lease/tracker.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { nameHash, ownerIndex, PeerList } from '../src/worker/shares.js';
 import { client, freshDatabase, rawPool, sleep, waitFor } from './support/db.js';
@@ -45,11 +46,11 @@ async function worker(list: string[]): Promise<Worker> {
   return w;
 }
 
-/** A liveness session that claims nothing: a peer in every list that never takes its share. */
+/** A worker's liveness session that claims nothing: a peer in every list that never takes its share. */
 async function silentPeer(): Promise<pg.Client> {
   const c = new pg.Client({ connectionString: url, application_name: 'test liveness' });
   await c.connect();
-  await c.query('select leasehold.register_liveness()');
+  await c.query('select leasehold.register_worker_liveness()');
   extra.push(c);
   return c;
 }
@@ -120,6 +121,94 @@ describe('hash shares', () => {
     } finally {
       PeerList.prototype.refresh = original;
     }
+  });
+});
+
+const trackerKey = (w: Worker) => trackerOf(w.leasehold).livenessKey();
+
+/** The number of slots each claim statement of this process asked for, over `ms`. */
+async function claimSizes(ms: number): Promise<number[]> {
+  const perCall: number[] = [];
+  const store = (await import('../src/worker/claims.js')).SchedulerStore.prototype;
+  const claim = store.claim;
+  store.claim = async function (this: typeof store, ...args: Parameters<typeof claim>) {
+    perCall.push(args[0].length);
+    return claim.apply(this, args);
+  };
+  try {
+    await sleep(ms);
+  } finally {
+    store.claim = claim;
+  }
+  return perCall;
+}
+
+describe('the list of workers', () => {
+  it('holds workers only: not a plain client, an application advisory lock or a transaction-level lock of the schema', async () => {
+    await Promise.all(extra.splice(0).map((c) => c.end()));
+    const pool = rawPool(url, 2);
+    // an application's session-level lock on a bigint, as migration tools take one
+    const app = new pg.Client({ connectionString: url, application_name: 'app' });
+    await app.connect();
+    extra.push(app);
+    await app.query('select pg_advisory_lock(7241865325823964)');
+    // a client with its liveness session (a web process calling run(), leasehold exec)
+    const plain = await client(url);
+    // a transaction holding register_jobs' revision lock (what a starting worker holds a moment)
+    const open = new pg.Client({ connectionString: url, application_name: 'open' });
+    await open.connect();
+    extra.push(open);
+    await open.query('begin');
+    await open.query(
+      `select count(*) from leasehold.register_jobs(array['list-x'], array['1h'], array[null], array[3600000::bigint], array[30000::bigint],
+         array['skip'], array['none'], 'test')`,
+    );
+    try {
+      const lockRows = await pool.query<{ n: number }>('select count(*)::int as n from leasehold.liveness_locks()');
+      expect(lockRows.rows[0]!.n).toBe(3);
+      expect((await pool.query('select * from leasehold.worker_keys()')).rows).toEqual([]);
+      await open.query('commit');
+      // then an application's transaction-level lock, open while the worker starts and ticks
+      await open.query('begin');
+      await open.query('select pg_advisory_xact_lock(-42)');
+      expect((await pool.query<{ n: number }>('select count(*)::int as n from leasehold.liveness_locks()')).rows[0]!.n).toBe(3);
+      const all = names('list', 0, 40);
+      const w = await worker(all);
+      const keys = (await pool.query<{ key: string }>('select key::text from leasehold.worker_keys()')).rows.map((r) => r.key);
+      expect(keys).toEqual([trackerKey(w)]);
+      // alone in its list, the worker claims all 40 in one statement at every tick (with the
+      // three other sessions counted as peers it split by 4 and sent a second pass each tick)
+      const sizes = await claimSizes(3_500);
+      expect(sizes.length, JSON.stringify(sizes)).toBeGreaterThanOrEqual(2);
+      expect(sizes.every((n) => n === all.length), JSON.stringify(sizes)).toBe(true);
+      await Promise.all(workers.splice(0).map((x) => x.stop()));
+      await checkHistory('list', all);
+    } finally {
+      await open.query('rollback');
+      await plain.close();
+
+    }
+  });
+
+  it('a worker key is a liveness key: a worker killed with leases frees them at once', async () => {
+    const pool = rawPool(url, 2);
+    const c = new pg.Client({ connectionString: url, application_name: 'test liveness' });
+    await c.connect();
+    const key = (await c.query<{ key: string }>('select leasehold.register_worker_liveness()::text as key')).rows[0]!.key;
+    try {
+      expect(BigInt(key) >> 47n).toBe(19528n);
+      const live = await pool.query<{ key: string }>('select key::text from leasehold.worker_keys()');
+      expect(live.rows.map((r) => r.key)).toContain(key);
+      const got = await pool.query<{ acquired: boolean }>(`select acquired from leasehold.acquire('list-lease', interval '1 hour', 'w', $1::bigint)`, [key]);
+      expect(got.rows[0]!.acquired).toBe(true);
+      expect((await pool.query<{ gone: boolean }>('select leasehold.holder_gone($1::bigint) as gone', [key])).rows[0]!.gone).toBe(false);
+    } finally {
+      await c.end();
+    }
+    await waitFor(async () => (await pool.query('select 1 from leasehold.worker_keys() where key = $1::bigint', [key])).rowCount === 0, 5_000, 20);
+    const again = await pool.query<{ acquired: boolean }>(`select acquired from leasehold.acquire('list-lease', interval '1 hour', 'other')`);
+    expect(again.rows[0]!.acquired).toBe(true);
+
   });
 });
 

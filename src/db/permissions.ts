@@ -36,6 +36,7 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   epoch: 'reader',
   incarnation: 'reader',
   liveness_locks: 'reader',
+  worker_keys: 'reader',
   run_outcomes: 'reader',
   fleet_summary: 'reader',
   fleet_status: 'reader',

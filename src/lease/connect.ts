@@ -37,7 +37,10 @@ function defaultHolder(): string {
   return `${hostname()}:${process.pid}:${randomBytes(3).toString('hex')}`;
 }
 
-export async function openClient(options: LeaseholdOptions): Promise<ClientParts> {
+/** What the client is for: a scheduler worker's liveness key is one its peers list (shares.ts). */
+export type ClientKind = 'client' | 'worker';
+
+export async function openClient(options: LeaseholdOptions, kind: ClientKind = 'client'): Promise<ClientParts> {
   checkOptionKeys(options, LEASEHOLD_OPTION_KEYS, 'createLeasehold()');
   const connectionString = resolveConnectionString(options);
   if (!connectionString && !options.pool) {
@@ -87,6 +90,7 @@ export async function openClient(options: LeaseholdOptions): Promise<ClientParts
     liveness = new LivenessSession({
       connectionString: livenessUrl,
       applicationName: 'leasehold',
+      worker: kind === 'worker',
       connectTimeoutMs,
       checkIntervalMs: Math.max(1_000, Math.min(5_000, queryTimeoutMs)),
       queryTimeoutMs,

@@ -11,7 +11,7 @@ import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { checkLeaseName } from '../validate/names.js';
 import { checkOptionKeys } from '../validate/options.js';
 import { callAcquire, type AcquireRow } from './acquire-call.js';
-import { openClient, type ClientParts } from './connect.js';
+import { openClient, type ClientKind, type ClientParts } from './connect.js';
 import { describeSkip, translateSqlError } from './describe-skip.js';
 import { parseFence } from './fence.js';
 import type { Lease } from './lease.js';
@@ -327,7 +327,12 @@ function parseAcquireOptions(options: Omit<AcquireOptions, 'heartbeat'>, heartbe
  * DatabaseUnavailableError when the server cannot be reached.
  */
 export async function createLeasehold(options: LeaseholdOptions = {}): Promise<Leasehold> {
-  const parts = await openClient(options);
+  return openLeasehold(options, 'client');
+}
+
+/** createLeasehold() for a scheduler worker (startWorker), whose liveness key its peers list. */
+export async function openLeasehold(options: LeaseholdOptions, kind: ClientKind): Promise<Leasehold> {
+  const parts = await openClient(options, kind);
   const leasehold = construct(parts);
   attachTracker(leasehold, parts.tracker);
   return leasehold;

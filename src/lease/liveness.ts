@@ -1,5 +1,6 @@
 // The liveness session: one dedicated connection per client process that holds a
-// session-level advisory lock on a random key (leasehold.register_liveness()). Leases record
+// session-level advisory lock on a random key (leasehold.register_liveness(), or for a
+// scheduler worker register_worker_liveness(): a key its peers find in worker_keys()). Leases record
 // the key; when this process dies its connection closes, the lock goes, and acquire() treats
 // the lease as free at once instead of after the TTL.
 //
@@ -13,6 +14,8 @@ import type { Logger } from '../observe/logger.js';
 export interface LivenessSettings {
   connectionString: string | undefined;
   applicationName: string;
+  /** A scheduler worker's session: its key is in the workers' range (sql/0021_worker_keys.sql). */
+  worker: boolean;
   connectTimeoutMs: number;
   /** How often the session is pinged; a ping that fails or times out drops it. */
   checkIntervalMs: number;
@@ -67,7 +70,9 @@ export class LivenessSession {
         `select set_config('tcp_keepalives_idle', '5', false), set_config('tcp_keepalives_interval', '2', false),
                 set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', '10000', false)`,
       );
-      const { rows } = await client.query<{ key: string }>('select leasehold.register_liveness()::text as key');
+      const { rows } = await client.query<{ key: string }>(
+        settings.worker ? 'select leasehold.register_worker_liveness()::text as key' : 'select leasehold.register_liveness()::text as key',
+      );
       const key = rows[0]?.key;
       if (!key) throw new Error('register_liveness returned no key');
       if (!(await holdsKey(client, key, settings.queryTimeoutMs)).ours) {

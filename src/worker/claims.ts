@@ -65,9 +65,9 @@ export class SchedulerStore {
     return new Map(rows.map((r) => [r.name, r.last_slot]));
   }
 
-  /** The keys of the live liveness sessions, for the hash shares (shares.ts). */
+  /** The liveness keys of the live workers, for the hash shares (shares.ts). */
   async liveKeys(): Promise<string[]> {
-    const { rows } = await this.query<{ key: string }>('select k.key::text as key from leasehold.liveness_locks() k', []);
+    const { rows } = await this.query<{ key: string }>('select k.key::text as key from leasehold.worker_keys() k', []);
     return rows.map((r) => r.key);
   }
 

@@ -2,7 +2,7 @@
 // handle: the claim loop is engine.ts, the runs in progress runs.ts, the periodic chores
 // housekeeping.ts; this file starts them and stops them in order.
 import { InvalidArgumentError, ShutdownError } from '../errors.js';
-import { createLeasehold, type Leasehold, type LeaseholdOptions } from '../lease/leasehold.js';
+import { openLeasehold, type Leasehold, type LeaseholdOptions } from '../lease/leasehold.js';
 import { trackerOf } from '../lease/tracker.js';
 import type { LeaseholdEvents } from '../observe/events.js';
 import type { DatabaseClock } from '../schedule/database-clock.js';
@@ -218,7 +218,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const logger = options.logger ?? stderrLogger();
   // the client gets the connection options only; the worker's own are not its business
   const clientOptions = Object.fromEntries(Object.entries(options).filter(([key]) => LEASEHOLD_OPTION_KEYS.includes(key))) as LeaseholdOptions;
-  const leasehold = await createLeasehold({ ...clientOptions, logger });
+  const leasehold = await openLeasehold({ ...clientOptions, logger }, 'worker');
   try {
     const tracker = trackerOf(leasehold);
     const { runtime } = tracker;
