@@ -61,7 +61,8 @@ describe('claim_due', () => {
       const paused = (await c.query<Row>(claimSql('claim_due'), [jobs, slot, 'c'])).rows;
       expect(paused.map((r) => [r.job, r.reason])).toEqual([['taken-2', 'paused']]);
     } finally {
-      c.release();
+      // discarded, not pooled: a failed expectation may have left it inside a transaction
+      c.release(true);
     }
     // what claim() itself says of the same requests is unchanged
     expect((await pool.query<Row>(claimSql('claim'), [jobs, slot, 'c'])).rows.map((r) => r.reason)).toEqual(['slot-taken', 'slot-taken', 'paused']);

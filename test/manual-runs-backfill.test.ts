@@ -150,7 +150,8 @@ describe('a request that waits for the lease', () => {
       expect(xid[0]!.xid).toBeNull();
       await conn.query('rollback');
     } finally {
-      conn.release();
+      // discarded, not pooled: a failed expectation may have left it inside a transaction
+      conn.release(true);
     }
     const { rows: pending } = await sql.query<{ n: number }>(`select count(*)::int as n from leasehold.run_requests where job in ('waits', 'waits-buf') and state = 'pending'`);
     expect(pending[0]!.n).toBe(2);

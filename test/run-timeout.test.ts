@@ -92,7 +92,8 @@ describe('a run that overruns its timeout', () => {
       // the lease itself is still the frozen run's: no other run of the job can start meanwhile
       expect(await lease('frozen')).toMatchObject({ state: 'held', fence: String(first.fence) });
     } finally {
-      c.release();
+      // discarded, not pooled: a failed expectation may have left it inside a transaction
+      c.release(true);
       w.signal('SIGCONT');
     }
     expect(await w.waitFor((l) => l.event === 'signal' && l.fence === first.fence, 5_000)).toMatchObject({ name: 'RunTimeoutError' });
