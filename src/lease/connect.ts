@@ -40,7 +40,7 @@ function defaultHolder(): string {
 /** What the client is for: a scheduler worker's liveness key is one its peers list (shares.ts). */
 export type ClientKind = 'client' | 'worker';
 
-export async function openClient(options: LeaseholdOptions, kind: ClientKind = 'client'): Promise<ClientParts> {
+export async function openClient(options: LeaseholdOptions, kind: ClientKind): Promise<ClientParts> {
   checkOptionKeys(options, LEASEHOLD_OPTION_KEYS, 'createLeasehold()');
   const connectionString = resolveConnectionString(options);
   if (!connectionString && !options.pool) {

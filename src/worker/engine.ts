@@ -21,7 +21,7 @@ import { RunSet, type JobState } from './runs.js';
 import type { RunReport } from './execute-run.js';
 import { NextSlots } from './next-slots.js';
 import { RequestPoller } from './requests.js';
-import { nameHash, PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
+import { nameHash, owns, PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
 
 const MAX_SLEEP_MS = 30_000;
 // Fire a little after the slot so that the database (whose now() decides) agrees it is due.
@@ -206,7 +206,7 @@ export class ClaimEngine {
         this.logger.warn({ event: 'slot:late', job: state.job.name, slot: latest.toISOString() }, `slot of "${state.job.name}" is past its starting deadline; not claiming it`);
         continue;
       }
-      (share === null || state.shareHash % share.count === share.index ? mine : others).push({ job: state.job, slot: latest });
+      (owns(share, state.shareHash) ? mine : others).push({ job: state.job, slot: latest });
       advanced.push(state);
     }
     const startedAt = performance.now();

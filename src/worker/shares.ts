@@ -29,6 +29,14 @@ export function ownerIndex(name: string, keys: readonly string[]): number {
   return keys.length === 0 ? -1 : nameHash(name) % keys.length;
 }
 
+/** A worker's place among `count` live workers; null: every job is its own. */
+export type Share = { index: number; count: number } | null;
+
+/** Whether a job whose name hashes to `hash` (nameHash) is in `share`. */
+export function owns(share: Share, hash: number): boolean {
+  return share === null || hash % share.count === share.index;
+}
+
 export class PeerList {
   /** Live liveness keys, sorted as text: the same order in every worker that read the same list. */
   private keys: string[] = [];
@@ -51,23 +59,10 @@ export class PeerList {
     return this.reading;
   }
 
-  /**
-   * This worker's share of the hashes: a hash h is its own when h % count === index. Null when
-   * every job is its own (it is not in the list, or alone in it).
-   */
-  share(ownKey: string | null): { index: number; count: number } | null {
+  /** The share of the worker with `ownKey` (see owns()): null when it is not in the list, or alone in it. */
+  share(ownKey: string | null): Share {
     const index = ownKey === null ? -1 : this.keys.indexOf(ownKey);
     return index < 0 || this.keys.length < 2 ? null : { index, count: this.keys.length };
-  }
-
-  /** Splits `items` into this worker's share and the rest; all of them are this worker's when it is not in the list. */
-  split<T>(items: readonly T[], nameOf: (item: T) => string, ownKey: string | null): { mine: T[]; others: T[] } {
-    const share = this.share(ownKey);
-    if (share === null) return { mine: [...items], others: [] };
-    const mine: T[] = [];
-    const others: T[] = [];
-    for (const item of items) (nameHash(nameOf(item)) % share.count === share.index ? mine : others).push(item);
-    return { mine, others };
   }
 
   /** Makes the next refresh() read the list again, however recent it is. */
