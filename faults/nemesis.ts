@@ -52,6 +52,11 @@ export interface NemesisOptions {
   restartEveryRounds: number;
   /** Forward clock steps, minutes (the backward step is always 30 s). */
   stepMinutes?: [number, number];
+  /**
+   * The run's first fault, whatever the seed: a short run whose one decisive fault came last
+   * would see it cut short by the end of the run (the mutant tier's long pause).
+   */
+  first?: FaultKind;
 }
 
 export class Nemesis {
@@ -75,6 +80,8 @@ export class Nemesis {
         round++;
         const kinds = this.options.kinds.filter((k) => k !== 'skew' && (k !== 'restart' || (round - 1) % this.options.restartEveryRounds === 0));
         bag = this.rng.shuffle(kinds);
+        const at = this.options.first === undefined ? -1 : bag.indexOf(this.options.first);
+        if (round === 1 && at > 0) bag.unshift(...bag.splice(at, 1));
         if (bag.length === 0) break;
       }
       const kind = bag.shift() as FaultKind;

@@ -124,15 +124,20 @@ export function preset(
     // lease) and terminations of the liveness session (the stale run goes on and finishes
     // while another worker holds the lease); the 'instant' job's claims collide on the row
     // lock and retry while the first run is already over (the slot guard must refuse them).
+    // The pause comes first and lasts 4.5-5x the TTL: every run then has 3 s or more in which the
+    // stopped holder's lease has expired beyond the checker's slack (faults/check/skips.ts), long
+    // enough for a peer's claim of the slowest job (every 2 s) to fall in it. A pause drawn last
+    // in a 9 s run was cut short by the run's end, a window of 1.4 s fell between two claims of
+    // that job, and under load the mutant went unnoticed in three seeds.
     return {
-      seconds: overrides.seconds ?? 9,
+      seconds: overrides.seconds ?? 13,
       workers: overrides.workers ?? 3,
       warmupMs: 1_000,
       drainMs: ttlMs + 500,
       ttlMs,
       boundMs,
       jobs: [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 350), job('creep', 1_000, 400, 2_500), job('slow', 2_000, 800, 3_000)],
-      nemesis: { kinds: ['pause', 'terminate', 'terminate'], ttlMs, pauseMs: [3.2 * ttlMs, 3.5 * ttlMs], blackholeMs: [1_000, 2_000], dropMs: [1_000, 2_000], gapMs: [300, 600], holderBias: 1, livenessBias: 1, restartEveryRounds: 1 },
+      nemesis: { kinds: ['pause', 'terminate', 'terminate'], first: 'pause', ttlMs, pauseMs: [4.5 * ttlMs, 5 * ttlMs], blackholeMs: [1_000, 2_000], dropMs: [1_000, 2_000], gapMs: [300, 600], holderBias: 1, livenessBias: 1, restartEveryRounds: 1 },
     };
   }
   return {
