@@ -206,6 +206,8 @@ for (let attempt = 1; !worker; attempt++) {
       queryTimeout: queryTimeoutMs,
       connectTimeout: connectTimeoutMs,
       shutdownGrace: '3s',
+      // FAULT_CLAIM_AHEAD: the workers' claimAhead ('300ms': every tick claimed ahead); unset: the default
+      ...(process.env.FAULT_CLAIM_AHEAD ? { claimAhead: process.env.FAULT_CLAIM_AHEAD } : {}),
       jobs: specs.map((spec) => ({
         name: spec.name,
         every: spec.everyMs,

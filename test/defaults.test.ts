@@ -75,6 +75,7 @@ const TABLES: Array<{ file: string; type: string; defaults: Record<string, Liter
       historyRetention: WORKER_DEFAULTS.historyRetention.default,
       clockSyncInterval: WORKER_DEFAULTS.clockSyncInterval.default,
       scheduleRefresh: WORKER_DEFAULTS.scheduleRefresh.default,
+      claimAhead: WORKER_DEFAULTS.claimAhead.default,
     },
   },
   {

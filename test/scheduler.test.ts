@@ -256,3 +256,14 @@ describe('many jobs', () => {
     expect(rows[0]).toEqual({ dupes: 0, jobs: 300 });
   });
 });
+
+describe('outcomes', () => {
+  it('records a handler whose promise rejects without a reason (undefined) as failed, saying so', async () => {
+    await worker([{ name: 'rejects-undefined', every: '1s', handler: () => Promise.reject(undefined) }]);
+    const [run] = await waitFor(async () => {
+      const ended = (await runs('rejects-undefined')).filter((r) => r.finished_at);
+      return ended.length > 0 ? ended : null;
+    });
+    expect([run!.outcome, run!.error]).toEqual(['failed', 'Error: the handler rejected without a reason (undefined)']);
+  });
+});

@@ -66,8 +66,10 @@ export interface SchedulerResults {
   workerBuild: string;
   /** Per tick worker: RSS after the measured ticks, MiB. */
   workerRssMiB: number[];
-  /** The measured ticks. */
+  /** The measured ticks (the workers' default claimAhead, 'auto'). */
   ticks: TickResult[];
+  /** The same ticks with claimAhead '0ms', measured first in the same run: the baseline of the start latency. */
+  baselineTicks: TickResult[];
   /** The ticks between all workers ready and the measured ones (for diagnosis only). */
   warmupTicks: TickResult[];
   /** Why finish_runs statements failed, over the whole tick phase, by message. */
@@ -93,11 +95,13 @@ export async function measureTicks(
   admin: Session,
   offsetMs: number,
   progress: (message: string) => void,
+  /** The workers' claimAhead option (CLAIM_AHEAD); undefined: the build's default. */
+  claimAhead?: string,
 ): Promise<{ ticks: TickResult[]; warmupTicks: TickResult[]; finishErrors: Record<string, number>; workerStartMs: number[]; workerRssMiB: number[]; workerBuild: string }> {
   const intervalMs = settings.everySeconds * 1000;
   const holders = Array.from({ length: settings.workers }, (_, i) => `bench-tick-${i}`);
   const children = holders.map((holder) =>
-    spawnWorker(connectionString, holder, { PREFIX: TICK_PREFIX, JOBS: String(settings.jobs), EVERY: `${settings.everySeconds}s` }),
+    spawnWorker(connectionString, holder, { PREFIX: TICK_PREFIX, JOBS: String(settings.jobs), EVERY: `${settings.everySeconds}s`, ...(claimAhead ? { CLAIM_AHEAD: claimAhead } : {}) }),
   );
   try {
     const ready = await Promise.all(children.map(waitReady));
@@ -194,6 +198,13 @@ export async function measureScheduler(options: {
       `scheduler: ${settings.jobs.toLocaleString('en-US')} jobs every ${settings.everySeconds}s on ${settings.workers} worker processes; ` +
         `local - database clock = ${clock.offsetMs.toFixed(2)} ms (round trip ${clock.roundTripMs.toFixed(2)} ms)`,
     );
+    // the baseline first: the same workers never claiming ahead, then with the default
+    progress(`  baseline: claimAhead '0ms' (every tick claimed at its slot)`);
+    const baseline = await measureTicks(connectionString, settings, admin, clock.offsetMs, progress, '0ms');
+    for (const tick of baseline.ticks) {
+      progress(`  baseline tick ${tick.slot.slice(11, 23)}: start latency p50 ${tick.startLatencyMs.p50} ms, p99 ${tick.startLatencyMs.p99} ms; exactly once ${tick.verification.exactlyOnce}/${settings.jobs}`);
+    }
+    progress(`  the default: claimAhead 'auto'`);
     const { ticks, warmupTicks, finishErrors, workerStartMs, workerRssMiB, workerBuild } = await measureTicks(connectionString, settings, admin, clock.offsetMs, progress);
     for (const tick of [...warmupTicks, ...ticks]) {
       const v = tick.verification;
@@ -226,6 +237,7 @@ export async function measureScheduler(options: {
       workerBuild,
       workerRssMiB,
       ticks,
+      baselineTicks: baseline.ticks,
       warmupTicks,
       finishErrors,
       probe,

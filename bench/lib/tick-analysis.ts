@@ -32,15 +32,15 @@ export type StatementCounts = Record<StatementKind | 'total', number[]>;
 
 export interface TickResult {
   slot: string;
-  /** Slot -> the last claim statement that claimed at least one slot returned (any worker). */
+  /** Slot -> the last claim statement that claimed at least one slot returned (any worker); negative: before the slot (claimed ahead). */
   wallMs: number;
   /** Slot -> the last claim statement for this slot returned, including retries that claimed nothing. */
   lastClaimStatementMs: number;
-  /** Slot -> the first claim statement was sent (timer margin + building the batch). */
+  /** Slot -> the first claim statement was sent (timer margin + building the batch); negative: claimed ahead. */
   firstClaimSentMs: number;
   /** Per worker: duration of its first claim statement of the tick (the full batch), client side. */
   batchMs: number[];
-  /** Per worker: its first claim statement's rows back (parsed) -> the last of its handlers of the slot started: starting the runs. */
+  /** Per worker: its first claim statement's rows back (parsed), or the slot if they were back before it (a claim ahead) -> the last of its handlers of the slot started: starting the runs. */
   startSpanMs: number[];
   /** Per worker: garbage collection from the slot to the last handler start of the tick (any worker's), ms. */
   gcMs: number[];
@@ -171,7 +171,7 @@ export function analyseTick(slotDb: number, offsetMs: number, intervalMs: number
     const first = perWorkerClaims[w]?.[0];
     let last = Number.NaN;
     for (let i = 0; i + 1 < d.starts.length; i += 2) if (d.starts[i] === slotDb && !((d.starts[i + 1] as number) <= last)) last = d.starts[i + 1] as number;
-    return first && Number.isFinite(last) ? round(last - first.end, 1) : Number.NaN;
+    return first && Number.isFinite(last) ? round(last - Math.max(first.end, slotLocal), 1) : Number.NaN;
   });
   const sorted = sortedCopy(latencies);
   const lastStart = slotLocal + (sorted[sorted.length - 1] ?? 0);

@@ -22,6 +22,8 @@ export interface ClaimRecord {
   start: number;
   end: number;
   error: string | null;
+  /** A claim ahead of the slot (SchedulerStore.claimAhead: leasehold.claim_ahead); absent in earlier builds' records. */
+  ahead?: boolean;
 }
 
 export interface WorkerDump {

@@ -7,19 +7,16 @@
 // interval later). So a lease is never renewed later than it would have been on its own, leases
 // of one ttl fall into step after their first renewal, and leases with a longer ttl ride along
 // with the beats of the shorter ones. One beat is in flight at a time, on the renew pool.
+// Each kept lease's interval and due time are fields of its LeaseControl, and the kept leases a
+// DenseSet: nothing is allocated per lease kept.
 import { performance } from 'node:perf_hooks';
+import { DenseSet } from './dense-set.js';
 import type { LeaseControl } from './lease-control.js';
 import { renewMany } from './renewal.js';
 import type { LeaseRuntime } from './runtime.js';
 
-interface Kept {
-  intervalMs: number;
-  /** performance.now() at which the next renewal is due. */
-  dueAt: number;
-}
-
 export class Heartbeat {
-  private readonly kept = new Map<LeaseControl, Kept>();
+  private readonly kept = new DenseSet<LeaseControl>({ get: (c) => c.keptSlot, set: (c, at) => (c.keptSlot = at) });
   private timer: NodeJS.Timeout | undefined;
   /** When the armed timer fires (Infinity when none is armed). */
   private armedAt = Infinity;
@@ -31,10 +28,11 @@ export class Heartbeat {
   /** Renews `control` every `intervalMs` (in the shared beat) until it ends. */
   keep(control: LeaseControl, intervalMs: number): void {
     if (!control.held || this.stopped) return;
-    const entry = { intervalMs, dueAt: performance.now() + intervalMs };
-    this.kept.set(control, entry);
+    control.beatIntervalMs = intervalMs;
+    control.beatDueAt = performance.now() + intervalMs;
+    this.kept.add(control);
     // O(1) per lease: only an earlier due time moves the timer
-    if (!this.inFlight && entry.dueAt < this.armedAt) this.arm(entry.dueAt);
+    if (!this.inFlight && control.beatDueAt < this.armedAt) this.arm(control.beatDueAt);
   }
 
   /** Stops renewing `control` (it ended). */
@@ -59,11 +57,12 @@ export class Heartbeat {
     this.timer = undefined;
     this.armedAt = Infinity;
     if (this.stopped) return;
+    const kept = this.kept.view();
     let shortest = Infinity;
-    for (const entry of this.kept.values()) shortest = Math.min(shortest, entry.intervalMs);
+    for (const control of kept) shortest = Math.min(shortest, control.beatIntervalMs);
     const horizon = performance.now() + shortest;
     const batch: LeaseControl[] = [];
-    for (const [control, entry] of this.kept) if (entry.dueAt < horizon) batch.push(control);
+    for (const control of kept) if (control.beatDueAt < horizon) batch.push(control);
     if (batch.length > 0) {
       this.inFlight = true;
       const sentAt = performance.now();
@@ -74,10 +73,7 @@ export class Heartbeat {
       } finally {
         this.inFlight = false;
       }
-      for (const control of batch) {
-        const entry = this.kept.get(control);
-        if (entry) entry.dueAt = sentAt + entry.intervalMs;
-      }
+      for (const control of batch) if (this.kept.has(control)) control.beatDueAt = sentAt + control.beatIntervalMs;
     }
     this.armNext();
   }
@@ -85,7 +81,7 @@ export class Heartbeat {
   private armNext(): void {
     if (this.stopped) return;
     let earliest = Infinity;
-    for (const entry of this.kept.values()) earliest = Math.min(earliest, entry.dueAt);
+    for (const control of this.kept.view()) earliest = Math.min(earliest, control.beatDueAt);
     if (earliest < Infinity) this.arm(earliest);
   }
 }

@@ -10,6 +10,7 @@ import { performance } from 'node:perf_hooks';
 import { LeaseLostError, type LeaseLostReason } from '../errors.js';
 import type { LeaseInfo } from '../observe/events.js';
 import type { DeadlineHolder } from './deadlines.js';
+import type { Lease } from './lease.js';
 import type { LeaseRuntime } from './runtime.js';
 
 export interface LeaseGrant {
@@ -38,9 +39,19 @@ export class LeaseControl implements DeadlineHolder {
   /** Why the lease ended, once it has, for a signal asked for afterwards (a thunk: made on demand). */
   private abortReason: (() => unknown) | undefined;
   /** performance.now() at which the lease counts as lost without a confirmed renewal (on runtime.deadlines). */
-  private deadline = 0;
+  deadlineAt = 0;
+  /** Its place in runtime.deadlines (DeadlineHolder). */
+  deadlineSlot = -1;
   /** Called once when the lease ends (lost or released): the tracker stops renewing it. */
   onEnd: ((control: LeaseControl) => void) | undefined;
+  /** The public Lease made for this control (by the tracker), if one was. */
+  lease: Lease | undefined;
+  /** Its place among the tracker's held leases (-1: not there). */
+  trackedSlot = -1;
+  /** Its place in the heartbeat (-1: not renewed), its renewal interval and when its next renewal is due (performance.now()). */
+  keptSlot = -1;
+  beatIntervalMs = 0;
+  beatDueAt = 0;
 
   constructor(
     readonly grant: LeaseGrant,
@@ -132,7 +143,7 @@ export class LeaseControl implements DeadlineHolder {
       return;
     }
     const deadline = performance.now() + left;
-    if (deadline < this.deadline) this.armDeadline(deadline);
+    if (deadline < this.deadlineAt) this.armDeadline(deadline);
   }
 
   throwIfNotHeld(): void {
@@ -146,7 +157,6 @@ export class LeaseControl implements DeadlineHolder {
   }
 
   private armDeadline(monotonicDeadline: number): void {
-    this.deadline = monotonicDeadline;
     this.runtime.deadlines.set(this, monotonicDeadline);
   }
 

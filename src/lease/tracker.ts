@@ -3,13 +3,15 @@
 // and the worker share it by import (trackerOf); it is not part of the published API.
 import { ClosedError } from '../errors.js';
 import type { ClockStep } from '../schedule/database-clock.js';
+import { DenseSet } from './dense-set.js';
 import { Heartbeat } from './heartbeat.js';
 import { LeaseControl, type LeaseGrant } from './lease-control.js';
 import { controlOfLease, leaseOf, type Lease } from './lease.js';
 import type { LeaseRuntime } from './runtime.js';
 
 export class LeaseTracker {
-  private readonly active = new Map<LeaseControl, Lease>();
+  /** The leases held now (each control keeps its public Lease: control.lease). */
+  private readonly active = new DenseSet<LeaseControl>({ get: (c) => c.trackedSlot, set: (c, at) => (c.trackedSlot = at) });
   private readonly heartbeat: Heartbeat;
   private closed = false;
   /** A lease ended: no longer held here, no longer renewed (one function for all of them). */
@@ -38,7 +40,8 @@ export class LeaseTracker {
   track(grant: LeaseGrant): Lease {
     const control = new LeaseControl(grant, this.runtime);
     const lease = leaseOf(control);
-    this.active.set(control, lease);
+    control.lease = lease;
+    this.active.add(control);
     control.onEnd = this.ended;
     if (grant.holderKey !== null && this.livenessKey() !== grant.holderKey) control.markLost('liveness-lost');
     return lease;
@@ -72,7 +75,7 @@ export class LeaseTracker {
 
   /** The liveness session dropped: every lease taken under its key is lost. */
   livenessLost(key: string): void {
-    for (const control of [...this.active.keys()]) {
+    for (const control of this.active.snapshot()) {
       if (control.grant.holderKey === key) control.markLost('liveness-lost');
     }
   }
@@ -84,14 +87,14 @@ export class LeaseTracker {
   clockStepped(step: ClockStep): void {
     this.runtime.events.emit('clock:step', { deltaMs: step.deltaMs, databaseTime: step.databaseTime, expected: step.expected });
     const now = this.runtime.clock.now();
-    for (const control of [...this.active.keys()]) control.clockStepped(now, step.deltaMs);
+    for (const control of this.active.snapshot()) control.clockStepped(now, step.deltaMs);
   }
 
   /** Stops the heartbeat and releases every held lease (best effort). */
   async close(): Promise<void> {
     this.closed = true;
     this.heartbeat.stop();
-    await Promise.allSettled([...this.active.values()].map((lease) => lease.release()));
+    await Promise.allSettled(this.active.snapshot().map((control) => (control.lease as Lease).release()));
   }
 }
 

@@ -40,6 +40,12 @@ export class SchedulerStore {
     return timedQuery<R>(this.runtime.controlPool, text, values, timeoutMs, this.runtime.where);
   }
 
+  /** A statement whose rows come back as arrays of their columns, in the order selected. */
+  private async arrayQuery(text: string, values: unknown[], timeoutMs: number): Promise<unknown[][]> {
+    const { rows } = await timedQuery<Record<string, unknown>>(this.runtime.controlPool, text, values, timeoutMs, this.runtime.where, 'array');
+    return rows as unknown as unknown[][];
+  }
+
   /** Upserts the definitions; returns the last claimed slot of each job that has one (get() ?? null for the others). */
   async register(jobs: readonly JobDefinition[], holder: string): Promise<Map<string, Date | null>> {
     // sent as array literals, built flat (array-literal.ts): 10,000 jobs are one statement
@@ -78,20 +84,7 @@ export class SchedulerStore {
    * that report each outcome.
    */
   async claim(requests: readonly ClaimRequest[], holder: string, holderKey: string | null, every = false): Promise<ClaimRow[]> {
-    const names: string[] = new Array<string>(requests.length);
-    const slots: Date[] = new Array<Date>(requests.length);
-    const ttls: number[] = new Array<number>(requests.length);
-    const modes: string[] = new Array<string>(requests.length);
-    const caps: number[] = new Array<number>(requests.length);
-    for (let i = 0; i < requests.length; i++) {
-      const { job, slot } = requests[i] as ClaimRequest;
-      const mode = claimMode(job);
-      names[i] = job.name;
-      slots[i] = slot;
-      ttls[i] = job.ttlMs;
-      modes[i] = mode.mode;
-      caps[i] = mode.bufferCap;
-    }
+    const { names, slots, ttls, modes, caps } = requestArrays(requests);
     // The plain arrays go as literals built flat (src/db/array-literal.ts), the ttls as whole
     // milliseconds (durations are, src/validate/duration.ts).
     const values = [textArrayLiteral(names), timestampArrayLiteral(slots), numberArrayLiteral(ttls), textArrayLiteral(modes), numberArrayLiteral(caps), holder, holderKey];
@@ -108,12 +101,23 @@ export class SchedulerStore {
       );
       return rows;
     }
-    const { rows } = await this.query<TickRow>(
-      'select * from leasehold.claim_tick($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[], $6, $7::bigint)',
-      values,
-      timeoutMs,
-    );
+    const rows = await this.arrayQuery(`select ${TICK_COLUMNS} from leasehold.claim_tick($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[], $6, $7::bigint)`, values, timeoutMs);
     return tickRows(rows, requests);
+  }
+
+  /**
+   * Claims, ahead of their slots, the requests whose slot is due within `aheadMs` and whose
+   * lease is free (leasehold.claim_ahead); `starts`: when each run will start (its slot plus the
+   * job's jitter). Returns the claimed rows only; the others are claimed at their slots.
+   */
+  async claimAhead(requests: readonly ClaimRequest[], starts: readonly Date[], holder: string, holderKey: string | null, aheadMs: number): Promise<ClaimRow[]> {
+    const { names, slots, ttls, modes, caps } = requestArrays(requests);
+    const rows = await this.arrayQuery(
+      'select job, slot, token, fence, expires_at, previous_slot, database_time from leasehold.claim_ahead($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[], $6, $7::bigint, $8::bigint, $9::timestamptz[])',
+      [textArrayLiteral(names), timestampArrayLiteral(slots), numberArrayLiteral(ttls), textArrayLiteral(modes), numberArrayLiteral(caps), holder, holderKey, Math.ceil(aheadMs), timestampArrayLiteral(starts)],
+      batchTimeout(this.runtime.queryTimeoutMs, requests.length),
+    );
+    return aheadRows(rows, requests, holder);
   }
 
   async finish(
@@ -136,8 +140,8 @@ export class SchedulerStore {
   async finishMany(
     runs: ReadonlyArray<{ job: string; fence: number; token: string | null; outcome: string; error: string | null; attempts: number }>,
   ): Promise<Array<{ job: string; fence: number; recorded: boolean; released: boolean; nextBufferedSlot: Date | null }>> {
-    const { rows } = await this.query<{ job: string; fence: string; recorded: boolean; released: boolean; next_buffered_slot: Date | null }>(
-      'select * from leasehold.finish_runs($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::integer[])',
+    const rows = await this.arrayQuery(
+      'select job, fence, recorded, released, next_buffered_slot from leasehold.finish_runs($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::integer[])',
       [
         textArrayLiteral(runs.map((r) => r.job)),
         numberArrayLiteral(runs.map((r) => r.fence)),
@@ -148,7 +152,10 @@ export class SchedulerStore {
       ],
       batchTimeout(this.runtime.queryTimeoutMs, runs.length),
     );
-    return rows.map((r) => ({ job: r.job, fence: Number(r.fence), recorded: r.recorded, released: r.released, nextBufferedSlot: r.next_buffered_slot }));
+    return rows.map((r) => {
+      const [job, fence, recorded, released, nextBufferedSlot] = r as [string, string, boolean, boolean, Date | null];
+      return { job, fence: Number(fence), recorded, released, nextBufferedSlot };
+    });
   }
 
   async enqueue(job: string, slots: Date[]): Promise<number> {
@@ -212,57 +219,143 @@ function batchTimeout(timeoutMs: number, rows: number): number {
 /** Rows of each kind prune_history deletes per statement: short transactions, bounded WAL bursts. */
 const PRUNE_BATCH = 5_000;
 
-/** A row of leasehold.claim_tick(): a ClaimRow with its times as epoch milliseconds. */
-type TickRow = Omit<ClaimRow, 'slot' | 'expires_at' | 'previous_slot' | 'holder_slot' | 'holder_since' | 'database_time'> & {
-  slot: number;
-  expires_at: number | null;
-  previous_slot: number | null;
-  holder_slot: number | null;
-  holder_since: number | null;
-  database_time: number;
-};
+/** A claim's requests as the parallel arrays the claim functions take. */
+function requestArrays(requests: readonly ClaimRequest[]): { names: string[]; slots: Date[]; ttls: number[]; modes: string[]; caps: number[] } {
+  const names: string[] = new Array<string>(requests.length);
+  const slots: Date[] = new Array<Date>(requests.length);
+  const ttls: number[] = new Array<number>(requests.length);
+  const modes: string[] = new Array<string>(requests.length);
+  const caps: number[] = new Array<number>(requests.length);
+  for (let i = 0; i < requests.length; i++) {
+    const { job, slot } = requests[i] as ClaimRequest;
+    const mode = claimMode(job);
+    names[i] = job.name;
+    slots[i] = slot;
+    ttls[i] = job.ttlMs;
+    modes[i] = mode.mode;
+    caps[i] = mode.bufferCap;
+  }
+  return { names, slots, ttls, modes, caps };
+}
 
 /**
- * ClaimRows from claim_tick()'s rows: a claimed slot that is the one asked for reuses the
- * request's Date (jobs due at one instant share it), and rows with the same database time share
- * one Date.
+ * ClaimRows from claim_ahead()'s rows (job, slot, token, fence, expires_at, previous_slot,
+ * database_time; times as epoch milliseconds): every one a claim by `holder`.
  */
-function tickRows(rows: TickRow[], requests: readonly ClaimRequest[]): ClaimRow[] {
+function aheadRows(rows: unknown[][], requests: readonly ClaimRequest[], holder: string): ClaimRow[] {
+  const asked = new Map<number, Date>();
+  for (const request of requests) {
+    const t = request.slot.getTime();
+    if (!asked.has(t)) asked.set(t, request.slot);
+  }
+  const databaseTime = new SharedDates();
+  const expiries = new SharedDates();
+  const previous = new SharedDates();
+  return rows.map((row) => {
+    const [job, slot, token, fence, expiresAt, previousSlot, database] = row as [string, number, string, string, number, number | null, number];
+    const slotMs = Math.round(slot);
+    return {
+      job,
+      slot: asked.get(slotMs) ?? new Date(slotMs),
+      claimed: true,
+      reason: 'claimed',
+      token,
+      fence,
+      expires_at: expiries.of(expiresAt),
+      previous_slot: previous.of(previousSlot),
+      holder,
+      holder_fence: null,
+      holder_slot: null,
+      holder_since: null,
+      skip_recorded: false,
+      buffered: false,
+      database_time: databaseTime.of(database) as Date,
+      took_over: false,
+    };
+  });
+}
+
+/**
+ * claim_tick()'s columns, in the order tickRows() reads them; its times are epoch milliseconds
+ * (numbers to parse, not timestamps).
+ */
+const TICK_COLUMNS =
+  'job, slot, claimed, reason, token, fence, expires_at, previous_slot, holder, holder_fence, holder_slot, holder_since, skip_recorded, buffered, database_time, took_over';
+
+/**
+ * ClaimRows from claim_tick()'s rows (arrays of TICK_COLUMNS): a claimed slot that is the one
+ * asked for reuses the request's Date (jobs due at one instant share it), and rows with the
+ * same database time, or the same expiry (one statement's now() plus the same ttl), share one
+ * Date.
+ */
+function tickRows(rows: unknown[][], requests: readonly ClaimRequest[]): ClaimRow[] {
   const asked = new Map<number, Date>();
   for (const request of requests) {
     const t = request.slot.getTime();
     if (!asked.has(t)) asked.set(t, request.slot);
   }
   const out: ClaimRow[] = new Array<ClaimRow>(rows.length);
-  let databaseMs = Number.NaN;
-  let databaseTime = new Date(0);
+  const databaseTime = new SharedDates();
+  const expiries = new SharedDates();
+  const previous = new SharedDates();
   for (let i = 0; i < rows.length; i++) {
     const row = rows[i] as TickRow;
-    if (row.database_time !== databaseMs) {
-      databaseMs = row.database_time;
-      databaseTime = new Date(databaseMs);
-    }
-    const slotMs = Math.round(row.slot);
+    const slotMs = Math.round(row[1]);
     out[i] = {
-      job: row.job,
+      job: row[0],
       slot: asked.get(slotMs) ?? new Date(slotMs),
-      claimed: row.claimed,
-      reason: row.reason,
-      token: row.token,
-      fence: row.fence,
-      expires_at: toDate(row.expires_at),
-      previous_slot: toDate(row.previous_slot),
-      holder: row.holder,
-      holder_fence: row.holder_fence,
-      holder_slot: toDate(row.holder_slot),
-      holder_since: toDate(row.holder_since),
-      skip_recorded: row.skip_recorded,
-      buffered: row.buffered,
-      database_time: databaseTime,
-      took_over: row.took_over,
+      claimed: row[2],
+      reason: row[3],
+      token: row[4],
+      fence: row[5],
+      expires_at: expiries.of(row[6]),
+      previous_slot: previous.of(row[7]),
+      holder: row[8],
+      holder_fence: row[9],
+      holder_slot: toDate(row[10]),
+      holder_since: toDate(row[11]),
+      skip_recorded: row[12],
+      buffered: row[13],
+      database_time: databaseTime.of(row[14]) as Date,
+      took_over: row[15],
     };
   }
   return out;
+}
+
+/** A row of claim_tick(), as an array of TICK_COLUMNS: a ClaimRow's values with times as epoch milliseconds. */
+type TickRow = [
+  job: string,
+  slot: number,
+  claimed: boolean,
+  reason: ClaimRow['reason'],
+  token: string | null,
+  fence: string | null,
+  expires_at: number | null,
+  previous_slot: number | null,
+  holder: string | null,
+  holder_fence: string | null,
+  holder_slot: number | null,
+  holder_since: number | null,
+  skip_recorded: boolean,
+  buffered: boolean,
+  database_time: number,
+  took_over: boolean,
+];
+
+/** Dates of epoch milliseconds, the same Date for a run of equal values (rows of one statement mostly share them). */
+class SharedDates {
+  private ms = Number.NaN;
+  private date: Date | null = null;
+
+  of(ms: number | null): Date | null {
+    if (ms === null) return null;
+    if (ms !== this.ms) {
+      this.ms = ms;
+      this.date = toDate(ms);
+    }
+    return this.date;
+  }
 }
 
 /** Epoch milliseconds (with the microseconds as a fraction) to a Date, as pg parses a timestamptz: to the millisecond. */

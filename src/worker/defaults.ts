@@ -14,6 +14,8 @@ export const WORKER_DEFAULTS = {
   clockSyncInterval: { default: '5m', minMs: 1_000, maxMs: DAY } satisfies DurationSetting,
   /** How often the worker reads schedule changes (jobs defined as data, pause and resume). */
   scheduleRefresh: { default: '1s', minMs: 50, maxMs: 60_000 } satisfies DurationSetting,
+  /** How far ahead of a slot a worker may claim it: 'auto' (claim-ahead.ts), or a lead within these bounds ('0ms': never). */
+  claimAhead: { default: 'auto', minMs: 0, maxMs: 10_000 },
 } as const;
 
 /** Job options (defineJob, or the objects in startWorker({ jobs })). */

@@ -9,9 +9,8 @@ import type { LeaseTracker } from '../lease/tracker.js';
 import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
 import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
-import { jobClock } from '../schedule/jitter.js';
-import { slotsBetween } from '../schedule/schedule.js';
-import { MAX_MISSED_RECORDED } from './catch-up.js';
+import { fireTime } from '../schedule/jitter.js';
+import { LeadPolicy, StartQueue, type ClaimAheadSetting } from './claim-ahead.js';
 import type { ClaimRequest, ClaimRow, SchedulerStore } from './claims.js';
 import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-steps.js';
 import { FinishQueue } from './finish-queue.js';
@@ -21,7 +20,9 @@ import { RunSet, type JobState } from './runs.js';
 import type { RunReport } from './execute-run.js';
 import { NextSlots } from './next-slots.js';
 import { RequestPoller } from './requests.js';
-import { nameHash, owns, PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
+import { nameHash, PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
+import { MissedSlots, type Follower } from './missed-slots.js';
+import { advancePast, lookAhead, nextTickAt, planTick } from './tick-plan.js';
 
 const MAX_SLEEP_MS = 30_000;
 // Fire a little after the slot so that the database (whose now() decides) agrees it is due.
@@ -40,6 +41,9 @@ const MIN_TICK_GAP_MS = 50;
 const FINISH_HOLD_MIN_RUNS = 500;
 const FINISH_HOLD_MAX_RUNS = 5_000;
 const FINISH_HOLD_MAX_MS = 500;
+// Runs claimed ahead all start at their slot, in every worker at once: their ends are recorded
+// this long after the slot at the earliest, once the workers' starts are done.
+const FINISH_HOLD_AFTER_START_MS = 100;
 
 export interface EngineParts {
   tracker: LeaseTracker;
@@ -48,7 +52,13 @@ export interface EngineParts {
   events: LeaseholdEmitter;
   logger: Logger;
   holder: string;
+  /** How far ahead of a slot to claim it (claim-ahead.ts): a lead in ms, or 'auto'. */
+  claimAhead: ClaimAheadSetting;
 }
+
+/** Sent to claim_ahead() beyond the lead: the database's clock and this worker's estimate of it differ a little. */
+const AHEAD_SLACK_MS = 250;
+const MAX_AHEAD_MS = 10_000;
 
 export class ClaimEngine {
   readonly states: JobState[];
@@ -69,12 +79,20 @@ export class ClaimEngine {
   private readonly holder: string;
   /** Windows of forward database clock steps, stored in the database. */
   private readonly steps: StepRecorder;
+  /** Slots that neither ran nor were skipped between a job's claims, recorded as missed. */
+  private readonly missed: MissedSlots;
   /** Claims in flight: stopping waits for them, so that no run is claimed behind its back. */
   private readonly claiming = new Set<Promise<number>>();
   private readonly retryTimers = new Set<NodeJS.Timeout>();
   private timer: NodeJS.Timeout | undefined;
   private lastTickAt = -Infinity;
   private running = true;
+  /** How far ahead of their slots this worker claims them now. */
+  private readonly lead: LeadPolicy;
+  /** Runs claimed ahead, waiting for their start. */
+  private readonly starts: StartQueue;
+  /** How long this worker's last claim ahead took (ms): its second pass waits for the peers' as long. */
+  private lastAheadMs = 0;
 
   constructor(parts: EngineParts, jobs: readonly JobDefinition[]) {
     ({ tracker: this.tracker, store: this.store, clock: this.clock, events: this.events, logger: this.logger, holder: this.holder } = parts);
@@ -83,6 +101,9 @@ export class ClaimEngine {
     this.byName = new Map();
     for (const state of this.states) this.byName.set(state.job.name, state);
     this.steps = new StepRecorder(this.store, this.holder, this.logger);
+    this.missed = new MissedSlots({ store: this.store, steps: this.steps, events: this.events, logger: this.logger, holder: this.holder });
+    this.lead = new LeadPolicy(parts.claimAhead);
+    this.starts = new StartQueue(this.clock, FIRE_MARGIN_MS);
     this.finisher = new FinishQueue(this.store);
     this.runs = new RunSet({ ...parts, finisher: this.finisher, shutdown: this.shutdown.signal });
     this.peers = new PeerList(() => this.store.liveKeys());
@@ -139,32 +160,20 @@ export class ClaimEngine {
     this.schedule();
   }
 
-  /** Stops claiming and waits for claims in flight. */
+  /** Stops claiming and waits for claims in flight; runs claimed ahead and not started yet are handed back (recorded aborted). */
   async stopClaiming(): Promise<void> {
     this.running = false;
     clearTimeout(this.timer);
     for (const timer of this.retryTimers) clearTimeout(timer);
     await Promise.allSettled([...this.claiming, this.requests.stop()]);
+    this.starts.handBackAll(STOPPED_BEFORE_START);
   }
 
-  /** Sleeps until the earliest next slot, then claims every job due by then. */
+  /** Sleeps until the earliest next slot (less the claim-ahead lead), then claims every job due by then. */
   private schedule(): void {
     if (!this.running) return;
     clearTimeout(this.timer);
-    let earliest: number | null = null;
-    let seen: Date | null = null;
-    let seenOffset = 0;
-    for (const state of this.states) {
-      const slot = state.nextSlot;
-      // jobs sharing a next slot share its Date (next-slots.ts): one sum for a run of them, not
-      // a boxed number per job each time the timer is set
-      if (slot === null || (slot === seen && state.job.jitterOffsetMs === seenOffset)) continue;
-      seen = slot;
-      seenOffset = state.job.jitterOffsetMs;
-      // a job with jitter fires its slot at slot + offset (src/schedule/jitter.ts)
-      const at = slot.getTime() + seenOffset;
-      if (earliest === null || at < earliest) earliest = at;
-    }
+    const earliest = nextTickAt(this.states, this.lead.leadMs());
     if (earliest === null) return;
     const gap = MIN_TICK_GAP_MS - (performance.now() - this.lastTickAt);
     const wait = Math.min(Math.max(0, earliest - this.clock.now().getTime() + FIRE_MARGIN_MS, gap), MAX_SLEEP_MS);
@@ -174,54 +183,81 @@ export class ClaimEngine {
   private async tick(): Promise<void> {
     if (!this.running) return;
     this.lastTickAt = performance.now();
-    const tickNow = this.clock.now();
     // This worker's hash share first; the rest after twice as long as the share took, by
     // when the live peers have claimed theirs (the second pass then gets back almost no rows)
-    // and a dead or missing peer's share is taken over.
+    // and a dead or missing peer's share is taken over. Slots of its share due within the
+    // lead are claimed ahead, and their runs started at their slots.
     const ownKey = this.tracker.livenessKey();
-    const share = this.peers.share(ownKey);
-    const mine: ClaimRequest[] = [];
-    const others: ClaimRequest[] = [];
-    const advanced: JobState[] = [];
-    const nextSlots = new NextSlots();
-    for (const state of this.states) {
-      // jitter: each job reads the clock behind by its offset, so its slots, its lateness and
-      // its next slot are all judged from its fire times (slot + offset)
-      const now = jobClock(tickNow, state.job.jitterOffsetMs);
-      if (!state.nextSlot || state.nextSlot > now) continue;
-      // Usually one slot is due: the one after it is still ahead (one schedule step per job,
-      // for thousands of jobs a tick). If this worker slept through several slots (a blocked
-      // event loop, a suspended VM), claim only the latest: the others ran elsewhere or are
-      // recorded as missed.
-      let latest = state.nextSlot;
-      const following = state.aheadFrom === latest && state.aheadJob === state.job ? (state.aheadNext ?? null) : nextSlots.of(state.job.schedule, latest);
-      if (following === null || following > now) {
-        state.nextSlot = following;
-      } else {
-        const slots = slotsBetween(state.job.schedule, new Date(state.nextSlot.getTime() - 1), now, MAX_MISSED_RECORDED);
-        latest = slots[slots.length - 1] ?? state.nextSlot;
-        state.nextSlot = state.job.schedule.next(now);
-      }
-      if (now.getTime() - latest.getTime() > state.job.startingDeadlineMs) {
-        this.logger.warn({ event: 'slot:late', job: state.job.name, slot: latest.toISOString() }, `slot of "${state.job.name}" is past its starting deadline; not claiming it`);
-        continue;
-      }
-      (owns(share, state.shareHash) ? mine : others).push({ job: state.job, slot: latest });
-      advanced.push(state);
-    }
+    const leadMs = this.lead.leadMs();
+    const plan = planTick(this.states, this.clock.now(), this.peers.share(ownKey), leadMs, this.logger);
+    const { mine, others, advanced } = plan;
     const startedAt = performance.now();
     try {
-      if (mine.length > 0) await this.claim(mine, 0);
+      await Promise.all([
+        mine.length > 0 ? this.claim(mine, 0).then(() => this.lead.observe(plan.dueJobs, performance.now() - startedAt)) : undefined,
+        plan.ahead.length > 0 ? this.claimAhead(plan.ahead, plan.aheadStarts, leadMs, plan.dueJobs) : undefined,
+      ]);
     } catch (error) {
-      this.logger.error({ event: 'claim:failed', err: String(error), jobs: mine.length }, 'claiming slots failed; retrying at the next slot');
+      this.logger.error({ event: 'claim:failed', err: String(error), jobs: mine.length + plan.ahead.length }, 'claiming slots failed; retrying at the next slot');
     } finally {
       // The step after each advanced job's next slot, for the next tick: once this worker's own
       // runs have started, not while its claim (and its peers') keep the database's CPU busy.
       if (advanced.length > 0) setImmediate(() => lookAhead(advanced));
-      if (others.length > 0) this.steal(others, performance.now() - startedAt);
+      // (a share claimed ahead: the peers claimed theirs ahead too, about as long)
+      if (others.length > 0) this.steal(others, mine.length > 0 ? performance.now() - startedAt : Math.max(performance.now() - startedAt, this.lastAheadMs));
       this.schedule();
       void this.peers.refresh(ownKey);
     }
+  }
+
+  /**
+   * Claims `requests` ahead of their slots (claim_ahead); each claimed run starts at its start.
+   * What is not claimed is claimed at its slot. Resolves to the number of runs prepared.
+   */
+  private claimAhead(requests: ClaimRequest[], starts: Date[], leadMs: number, dueJobs: number): Promise<number> {
+    const claiming = this.claimAheadOnce(requests, starts, leadMs, dueJobs);
+    this.claiming.add(claiming);
+    return claiming.finally(() => this.claiming.delete(claiming));
+  }
+
+  private async claimAheadOnce(requests: ClaimRequest[], starts: Date[], leadMs: number, dueJobs: number): Promise<number> {
+    const holderKey = this.tracker.livenessKey();
+    const sentAt = performance.now();
+    const rows = await this.store.claimAhead(requests, starts, this.holder, holderKey, Math.min(MAX_AHEAD_MS, leadMs + AHEAD_SLACK_MS));
+    if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
+    if (!this.running) return this.handBack(rows).then(() => 0);
+    const nextSlots = new NextSlots();
+    const advanced: JobState[] = [];
+    const orphans: ClaimRow[] = [];
+    let followers: Follower[] | undefined;
+    let prepared = 0;
+    for (const row of rows) {
+      const state = this.byName.get(row.job);
+      if (!state) {
+        orphans.push(row);
+        continue;
+      }
+      advancePast(state, row.slot, nextSlots);
+      advanced.push(state);
+      const run = this.runs.prepare(state, row, holderKey, sentAt, this.runSettled);
+      if (run) {
+        prepared++;
+        this.starts.add(fireTime(row.slot, state.job.jitterOffsetMs).getTime(), run);
+      }
+      if (row.previous_slot) (followers ??= []).push({ job: state.job, previous: row.previous_slot, claimed: row.slot });
+    }
+    this.lastAheadMs = performance.now() - sentAt;
+    this.lead.observe(dueJobs, this.lastAheadMs);
+    if (prepared >= FINISH_HOLD_MIN_RUNS && prepared <= FINISH_HOLD_MAX_RUNS && starts[0]) {
+      this.finisher.hold(Math.min(FINISH_HOLD_MAX_MS + leadMs, starts[0].getTime() - this.clock.now().getTime() + FINISH_HOLD_AFTER_START_MS));
+    }
+    if (advanced.length > 0) {
+      setImmediate(() => lookAhead(advanced));
+      this.schedule();
+    }
+    if (followers) this.missed.check(followers);
+    if (orphans.length > 0) await this.handBack(orphans, 'the job was removed from this worker while it was being claimed');
+    return prepared;
   }
 
   /** The second pass over the other workers' shares. */
@@ -267,7 +303,8 @@ export class ClaimEngine {
     let started = 0;
     const retry: ClaimRequest[] = [];
     const orphans: ClaimRow[] = [];
-    const missed: Array<{ job: JobDefinition; previous: Date; claimed: Date }> = [];
+    // claimed rows that follow an earlier claim: looked at for missed slots after every run has started
+    let followers: Follower[] | undefined;
     for (const row of rows) {
       const state = this.byName.get(row.job);
       // removed from this worker while the claim ran: hand the slot back unrun
@@ -279,7 +316,7 @@ export class ClaimEngine {
       if (row.claimed) {
         started++;
         this.runs.launch(state, row, holderKey, sentAt, this.runSettled);
-        if (row.previous_slot && this.missedBetween(job, row.previous_slot, row.slot)) missed.push({ job, previous: row.previous_slot, claimed: row.slot });
+        if (row.previous_slot) (followers ??= []).push({ job, previous: row.previous_slot, claimed: row.slot });
       } else if (row.reason === 'held') {
         if (row.skip_recorded) this.reportSkip(job, row);
       } else if (row.reason === 'slot-not-due' && (attempt >= RETRY_DELAYS_MS.length || this.clock.now() < row.slot)) {
@@ -294,8 +331,7 @@ export class ClaimEngine {
         retry.push({ job, slot: row.slot });
       }
     }
-    // after a downtime many jobs have missed slots: recorded in one statement
-    if (missed.length > 0) void this.recordMissed(missed);
+    if (followers) this.missed.check(followers);
     // 'paused' and 'removed' need nothing: the job feed stops or drops the job within a refresh
     if (orphans.length > 0) await this.handBack(orphans, 'the job was removed from this worker while it was being claimed');
     if (retry.length > 0 && attempt < RETRY_DELAYS_MS.length) {
@@ -330,37 +366,10 @@ export class ClaimEngine {
     });
   }
 
-  /** Slots between the previous claim and this one that neither ran nor were skipped. */
-  // Slots inside a stored clock step window are dropped by record_missed() itself; so the
-  // windows this worker saw are stored first (missed slots are not recorded until they are).
-  /** A slot of `job` lies strictly between `previous` and `claimed` (one schedule step: the usual answer is no). */
-  private missedBetween(job: JobDefinition, previous: Date, claimed: Date): boolean {
-    const next = job.schedule.next(previous);
-    return next !== null && next < claimed;
-  }
-
-  private async recordMissed(claims: ReadonlyArray<{ job: JobDefinition; previous: Date; claimed: Date }>): Promise<void> {
-    const missed: Array<{ job: string; slots: Date[] }> = [];
-    for (const { job, previous, claimed } of claims) {
-      const between = slotsBetween(job.schedule, previous, new Date(claimed.getTime() - 1), MAX_MISSED_RECORDED);
-      if (between.length > 0) missed.push({ job: job.name, slots: between });
-    }
-    if (missed.length === 0) return;
-    if (!(await this.steps.flush())) {
-      this.logger.warn({ event: 'slot:missed-record-failed', jobs: missed.length }, 'not recording missed slots: a clock step window is not stored yet');
-      return;
-    }
-    try {
-      const recorded = await this.store.recordMissedMany(missed, 'no worker claimed it in time (downtime or past its starting deadline)', this.holder);
-      for (const [job, slots] of recorded) this.events.emit('slot:missed', { job, slots });
-    } catch (error) {
-      this.logger.warn({ event: 'slot:missed-record-failed', err: String(error) }, 'could not record missed slots');
-    }
-  }
-
   /** The database clock stepped: follow it (see clock-steps.ts). */
   clockStepped(step: ClockStep): void {
     if (!this.running) return;
+    this.starts.rearm();
     const now = this.clock.now();
     if (step.deltaMs > 0) {
       const requests = followForwardStep(this.states, step, now, this.store, this.logger);
@@ -392,13 +401,4 @@ function newState(job: JobDefinition): JobState {
   return { job, nextSlot: null, running: 0, shareHash: nameHash(job.name), aheadJob: undefined, aheadFrom: undefined, aheadNext: undefined };
 }
 
-/** Works out each state's slot after its next one (JobState.aheadNext). */
-function lookAhead(states: readonly JobState[]): void {
-  const nextSlots = new NextSlots();
-  for (const state of states) {
-    const from = state.nextSlot;
-    state.aheadJob = state.job;
-    state.aheadFrom = from;
-    state.aheadNext = from ? nextSlots.of(state.job.schedule, from) : null;
-  }
-}
+const STOPPED_BEFORE_START = "the worker was stopping before the run's start";

@@ -1,22 +1,28 @@
 // One run of a claimed slot: adopt the lease the claim created (kept alive by the client's
 // shared heartbeat), call the handler with its context, retry if configured, then record the
-// outcome and release the lease in one statement (finish_run). Start and end are events (the
-// logger is one of their subscribers); the handler's logger is made only if it asks for it.
-// A job with a timeout gets a RunDeadline: the signal fires at the deadline, the run is
-// recorded timed-out, and a handler that never settles is given up one ttl later.
+// outcome and release the lease in one statement (finish_runs, batched by the FinishQueue).
+// Start and end are events (the logger is one of their subscribers); the handler's logger is
+// made only if it asks for it. A job with a timeout gets a RunDeadline (run-deadline.ts): the
+// signal fires at the deadline, the run is recorded timed-out, and a handler that never settles
+// is given up one ttl later.
+//
+// A run is a chain of callbacks on one object, not an async function: a worker starts thousands
+// of runs a tick, and the suspended frame of an async function that awaits the handler and then
+// the finish kept about 1.5 KB of heap per run in flight (the largest part of a run's garbage).
+// Only runs with retries, a timeout or a handler wrapper take the async path (attempts()).
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { inTransaction } from '../db/transaction.js';
-import { LeaseLostError, RunTimeoutError, ShutdownError } from '../errors.js';
 import type { Lease } from '../lease/lease.js';
 import { releasedRemotely, type LeaseTracker } from '../lease/tracker.js';
 import { childLogger, type JobLogger } from '../observe/child-logger.js';
 import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
+import type { PreparedRun } from './claim-ahead.js';
 import type { ClaimRow } from './claims.js';
-import type { FinishQueue } from './finish-queue.js';
+import type { FinishItem, FinishQueue, FinishReceiver, FinishResult } from './finish-queue.js';
 import type { JobContext, JobDefinition, RunTrigger } from './job.js';
-
+import { ABANDONED, describeError, pause, refusedForTimeout, RunDeadline, runSignal } from './run-deadline.js';
 import type { RunOutcome } from './run-outcomes.js';
 
 export type { RunOutcome };
@@ -52,32 +58,31 @@ export interface RunReport {
 /**
  * Told once when a run has ended: its report, or the error that ended it outside its handler.
  * One watcher for every run, given the run's tag back: a worker starts thousands of runs a tick,
- * and a frame or a closure waiting on each run's promise was garbage for each (the heap held
- * about 15% more per run in flight).
+ * and a frame or a closure waiting on each run's promise was garbage for each.
  */
 export interface RunWatcher<T> {
   runEnded(tag: T, report: RunReport | undefined, error?: unknown): void;
 }
 
+/** Starts a claimed slot's run and tells `watcher` when it has ended; never throws. */
+export function executeRun<T>(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, holderKey: string | null, sentAt: number, watcher: RunWatcher<T>, tag: T): void {
+  const run = new Run(env, job, claim, holderKey, sentAt, watcher, tag);
+  if (run.prepare()) run.begin();
+}
+
 /**
- * Runs a claimed slot to its end and tells `watcher`. The outcome is recorded; the promise
- * settles when the run has ended and never rejects.
+ * Adopts the lease of a slot claimed ahead (claim_ahead), to start its handler later: begin()
+ * at the slot, or handBack() (recorded aborted, unrun). Null when the lease could not be
+ * adopted (the run is recorded aborted and `watcher` told). Never throws.
  */
-export function executeRun<T>(
-  env: RunEnvironment,
-  job: JobDefinition,
-  claim: ClaimRow,
-  holderKey: string | null,
-  sentAt: number,
-  watcher: RunWatcher<T>,
-  tag: T,
-): Promise<void> {
-  return new Run(env, job, claim, holderKey, sentAt, watcher, tag).execute();
+export function prepareRun<T>(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, holderKey: string | null, sentAt: number, watcher: RunWatcher<T>, tag: T): PreparedRun | null {
+  const run = new Run(env, job, claim, holderKey, sentAt, watcher, tag);
+  return run.prepare() ? run : null;
 }
 
 /** executeRun() for a caller that awaits one run's report (leased()): rejects when the run failed outside its handler. */
 export function executeRunToReport(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, holderKey: string | null, sentAt: number): Promise<RunReport> {
-  return new Promise<RunReport>((resolve, reject) => void executeRun(env, job, claim, holderKey, sentAt, TO_PROMISE, { resolve, reject }));
+  return new Promise<RunReport>((resolve, reject) => executeRun(env, job, claim, holderKey, sentAt, TO_PROMISE, { resolve, reject }));
 }
 
 const TO_PROMISE: RunWatcher<{ resolve: (report: RunReport) => void; reject: (error: unknown) => void }> = {
@@ -88,7 +93,7 @@ const TO_PROMISE: RunWatcher<{ resolve: (report: RunReport) => void; reject: (er
  * One run. A class rather than closures: a worker starts thousands of runs a tick, and each
  * closure of a run (its signal, its logger, its attempts) was an allocation per run.
  */
-class Run<T = unknown> {
+class Run<T = unknown> implements FinishReceiver, PreparedRun {
   readonly fence: number;
   readonly slot: Date;
   readonly trigger: RunTrigger;
@@ -99,6 +104,15 @@ class Run<T = unknown> {
   deadline: RunDeadline | null = null;
   /** The attempt being made: 1, then 2 for the first retry, ... */
   attempt = 1;
+  /** performance.now() when the run started (its report's duration). */
+  private startedAt = 0;
+  /** The run's outcome and error text once its handler has ended (what finish_runs records). */
+  private outcome: RunOutcome = 'succeeded';
+  private errorText: string | null = null;
+  /** The run gave up on a handler that ignored its timeout: its lease is left to expire, not released. */
+  private abandoned = false;
+  /** The handler was never called (the lease could not be adopted, or a run claimed ahead was handed back or lost before its start): recorded unrun, without events. */
+  private unstarted = false;
   /** The run's signal combines its parts only when asked for (ctx.signal, a retry's pause): AbortSignal.any() costs more than the rest of starting a run, and many handlers never read it. */
   private combined: AbortSignal | undefined;
   /** Made only when the handler (or a retry) logs. */
@@ -132,91 +146,89 @@ class Run<T = unknown> {
     return (this.logger ??= childLogger(this.env.logger, { job: this.job.name, slot: this.slot.toISOString(), fence: this.fence }));
   }
 
-  /** Adopts the lease the claim created and lets go of the claim's row; what failed, if it did. */
-  private adopt(): { error: unknown; token: string | null } | undefined {
+  /** Adopts the lease the claim created; false when it could not (the run is recorded aborted, unrun). */
+  prepare(): boolean {
+    const { env, job } = this;
     const claim = this.claim!;
     this.claim = null;
     try {
-      this.lease = adoptLease(this.env, this.job, claim, this.holderKey, this.sentAt);
-      return undefined;
+      this.lease = adoptLease(env, job, claim, this.holderKey, this.sentAt);
+      return true;
     } catch (error) {
-      return { error, token: claim.token };
+      // The client closed between the claim and now: record the run as aborted, unrun.
+      this.endUnstarted('aborted', describeError(error), claim.token);
+      return false;
     }
   }
 
-  async execute(): Promise<void> {
+  /** A run claimed ahead is not started after all (the worker is stopping): recorded aborted, its lease released. */
+  handBack(why: string): void {
+    const { lease } = this;
+    if (lease) this.env.tracker.stopRenewing(lease);
+    this.endUnstarted('aborted', why, lease?.token ?? null);
+  }
+
+  private endUnstarted(outcome: RunOutcome, errorText: string, token: string | null): void {
+    this.unstarted = true;
+    this.outcome = outcome;
+    this.errorText = errorText;
+    this.attempt = 0;
+    this.env.finisher.enqueue(this.finishItem(token));
+  }
+
+  /** Calls the handler (with the run's deadline, events, retries) and returns at its first await. */
+  begin(): void {
     try {
-      const { env, job, fence, slot } = this;
-      const started = performance.now();
-      // (the claim's row is not a local here: a suspended run would keep it)
-      const unadopted = this.adopt();
-      if (unadopted) {
-        // The client closed between the claim and now: record the run as aborted, unrun.
-        const errorText = describeError(unadopted.error);
-        await env.finisher.finish({ job: job.name, fence, token: unadopted.token, outcome: 'aborted', error: errorText, attempts: 0 }).catch(() => undefined);
-        this.watcher.runEnded(this.tag, { job: job.name, slot, fence, outcome: 'aborted', error: errorText, durationMs: 0, nextBufferedSlot: null });
+      const { env, job, fence, slot, lease } = this;
+      // claimed ahead: the worker began to stop, or the lease was lost, before the slot
+      if (env.shutdown.aborted) return this.handBack('the worker was stopping before the run\'s start');
+      if (lease?.lost) {
+        env.tracker.stopRenewing(lease);
+        return this.endUnstarted('lost', lease.lostReason?.message ?? 'lease lost', lease.token);
+      }
+      this.startedAt = performance.now();
+      this.deadline = job.timeoutMs === null ? null : new RunDeadline(job, slot, fence, this.sentAt, lease);
+      if (env.events.wants('run:started')) env.events.emit('run:started', { job: job.name, slot, fence, holder: env.holder });
+      if (this.deadline || env.wrapHandler || job.retry.attempts > 1) {
+        void this.attemptsUntilSettled();
         return;
       }
-      const { lease } = this;
-      const deadline = job.timeoutMs === null ? null : new RunDeadline(job, slot, fence, this.sentAt, lease);
-      this.deadline = deadline;
-      if (env.events.wants('run:started')) env.events.emit('run:started', { job: job.name, slot, fence, holder: env.holder });
-
-      // A handler that ignores its timeout is given one ttl more to settle; after that the run is
-      // recorded timed-out without it and its lease is left to expire (its writes are refused already).
-      let error: unknown;
-      if (deadline) error = await Promise.race([this.attempts(), deadline.abandoned().then(() => ABANDONED)]);
-      else if (env.wrapHandler || job.retry.attempts > 1) error = await this.attempts();
-      else {
-        // one attempt, no wrapper, no deadline: the handler is awaited here (a worker starts
-        // thousands of runs a tick; each async step is an allocation)
-        try {
-          await job.handler(new RunContext(this, 1));
-        } catch (caught) {
-          error = caught;
-        }
-      }
-      const attempt = this.attempt;
-      // the database may say so before this process's timer does (a clock step, a late timer)
-      if (deadline && lease && refusedForTimeout(lease)) deadline.expire();
-      deadline?.clear();
-      const abandoned = error === ABANDONED;
-
-      let outcome: RunOutcome = 'succeeded';
-      if (deadline?.error) outcome = 'timed-out';
-      else if (lease?.lost) outcome = 'lost';
-      else if (error !== undefined) outcome = env.shutdown.aborted ? 'aborted' : 'failed';
-      const errorText =
-        outcome === 'timed-out'
-          ? abandoned
-            ? `${deadline!.error!.message} The handler did not settle within one ttl after it; the lease was left to expire.`
-            : deadline!.error!.message
-          : outcome === 'lost'
-            ? (lease?.lostReason?.message ?? 'lease lost')
-            : error === undefined
-              ? null
-              : describeError(error);
-
-      let nextBufferedSlot: Date | null = null;
+      // one attempt, no wrapper, no deadline (most runs): the handler's promise settles the run
+      let result: unknown;
       try {
-        // A lost lease's token is passed too: if the lease is in fact still ours (say the liveness
-        // session dropped), this frees it at once; if not, the release matches nothing.
-        if (lease) env.tracker.stopRenewing(lease);
-        // an abandoned run keeps its lease until the TTL ends it: its handler may still be running
-        const token = abandoned ? null : (lease?.token ?? null);
-        const finished = await env.finisher.finish({ job: job.name, fence, token, outcome, error: errorText, attempts: attempt });
-        nextBufferedSlot = finished.nextBufferedSlot;
-      } catch (finishError) {
-        this.log().error({ event: 'run:finish-failed', err: String(finishError) }, 'could not record the run; its lease ends by its TTL');
-      } finally {
-        if (lease && !abandoned) releasedRemotely(lease);
+        result = job.handler(new RunContext(this, 1));
+      } catch (caught) {
+        this.handlerEnded(caught);
+        return;
       }
-      const report: RunReport = { job: job.name, slot, fence, outcome, error: errorText, durationMs: performance.now() - started, nextBufferedSlot };
-      env.events.emit('run:finished', report);
-      this.watcher.runEnded(this.tag, report);
+      if (isThenable(result)) {
+        result.then(
+          () => this.handlerEnded(undefined),
+          (caught: unknown) => this.handlerEnded(caught === undefined ? REJECTED_WITHOUT_REASON : caught),
+        );
+      } else {
+        queueMicrotask(() => this.handlerEnded(undefined));
+      }
     } catch (error) {
-      // outside the handler (a listener of run:finished threw, say): the watcher reports it
+      // outside the handler (a listener of run:started threw, say): the watcher reports it
       this.watcher.runEnded(this.tag, undefined, error);
+    }
+  }
+
+  /** The slow path: retries, a timeout or a wrapper. Resolves when the handler has ended or was given up. */
+  private async attemptsUntilSettled(): Promise<void> {
+    const { deadline } = this;
+    let error: unknown;
+    try {
+      error = deadline ? await Promise.race([this.attempts(), deadline.abandoned().then(() => ABANDONED)]) : await this.attempts();
+    } catch (caught) {
+      error = caught;
+    }
+    if (error === ABANDONED) {
+      this.abandoned = true;
+      this.handlerEnded(ABANDONED);
+    } else {
+      this.handlerEnded(error);
     }
   }
 
@@ -231,12 +243,86 @@ class Run<T = unknown> {
         else await job.handler(ctx);
         return undefined;
       } catch (caught) {
-        if (this.attempt >= job.retry.attempts || this.aborted) return caught;
+        if (this.attempt >= job.retry.attempts || this.aborted) return caught === undefined ? REJECTED_WITHOUT_REASON : caught;
         this.log().warn({ event: 'run:retry', attempt: this.attempt, err: String(caught) }, `run of "${job.name}" failed; retrying`);
         if (!(await pause(job.retry.delayMs, this.signal()))) return caught;
       }
     }
   }
+
+  /** The handler settled (`error` undefined: it succeeded) or was given up: decide the outcome, then record it. */
+  private handlerEnded(error: unknown): void {
+    try {
+      const { env, lease, deadline } = this;
+      // the database may say so before this process's timer does (a clock step, a late timer)
+      if (deadline && lease && refusedForTimeout(lease)) deadline.expire();
+      deadline?.clear();
+      const abandoned = error === ABANDONED;
+      if (deadline?.error) this.outcome = 'timed-out';
+      else if (lease?.lost) this.outcome = 'lost';
+      else if (error !== undefined) this.outcome = env.shutdown.aborted ? 'aborted' : 'failed';
+      this.errorText =
+        this.outcome === 'timed-out'
+          ? abandoned
+            ? `${deadline!.error!.message} The handler did not settle within one ttl after it; the lease was left to expire.`
+            : deadline!.error!.message
+          : this.outcome === 'lost'
+            ? (lease?.lostReason?.message ?? 'lease lost')
+            : error === undefined
+              ? null
+              : describeError(error);
+      // A lost lease's token is passed too: if the lease is in fact still ours (say the liveness
+      // session dropped), this frees it at once; if not, the release matches nothing.
+      if (lease) env.tracker.stopRenewing(lease);
+      // an abandoned run keeps its lease until the TTL ends it: its handler may still be running
+      env.finisher.enqueue(this.finishItem(abandoned ? null : (lease?.token ?? null)));
+    } catch (caught) {
+      this.watcher.runEnded(this.tag, undefined, caught);
+    }
+  }
+
+  private finishItem(token: string | null): FinishItem {
+    return { job: this.job.name, fence: this.fence, token, outcome: this.outcome, error: this.errorText, attempts: this.attempt, receiver: this };
+  }
+
+  /** The FinishQueue wrote the run's end. */
+  finished(result: FinishResult): void {
+    this.ended(result.nextBufferedSlot);
+  }
+
+  /** The FinishQueue could not write it: the lease ends by its TTL. */
+  finishFailed(error: unknown): void {
+    if (!this.unstarted) this.log().error({ event: 'run:finish-failed', err: String(error) }, 'could not record the run; its lease ends by its TTL');
+    this.ended(null);
+  }
+
+  private ended(nextBufferedSlot: Date | null): void {
+    try {
+      const { env, job, slot, fence, lease, unstarted } = this;
+      if (lease && !this.abandoned) releasedRemotely(lease);
+      const report: RunReport = {
+        job: job.name,
+        slot,
+        fence,
+        outcome: this.outcome,
+        error: this.errorText,
+        durationMs: unstarted ? 0 : performance.now() - this.startedAt,
+        nextBufferedSlot,
+      };
+      if (!unstarted) env.events.emit('run:finished', report);
+      this.watcher.runEnded(this.tag, report);
+    } catch (error) {
+      // outside the handler (a listener of run:finished threw, say): the watcher reports it
+      this.watcher.runEnded(this.tag, undefined, error);
+    }
+  }
+}
+
+/** What a run that failed by rejecting with `undefined` records: a reason, where there was none. */
+const REJECTED_WITHOUT_REASON = new Error('the handler rejected without a reason (undefined)');
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return typeof value === 'object' && value !== null && typeof (value as { then?: unknown }).then === 'function';
 }
 
 async function callHandler(job: JobDefinition, ctx: JobContext): Promise<void> {
@@ -316,102 +402,4 @@ function idempotencyKey(job: string, trigger: RunTrigger, requestId: string | un
   if (trigger === 'manual') return `${job}@manual:${requestId ?? ''}`;
   if (trigger === 'backfill') return `${job}@backfill:${slot.toISOString()}`;
   return `${job}@${slot.toISOString()}`;
-}
-
-/** The database refused the lease's fence because the run's timeout passed (assert_lease's DETAIL). */
-function refusedForTimeout(lease: Lease): boolean {
-  const lost = lease.lostReason;
-  return lost !== undefined && lost.reason === 'fence-mismatch' && lost.message.includes(TIMED_OUT_DETAIL);
-}
-
-/** The first words of assert_lease's DETAIL for a run past its timeout (sql/0013_run_timeout.sql). */
-const TIMED_OUT_DETAIL = 'the run timed out';
-
-/** The shutdown signal, and the lease's and the deadline's when there are. */
-function runSignal(shutdown: AbortSignal, lease: Lease | null, deadline: RunDeadline | null): AbortSignal {
-  if (!lease && !deadline) return shutdown;
-  const signals = [shutdown];
-  if (lease) signals.push(lease.signal);
-  if (deadline) signals.push(deadline.signal);
-  return AbortSignal.any(signals);
-}
-
-/** The result of RunDeadline.abandoned(): the handler did not settle in time. */
-const ABANDONED: unique symbol = Symbol('abandoned');
-
-/**
- * A run's timeout, on the monotonic clock from when the claim was sent (before the database's
- * now() that starts its deadline there, so the signal fires no later than the database begins
- * to refuse the run's writes). A lease lost before the deadline makes the run lost, not
- * timed out.
- */
-class RunDeadline {
-  private readonly controller = new AbortController();
-  private timer: NodeJS.Timeout | undefined;
-  private abandonTimer: NodeJS.Timeout | undefined;
-  private onAbandon: (() => void) | undefined;
-  error: RunTimeoutError | undefined;
-
-  constructor(
-    job: JobDefinition,
-    slot: Date,
-    fence: number,
-    sentAt: number,
-    lease: Lease | null,
-  ) {
-    const timeoutMs = job.timeoutMs ?? 0;
-    this.expire = () => {
-      if (this.error) return;
-      this.error = new RunTimeoutError(job.name, slot, fence, timeoutMs);
-      this.controller.abort(this.error);
-    };
-    this.timer = setTimeout(() => {
-      this.timer = undefined;
-      if (lease?.lost && !refusedForTimeout(lease)) return;
-      this.expire();
-      this.abandonTimer = setTimeout(() => this.onAbandon?.(), job.ttlMs);
-    }, Math.max(0, sentAt + timeoutMs - performance.now()));
-  }
-
-  /** The deadline has passed: fire the signal (once) with a RunTimeoutError. */
-  readonly expire: () => void;
-
-  get signal(): AbortSignal {
-    return this.controller.signal;
-  }
-
-  /** Resolves one ttl after the deadline (never, if the run settles first). */
-  abandoned(): Promise<void> {
-    return new Promise((resolve) => {
-      this.onAbandon = resolve;
-    });
-  }
-
-  clear(): void {
-    clearTimeout(this.timer);
-    clearTimeout(this.abandonTimer);
-    this.onAbandon = undefined;
-  }
-}
-
-/** Waits `ms` unless the signal fires first; returns false when it did. */
-function pause(ms: number, signal: AbortSignal): Promise<boolean> {
-  if (signal.aborted) return Promise.resolve(false);
-  return new Promise((resolve) => {
-    const timer = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve(true);
-    }, ms);
-    const onAbort = () => {
-      clearTimeout(timer);
-      resolve(false);
-    };
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
-}
-
-function describeError(error: unknown): string {
-  if (error instanceof LeaseLostError || error instanceof ShutdownError) return error.message;
-  if (error instanceof Error) return `${error.name}: ${error.message}`;
-  return String(error);
 }

@@ -6,7 +6,7 @@
 // ended can wait a few hundred milliseconds; their leases are released then.
 import { performance } from 'node:perf_hooks';
 import type { SchedulerStore } from './claims.js';
-import type { RunOutcome } from './execute-run.js';
+import type { RunOutcome } from './run-outcomes.js';
 
 export interface FinishRequest {
   job: string;
@@ -23,10 +23,26 @@ export interface FinishResult {
   nextBufferedSlot: Date | null;
 }
 
-interface Pending {
-  request: FinishRequest;
-  resolve: (result: FinishResult) => void;
-  reject: (error: unknown) => void;
+/**
+ * A run's end, queued: what to record, and whom to tell when it is written. A run passes itself
+ * as the receiver (one object per run; a promise and its two resolvers per run were garbage
+ * for each of the thousands of runs that end after a tick).
+ */
+export interface FinishItem extends FinishRequest {
+  receiver: FinishReceiver;
+}
+
+export interface FinishReceiver {
+  finished(result: FinishResult): void;
+  finishFailed(error: unknown): void;
+}
+
+/** A receiver for finish(): settles a promise. */
+class PromiseReceiver implements FinishReceiver {
+  constructor(
+    readonly finished: (result: FinishResult) => void,
+    readonly finishFailed: (error: unknown) => void,
+  ) {}
 }
 
 const BATCH_DELAY_MS = 5;
@@ -34,7 +50,7 @@ const MAX_BATCH = 2_000;
 const RETRY_DELAY_MS = 250;
 
 export class FinishQueue {
-  private pending: Pending[] = [];
+  private pending: FinishItem[] = [];
   private timer: NodeJS.Timeout | undefined;
   // Batches go out one at a time, in order: the pool stays free for claims and heartbeats.
   private chain: Promise<void> = Promise.resolve();
@@ -44,11 +60,14 @@ export class FinishQueue {
   constructor(private readonly store: SchedulerStore) {}
 
   finish(request: FinishRequest): Promise<FinishResult> {
-    return new Promise((resolve, reject) => {
-      this.pending.push({ request, resolve, reject });
-      if (this.pending.length >= MAX_BATCH && performance.now() >= this.heldUntil) this.flush();
-      else this.timer ??= setTimeout(() => this.flush(), Math.max(BATCH_DELAY_MS, this.heldUntil - performance.now()));
-    });
+    return new Promise((resolve, reject) => this.enqueue({ ...request, receiver: new PromiseReceiver(resolve, reject) }));
+  }
+
+  /** Queues `item`; its receiver is told once the batch it went out in is written (or failed). */
+  enqueue(item: FinishItem): void {
+    this.pending.push(item);
+    if (this.pending.length >= MAX_BATCH && performance.now() >= this.heldUntil) this.flush();
+    else this.timer ??= setTimeout(() => this.flush(), Math.max(BATCH_DELAY_MS, this.heldUntil - performance.now()));
   }
 
   /** Sends no batch for the next `ms` (a tick just started many runs); drain() still sends at once. */
@@ -77,21 +96,21 @@ export class FinishQueue {
     if (this.pending.length > 0) this.timer = setTimeout(() => this.flush(), 0);
   }
 
-  private async write(batch: Pending[]): Promise<void> {
+  private async write(batch: FinishItem[]): Promise<void> {
     for (let attempt = 1; ; attempt++) {
       try {
-        const rows = await this.store.finishMany(batch.map((p) => p.request));
+        const rows = await this.store.finishMany(batch);
         // finish_runs answers in the order asked; matched by job and fence all the same (a map
         // only when the order does not hold)
         let byRun: Map<string, FinishResult> | undefined;
         for (let i = 0; i < batch.length; i++) {
-          const { request, resolve } = batch[i] as Pending;
+          const item = batch[i] as FinishItem;
           let row: FinishResult | undefined = rows[i];
-          if (!(row && rows[i]?.job === request.job && rows[i]?.fence === request.fence)) {
+          if (!(row && rows[i]?.job === item.job && rows[i]?.fence === item.fence)) {
             byRun ??= new Map(rows.map((r) => [`${r.job}#${r.fence}`, r]));
-            row = byRun.get(`${request.job}#${request.fence}`);
+            row = byRun.get(`${item.job}#${item.fence}`);
           }
-          resolve({ recorded: row?.recorded ?? false, released: row?.released ?? false, nextBufferedSlot: row?.nextBufferedSlot ?? null });
+          tell(item.receiver, row ?? NOT_RECORDED);
         }
         return;
       } catch (error) {
@@ -101,9 +120,28 @@ export class FinishQueue {
           await new Promise((resolve) => setTimeout(resolve, RETRY_DELAY_MS));
           continue;
         }
-        for (const { reject } of batch) reject(error);
+        for (const item of batch) failed(item.receiver, error);
         return;
       }
     }
+  }
+}
+
+const NOT_RECORDED: FinishResult = { recorded: false, released: false, nextBufferedSlot: null };
+
+/** A receiver that throws must not keep the rest of its batch from being told. */
+function tell(receiver: FinishReceiver, row: FinishResult): void {
+  try {
+    receiver.finished(row);
+  } catch {
+    // the receiver reports its own failures (a run's watcher)
+  }
+}
+
+function failed(receiver: FinishReceiver, error: unknown): void {
+  try {
+    receiver.finishFailed(error);
+  } catch {
+    // as above
   }
 }

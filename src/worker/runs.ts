@@ -2,9 +2,11 @@
 // counting it per job, and at shutdown recording those still running as aborted.
 import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
+import { DenseSet } from '../lease/dense-set.js';
 import type { LeaseTracker } from '../lease/tracker.js';
 import type { ClaimRow, SchedulerStore } from './claims.js';
-import { executeRun, type HandlerWrapper, type RunEnvironment, type RunReport, type RunWatcher } from './execute-run.js';
+import type { PreparedRun } from './claim-ahead.js';
+import { executeRun, prepareRun, type HandlerWrapper, type RunEnvironment, type RunReport, type RunWatcher } from './execute-run.js';
 import type { FinishQueue } from './finish-queue.js';
 import type { JobDefinition } from './job.js';
 
@@ -25,6 +27,11 @@ export interface JobState {
   aheadJob?: JobDefinition | undefined;
   aheadFrom?: Date | null | undefined;
   aheadNext?: Date | null | undefined;
+  /**
+   * The next slot whose claim-ahead window (claim-ahead.ts) this worker has passed: it was
+   * claimed ahead, or left to be claimed at the slot. The next tick for it is then at its slot.
+   */
+  leadSeen?: Date | null | undefined;
 }
 
 export interface RunSetSettings {
@@ -45,12 +52,14 @@ interface Started {
   token: string | null;
   state: JobState;
   settled: (report: RunReport) => void;
-  /** Settles when the run has ended (never rejects). */
-  run: Promise<void>;
+  /** Its place in RunSet's set of started runs. */
+  at: number;
 }
 
 export class RunSet implements RunWatcher<Started> {
-  private readonly started = new Set<Started>();
+  private readonly started = new DenseSet<Started>({ get: (s) => s.at, set: (s, at) => (s.at = at) });
+  /** settled()'s callers, told when the last run has ended. */
+  private idle: Array<() => void> = [];
   /** Worker.wrapHandlers(): every handler call from now on runs inside it (undefined: none). */
   wrapHandler: HandlerWrapper | undefined;
   /** What every run shares, made again only when wrapHandler changes. */
@@ -73,16 +82,29 @@ export class RunSet implements RunWatcher<Started> {
   /** Starts the run of a claimed slot; `settled` gets its report (not called if it failed outside its handler). */
   launch(state: JobState, row: ClaimRow, holderKey: string | null, sentAt: number, settled: (report: RunReport) => void): void {
     state.running++;
-    const started: Started = { job: state.job.name, fence: Number(row.fence), token: row.token, state, settled, run: RUN_PENDING };
+    const started: Started = { job: state.job.name, fence: Number(row.fence), token: row.token, state, settled, at: -1 };
     this.started.add(started);
-    // the run tells this set when it ends (runEnded): nothing waits on its promise per run
-    started.run = executeRun(this.environment(), state.job, row, holderKey, sentAt, this, started);
+    // the run tells this set when it ends (runEnded): nothing waits on a promise per run
+    executeRun(this.environment(), state.job, row, holderKey, sentAt, this, started);
+  }
+
+  /** Adopts the lease of a slot claimed ahead, to start its run later (null: it could not, and the run ended aborted). */
+  prepare(state: JobState, row: ClaimRow, holderKey: string | null, sentAt: number, settled: (report: RunReport) => void): PreparedRun | null {
+    state.running++;
+    const started: Started = { job: state.job.name, fence: Number(row.fence), token: row.token, state, settled, at: -1 };
+    this.started.add(started);
+    return prepareRun(this.environment(), state.job, row, holderKey, sentAt, this, started);
   }
 
   /** A run ended (its report) or failed outside its handler (the error). */
   runEnded(started: Started, report: RunReport | undefined, error?: unknown): void {
     if (!this.started.delete(started)) return;
     started.state.running--;
+    if (this.started.size === 0 && this.idle.length > 0) {
+      const idle = this.idle;
+      this.idle = [];
+      for (const resolve of idle) resolve();
+    }
     const { logger } = this.settings;
     if (report === undefined) {
       logger.error({ event: 'run:error', job: started.job, err: String(error) }, 'a run failed outside its handler');
@@ -95,9 +117,10 @@ export class RunSet implements RunWatcher<Started> {
     }
   }
 
-  /** Resolves when every run started so far has settled. */
-  async settled(): Promise<void> {
-    await Promise.allSettled([...this.started].map((s) => s.run));
+  /** Resolves when no run is left (every run started so far has ended, and any started since). */
+  settled(): Promise<void> {
+    if (this.started.size === 0) return Promise.resolve();
+    return new Promise((resolve) => this.idle.push(resolve));
   }
 
   /**
@@ -107,12 +130,9 @@ export class RunSet implements RunWatcher<Started> {
    */
   async abandon(): Promise<void> {
     await Promise.allSettled(
-      [...this.started].map(({ job, fence, token }) =>
+      this.started.snapshot().map(({ job, fence, token }) =>
         this.settings.store.finish(job, fence, token, 'aborted', 'did not stop within the shutdown grace period', 1),
       ),
     );
   }
 }
-
-/** Placeholder until executeRun() has returned (it returns at once). */
-const RUN_PENDING: Promise<void> = new Promise(() => undefined);

@@ -7,11 +7,12 @@ import { trackerOf } from '../lease/tracker.js';
 import type { LeaseholdEvents } from '../observe/events.js';
 import type { DatabaseClock } from '../schedule/database-clock.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
-import type { Duration } from '../validate/duration.js';
+import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { durationSetting } from '../validate/settings.js';
 import { WORKER_DEFAULTS } from './defaults.js';
 import { planStart } from './catch-up.js';
 import { SchedulerStore } from './claims.js';
+import type { ClaimAheadSetting } from './claim-ahead.js';
 import { ClaimEngine } from './engine.js';
 import type { HandlerWrapper } from './execute-run.js';
 import { startHousekeeping } from './housekeeping.js';
@@ -40,6 +41,14 @@ export interface WorkerOptions extends Omit<LeaseholdOptions, 'logger'> {
   historyRetention?: Duration;
   /** How often the clock offset to the database is measured again. @default '5m' */
   clockSyncInterval?: Duration;
+  /**
+   * Claim a slot shortly before it is due, so that its run starts on time when claiming takes
+   * long (docs/scheduler.md "Claim ahead"): 'auto' claims ahead only once this worker's share of
+   * a tick of 500 due jobs or more took over 50 ms to claim and start, by about 1.5 times that
+   * (at most 5 s); a duration claims that far ahead always; '0ms' never.
+   * @default 'auto'
+   */
+  claimAhead?: Duration | 'auto';
   logger?: Logger;
 }
 
@@ -215,6 +224,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const retentionMs = durationSetting(options.historyRetention, WORKER_DEFAULTS.historyRetention, 'historyRetention');
   const clockSyncMs = durationSetting(options.clockSyncInterval, WORKER_DEFAULTS.clockSyncInterval, 'clockSyncInterval');
   const refreshMs = durationSetting(options.scheduleRefresh, WORKER_DEFAULTS.scheduleRefresh, 'scheduleRefresh');
+  const claimAhead = claimAheadSetting(options.claimAhead);
   const logger = options.logger ?? stderrLogger();
   // the client gets the connection options only; the worker's own are not its business
   const clientOptions = Object.fromEntries(Object.entries(options).filter(([key]) => LEASEHOLD_OPTION_KEYS.includes(key))) as LeaseholdOptions;
@@ -231,7 +241,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     const feed = new JobFeed({ runtime, store, logger, holder: leasehold.holder, handlers: handlers ?? {}, codeNames: seen, refreshMs });
     const data = await feed.load();
     for (const [name, slot] of data.lastSlots) lastSlots.set(name, slot);
-    const engine = new ClaimEngine({ tracker, store, clock, events: runtime.events, logger, holder: leasehold.holder }, [...jobs, ...data.jobs]);
+    const engine = new ClaimEngine({ tracker, store, clock, events: runtime.events, logger, holder: leasehold.holder, claimAhead }, [...jobs, ...data.jobs]);
     const worker = construct({ leasehold, engine, feed, store, clock, logger, graceMs });
     logger.info(
       { event: 'worker:started', holder: leasehold.holder, jobs: jobs.length, dataJobs: data.jobs.length, clockOffsetMs: Math.round(clock.localOffsetMs()) },
@@ -255,8 +265,16 @@ const WORKER_OPTION_KEYS = [
     handleSignals: true,
     historyRetention: true,
     clockSyncInterval: true,
+    claimAhead: true,
   }),
 ];
+
+/** The claimAhead option: 'auto', or a lead in milliseconds within its bounds. */
+function claimAheadSetting(value: Duration | 'auto' | undefined): ClaimAheadSetting {
+  const setting = WORKER_DEFAULTS.claimAhead;
+  if ((value ?? setting.default) === 'auto') return 'auto';
+  return parseBoundedDuration(value as Duration, 'claimAhead', setting.minMs, setting.maxMs);
+}
 
 /** The handlers object, checked: names as job names are checked, functions as values. */
 function checkHandlers(handlers: unknown): Readonly<Record<string, DataJobHandler>> | undefined {

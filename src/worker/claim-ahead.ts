@@ -1,0 +1,126 @@
+// Claiming ahead: a worker whose claims take long claims its share of a tick a little before
+// the slot (leasehold.claim_ahead) and starts each run at its slot, so that the time the claim
+// and the run's setup take is not added to the run's start. See docs/scheduler.md "Claim ahead".
+//
+// LeadPolicy says how far ahead: a fixed lead (the claimAhead option), or 'auto': none while
+// this worker claims its share of a tick and starts (or prepares) its runs quickly, and once
+// that took longer than AUTO_ENGAGE_MS at a tick of AUTO_MIN_JOBS due jobs or more (all shares),
+// about one and a half times that (an average over the recent ticks), at most AUTO_MAX_MS. A
+// tick of fewer jobs counts as a quick one: a small fleet never claims ahead, and a fleet that
+// shrank stops.
+//
+// StartQueue holds the runs claimed ahead until their start (the slot plus the job's jitter),
+// on one timer.
+import type { DatabaseClock } from '../schedule/database-clock.js';
+
+export const AUTO_MIN_JOBS = 500;
+export const AUTO_ENGAGE_MS = 50;
+export const AUTO_MAX_MS = 5_000;
+/** The lead is this much longer than the measured share (the claim statement varies tick to tick). */
+const AUTO_FACTOR = 1.5;
+const AUTO_MARGIN_MS = 25;
+/** Weight of the newest tick in the average. */
+const AUTO_WEIGHT = 0.5;
+
+export type ClaimAheadSetting = number | 'auto';
+
+export class LeadPolicy {
+  /** The average claim-and-prepare time of recent large shares (ms); 0 before the first. */
+  private averageMs = 0;
+
+  constructor(private readonly setting: ClaimAheadSetting) {}
+
+  /** How long before a slot this worker claims it now (0: at the slot). */
+  leadMs(): number {
+    if (this.setting !== 'auto') return this.setting;
+    if (this.averageMs < AUTO_ENGAGE_MS) return 0;
+    return Math.min(AUTO_MAX_MS, Math.ceil(AUTO_FACTOR * this.averageMs + AUTO_MARGIN_MS));
+  }
+
+  /** At a tick of `dueJobs` due jobs (all workers' shares), this worker's share took `ms` from sending its claim to its runs started (or prepared). */
+  observe(dueJobs: number, ms: number): void {
+    if (this.setting !== 'auto' || !(ms >= 0)) return;
+    const sample = dueJobs < AUTO_MIN_JOBS ? 0 : ms;
+    this.averageMs = this.averageMs === 0 ? sample : AUTO_WEIGHT * sample + (1 - AUTO_WEIGHT) * this.averageMs;
+  }
+}
+
+/** A run claimed ahead: started at its start time, or handed back unstarted. */
+export interface PreparedRun {
+  begin(): void;
+  handBack(why: string): void;
+}
+
+/** Runs claimed ahead, by start time (database time, epoch ms), started on one timer. */
+export class StartQueue {
+  private readonly byStart = new Map<number, PreparedRun[]>();
+  private timer: NodeJS.Timeout | undefined;
+  private armedAt = Infinity;
+
+  constructor(
+    private readonly clock: DatabaseClock,
+    /** A start runs this long after its time on the database-corrected clock, as a tick does. */
+    private readonly marginMs: number,
+  ) {}
+
+  /**
+   * How long after a start's time on the clock's estimate its runs start: the margin, and the
+   * round trip of the clock's best sample (the estimate of the database's time is off by less
+   * than that), so that no run starts before its slot on the database's clock.
+   */
+  private delayMs(): number {
+    return this.marginMs + this.clock.roundTripMs;
+  }
+
+  get size(): number {
+    let n = 0;
+    for (const runs of this.byStart.values()) n += runs.length;
+    return n;
+  }
+
+  add(startMs: number, run: PreparedRun): void {
+    const runs = this.byStart.get(startMs);
+    if (runs) runs.push(run);
+    else this.byStart.set(startMs, [run]);
+    if (startMs < this.armedAt) this.arm(startMs);
+  }
+
+  /** The database clock stepped: the timer is set again on the new estimate of its time. */
+  rearm(): void {
+    if (this.armedAt < Infinity) this.arm(this.armedAt);
+  }
+
+  /** Hands back every run not started yet (the worker is stopping). */
+  handBackAll(why: string): void {
+    clearTimeout(this.timer);
+    this.timer = undefined;
+    this.armedAt = Infinity;
+    const runs = [...this.byStart.values()].flat();
+    this.byStart.clear();
+    for (const run of runs) run.handBack(why);
+  }
+
+  private arm(startMs: number): void {
+    clearTimeout(this.timer);
+    this.armedAt = startMs;
+    this.timer = setTimeout(() => this.fire(), Math.max(0, startMs - this.clock.now().getTime() + this.delayMs()));
+  }
+
+  private fire(): void {
+    this.timer = undefined;
+    this.armedAt = Infinity;
+    const now = this.clock.now().getTime() - this.delayMs() + 1;
+    let next = Infinity;
+    const due: PreparedRun[][] = [];
+    for (const [startMs, runs] of this.byStart) {
+      if (startMs <= now) {
+        due.push(runs);
+        this.byStart.delete(startMs);
+      } else if (startMs < next) {
+        next = startMs;
+      }
+    }
+    if (next < Infinity) this.arm(next);
+    for (const runs of due) for (const run of runs) run.begin();
+  }
+}
