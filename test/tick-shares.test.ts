@@ -40,8 +40,8 @@ const jobs = (list: string[]): JobOptions[] =>
     },
   }));
 
-async function worker(list: string[]): Promise<Worker> {
-  const w = await startWorker({ connectionString: url, jobs: jobs(list), logger: silentLogger(), handleSignals: false, shutdownGrace: '2s' });
+async function worker(list: string[], claimAhead = 'auto'): Promise<Worker> {
+  const w = await startWorker({ connectionString: url, jobs: jobs(list), logger: silentLogger(), handleSignals: false, shutdownGrace: '2s', claimAhead });
   workers.push(w);
   return w;
 }
@@ -84,45 +84,54 @@ describe('hash shares', () => {
     expect(mine(a, '999')).toHaveLength(items.length);
   });
 
-  it('workers with different job sets and dead peers in their list run each slot once, and every job', async () => {
-    const all = names('mix', 0, 60);
-    await silentPeer();
-    await silentPeer();
-    await Promise.all([worker(all.slice(0, 40)), worker(all.slice(20, 60)), worker(all), worker(all.slice(10, 30))]);
-    await waitFor(() => new Set([...calls.keys()].filter((k) => k.startsWith('mix-')).map((k) => k.split('@')[0])).size === all.length, 20_000, 50);
-    await sleep(2_500);
-    await Promise.all(workers.splice(0).map((w) => w.stop()));
-    await checkHistory('mix', all);
-  });
+  // as each worker claims at its slots ('auto', which a tick this small never takes ahead), and
+  // as each claims its share 300 ms ahead of them
+  for (const [claimAhead, tag] of [
+    ['auto', ''],
+    ['300ms', ' (claiming ahead)'],
+  ] as const) {
+    const prefix = (name: string) => (claimAhead === 'auto' ? name : `ahead${name}`);
 
-  it('a stale or wrong list in each worker (peers that left, peers it does not know, a different order) only delays', async () => {
-    // every PeerList refresh reads a list made up for it: its own key or not, dead keys, any length
-    const original = PeerList.prototype.refresh;
-    const sessions = await Promise.all([silentPeer(), silentPeer()]);
-    const dead = (await Promise.all(sessions.map((c) => c.query<{ key: string }>('select k.key::text as key from leasehold.liveness_locks() k where k.pid = pg_backend_pid()'))))
-      .map((r) => r.rows[0]!.key);
-    // the silent peers leave: their keys are now stale
-    await Promise.all(sessions.map((c) => c.end()));
-    extra.splice(extra.indexOf(sessions[0]!), 1);
-    extra.splice(extra.indexOf(sessions[1]!), 1);
-    let turn = 0;
-    PeerList.prototype.refresh = function (this: PeerList, ownKey: string | null) {
-      turn++;
-      const pick = [dead[0]!, dead[1]!, String(turn * 7919), '1', '2'].slice(0, turn % 5);
-      this.setKeys(turn % 3 === 0 || ownKey === null ? pick : [ownKey, ...pick]);
-      return Promise.resolve();
-    };
-    try {
-      const all = names('stale', 0, 40);
-      await Promise.all([worker(all), worker(all), worker(all.slice(0, 25)), worker(all.slice(15))]);
-      await waitFor(() => new Set([...calls.keys()].filter((k) => k.startsWith('stale-')).map((k) => k.split('@')[0])).size === all.length, 20_000, 50);
-      await sleep(3_000);
+    it(`workers with different job sets and dead peers in their list run each slot once, and every job${tag}`, async () => {
+      const all = names(prefix('mix'), 0, 60);
+      await silentPeer();
+      await silentPeer();
+      await Promise.all([worker(all.slice(0, 40), claimAhead), worker(all.slice(20, 60), claimAhead), worker(all, claimAhead), worker(all.slice(10, 30), claimAhead)]);
+      await waitFor(() => new Set([...calls.keys()].filter((k) => k.startsWith(`${prefix('mix')}-`)).map((k) => k.split('@')[0])).size === all.length, 20_000, 50);
+      await sleep(2_500);
       await Promise.all(workers.splice(0).map((w) => w.stop()));
-      await checkHistory('stale', all);
-    } finally {
-      PeerList.prototype.refresh = original;
-    }
-  });
+      await checkHistory(prefix('mix'), all);
+    });
+
+    it(`a stale or wrong list in each worker (peers that left, peers it does not know, a different order) only delays${tag}`, async () => {
+      // every PeerList refresh reads a list made up for it: its own key or not, dead keys, any length
+      const original = PeerList.prototype.refresh;
+      const sessions = await Promise.all([silentPeer(), silentPeer()]);
+      const dead = (await Promise.all(sessions.map((c) => c.query<{ key: string }>('select k.key::text as key from leasehold.liveness_locks() k where k.pid = pg_backend_pid()'))))
+        .map((r) => r.rows[0]!.key);
+      // the silent peers leave: their keys are now stale
+      await Promise.all(sessions.map((c) => c.end()));
+      extra.splice(extra.indexOf(sessions[0]!), 1);
+      extra.splice(extra.indexOf(sessions[1]!), 1);
+      let turn = 0;
+      PeerList.prototype.refresh = function (this: PeerList, ownKey: string | null) {
+        turn++;
+        const pick = [dead[0]!, dead[1]!, String(turn * 7919), '1', '2'].slice(0, turn % 5);
+        this.setKeys(turn % 3 === 0 || ownKey === null ? pick : [ownKey, ...pick]);
+        return Promise.resolve();
+      };
+      try {
+        const all = names(prefix('stale'), 0, 40);
+        await Promise.all([worker(all, claimAhead), worker(all, claimAhead), worker(all.slice(0, 25), claimAhead), worker(all.slice(15), claimAhead)]);
+        await waitFor(() => new Set([...calls.keys()].filter((k) => k.startsWith(`${prefix('stale')}-`)).map((k) => k.split('@')[0])).size === all.length, 20_000, 50);
+        await sleep(3_000);
+        await Promise.all(workers.splice(0).map((w) => w.stop()));
+        await checkHistory(prefix('stale'), all);
+      } finally {
+        PeerList.prototype.refresh = original;
+      }
+    });
+  }
 });
 
 const trackerKey = (w: Worker) => trackerOf(w.leasehold).livenessKey();
