@@ -105,10 +105,25 @@ describe('claiming ahead', () => {
     expect(rows[0]!.token).toBeNull();
   });
 
-  it('takes claimAhead as a duration up to 10 s, or auto, and refuses anything else', async () => {
-    for (const claimAhead of ['11s', 'sometimes', '-1s']) {
-      await expect(startWorker({ connectionString: url, jobs: [{ name: 'ahead-bad', every: '1m', handler: async () => undefined }], logger: silentLogger(), handleSignals: false, claimAhead })).rejects.toBeInstanceOf(InvalidArgumentError);
+  it('takes claimAhead as a duration from 0 (never) up to 10 s, or auto, and refuses anything else', async () => {
+    const job = { name: 'ahead-setting', every: '1m', handler: async () => undefined };
+    for (const claimAhead of ['11s', 'sometimes', '-1s', 10_001, -5, '1.5ms']) {
+      await expect(startWorker({ connectionString: url, jobs: [job], logger: silentLogger(), handleSignals: false, claimAhead })).rejects.toBeInstanceOf(InvalidArgumentError);
     }
+    for (const claimAhead of ['0ms', 0, '10s', 'auto']) {
+      const w = await startWorker({ connectionString: url, jobs: [job], logger: silentLogger(), handleSignals: false, claimAhead });
+      await w.stop();
+    }
+  });
+
+  it("with claimAhead '0ms' claims every slot at the slot, as without it", async () => {
+    const starts: Start[] = [];
+    const handler = async (ctx: JobContext) => {
+      starts.push({ job: ctx.job, slot: ctx.slot.getTime(), at: Date.now(), acquiredAt: ctx.lease!.acquiredAt.getTime() });
+    };
+    await worker([{ name: 'never-ahead', every: '1s', handler }], '0ms', 'never-ahead-w');
+    await waitFor(() => starts.length >= 3, 10_000, 50);
+    expect(starts.filter((s) => s.acquiredAt < s.slot)).toEqual([]);
   });
 });
 
