@@ -50,11 +50,12 @@ function loadLine(results: BenchResults): string {
 
 function tickLine(scheduler: SchedulerResults): string {
   const s = scheduler.settings;
-  const walls = scheduler.ticks.map((t) => `${integer(t.wallMs)} ms`).join(', ');
+  const p99 = (ticks: readonly { startLatencyMs: { p99: number } }[]) => ticks.map((t) => `${integer(t.startLatencyMs.p99)} ms`).join(', ');
   const once = scheduler.ticks.map((t) => `${integer(t.verification.exactlyOnce)}/${integer(s.jobs)}`).join(', ');
   const doubled = scheduler.ticks.reduce((n, t) => n + t.verification.doubled, 0);
+  const baseline = (scheduler.baselineTicks ?? []).length > 0 ? ` (with claimAhead '0ms': ${p99(scheduler.baselineTicks)})` : '';
   return (
-    `${integer(s.jobs)} jobs due at the same tick on ${s.workers} workers (leasehold only): tick -> last claim ${walls}; ` +
+    `${integer(s.jobs)} jobs due at the same tick on ${s.workers} workers (leasehold only): handler start p99 ${p99(scheduler.ticks)}${baseline}; ` +
     `slots claimed exactly once ${once}, doubled ${doubled}.`
   );
 }
