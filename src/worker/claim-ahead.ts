@@ -45,6 +45,9 @@ export class LeadPolicy {
   }
 }
 
+/** Why a run claimed ahead is handed back unrun (recorded with it as `aborted`). */
+export const STOPPED_BEFORE_START = "the worker was stopping before the run's start";
+
 /** A run claimed ahead: started at its start time, or handed back unstarted. */
 export interface PreparedRun {
   begin(): void;

@@ -10,7 +10,7 @@ import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
 import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
 import { fireTime } from '../schedule/jitter.js';
-import { LeadPolicy, StartQueue, type ClaimAheadSetting } from './claim-ahead.js';
+import { LeadPolicy, StartQueue, STOPPED_BEFORE_START, type ClaimAheadSetting } from './claim-ahead.js';
 import type { ClaimRequest, ClaimRow, SchedulerStore } from './claims.js';
 import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-steps.js';
 import { FinishQueue } from './finish-queue.js';
@@ -203,6 +203,8 @@ export class ClaimEngine {
       // The step after each advanced job's next slot, for the next tick: once this worker's own
       // runs have started, not while its claim (and its peers') keep the database's CPU busy.
       if (advanced.length > 0) setImmediate(() => lookAhead(advanced));
+      // (the states claimed ahead moved on to their next slot; those left keep theirs)
+      if (plan.aheadStates.length > 0) setImmediate(() => lookAhead(plan.aheadStates));
       // (a share claimed ahead: the peers claimed theirs ahead too, about as long)
       if (others.length > 0) this.steal(others, mine.length > 0 ? performance.now() - startedAt : Math.max(performance.now() - startedAt, this.lastAheadMs));
       this.schedule();
@@ -215,9 +217,7 @@ export class ClaimEngine {
    * What is not claimed is claimed at its slot. Resolves to the number of runs prepared.
    */
   private claimAhead(requests: ClaimRequest[], starts: Date[], leadMs: number, dueJobs: number): Promise<number> {
-    const claiming = this.claimAheadOnce(requests, starts, leadMs, dueJobs);
-    this.claiming.add(claiming);
-    return claiming.finally(() => this.claiming.delete(claiming));
+    return this.inFlight(this.claimAheadOnce(requests, starts, leadMs, dueJobs));
   }
 
   private async claimAheadOnce(requests: ClaimRequest[], starts: Date[], leadMs: number, dueJobs: number): Promise<number> {
@@ -227,7 +227,6 @@ export class ClaimEngine {
     if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
     if (!this.running) return this.handBack(rows).then(() => 0);
     const nextSlots = new NextSlots();
-    const advanced: JobState[] = [];
     const orphans: ClaimRow[] = [];
     let followers: Follower[] | undefined;
     let prepared = 0;
@@ -238,7 +237,6 @@ export class ClaimEngine {
         continue;
       }
       advancePast(state, row.slot, nextSlots);
-      advanced.push(state);
       const run = this.runs.prepare(state, row, holderKey, sentAt, this.runSettled);
       if (run) {
         prepared++;
@@ -250,10 +248,6 @@ export class ClaimEngine {
     this.lead.observe(dueJobs, this.lastAheadMs);
     if (prepared >= FINISH_HOLD_MIN_RUNS && prepared <= FINISH_HOLD_MAX_RUNS && starts[0]) {
       this.finisher.hold(Math.min(FINISH_HOLD_MAX_MS + leadMs, starts[0].getTime() - this.clock.now().getTime() + FINISH_HOLD_AFTER_START_MS));
-    }
-    if (advanced.length > 0) {
-      setImmediate(() => lookAhead(advanced));
-      this.schedule();
     }
     if (followers) this.missed.check(followers);
     if (orphans.length > 0) await this.handBack(orphans, 'the job was removed from this worker while it was being claimed');
@@ -287,7 +281,11 @@ export class ClaimEngine {
   /** Claims `requests` in one statement; retries the transient refusals a few times. Resolves to the number of runs it started. */
   private claim(requests: ClaimRequest[], attempt: number): Promise<number> {
     if (!this.running || requests.length === 0) return Promise.resolve(0);
-    const claiming = this.claimOnce(requests, attempt);
+    return this.inFlight(this.claimOnce(requests, attempt));
+  }
+
+  /** A claim in flight, which stopping waits for. */
+  private inFlight(claiming: Promise<number>): Promise<number> {
     this.claiming.add(claiming);
     return claiming.finally(() => this.claiming.delete(claiming));
   }
@@ -400,5 +398,3 @@ export class ClaimEngine {
 function newState(job: JobDefinition): JobState {
   return { job, nextSlot: null, running: 0, shareHash: nameHash(job.name), aheadJob: undefined, aheadFrom: undefined, aheadNext: undefined };
 }
-
-const STOPPED_BEFORE_START = "the worker was stopping before the run's start";

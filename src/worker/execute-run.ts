@@ -18,7 +18,7 @@ import { releasedRemotely, type LeaseTracker } from '../lease/tracker.js';
 import { childLogger, type JobLogger } from '../observe/child-logger.js';
 import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
-import type { PreparedRun } from './claim-ahead.js';
+import { STOPPED_BEFORE_START, type PreparedRun } from './claim-ahead.js';
 import type { ClaimRow } from './claims.js';
 import type { FinishItem, FinishQueue, FinishReceiver, FinishResult } from './finish-queue.js';
 import type { JobContext, JobDefinition, RunTrigger } from './job.js';
@@ -181,7 +181,7 @@ class Run<T = unknown> implements FinishReceiver, PreparedRun {
     try {
       const { env, job, fence, slot, lease } = this;
       // claimed ahead: the worker began to stop, or the lease was lost, before the slot
-      if (env.shutdown.aborted) return this.handBack('the worker was stopping before the run\'s start');
+      if (env.shutdown.aborted) return this.handBack(STOPPED_BEFORE_START);
       if (lease?.lost) {
         env.tracker.stopRenewing(lease);
         return this.endUnstarted('lost', lease.lostReason?.message ?? 'lease lost', lease.token);

@@ -1,12 +1,12 @@
-// The runs a worker has started and not yet finished: launching a claimed slot (executeRun),
-// counting it per job, and at shutdown recording those still running as aborted.
+// The runs a worker has started and not yet finished: launching a claimed slot (prepareRun,
+// then begin), counting it per job, and at shutdown recording those still running as aborted.
 import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
 import { DenseSet } from '../lease/dense-set.js';
 import type { LeaseTracker } from '../lease/tracker.js';
 import type { ClaimRow, SchedulerStore } from './claims.js';
 import type { PreparedRun } from './claim-ahead.js';
-import { executeRun, prepareRun, type HandlerWrapper, type RunEnvironment, type RunReport, type RunWatcher } from './execute-run.js';
+import { prepareRun, type HandlerWrapper, type RunEnvironment, type RunReport, type RunWatcher } from './execute-run.js';
 import type { FinishQueue } from './finish-queue.js';
 import type { JobDefinition } from './job.js';
 
@@ -81,18 +81,15 @@ export class RunSet implements RunWatcher<Started> {
 
   /** Starts the run of a claimed slot; `settled` gets its report (not called if it failed outside its handler). */
   launch(state: JobState, row: ClaimRow, holderKey: string | null, sentAt: number, settled: (report: RunReport) => void): void {
-    state.running++;
-    const started: Started = { job: state.job.name, fence: Number(row.fence), token: row.token, state, settled, at: -1 };
-    this.started.add(started);
-    // the run tells this set when it ends (runEnded): nothing waits on a promise per run
-    executeRun(this.environment(), state.job, row, holderKey, sentAt, this, started);
+    this.prepare(state, row, holderKey, sentAt, settled)?.begin();
   }
 
-  /** Adopts the lease of a slot claimed ahead, to start its run later (null: it could not, and the run ended aborted). */
+  /** Adopts the lease of a claimed slot, to start its run at once (launch) or at its slot (claimed ahead); null: it could not, and the run ended aborted. */
   prepare(state: JobState, row: ClaimRow, holderKey: string | null, sentAt: number, settled: (report: RunReport) => void): PreparedRun | null {
     state.running++;
     const started: Started = { job: state.job.name, fence: Number(row.fence), token: row.token, state, settled, at: -1 };
     this.started.add(started);
+    // the run tells this set when it ends (runEnded): nothing waits on a promise per run
     return prepareRun(this.environment(), state.job, row, holderKey, sentAt, this, started);
   }
 
