@@ -154,7 +154,7 @@ async function queryOnce<R extends pg.QueryResultRow>(
   client.on('error', onError);
   let broken: Error | undefined;
   try {
-    return await client.query<R>((rowMode ? { text, values, query_timeout: timeoutMs, rowMode } : { text, values, query_timeout: timeoutMs }) as unknown as pg.QueryConfig);
+    return await client.query<R>({ text, values, query_timeout: timeoutMs, rowMode } as pg.QueryConfig);
   } catch (error) {
     if (breaksSession(error)) broken = error as Error;
     throw typed(error, timeoutMs, where, client.user ?? 'this role');

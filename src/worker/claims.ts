@@ -112,12 +112,14 @@ export class SchedulerStore {
    */
   async claimAhead(requests: readonly ClaimRequest[], starts: readonly Date[], holder: string, holderKey: string | null, aheadMs: number): Promise<ClaimRow[]> {
     const { names, slots, ttls, modes, caps } = requestArrays(requests);
+    // claimed rows only: as claim_tick's claimed rows, so that tickRows() reads them
     const rows = await this.arrayQuery(
-      'select job, slot, token, fence, expires_at, previous_slot, database_time from leasehold.claim_ahead($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[], $6, $7::bigint, $8::bigint, $9::timestamptz[])',
+      `select job, slot, true, 'claimed', token, fence, expires_at, previous_slot, $6::text, null::bigint, null::float8, null::float8, false, false, database_time, false
+         from leasehold.claim_ahead($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[], $6, $7::bigint, $8::bigint, $9::timestamptz[])`,
       [textArrayLiteral(names), timestampArrayLiteral(slots), numberArrayLiteral(ttls), textArrayLiteral(modes), numberArrayLiteral(caps), holder, holderKey, Math.ceil(aheadMs), timestampArrayLiteral(starts)],
       batchTimeout(this.runtime.queryTimeoutMs, requests.length),
     );
-    return aheadRows(rows, requests, holder);
+    return tickRows(rows, requests);
   }
 
   async finish(
@@ -239,43 +241,6 @@ function requestArrays(requests: readonly ClaimRequest[]): { names: string[]; sl
 }
 
 /**
- * ClaimRows from claim_ahead()'s rows (job, slot, token, fence, expires_at, previous_slot,
- * database_time; times as epoch milliseconds): every one a claim by `holder`.
- */
-function aheadRows(rows: unknown[][], requests: readonly ClaimRequest[], holder: string): ClaimRow[] {
-  const asked = new Map<number, Date>();
-  for (const request of requests) {
-    const t = request.slot.getTime();
-    if (!asked.has(t)) asked.set(t, request.slot);
-  }
-  const databaseTime = new SharedDates();
-  const expiries = new SharedDates();
-  const previous = new SharedDates();
-  return rows.map((row) => {
-    const [job, slot, token, fence, expiresAt, previousSlot, database] = row as [string, number, string, string, number, number | null, number];
-    const slotMs = Math.round(slot);
-    return {
-      job,
-      slot: asked.get(slotMs) ?? new Date(slotMs),
-      claimed: true,
-      reason: 'claimed',
-      token,
-      fence,
-      expires_at: expiries.of(expiresAt),
-      previous_slot: previous.of(previousSlot),
-      holder,
-      holder_fence: null,
-      holder_slot: null,
-      holder_since: null,
-      skip_recorded: false,
-      buffered: false,
-      database_time: databaseTime.of(database) as Date,
-      took_over: false,
-    };
-  });
-}
-
-/**
  * claim_tick()'s columns, in the order tickRows() reads them; its times are epoch milliseconds
  * (numbers to parse, not timestamps).
  */
@@ -283,10 +248,10 @@ const TICK_COLUMNS =
   'job, slot, claimed, reason, token, fence, expires_at, previous_slot, holder, holder_fence, holder_slot, holder_since, skip_recorded, buffered, database_time, took_over';
 
 /**
- * ClaimRows from claim_tick()'s rows (arrays of TICK_COLUMNS): a claimed slot that is the one
- * asked for reuses the request's Date (jobs due at one instant share it), and rows with the
- * same database time, or the same expiry (one statement's now() plus the same ttl), share one
- * Date.
+ * ClaimRows from claim_tick()'s rows (arrays of TICK_COLUMNS; claim_ahead()'s are selected in
+ * that shape): a claimed slot that is the one asked for reuses the request's Date (jobs due at
+ * one instant share it), and rows with the same database time, or the same expiry (one
+ * statement's now() plus the same ttl), share one Date.
  */
 function tickRows(rows: unknown[][], requests: readonly ClaimRequest[]): ClaimRow[] {
   const asked = new Map<number, Date>();

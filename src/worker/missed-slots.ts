@@ -9,7 +9,6 @@ import type { SchedulerStore } from './claims.js';
 import type { StepRecorder } from './clock-steps.js';
 import type { JobDefinition } from './job.js';
 import { NextSlots } from './next-slots.js';
-import { missedBetween } from './tick-plan.js';
 
 /** A claimed slot of a job that had a claimed slot before: `previous`. */
 export interface Follower {
@@ -58,4 +57,15 @@ export class MissedSlots {
       logger.warn({ event: 'slot:missed-record-failed', err: String(error) }, 'could not record missed slots');
     }
   }
+}
+
+/**
+ * Whether a slot of the job lies strictly between `previous` and `claimed` (one schedule step
+ * each; the usual answer is no). Jobs of one schedule that followed the same slot share one step.
+ */
+function missedBetween(nextSlots: NextSlots): (claim: Follower) => boolean {
+  return ({ job, previous, claimed }) => {
+    const next = nextSlots.of(job.schedule, previous);
+    return next !== null && next < claimed;
+  };
 }

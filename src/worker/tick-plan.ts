@@ -6,7 +6,6 @@ import { fireTime, jobClock } from '../schedule/jitter.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import { MAX_MISSED_RECORDED } from './catch-up.js';
 import type { ClaimRequest } from './claims.js';
-import type { JobDefinition } from './job.js';
 import { NextSlots } from './next-slots.js';
 import type { JobState } from './runs.js';
 import { owns, type Share } from './shares.js';
@@ -125,15 +124,4 @@ export function lookAhead(states: readonly JobState[]): void {
     state.aheadFrom = from;
     state.aheadNext = from ? nextSlots.of(state.job.schedule, from) : null;
   }
-}
-
-/**
- * Whether a slot of the job lies strictly between `previous` and `claimed` (one schedule step
- * each; the usual answer is no). Jobs of one schedule that followed the same slot share one step.
- */
-export function missedBetween(nextSlots: NextSlots): (claim: { job: JobDefinition; previous: Date; claimed: Date }) => boolean {
-  return ({ job, previous, claimed }) => {
-    const next = nextSlots.of(job.schedule, previous);
-    return next !== null && next < claimed;
-  };
 }
