@@ -75,12 +75,6 @@ export class StartQueue {
     return this.marginMs + this.clock.roundTripMs;
   }
 
-  get size(): number {
-    let n = 0;
-    for (const runs of this.byStart.values()) n += runs.length;
-    return n;
-  }
-
   add(startMs: number, run: PreparedRun): void {
     const runs = this.byStart.get(startMs);
     if (runs) runs.push(run);

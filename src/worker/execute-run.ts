@@ -224,12 +224,7 @@ class Run<T = unknown> implements FinishReceiver, PreparedRun {
     } catch (caught) {
       error = caught;
     }
-    if (error === ABANDONED) {
-      this.abandoned = true;
-      this.handlerEnded(ABANDONED);
-    } else {
-      this.handlerEnded(error);
-    }
+    this.handlerEnded(error);
   }
 
   /** Calls the handler, again after a failure as the job's retry says; resolves to the last error (undefined: it succeeded). */
@@ -258,6 +253,7 @@ class Run<T = unknown> implements FinishReceiver, PreparedRun {
       if (deadline && lease && refusedForTimeout(lease)) deadline.expire();
       deadline?.clear();
       const abandoned = error === ABANDONED;
+      this.abandoned = abandoned;
       if (deadline?.error) this.outcome = 'timed-out';
       else if (lease?.lost) this.outcome = 'lost';
       else if (error !== undefined) this.outcome = env.shutdown.aborted ? 'aborted' : 'failed';
