@@ -47,10 +47,10 @@ export function parseDuration(value: Duration, what: string): number {
   return ms;
 }
 
-/** Parses and checks a duration against inclusive bounds, with a message that says what to do. */
+/** Parses and checks a duration against inclusive bounds, with a message that says what to do. 0 passes only where minMs is 0. */
 export function parseBoundedDuration(value: Duration, what: string, minMs: number, maxMs: number): number {
   const ms = parseDuration(value, what);
-  if (ms <= 0) {
+  if (ms <= 0 && minMs > 0) {
     throw new InvalidArgumentError(what, `${what} must be positive (got ${formatDuration(ms)}).`);
   }
   if (ms < minMs || ms > maxMs) {

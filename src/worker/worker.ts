@@ -7,7 +7,7 @@ import { trackerOf } from '../lease/tracker.js';
 import type { LeaseholdEvents } from '../observe/events.js';
 import type { DatabaseClock } from '../schedule/database-clock.js';
 import { stderrLogger, type Logger } from '../observe/logger.js';
-import { formatDuration, parseDuration, type Duration } from '../validate/duration.js';
+import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { durationSetting } from '../validate/settings.js';
 import { WORKER_DEFAULTS } from './defaults.js';
 import { planStart } from './catch-up.js';
@@ -273,11 +273,7 @@ const WORKER_OPTION_KEYS = [
 function claimAheadSetting(value: Duration | 'auto' | undefined): ClaimAheadSetting {
   const setting = WORKER_DEFAULTS.claimAhead;
   if ((value ?? setting.default) === 'auto') return 'auto';
-  const ms = parseDuration(value as Duration, 'claimAhead');
-  if (ms < setting.minMs || ms > setting.maxMs) {
-    throw new InvalidArgumentError('claimAhead', `claimAhead must be 'auto' or between ${formatDuration(setting.minMs)} and ${formatDuration(setting.maxMs)} (got ${String(value)}).`);
-  }
-  return ms;
+  return parseBoundedDuration(value as Duration, 'claimAhead', setting.minMs, setting.maxMs);
 }
 
 /** The handlers object, checked: names as job names are checked, functions as values. */
