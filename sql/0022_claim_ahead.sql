@@ -220,15 +220,15 @@ begin
   --    Step 3 checks that itself; only a takeover needs the answer earlier, since the run in
   --    flight it records lost must be a run of a row that step 3 then claims.
   if v_taken_names is not null or v_older is not null then
-  select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
-         coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
-         coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
-         coalesce(array_agg(k.fence), '{}')
-    into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
-    from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
-           k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
-   where not (k.mode = 'exclusive' and k.cap = 0
-              and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot));
+    select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
+           coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
+           coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
+           coalesce(array_agg(k.fence), '{}')
+      into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
+      from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
+             k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
+     where not (k.mode = 'exclusive' and k.cap = 0
+                and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot));
   end if;
 
   -- A takeover: the run in flight of the previous claim is recorded lost before the grant
