@@ -4,7 +4,7 @@
 import type pg from 'pg';
 import { timedQuery, type ConnectionOptions } from '../db/connection.js';
 import { jobControl, type JobControl } from '../control/job-control.js';
-import { ClosedError, InvalidArgumentError } from '../errors.js';
+import { ClosedError, InvalidArgumentError, LeaseLostError } from '../errors.js';
 import type { LeaseholdEvents } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
@@ -19,6 +19,7 @@ import { ACQUIRE_DEFAULTS } from './defaults.js';
 import { ACQUIRE_OPTION_KEYS, RUN_OPTION_KEYS } from './option-keys.js';
 import type { ReplicationReport } from './replication.js';
 import { runRecorder } from './run-history.js';
+import { readyToStart } from './start-check.js';
 import type { LeaseRuntime } from './runtime.js';
 import { attachTracker, releasedRemotely, type LeaseTracker } from './tracker.js';
 import type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './types.js';
@@ -197,6 +198,8 @@ export class Leasehold {
     const recorder = history ? await runRecorder(this.#runtime.controlPool, lease, logger, this.#runtime.queryTimeoutMs) : null;
     let failure: { error: unknown } | null = null; // what the handler threw, if it did
     try {
+      // a stall between the grant and here (a pause, a slow history insert) may have outlived the lease
+      if (!(await readyToStart(lease))) throw lease.lostReason ?? new LeaseLostError(name, lease.fence, 'expired');
       const value = await handler({
         signal: lease.signal,
         fence: lease.fence,

@@ -14,6 +14,7 @@ import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { inTransaction } from '../db/transaction.js';
 import type { Lease } from '../lease/lease.js';
+import { readyToStart, startCheck } from '../lease/start-check.js';
 import { releasedRemotely, type LeaseTracker } from '../lease/tracker.js';
 import { childLogger, type JobLogger } from '../observe/child-logger.js';
 import type { LeaseholdEmitter } from '../observe/events.js';
@@ -115,6 +116,8 @@ class Run<T = unknown> implements FinishReceiver, PreparedRun {
   private unstarted = false;
   /** The run's signal combines its parts only when asked for (ctx.signal, a retry's pause): AbortSignal.any() costs more than the rest of starting a run, and many handlers never read it. */
   private combined: AbortSignal | undefined;
+  /** The lease was renewed because too little of it was left to start on (once per run). */
+  private renewedToStart = false;
   /** Made only when the handler (or a retry) logs. */
   private logger: JobLogger | undefined;
 
@@ -182,9 +185,14 @@ class Run<T = unknown> implements FinishReceiver, PreparedRun {
       const { env, job, fence, slot, lease } = this;
       // claimed ahead: the worker began to stop, or the lease was lost, before the slot
       if (env.shutdown.aborted) return this.handBack(STOPPED_BEFORE_START);
-      if (lease?.lost) {
-        env.tracker.stopRenewing(lease);
-        return this.endUnstarted('lost', lease.lostReason?.message ?? 'lease lost', lease.token);
+      if (lease) {
+        // the local deadline, not lease.lost: after a pause the start can fire before the deadline's timer
+        const check = startCheck(lease);
+        if (check === 'renew-first' && !this.renewedToStart) return void this.renewThenBegin(lease);
+        if (check === 'lost') {
+          env.tracker.stopRenewing(lease);
+          return this.endUnstarted('lost', lease.lostReason?.message ?? 'lease lost', lease.token);
+        }
       }
       this.startedAt = performance.now();
       this.deadline = job.timeoutMs === null ? null : new RunDeadline(job, slot, fence, this.sentAt, lease);
@@ -213,6 +221,13 @@ class Run<T = unknown> implements FinishReceiver, PreparedRun {
       // outside the handler (a listener of run:started threw, say): the watcher reports it
       this.watcher.runEnded(this.tag, undefined, error);
     }
+  }
+
+  /** Too little of the lease was left to start on: renew it once, then begin (or record it lost). */
+  private async renewThenBegin(lease: Lease): Promise<void> {
+    this.renewedToStart = true;
+    await readyToStart(lease);
+    this.begin();
   }
 
   /** The slow path: retries, a timeout or a wrapper. Resolves when the handler has ended or was given up. */
