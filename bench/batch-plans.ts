@@ -24,7 +24,7 @@ try {
   await client.query(`begin; ${installScript(0, schema)} commit;`);
   // EXPLAIN=1: auto_explain prints the plans of the slow statements inside (needs the module)
   if (process.env.EXPLAIN) {
-    client.on('notice', (n: { message?: string }) => process.stdout.write(`${n.message ?? ''}\n`));
+    client.on('notice', (n: { message?: string | undefined }) => process.stdout.write(`${n.message ?? ''}\n`));
     await client.query(`load 'auto_explain'; set auto_explain.log_min_duration = 500; set auto_explain.log_nested_statements = on;
                         set auto_explain.log_analyze = on; set auto_explain.log_timing = off; set client_min_messages = log`);
   }

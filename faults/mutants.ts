@@ -14,7 +14,7 @@ import type { MutantName } from './common.js';
  * runs on one server cannot catch them; its replicated tier (test/faults-ha.test.ts) and the
  * promotion tests must.
  */
-export const FAILOVER_MUTANTS = ['fence-without-epoch', 'epoch-not-checked', 'liveness-any-incarnation'] as const;
+export const FAILOVER_MUTANTS = ['fence-without-epoch', 'fence-by-timeline', 'epoch-not-checked', 'liveness-any-incarnation'] as const;
 export type FailoverMutantName = (typeof FAILOVER_MUTANTS)[number];
 
 interface Edit {
@@ -33,6 +33,7 @@ export const MUTANT_DESCRIPTIONS: Record<MutantName, string> = {
 
 export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = {
   'fence-without-epoch': 'leasehold.fences_after (behind next_fence and every claim) is the old fence + 1, without the epoch',
+  'fence-by-timeline': "leasehold.fork_base starts a timeline's fences at (timeline - 1) << 40, the same on two forks of one timeline number",
   'epoch-not-checked': 'leasehold.holds_lease (and so assert_lease and start_run) accepts a lease confirmed before a failover',
   'liveness-any-incarnation': 'leasehold.is_free asks for the liveness lock on any server incarnation',
 };
@@ -51,7 +52,11 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   ],
   'fence-without-epoch': [
     // the rule lives in fences_after() since schema 17 (fence_after(), next_fence() and claim() call it)
-    { fn: 'fences_after', pattern: /greatest\(coalesce\(o\.old, 0\) \+ 1, \(p_epoch - 1\)::bigint << 40\)/, replacement: 'coalesce(o.old, 0) + 1' },
+    { fn: 'fences_after', pattern: /greatest\(coalesce\(o\.old, 0\) \+ 1, b\.base\)/, replacement: 'coalesce(o.old, 0) + 1' },
+  ],
+  // the base of schema 23's forks: back to the timeline number alone (the rule before it)
+  'fence-by-timeline': [
+    { fn: 'fork_base', pattern: /greatest\(\(p_timeline - 1\)::bigint << 40,\s+\(\(extract\(epoch from now\(\)\) \* 1000\)::bigint - 1577836800000\) \* 1024\)/, replacement: '(p_timeline - 1)::bigint << 40' },
   ],
   'epoch-not-checked': [
     { fn: 'holds_lease', pattern: /\s+and l\.epoch = leasehold\.epoch\(\)/, replacement: '' },

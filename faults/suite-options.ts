@@ -71,7 +71,7 @@ export interface SuiteReport {
 /** The presets: CI tier, soak tier, and the short mutation runs. */
 export function preset(
   tier: Tier,
-  overrides: { seconds?: number; workers?: number; kinds?: FaultKind[] } = {},
+  overrides: { seconds?: number | undefined; workers?: number | undefined; kinds?: FaultKind[] | undefined } = {},
 ): Pick<SuiteOptions, 'seconds' | 'workers' | 'jobs' | 'ttlMs' | 'boundMs' | 'nemesis' | 'warmupMs' | 'drainMs'> {
   const ttlMs = 2_000;
   const boundMs = 1_500;

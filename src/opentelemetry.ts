@@ -10,7 +10,7 @@ import type { Worker } from './worker/worker.js';
 
 export interface InstrumentOptions {
   /** Tracer provider. @default the global one (trace.getTracerProvider()) */
-  tracerProvider?: TracerProvider;
+  tracerProvider?: TracerProvider | undefined;
 }
 
 /** A client (createLeasehold) or a worker (startWorker). */

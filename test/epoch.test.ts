@@ -74,11 +74,13 @@ async function snapshotStandby(): Promise<string> {
   return copy;
 }
 
+let retired = 0;
+
 /** The primary dies; the standby copy takes its place and is promoted to the next timeline. */
 async function promote(standby: string): Promise<void> {
   await pool.end().catch(() => undefined);
   await signalAndWait('SIGQUIT'); // immediate shutdown, like a crash
-  await rename(server.dataDir, `${server.dataDir}-old-primary`);
+  await rename(server.dataDir, `${server.dataDir}-old-primary-${++retired}`);
   await rename(standby, server.dataDir);
   // archive recovery from its own WAL only, then a new timeline: what a promotion does
   await writeFile(join(server.dataDir, 'recovery.signal'), '');
@@ -156,6 +158,49 @@ async function failoverScenario(): Promise<Observed> {
   };
 }
 
+interface Forks {
+  timelines: number[];
+  fences: string[];
+  written: boolean[];
+}
+
+/**
+ * A primary with two standbys that have both received everything; the primary dies and the
+ * first standby is promoted and grants (a fenced write acknowledged); it dies before the second
+ * standby followed it, and the second is promoted - on the same timeline number - and grants.
+ */
+async function twoForksScenario(): Promise<Forks> {
+  await pool.query('create table if not exists fork_writes (name text, fence bigint, by text)');
+  const first = await snapshotStandby();
+  const second = `${first}-2`;
+  execFileSync('cp', ['-a', first, second]);
+  const forks: Forks = { timelines: [], fences: [], written: [] };
+  for (const [standby, by] of [
+    [first, 'x'],
+    [second, 'y'],
+  ] as const) {
+    await promote(standby);
+    forks.timelines.push(await scalar<number>('select leasehold.epoch()'));
+    const grant = await acquire('forked', by, '1 second');
+    expect(grant.acquired).toBe(true);
+    forks.fences.push(grant.fence);
+    const db = await pool.connect();
+    try {
+      await db.query('begin');
+      await db.query('select leasehold.assert_lease($1, $2, $3)', ['forked', grant.token, grant.fence]);
+      await db.query('insert into fork_writes values ($1, $2, $3)', ['forked', grant.fence, by]);
+      await db.query('commit');
+      forks.written.push(true);
+    } catch {
+      await db.query('rollback').catch(() => undefined);
+      forks.written.push(false);
+    } finally {
+      db.release();
+    }
+  }
+  return forks;
+}
+
 describe('a failover that loses the newest commits', () => {
   it('never grants a fence twice, refuses resurrected tokens, keeps live holders, ignores old liveness locks', async () => {
     const seen = await failoverScenario();
@@ -163,7 +208,14 @@ describe('a failover that loses the newest commits', () => {
     // The lost grant's fence (2) is never granted again: the next one is above anything the
     // old primary can have issued.
     expect(seen.lostFence).toBe('2');
-    expect(BigInt(seen.fenceAfter)).toBe(1n << 40n);
+    // Timeline 2's fences start at its fork's base: the database clock at its first grant, in
+    // milliseconds since 2020, times 1024.
+    const fork = await pool.query<{ base: string; first_grant: Date }>('select base, first_grant from leasehold.forks where timeline = 2');
+    expect(fork.rows).toHaveLength(1);
+    const base = BigInt(fork.rows[0]!.base);
+    expect(BigInt(seen.fenceAfter)).toBe(base);
+    expect(Number(base / 1024n) + Date.UTC(2020, 0, 1)).toBeGreaterThan(Date.now() - 120_000);
+    expect(Number(base)).toBeLessThan(Number.MAX_SAFE_INTEGER);
     // The released token is back in the row, but it was confirmed in epoch 1: no fenced write.
     expect(seen.releasedTokenHolds).toBe(false);
     expect(seen.releasedTokenError?.code).toBe('LH003');
@@ -175,6 +227,16 @@ describe('a failover that loses the newest commits', () => {
     expect(seen.keptRenewed).toBe(true);
     expect(seen.keptHoldsAfterRenew).toBe(true);
     expect(seen.keptStatus).toEqual({ holder_alive: null, epoch: 2 });
+  }, 90_000);
+
+  it('never acknowledges a fence twice when two standbys of one primary are promoted in turn (two forks of one timeline number)', async () => {
+    const seen = await twoForksScenario();
+    // the case the timeline alone cannot tell apart: both promoted servers are on the same timeline
+    expect(seen.timelines[0]).toBe(seen.timelines[1]);
+    expect(seen.fences[1]).not.toBe(seen.fences[0]);
+    expect(BigInt(seen.fences[1]!)).toBeGreaterThan(BigInt(seen.fences[0]!));
+    // each fenced write was acknowledged on its own fork, under its own fence
+    expect(seen.written).toEqual([true, true]);
   }, 90_000);
 
   it('keeps a lease confirmed before the failover for one more ttl after its expiry', async () => {
@@ -208,5 +270,19 @@ describe('a failover that loses the newest commits', () => {
     expect(seen.fenceAfter).toBe(seen.lostFence); // fence-without-epoch: a fence granted twice
     expect(seen.releasedTokenHolds).toBe(true); // epoch-not-checked: a released token writes again
     expect(seen.keptBy.acquired).toBe(true); // liveness-any-incarnation: a live holder replaced at once
+  }, 90_000);
+
+  it('fails with the fork rule cut out: two forks of one timeline number grant the same fence (fence-by-timeline)', async () => {
+    await pool.end();
+    await server.stop();
+    server = await startEmbeddedPostgres({ settings: { wal_level: 'replica' }, onLog: (line) => serverLog.push(line) });
+    pool = new pg.Pool({ connectionString: server.connectionString, max: 4 });
+    pool.on('error', () => undefined);
+    await migrate(pool);
+    await installMutant(pool, 'fence-by-timeline');
+    const seen = await twoForksScenario();
+    expect(seen.timelines).toEqual([2, 2]);
+    expect(seen.fences[1]).toBe(seen.fences[0]);
+    expect(seen.written).toEqual([true, true]);
   }, 90_000);
 });

@@ -125,6 +125,47 @@ describe('the published declarations', () => {
     expect(walk(program, Object.values(entries), out)).toEqual({ problems: [], leaked: [] });
   });
 
+  it('take an option set to undefined under exactOptionalPropertyTypes (an environment variable that may be unset)', async () => {
+    const consumer = join(out, 'exact-consumer.ts');
+    const from = (entry: string) => `./${relative(out, entries[entry]!).replace(/\.d\.ts$/, '.js')}`;
+    await writeFile(
+      consumer,
+      [
+        `import type { AcquireOptions, DashboardOptions, JobOptions, LeasedOptions, LeaseholdOptions, MetricsOptions, RunOptions, ScheduleOptions, TransactionOptions, WorkerOptions } from '${from('.')}';`,
+        `import type { EmbeddedPostgresOptions } from '${from('./testing')}';`,
+        'declare const env: Record<string, string | undefined>;',
+        'export const client: LeaseholdOptions = { connectionString: env.DATABASE_URL, holder: env.HOLDER, queryTimeout: env.TIMEOUT };',
+        "export const worker: WorkerOptions = { connectionString: env.DATABASE_URL, holder: env.HOLDER, jobs: [], claimAhead: env.AHEAD, shutdownGrace: undefined };",
+        "export const job: JobOptions = { name: 'j', every: env.EVERY, cron: undefined, timezone: env.TZ, ttl: undefined, handler: async () => undefined };",
+        "export const acquire: AcquireOptions = { ttl: '30s', heartbeat: undefined, heartbeatInterval: env.BEAT, slot: undefined };",
+        "export const run: RunOptions = { ttl: '30s', history: undefined, heartbeatInterval: env.BEAT };",
+        'export const transaction: TransactionOptions = { idleTimeout: env.IDLE, statementTimeout: undefined };',
+        "export const guard: LeasedOptions = { name: 'g', cron: env.CRON, every: undefined, timezone: env.TZ };",
+        "export const schedule: ScheduleOptions = { name: 's', handler: 'h', by: 'me', every: env.EVERY, timezone: env.TZ };",
+        'export const metrics: MetricsOptions = { prefix: env.PREFIX };',
+        'declare const pool: DashboardOptions[\'pool\'];',
+        'export const dashboard: DashboardOptions = { pool, port: undefined, host: env.HOST };',
+        'export const embedded: EmbeddedPostgresOptions = { port: undefined };',
+        // the flag is on: a type of this file without `| undefined` refuses it
+        'declare const strictOnly: { x?: string };',
+        '// @ts-expect-error exactOptionalPropertyTypes',
+        'export const refused: typeof strictOnly = { x: env.X };',
+        '',
+      ].join('\n'),
+    );
+    const program = ts.createProgram([consumer], {
+      strict: true,
+      exactOptionalPropertyTypes: true,
+      noEmit: true,
+      module: ts.ModuleKind.NodeNext,
+      moduleResolution: ts.ModuleResolutionKind.NodeNext,
+      skipLibCheck: true,
+      types: [],
+    });
+    const errors = ts.getPreEmitDiagnostics(program).map((d) => `${d.file ? d.file.getLineAndCharacterOfPosition(d.start ?? 0).line + 1 : '?'}: ${ts.flattenDiagnosticMessageText(d.messageText, ' ')}`);
+    expect(errors).toEqual([]);
+  });
+
   it('can fail: an @internal member, an `any` and an internal type in a public signature are all found', async () => {
     const dir = await mkdtemp(join(tmpdir(), 'leasehold-dts-probe-'));
     try {

@@ -104,7 +104,7 @@ describe('leasehold.renew_leases at scale', () => {
         return; // an embedded server without contrib modules
       }
       const plans: string[] = [];
-      c.on('notice', (notice: { message?: string }) => {
+      c.on('notice', (notice: { message?: string | undefined }) => {
         if (notice.message?.includes('Update on leases')) plans.push(notice.message);
       });
       await c.query(`set auto_explain.log_min_duration = 0; set auto_explain.log_nested_statements = on; set client_min_messages = log`);

@@ -276,6 +276,13 @@ describe('the CLI', () => {
     expect(text.stdout).toMatch(/paused: cli-job by carol since .*: db maintenance/);
     const listed = await cli(['schedule', 'list', '--json'], asApp);
     expect(JSON.parse(listed.stdout)).toEqual(expect.arrayContaining([expect.objectContaining({ name: 'cli-job', payload: { tenant: 7 }, paused: expect.objectContaining({ by: 'carol' }) })]));
+    // the table: one line per schedule under its header (the table's line breaks were escaped once)
+    const listedText = await cli(['schedule', 'list'], asApp);
+    expect(listedText.code, listedText.stderr).toBe(0);
+    const tableLines = listedText.stdout.trimEnd().split('\n');
+    expect(tableLines[0]).toMatch(/^NAME\s+SOURCE\s+HANDLER\s+SCHEDULE\s+PAUSED$/);
+    expect(tableLines.find((line) => line.startsWith('cli-job '))).toMatch(/^cli-job\s+data\s+h\s+.*by carol since .*: db maintenance$/);
+    expect(listedText.stdout).not.toContain('\\n');
     // the dashboard's page: state paused, who and why, and a filter for paused jobs
     const page = await jobPage(pool(url, ROLE.reader), { offset: 0, limit: 50, filter: 'paused' });
     expect(page.jobs.every((j) => j.paused !== null)).toBe(true);

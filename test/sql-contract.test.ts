@@ -200,7 +200,7 @@ describe('the batch functions', () => {
       return;
     }
     const plans: string[] = [];
-    d.on('notice', (notice: { message?: string }) => {
+    d.on('notice', (notice: { message?: string | undefined }) => {
       if (notice.message?.includes('update leasehold.run_log')) plans.push(notice.message);
     });
     // the session asks for generic plans outright; the function's own setting must win

@@ -28,9 +28,9 @@ export interface BackfillOptions {
   /** Who asks: recorded with each request and in leasehold.actions. */
   by: string;
   /** Most slots the range may hold (the hard maximum is 1000); more is an InvalidArgumentError. @default 100 */
-  max?: number;
+  max?: number | undefined;
   /** Compute the slots and request nothing. @default false */
-  dryRun?: boolean;
+  dryRun?: boolean | undefined;
 }
 
 export interface BackfillResult {
@@ -68,7 +68,7 @@ export interface RunRequest {
 
 export interface WaitForRequestOptions {
   /** Longest to wait for the request to end (done or skipped). @default '5m' */
-  timeout?: Duration;
+  timeout?: Duration | undefined;
 }
 
 const RUN_NOW_KEYS = optionKeys<RunNowOptions>({ by: true });

@@ -12,9 +12,9 @@ export interface PauseOptions {
   /** Who pauses (a person or tool), recorded in leasehold.actions and shown by status. */
   by: string;
   /** Why, shown by status and the dashboard (at most 1,000 characters). */
-  reason?: string;
+  reason?: string | undefined;
   /** End the running run's lease now (its signal fires, its fenced writes are refused). @default false */
-  stopRunning?: boolean;
+  stopRunning?: boolean | undefined;
 }
 
 export interface PauseResult {

@@ -20,27 +20,27 @@ export interface ScheduleOptions {
   /** Who defines it (an application or person), recorded in leasehold.actions. 1–200 characters. */
   by: string;
   /** Cron pattern (5 fields, or 6 with seconds first). Exactly one of cron and every. */
-  cron?: string;
+  cron?: string | undefined;
   /** IANA timezone for `cron`. @default UTC */
-  timezone?: string;
+  timezone?: string | undefined;
   /** Fixed interval, aligned to the epoch: '90s', '5m', or milliseconds (at least 1 s). */
-  every?: Duration;
+  every?: Duration | undefined;
   /** Any JSON value, at most 64 KiB as JSON text; the handler gets it as `ctx.payload`. @default {} */
-  payload?: unknown;
+  payload?: unknown | undefined;
   /** Lease TTL. @default '30s' */
-  ttl?: Duration;
+  ttl?: Duration | undefined;
   /** @default 'skip' */
-  overlap?: OverlapPolicy;
+  overlap?: OverlapPolicy | undefined;
   /** @default 10 */
-  bufferLimit?: number;
+  bufferLimit?: number | undefined;
   /** @default 'latest' */
-  catchUp?: CatchUpPolicy;
+  catchUp?: CatchUpPolicy | undefined;
   /** How late a slot may start and still run. @default the schedule's interval, at most 1h */
-  startingDeadline?: Duration;
+  startingDeadline?: Duration | undefined;
   /** Per-run timeout, as the job option `timeout` (null: none). */
-  timeout?: Duration | null;
+  timeout?: Duration | null | undefined;
   /** Spread after each slot, as the job option `jitter` (null: none). */
-  jitter?: Duration | null;
+  jitter?: Duration | null | undefined;
 }
 
 /** A stored schedule (leasehold.jobs), as list() and get() return it. */

@@ -39,27 +39,27 @@ export interface MetricsSource {
 export interface DashboardOptions {
   pool: pg.Pool;
   /** TCP port; 0 picks a free port. @default 8080 */
-  port?: number;
+  port?: number | undefined;
   /** Interface to bind. @default '127.0.0.1' (this machine only) */
-  host?: string;
+  host?: string | undefined;
   /** Served at /metrics when given. */
-  metricsRegistry?: MetricsSource;
+  metricsRegistry?: MetricsSource | undefined;
   /** How often the page refreshes itself: milliseconds or a string such as '5s' (250 ms to 1 h). @default '5s' */
-  refresh?: Duration;
+  refresh?: Duration | undefined;
   /**
    * Host names (Host header, without port) accepted besides loopback names when the server is
    * bound to a loopback address, e.g. the name a local reverse proxy forwards. Requests naming
    * any other host are refused (403): a web page cannot read the dashboard through DNS rebinding.
    */
-  allowedHosts?: string[];
+  allowedHosts?: string[] | undefined;
   /**
    * Longest a database query may take before the request answers 504: milliseconds or a string
    * such as '10s' (50 ms to 10 min). The query's connection is then closed, not reused.
    * @default '10s'
    */
-  queryTimeout?: Duration;
+  queryTimeout?: Duration | undefined;
   /** Database-backed requests served at once; more are answered 503 with Retry-After. @default 4 */
-  maxConcurrentQueries?: number;
+  maxConcurrentQueries?: number | undefined;
 }
 
 export interface Dashboard {

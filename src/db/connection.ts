@@ -6,9 +6,9 @@ import { DatabaseUnavailableError } from '../errors.js';
 /** Connection settings shared by every entry point. */
 export interface ConnectionOptions {
   /** PostgreSQL URL. @default process.env.DATABASE_URL */
-  connectionString?: string;
+  connectionString?: string | undefined;
   /** An existing pool to run fenced transactions (and, without a connectionString, lease calls) on. */
-  pool?: pg.Pool;
+  pool?: pg.Pool | undefined;
 }
 
 export function resolveConnectionString(options: ConnectionOptions): string | undefined {

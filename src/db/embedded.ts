@@ -13,16 +13,16 @@ import { locatePrograms, postgresOsUser, programsFor, reachableTempBase, running
 
 export interface EmbeddedPostgresOptions {
   /** TCP port on 127.0.0.1. @default a free port chosen by the OS */
-  port?: number;
+  port?: number | undefined;
   /** Extra `-c name=value` server settings. */
-  settings?: Record<string, string | number>;
+  settings?: Record<string, string | number> | undefined;
   /** Called with the server's log lines. @default discard */
-  onLog?: (line: string) => void;
+  onLog?: ((line: string) => void) | undefined;
   /**
    * Extra environment for the server process (for fault tests, e.g. LD_PRELOAD and
    * FAKETIME_TIMESTAMP_FILE for libfaketime), on top of this process's environment.
    */
-  environment?: Record<string, string>;
+  environment?: Record<string, string> | undefined;
 }
 
 export interface EmbeddedPostgres {

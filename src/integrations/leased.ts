@@ -30,9 +30,9 @@ export interface LeasedOptions extends Pick<JobOptions, 'name' | 'cron' | 'timez
    * How early (on the database clock) a call may come and still count for the coming occurrence;
    * it then waits until the occurrence is due. @default half the interval, at most 30 s
    */
-  tolerance?: Duration;
+  tolerance?: Duration | undefined;
   /** How long stop() waits for running handlers after aborting them. @default '30s' */
-  shutdownGrace?: Duration;
+  shutdownGrace?: Duration | undefined;
 }
 
 /** Why a call did not run its handler. */
@@ -243,8 +243,8 @@ class SlotGuard {
     try {
       const recorded = await this.store.recordMissed(this.job.name, between, 'no replica claimed it in time', this.leasehold.holder);
       if (recorded > 0) {
+        // logged by the client's event logger (log-events.ts), as every slot:missed
         this.tracker.runtime.events.emit('slot:missed', { job: this.job.name, slots: between.slice(0, recorded) });
-        this.logger.warn({ event: 'slot:missed', job: this.job.name, count: recorded }, `"${this.job.name}" missed ${recorded} slot(s) before ${claimed.toISOString()}`);
       }
     } catch (error) {
       this.logger.warn({ event: 'slot:missed-record-failed', job: this.job.name, err: String(error) }, 'could not record missed slots');
@@ -254,12 +254,8 @@ class SlotGuard {
   /** Logged and emitted by the replica that recorded the skip: once per slot fleet-wide. */
   private reportSkip(row: ClaimRow): void {
     const heldMs = row.holder_since ? row.database_time.getTime() - row.holder_since.getTime() : null;
-    const holderFence = Number(row.holder_fence);
-    this.tracker.runtime.events.emit('slot:skipped', { job: this.job.name, slot: row.slot, holder: row.holder, holderFence, holderSlot: row.holder_slot, heldMs, buffered: row.buffered });
-    this.logger.warn(
-      { event: 'slot:skipped', job: this.job.name, slot: row.slot.toISOString(), holder: row.holder, holderFence, holderSlot: row.holder_slot?.toISOString(), heldMs, buffered: row.buffered },
-      `skipped "${this.job.name}" slot ${row.slot.toISOString()}: still held by ${row.holder} (fence ${row.holder_fence}, slot ${row.holder_slot?.toISOString()}) for ${heldMs === null ? '?' : (heldMs / 1000).toFixed(1)}s${row.buffered ? '; buffered to run next' : ''}`,
-    );
+    // logged by the client's event logger (log-events.ts), as every slot:skipped: once
+    this.tracker.runtime.events.emit('slot:skipped', { job: this.job.name, slot: row.slot, holder: row.holder, holderFence: Number(row.holder_fence), holderSlot: row.holder_slot, heldMs, buffered: row.buffered });
   }
 
   stop(): Promise<void> {

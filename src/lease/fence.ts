@@ -1,5 +1,5 @@
-// Fences as JavaScript numbers. PostgreSQL returns bigint as a string; the epoch layout of
-// leasehold.next_fence keeps fences below 2^53 up to WAL timeline 8192, so a number is exact.
+// Fences as JavaScript numbers. PostgreSQL returns bigint as a string; the fork bases of
+// leasehold.next_fence (milliseconds since 2020 times 1024) stay below 2^53 until 2298, so a number is exact.
 // Past that a fence is refused loudly rather than rounded (a rounded fence could name, or
 // collide with, another acquisition's idempotency key).
 import { LeaseholdError } from '../errors.js';
@@ -13,14 +13,14 @@ export function parseFence(value: string | number | bigint): number {
   return fence;
 }
 
-/** A fence too large to be an exact JavaScript number (beyond WAL timeline 8192). */
+/** A fence too large to be an exact JavaScript number. */
 export class FenceRangeError extends LeaseholdError {
   readonly fence: string;
   constructor(fence: string) {
     super(
       'FENCE_RANGE',
-      `Fence ${fence} is beyond 2^53 and cannot be an exact JavaScript number; fences get there only after ` +
-        'more than 8192 promotions (WAL timelines) of the database (docs/high-availability.md).',
+      `Fence ${fence} is beyond 2^53 and cannot be an exact JavaScript number; leasehold's own fences stay below it ` +
+        'until 2298, so a fence this large was written outside its functions (docs/high-availability.md).',
     );
     this.fence = fence;
   }

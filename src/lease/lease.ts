@@ -19,13 +19,13 @@ export interface TransactionOptions {
    * Bounds how long a paused holder inside a fenced transaction can block a takeover.
    * @default the lease's ttl
    */
-  idleTimeout?: Duration;
+  idleTimeout?: Duration | undefined;
   /**
    * Read timeout of each statement `fn` runs (a statement's own `query_timeout` wins). When it
    * fires, the connection is closed and the transaction fails with TransactionFailedError.
    * @default the lease's ttl
    */
-  statementTimeout?: Duration;
+  statementTimeout?: Duration | undefined;
 }
 
 function checkTransactionOptions(options: TransactionOptions): void {

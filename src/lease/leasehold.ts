@@ -28,7 +28,7 @@ export { describeSkip } from './describe-skip.js';
 
 export interface LeaseholdOptions extends ConnectionOptions {
   /** How this process names itself in leases and skips. @default `${hostname}:${pid}:${random}` */
-  holder?: string;
+  holder?: string | undefined;
   /**
    * The liveness session: a dedicated direct connection whose advisory lock frees this
    * process's leases at once when it dies. `false` turns it off (then only the TTL frees
@@ -36,17 +36,17 @@ export interface LeaseholdOptions extends ConnectionOptions {
    * address when lease calls go through a transaction-mode pooler.
    * @default true
    */
-  liveness?: boolean | { connectionString: string };
+  liveness?: boolean | { connectionString: string } | undefined;
   /** Apply pending migrations on connect (under an advisory lock). With false, a schema that is not exactly current is an error. @default true */
-  migrate?: boolean;
+  migrate?: boolean | undefined;
   /** Timeout for every library statement. Keep it well under your TTLs. @default '5s' */
-  queryTimeout?: Duration;
+  queryTimeout?: Duration | undefined;
   /** Timeout for opening a connection. @default '5s' */
-  connectTimeout?: Duration;
+  connectTimeout?: Duration | undefined;
   /** Connections for fenced transactions when the library creates the pool. @default 10 */
-  poolSize?: number;
+  poolSize?: number | undefined;
   /** pino-compatible logger. @default JSON lines on stderr, warnings and errors only */
-  logger?: Logger;
+  logger?: Logger | undefined;
 }
 
 // Set by Leasehold's static block: the one way to make a client (createLeasehold).

@@ -20,11 +20,11 @@ export interface AcquireOptions {
   /** How long the lease lasts without renewal: milliseconds or '30s', '5m'. 100 ms to 7 days. */
   ttl: Duration;
   /** Claim this scheduled occurrence: succeeds only for a slot newer than the last claimed one and not in the future. */
-  slot?: Date;
+  slot?: Date | undefined;
   /** Renew automatically every `heartbeatInterval` (together with the client's other kept leases: one statement per beat) until released or lost. @default false */
-  heartbeat?: boolean;
+  heartbeat?: boolean | undefined;
   /** @default ttl / 3 */
-  heartbeatInterval?: Duration;
+  heartbeatInterval?: Duration | undefined;
 }
 
 export interface RunOptions extends Omit<AcquireOptions, 'heartbeat'> {
@@ -34,7 +34,7 @@ export interface RunOptions extends Omit<AcquireOptions, 'heartbeat'> {
    * was lost before it finished is recorded 'lost'. Costs one statement before the handler
    * (the release becomes the finishing statement). @default true
    */
-  history?: boolean;
+  history?: boolean | undefined;
 }
 
 export interface NotAcquired {

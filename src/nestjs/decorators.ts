@@ -36,7 +36,7 @@ export function Leased(options: LeasedMethodOptions = {}): MethodDecorator {
     // function, where @nestjs/schedule looks for it: carry it over to the wrapper.
     for (const metaKey of metadata.getOwnMetadataKeys(original)) metadata.defineMetadata(metaKey, metadata.getOwnMetadata(metaKey, original), wrapper);
     metadata.defineMetadata(LEASED_KEY, { options, original: original as unknown as LeasedMetadata['original'] } satisfies LeasedMetadata, wrapper);
-    descriptor.value = wrapper as typeof descriptor.value;
+    descriptor.value = wrapper as unknown as NonNullable<typeof descriptor.value>;
     return descriptor;
   };
 }

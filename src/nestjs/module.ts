@@ -16,19 +16,19 @@ import { LEASEHOLD_CLIENT } from './tokens.js';
 
 export interface LeaseholdModuleOptions extends Omit<LeaseholdOptions, 'logger'> {
   /** A Nest LoggerService or a pino-shaped logger. @default new Logger('Leasehold') */
-  logger?: Logger | LoggerService;
+  logger?: Logger | LoggerService | undefined;
   /** How long shutdown waits for running @Leased() and @LeaseholdJob() methods after aborting them. @default '30s' */
-  shutdownGrace?: Duration;
+  shutdownGrace?: Duration | undefined;
   /** Run history kept by the @LeaseholdJob() worker. @default '30d' */
-  historyRetention?: Duration;
+  historyRetention?: Duration | undefined;
   /** How often the @LeaseholdJob() worker measures the database clock again. @default '5m' */
-  clockSyncInterval?: Duration;
+  clockSyncInterval?: Duration | undefined;
 }
 
 export interface LeaseholdModuleAsyncOptions {
-  imports?: ModuleMetadata['imports'];
+  imports?: ModuleMetadata['imports'] | undefined;
   useFactory: (...args: never[]) => LeaseholdModuleOptions | Promise<LeaseholdModuleOptions>;
-  inject?: Array<InjectionToken | OptionalFactoryDependency>;
+  inject?: Array<InjectionToken | OptionalFactoryDependency> | undefined;
 }
 
 const MODULE_OPTION_KEYS = [

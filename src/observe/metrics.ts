@@ -15,11 +15,11 @@ export interface EventSource {
 
 export interface MetricsOptions {
   /** Registry to register on. @default a new Registry */
-  registry?: client.Registry;
+  registry?: client.Registry | undefined;
   /** Metric name prefix. @default 'leasehold_' */
-  prefix?: string;
+  prefix?: string | undefined;
   /** Run duration histogram buckets, in seconds. */
-  durationBuckets?: number[];
+  durationBuckets?: number[] | undefined;
 }
 
 export interface LeaseholdMetrics {

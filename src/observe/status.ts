@@ -18,7 +18,7 @@ export interface ReadOptions {
    * is closed rather than reused, on a connection you hold you should discard it.
    * @default '10s'
    */
-  timeout?: Duration;
+  timeout?: Duration | undefined;
 }
 
 /** The read models' statements, each with its timeout. */

@@ -70,27 +70,27 @@ export interface JobOptions {
   /** Unique job name: also its lease name. 1–200 characters. */
   name: string;
   /** Cron pattern (5 fields, or 6 with seconds first). Exactly one of cron and every. */
-  cron?: string;
+  cron?: string | undefined;
   /** IANA timezone for `cron`. @default UTC */
-  timezone?: string;
+  timezone?: string | undefined;
   /** Fixed interval, aligned to the epoch: '90s', '5m', or milliseconds (at least 1 s). */
-  every?: Duration;
+  every?: Duration | undefined;
   /** Lease TTL, renewed every ttl/3 while the handler runs. @default '30s' */
-  ttl?: Duration;
+  ttl?: Duration | undefined;
   /** @default 'skip' */
-  overlap?: OverlapPolicy;
+  overlap?: OverlapPolicy | undefined;
   /** Most slots `buffer-all` keeps waiting. @default 10 */
-  bufferLimit?: number;
+  bufferLimit?: number | undefined;
   /** @default 'latest' */
-  catchUp?: CatchUpPolicy;
+  catchUp?: CatchUpPolicy | undefined;
   /** How late a slot may start and still run (catch-up, slow timers). @default the schedule's interval, at most 1h */
-  startingDeadline?: Duration;
+  startingDeadline?: Duration | undefined;
   /**
    * Spread: the job claims each slot a fixed offset after it, in [0, jitter), derived from the
    * job's name (the same on every worker). The slot (ctx.slot, the idempotency key, history)
    * stays the nominal time. Below the schedule's interval and `startingDeadline`. @default '0ms'
    */
-  jitter?: Duration;
+  jitter?: Duration | undefined;
   /** Retries of a failing handler within the same lease and slot. @default { attempts: 1 } (no retry) */
   retry?: {
     /** Attempts in all, the first included (1 to 100). @default 1 */
@@ -105,7 +105,7 @@ export interface JobOptions {
    * settles (or, if it does not within one `ttl` more, is left to expire). See docs/scheduler.md,
    * "Timeouts". @default none
    */
-  timeout?: Duration;
+  timeout?: Duration | undefined;
   handler: (context: JobContext) => Promise<unknown>;
 }
 

@@ -25,22 +25,22 @@ import { checkOptionKeys, optionKeys } from '../validate/options.js';
 
 export interface WorkerOptions extends Omit<LeaseholdOptions, 'logger'> {
   /** Job definitions (from defineJob) or their options. Optional when `handlers` is given. */
-  jobs?: ReadonlyArray<JobDefinition | JobOptions>;
+  jobs?: ReadonlyArray<JobDefinition | JobOptions> | undefined;
   /**
    * Handlers of jobs defined as data (`leasehold.control.define({ handler })`), by handler name.
    * The worker runs every stored schedule that names one of them, and follows changes at run time.
    */
-  handlers?: Readonly<Record<string, DataJobHandler>>;
+  handlers?: Readonly<Record<string, DataJobHandler>> | undefined;
   /** How often a worker with `handlers` asks for changed schedules (and every worker for paused jobs). @default '1s' */
-  scheduleRefresh?: Duration;
+  scheduleRefresh?: Duration | undefined;
   /** How long stop() (or SIGTERM/SIGINT) waits for running handlers after aborting them. @default '30s' */
-  shutdownGrace?: Duration;
+  shutdownGrace?: Duration | undefined;
   /** Stop on SIGTERM and SIGINT (a second signal exits at once). @default true */
-  handleSignals?: boolean;
+  handleSignals?: boolean | undefined;
   /** Keep run, skip and missed-slot history this long. @default '30d' */
-  historyRetention?: Duration;
+  historyRetention?: Duration | undefined;
   /** How often the clock offset to the database is measured again. @default '5m' */
-  clockSyncInterval?: Duration;
+  clockSyncInterval?: Duration | undefined;
   /**
    * Claim a slot shortly before it is due, so that its run starts on time when claiming takes
    * long (docs/scheduler.md "Claim ahead"): 'auto' claims ahead only once this worker's share of
@@ -48,8 +48,8 @@ export interface WorkerOptions extends Omit<LeaseholdOptions, 'logger'> {
    * (at most 5 s); a duration claims that far ahead always; '0ms' never.
    * @default 'auto'
    */
-  claimAhead?: Duration | 'auto';
-  logger?: Logger;
+  claimAhead?: Duration | 'auto' | undefined;
+  logger?: Logger | undefined;
 }
 
 interface WorkerParts {

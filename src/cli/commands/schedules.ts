@@ -118,18 +118,17 @@ export function registerScheduleData(schedule: Command, io: Io): void {
           const schedules = await listSchedules(db, options.all ? {} : { source: 'data' });
           if (options.json) io.out(JSON.stringify(schedules));
           else
+            // table() makes each cell inert; its line breaks are the table's own
             io.out(
-              inert(
-                table(
-                  ['NAME', 'SOURCE', 'HANDLER', 'SCHEDULE', 'PAUSED'],
-                  schedules.map((s) => [
-                    s.name,
-                    s.source,
-                    s.handler ?? '',
-                    `${s.schedule}${s.timezone ? ` (${s.timezone})` : ''}`,
-                    s.paused ? `by ${s.paused.by ?? '?'} since ${s.paused.at.toISOString()}${s.paused.reason ? `: ${s.paused.reason}` : ''}` : '',
-                  ]),
-                ),
+              table(
+                ['NAME', 'SOURCE', 'HANDLER', 'SCHEDULE', 'PAUSED'],
+                schedules.map((s) => [
+                  s.name,
+                  s.source,
+                  s.handler ?? '',
+                  `${s.schedule}${s.timezone ? ` (${s.timezone})` : ''}`,
+                  s.paused ? `by ${s.paused.by ?? '?'} since ${s.paused.at.toISOString()}${s.paused.reason ? `: ${s.paused.reason}` : ''}` : '',
+                ]),
               ),
             );
           io.exit(EXIT.ok);
