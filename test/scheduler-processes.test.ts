@@ -77,6 +77,32 @@ describe('three workers', () => {
   });
 });
 
+describe('the runs of a small fleet', () => {
+  // Ten names whose hashes all fall in one share of two or of three workers (FNV-1a % 6 = 0):
+  // a few jobs can hash like this by chance, and by name alone one worker then ran them all.
+  const NAMES = ['report-0', 'report-11', 'report-17', 'report-22', 'report-28', 'report-37', 'report-39', 'report-42', 'report-44', 'report-53'];
+
+  it('spread over the live workers: 10 jobs every second on 3 workers, the busiest within 1.5x its fair share', async () => {
+    const jobs = NAMES.map((name) => ({ name, every: '1s', ttl: '5s' }));
+    await workers(3, jobs);
+    // each worker's list of live peers is re-read at most every 10 s: measure once all have it
+    await sleep(11_000);
+    const from = (await rawPool(url, 1).query<{ now: Date }>('select clock_timestamp() as now')).rows[0]!.now;
+    await sleep(12_000);
+    await Promise.all(children.map(async (c) => c.signal('SIGTERM')));
+    await Promise.all(children.map((c) => c.exited));
+    const { rows } = await rawPool(url, 2).query<{ holder: string; n: number }>(
+      "select holder, count(*)::int as n from leasehold.runs where job like 'report-%' and slot > $1 group by holder order by n desc",
+      [from],
+    );
+    const total = rows.reduce((sum, r) => sum + r.n, 0);
+    console.log(`runs per worker: ${rows.map((r) => `${r.holder} ${r.n}`).join(', ')} (of ${total})`);
+    expect(total).toBeGreaterThan(90);
+    expect(rows.map((r) => r.holder).sort()).toEqual(['w1', 'w2', 'w3']);
+    expect(rows[0]!.n).toBeLessThanOrEqual(1.5 * (total / 3));
+  }, 60_000);
+});
+
 describe('a worker killed mid-run (SIGKILL)', () => {
   it('is replaced for the next slot on time, and its run ends as lost', async () => {
     const [a, b] = await workers(2, [{ name: 'killed', every: '1s', ttl: '20s', durationMs: 2_500 }]);

@@ -29,6 +29,20 @@ export function ownerIndex(name: string, keys: readonly string[]): number {
   return keys.length === 0 ? -1 : nameHash(name) % keys.length;
 }
 
+/**
+ * The hash that decides a slot's share: the job's name hash mixed with the slot's second
+ * (murmur3's finalizer). By the name alone, a small fleet's few jobs could all hash into one
+ * worker's share, and that worker ran nearly every run (2 workers, 4 jobs: 105 runs to 2); mixed
+ * with the slot, each slot of each job falls to a live worker at random, the same one in every
+ * worker that has the same list.
+ */
+export function slotHash(nameHashValue: number, slot: Date): number {
+  let h = (nameHashValue ^ Math.floor(slot.getTime() / 1000)) >>> 0;
+  h = Math.imul(h ^ (h >>> 16), 0x85ebca6b);
+  h = Math.imul(h ^ (h >>> 13), 0xc2b2ae35);
+  return (h ^ (h >>> 16)) >>> 0;
+}
+
 /** A worker's place among `count` live workers; null: every job is its own. */
 export type Share = { index: number; count: number } | null;
 

@@ -8,7 +8,7 @@ import { MAX_MISSED_RECORDED } from './catch-up.js';
 import type { ClaimRequest } from './claims.js';
 import { NextSlots } from './next-slots.js';
 import type { JobState } from './runs.js';
-import { owns, type Share } from './shares.js';
+import { owns, slotHash, type Share } from './shares.js';
 
 export interface TickPlan {
   /** Due now, in this worker's share: claimed at once. */
@@ -45,7 +45,7 @@ export function planTick(states: readonly JobState[], tickNow: Date, share: Shar
       if (leadMs > 0 && state.leadSeen !== slot && slot.getTime() - now.getTime() <= leadMs) {
         state.leadSeen = slot;
         plan.dueJobs++;
-        if (owns(share, state.shareHash)) {
+        if (owns(share, slotHash(state.shareHash, slot))) {
           plan.ahead.push({ job: state.job, slot });
           plan.aheadStates.push(state);
           plan.aheadStarts.push(fireTime(slot, offset));
@@ -70,7 +70,7 @@ export function planTick(states: readonly JobState[], tickNow: Date, share: Shar
       logger.warn({ event: 'slot:late', job: state.job.name, slot: latest.toISOString() }, `slot of "${state.job.name}" is past its starting deadline; not claiming it`);
       continue;
     }
-    (owns(share, state.shareHash) ? plan.mine : plan.others).push({ job: state.job, slot: latest });
+    (owns(share, slotHash(state.shareHash, latest)) ? plan.mine : plan.others).push({ job: state.job, slot: latest });
     plan.advanced.push(state);
     plan.dueJobs++;
   }
