@@ -28,7 +28,7 @@ describe('control.define / remove / list / get', () => {
     const first = await lh.control.define({ name: 'acme-sync', handler: 'sync-customer', by: 'billing-api', cron: '*/5 * * * *', timezone: 'Europe/Berlin', payload: { tenant: 'acme' }, timeout: '2m', jitter: '30s' });
     expect(first).toMatchObject({ name: 'acme-sync', created: true, changed: true });
     const same = await lh.control.define({ name: 'acme-sync', handler: 'sync-customer', by: 'billing-api', cron: '*/5 * * * *', timezone: 'Europe/Berlin', payload: { tenant: 'acme' }, timeout: '2m', jitter: '30s' });
-    expect(same).toEqual({ name: 'acme-sync', revision: first.revision, created: false, changed: false });
+    expect(same).toEqual({ name: 'acme-sync', revision: first.revision, created: false, changed: false, liveWorkers: 0 });
     const changed = await lh.control.define({ name: 'acme-sync', handler: 'sync-customer', by: 'billing-api', every: '10m', payload: { tenant: 'acme', full: true } });
     expect(changed.changed).toBe(true);
     expect(changed.revision).toBeGreaterThan(first.revision);

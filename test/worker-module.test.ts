@@ -11,12 +11,18 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 const TSX = fileURLToPath(new URL('../node_modules/tsx/dist/esm/index.mjs', import.meta.url));
 const LOADER = fileURLToPath(new URL('./fixtures/load-jobs.ts', import.meta.url));
 
-/** The CLI's loader on one module, in a separate Node process: resolves with the jobs or rejects with its error. */
-async function loadJobs(path: string): Promise<Array<Record<string, unknown>>> {
+type Loaded = { jobs?: Array<Record<string, unknown>>; handlers?: Record<string, string> | null; error?: string };
+
+/** The CLI's loader on one module, in a separate Node process: resolves with what it loaded or rejects with its error. */
+async function load(path: string): Promise<Loaded> {
   const { stdout } = await promisify(execFile)(process.execPath, ['--no-warnings', '--import', TSX, LOADER, path]);
-  const result = JSON.parse(stdout) as { jobs?: Array<Record<string, unknown>>; error?: string };
+  const result = JSON.parse(stdout) as Loaded;
   if (result.error !== undefined) throw new Error(result.error);
-  return result.jobs ?? [];
+  return result;
+}
+
+async function loadJobs(path: string): Promise<Array<Record<string, unknown>>> {
+  return (await load(path)).jobs ?? [];
 }
 
 const JOB = "{ name: 'nightly', every: '1h', handler: async () => {} }";
@@ -63,6 +69,29 @@ describe('accepted shapes', () => {
   }
 });
 
+describe('handlers of jobs defined as data', () => {
+  const HANDLERS = "{ 'sync-customer': async () => {}, report: async () => {} }";
+  const cases: Array<[string, 'cjs' | 'esm', string, string, number]> = [
+    ['export const handlers (no jobs)', 'esm', 'hh1.js', `export const handlers = ${HANDLERS};`, 0],
+    ['module.exports = { handlers } (no jobs)', 'cjs', 'hh2.js', `module.exports = { handlers: ${HANDLERS} };`, 0],
+    ['export const jobs and handlers', 'esm', 'hh3.js', `export const jobs = [${JOB}];\nexport const handlers = ${HANDLERS};`, 1],
+    ['export default { jobs, handlers }', 'esm', 'hh4.js', `export default { jobs: [${JOB}], handlers: ${HANDLERS} };`, 1],
+  ];
+  for (const [title, kind, file, source, jobCount] of cases) {
+    it(title, async () => {
+      const path = await write(kind === 'cjs' ? commonjsDir : moduleDir, file, source);
+      const loaded = await load(path);
+      expect(loaded.jobs).toHaveLength(jobCount);
+      expect(loaded.handlers).toEqual({ 'sync-customer': 'function', report: 'function' });
+    });
+  }
+
+  it('handlers that are not an object say so', async () => {
+    const path = await write(moduleDir, 'bad-handlers.js', 'export const handlers = [async () => {}];');
+    await expect(loadJobs(path)).rejects.toThrow(/handlers that are not an object of functions/);
+  });
+});
+
 describe('errors say what to do', () => {
   it('a missing file', async () => {
     await expect(loadJobs(join(commonjsDir, 'nope.js'))).rejects.toThrow(/no such file: .*nope\.js/);
@@ -75,11 +104,11 @@ describe('errors say what to do', () => {
 
   it('a module without jobs names what it exports and the shapes it may use', async () => {
     const path = await write(commonjsDir, 'other.js', 'exports.tasks = [];');
-    await expect(loadJobs(path)).rejects.toThrow(/exports no list of jobs \(it exports: default, tasks\).*module\.exports = \{ jobs/);
+    await expect(loadJobs(path)).rejects.toThrow(/exports no jobs and no handlers \(it exports: default, tasks\).*module\.exports = \{ jobs, handlers \}/);
   });
 
   it('an empty list', async () => {
     const path = await write(moduleDir, 'empty.js', 'export const jobs = [];');
-    await expect(loadJobs(path)).rejects.toThrow(/empty list of jobs/);
+    await expect(loadJobs(path)).rejects.toThrow(/empty list of jobs and no handlers/);
   });
 });

@@ -1,17 +1,27 @@
-// Loads the jobs for `leasehold worker MODULE`. The module may be an ES module
-// (`export const jobs`, `export default [...]`) or CommonJS (`module.exports = { jobs }`,
+// Loads what `leasehold worker MODULE` runs: jobs defined in code (`export const jobs`,
+// `export default [...]`), handlers of jobs defined as data (`export const handlers = { name:
+// fn }`), or both. ES modules or CommonJS (`module.exports = { jobs, handlers }`,
 // `exports.jobs = ...`, `module.exports = [...]`), .ts with tsx installed; every way this can
 // fail says what to change.
 import { existsSync } from 'node:fs';
 import { extname, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
+import type { DataJobHandler } from '../worker/job-feed.js';
 import type { JobDefinition, JobOptions } from '../worker/job.js';
 import { CliError } from './context.js';
 import { EXIT } from './exit-codes.js';
 
-const SHAPES = 'export const jobs = [...] (ES module) or module.exports = { jobs: [...] } (CommonJS)';
+const SHAPES =
+  'export const jobs = [...] and/or export const handlers = { name: async (ctx) => ... } (ES module), ' +
+  'or module.exports = { jobs, handlers } (CommonJS)';
 
-export async function loadJobs(modulePath: string): Promise<Array<JobOptions | JobDefinition>> {
+export interface WorkerModule {
+  jobs: Array<JobOptions | JobDefinition>;
+  /** Handlers of jobs defined as data (leasehold schedule define --handler NAME); undefined when the module exports none. */
+  handlers: Record<string, DataJobHandler> | undefined;
+}
+
+export async function loadJobs(modulePath: string): Promise<WorkerModule> {
   const absolute = resolve(modulePath);
   if (!existsSync(absolute)) throw new CliError(`no such file: ${absolute}`, EXIT.usage);
   if (/\.[cm]?ts$/.test(absolute)) {
@@ -29,17 +39,24 @@ export async function loadJobs(modulePath: string): Promise<Array<JobOptions | J
     throw new CliError(`could not load ${modulePath}: ${describeLoadError(error, absolute)}`, EXIT.usage);
   }
   // A CommonJS module arrives as `default` (module.exports), its statically visible names beside it.
-  const fromDefault = module.default && typeof module.default === 'object' ? (module.default as Record<string, unknown>).jobs : undefined;
-  const jobs = module.jobs ?? fromDefault ?? module.default;
-  if (!Array.isArray(jobs)) {
-    const found = Object.keys(module).filter((name) => name !== '__esModule');
+  const exported = module.default && typeof module.default === 'object' && !Array.isArray(module.default) ? (module.default as Record<string, unknown>) : {};
+  const jobs = module.jobs ?? exported.jobs ?? (Array.isArray(module.default) ? module.default : undefined);
+  const handlers = module.handlers ?? exported.handlers;
+  const found = Object.keys(module).filter((name) => name !== '__esModule');
+  if (jobs !== undefined && !Array.isArray(jobs)) throw new CliError(`${modulePath} exports jobs that are not a list; write ${SHAPES}`, EXIT.usage);
+  if (handlers !== undefined && (handlers === null || typeof handlers !== 'object' || Array.isArray(handlers))) {
+    throw new CliError(`${modulePath} exports handlers that are not an object of functions; write ${SHAPES}`, EXIT.usage);
+  }
+  const handlerCount = handlers ? Object.keys(handlers).length : 0;
+  if ((jobs?.length ?? 0) === 0 && handlerCount === 0) {
     throw new CliError(
-      `${modulePath} exports no list of jobs (it exports: ${found.length ? found.join(', ') : 'nothing'}); write ${SHAPES}, each job { name, cron | every, handler }`,
+      jobs === undefined && handlers === undefined
+        ? `${modulePath} exports no jobs and no handlers (it exports: ${found.length ? found.join(', ') : 'nothing'}); write ${SHAPES}, each job { name, cron | every, handler }`
+        : `${modulePath} exports an empty list of jobs and no handlers`,
       EXIT.usage,
     );
   }
-  if (jobs.length === 0) throw new CliError(`${modulePath} exports an empty list of jobs`, EXIT.usage);
-  return jobs as Array<JobOptions | JobDefinition>;
+  return { jobs: (jobs ?? []) as Array<JobOptions | JobDefinition>, handlers: handlerCount > 0 ? (handlers as Record<string, DataJobHandler>) : undefined };
 }
 
 /** The load error's message, with what to do for the two module-format mix-ups. */

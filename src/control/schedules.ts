@@ -72,6 +72,11 @@ export interface DefineResult {
   created: boolean;
   /** False when the definition equals the stored one: nothing was written. */
   changed: boolean;
+  /**
+   * How many live workers have registered the handler now. 0: no worker runs the schedule until
+   * one with the handler starts; meanwhile its slots are recorded missed, naming the handler.
+   */
+  liveWorkers: number;
 }
 
 const SCHEDULE_OPTION_KEYS = optionKeys<ScheduleOptions>({
@@ -171,7 +176,10 @@ export async function defineSchedule(db: Queryable, options: ScheduleOptions): P
   );
   const row = rows[0];
   if (!row) throw new Error('leasehold.define_schedule returned no row');
-  return { name: row.name, revision: Number(row.revision), created: row.created, changed: row.changed };
+  const live = await run(() =>
+    db.query<{ workers: number }>('select coalesce((select h.workers from leasehold.live_handlers() h where h.handler = $1), 0) as workers', [checked.handler]),
+  );
+  return { name: row.name, revision: Number(row.revision), created: row.created, changed: row.changed, liveWorkers: live.rows[0]?.workers ?? 0 };
 }
 
 export async function removeSchedule(db: Queryable, name: string, options: { by: string }): Promise<boolean> {

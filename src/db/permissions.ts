@@ -37,6 +37,8 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   incarnation: 'reader',
   liveness_locks: 'reader',
   worker_keys: 'reader',
+  live_handlers: 'reader',
+  unhandled_schedules: 'reader',
   run_outcomes: 'reader',
   fleet_summary: 'reader',
   fleet_status: 'reader',

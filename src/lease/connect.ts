@@ -40,7 +40,8 @@ function defaultHolder(): string {
 /** What the client is for: a scheduler worker's liveness key is one its peers list (shares.ts). */
 export type ClientKind = 'client' | 'worker';
 
-export async function openClient(options: LeaseholdOptions, kind: ClientKind): Promise<ClientParts> {
+/** `handlers`: a worker's handler names, registered with its liveness key (liveness.ts). */
+export async function openClient(options: LeaseholdOptions, kind: ClientKind, handlers: readonly string[] = []): Promise<ClientParts> {
   checkOptionKeys(options, LEASEHOLD_OPTION_KEYS, 'createLeasehold()');
   const connectionString = resolveConnectionString(options);
   if (!connectionString && !options.pool) {
@@ -91,6 +92,7 @@ export async function openClient(options: LeaseholdOptions, kind: ClientKind): P
       connectionString: livenessUrl,
       applicationName: 'leasehold',
       worker: kind === 'worker',
+      handlers: { holder, names: handlers },
       connectTimeoutMs,
       checkIntervalMs: Math.max(1_000, Math.min(5_000, queryTimeoutMs)),
       queryTimeoutMs,

@@ -334,8 +334,8 @@ export async function createLeasehold(options: LeaseholdOptions = {}): Promise<L
 }
 
 /** createLeasehold() for a scheduler worker (startWorker), whose liveness key its peers list. */
-export async function openLeasehold(options: LeaseholdOptions, kind: ClientKind): Promise<Leasehold> {
-  const parts = await openClient(options, kind);
+export async function openLeasehold(options: LeaseholdOptions, kind: ClientKind, handlers: readonly string[] = []): Promise<Leasehold> {
+  const parts = await openClient(options, kind, handlers);
   const leasehold = construct(parts);
   attachTracker(leasehold, parts.tracker);
   return leasehold;

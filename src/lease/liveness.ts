@@ -16,6 +16,12 @@ export interface LivenessSettings {
   applicationName: string;
   /** A scheduler worker's session: its key is in the workers' range (sql/0021_worker_keys.sql). */
   worker: boolean;
+  /**
+   * A worker's handler names and holder, registered under each key it gets, on this session
+   * (leasehold.register_worker_handlers: only the key's own session may), so that a schedule
+   * whose handler no live worker has is seen (sql/0025_worker_handlers.sql).
+   */
+  handlers?: { holder: string; names: readonly string[] } | undefined;
   connectTimeoutMs: number;
   /** How often the session is pinged; a ping that fails or times out drops it. */
   checkIntervalMs: number;
@@ -80,6 +86,10 @@ export class LivenessSession {
           'the liveness lock is not held by the backend this connection talks to (a transaction pooler such as PgBouncer?): ' +
             'pass liveness: { connectionString: <direct URL> } or liveness: false',
         );
+      }
+      const { handlers } = settings;
+      if (settings.worker && handlers && handlers.names.length > 0) {
+        await client.query('select leasehold.register_worker_handlers($1::bigint, $2, $3::text[])', [key, handlers.holder, handlers.names]);
       }
       if (this.state.kind === 'closed') {
         await client.end().catch(() => undefined);

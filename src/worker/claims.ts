@@ -33,6 +33,17 @@ export interface ClaimRow {
   request_id?: string;
 }
 
+/** A row of leasehold.unhandled_schedules(). */
+export type UnhandledRow = {
+  job: string;
+  handler: string;
+  schedule: string;
+  timezone: string | null;
+  interval_ms: number | null;
+  since: Date;
+  database_time: Date;
+};
+
 export class SchedulerStore {
   constructor(private readonly runtime: LeaseRuntime) {}
 
@@ -163,6 +174,15 @@ export class SchedulerStore {
   async enqueue(job: string, slots: Date[]): Promise<number> {
     const { rows } = await this.query<{ n: number }>('select leasehold.enqueue_slots($1, $2) as n', [job, slots]);
     return rows[0]?.n ?? 0;
+  }
+
+  /** The data jobs whose handler no live worker registered (leasehold.unhandled_schedules). */
+  async unhandledSchedules(): Promise<UnhandledRow[]> {
+    const { rows } = await this.query<UnhandledRow>(
+      'select job, handler, schedule, timezone, interval_ms::float8 as interval_ms, since, database_time from leasehold.unhandled_schedules()',
+      [],
+    );
+    return rows;
   }
 
   /** recordMissed() for many jobs in one statement; returns the slots recorded, by job. */

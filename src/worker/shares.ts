@@ -79,6 +79,11 @@ export class PeerList {
     return index < 0 || this.keys.length < 2 ? null : { index, count: this.keys.length };
   }
 
+  /** Whether `ownKey` is the first of the list: one worker of the fleet for a chore of the fleet's. */
+  isFirst(ownKey: string | null): boolean {
+    return ownKey !== null && this.keys[0] === ownKey;
+  }
+
   /** Makes the next refresh() read the list again, however recent it is. */
   expire(): void {
     this.readAt = Number.NEGATIVE_INFINITY;

@@ -16,6 +16,7 @@ import type { ClaimAheadSetting } from './claim-ahead.js';
 import { ClaimEngine } from './engine.js';
 import type { HandlerWrapper } from './execute-run.js';
 import { startHousekeeping } from './housekeeping.js';
+import { watchUnhandled } from './unhandled.js';
 import { defineJob, type JobDefinition, type JobOptions } from './job.js';
 import { JobFeed, type DataJobHandler } from './job-feed.js';
 import { checkHolder } from '../validate/names.js';
@@ -198,6 +199,20 @@ export class Worker {
     if (handleSignals) this.#removeSignalHandlers = stopOnSignals(() => this.stop(), logger);
     this.#teardown.push(clock.onStep((step) => engine.clockStepped(step)));
     this.#teardown.push(startHousekeeping({ store, clock, logger, retentionMs, clockSyncMs }));
+    const ownKey = () => trackerOf(this.#parts.leasehold).livenessKey();
+    this.#teardown.push(
+      watchUnhandled({
+        store,
+        events: trackerOf(this.#parts.leasehold).runtime.events,
+        logger,
+        holder: this.#parts.leasehold.holder,
+        isFirst: () => {
+          // the list is re-read when it is old (a worker without due jobs ticks rarely)
+          void engine.peers.refresh(ownKey());
+          return engine.peers.isFirst(ownKey());
+        },
+      }),
+    );
     engine.start(catchUp);
     feed.start(engine);
   }
@@ -228,7 +243,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
   const logger = options.logger ?? stderrLogger();
   // the client gets the connection options only; the worker's own are not its business
   const clientOptions = Object.fromEntries(Object.entries(options).filter(([key]) => LEASEHOLD_OPTION_KEYS.includes(key))) as LeaseholdOptions;
-  const leasehold = await openLeasehold({ ...clientOptions, logger }, 'worker');
+  const leasehold = await openLeasehold({ ...clientOptions, logger }, 'worker', Object.keys(handlers ?? {}));
   try {
     const tracker = trackerOf(leasehold);
     const { runtime } = tracker;

@@ -72,7 +72,17 @@ export function registerScheduleData(schedule: Command, io: Io): void {
         try {
           const result = await defineSchedule(db, definition);
           if (options.json) io.out(JSON.stringify(result));
-          else io.out(inert(`${result.created ? 'defined' : result.changed ? 'changed' : 'unchanged'} "${name}" (revision ${result.revision})`));
+          else {
+            io.out(inert(`${result.created ? 'defined' : result.changed ? 'changed' : 'unchanged'} "${name}" (revision ${result.revision})`));
+            if (result.liveWorkers === 0) {
+              io.err(
+                inert(
+                  `warning: no live worker has handler "${options.handler}": the schedule does not run until a worker with it starts ` +
+                    '(startWorker({ handlers }), or leasehold worker MODULE exporting handlers); its slots are recorded missed meanwhile',
+                ),
+              );
+            }
+          }
           io.exit(EXIT.ok);
         } finally {
           await db.pool.end();

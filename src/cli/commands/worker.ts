@@ -16,7 +16,7 @@ import { loadJobs } from '../load-jobs.js';
 export function registerWorker(program: Command, io: Io): void {
   program
     .command('worker')
-    .description('run the jobs a module exports (export const jobs = [...] or module.exports = { jobs }); start it on as many hosts as you like')
+    .description('run the jobs a module exports (export const jobs = [...], and handlers = { name: fn } for jobs defined as data); start it on as many hosts as you like')
     .argument('<module>', 'path to a .js/.mjs/.cjs module (or .ts, when tsx is installed)')
     .option('--holder <name>', 'how this worker names itself (default host:pid:random)')
     .option('--grace <duration>', `shutdown grace period for running handlers ${range(WORKER_CLI_DEFAULTS.grace)}`, shown(WORKER_CLI_DEFAULTS.grace))
@@ -32,7 +32,7 @@ export function registerWorker(program: Command, io: Io): void {
       try {
         const metricsPort = options.metricsPort === undefined ? undefined : integerFlag(options.metricsPort, WORKER_CLI_DEFAULTS.metricsPort, '--metrics-port');
         const healthPort = options.healthPort === undefined ? undefined : integerFlag(options.healthPort, WORKER_CLI_DEFAULTS.healthPort, '--health-port');
-        const jobs = await loadJobs(modulePath);
+        const { jobs, handlers } = await loadJobs(modulePath);
         const url = databaseUrl(options.databaseUrl);
         // Bind the ports before starting: a busy port fails the command before any job runs.
         // The routes answer 503 until the worker has started.
@@ -48,13 +48,14 @@ export function registerWorker(program: Command, io: Io): void {
         const worker = await startWorker({
           connectionString: url,
           jobs,
+          ...(handlers ? { handlers } : {}),
           shutdownGrace: options.grace,
           ...(options.holder ? { holder: options.holder } : {}),
         });
         metrics?.observe(worker);
         health = workerHealth(worker);
         const serving = [server ? `metrics at ${server.url}` : '', healthServer ? `health at ${healthServer.origin}/healthz and /readyz` : ''].filter(Boolean);
-        io.err(inert(`leasehold: worker ${worker.holder} running ${jobs.length} job(s)${serving.map((s) => `; ${s}`).join('')}; SIGTERM or Ctrl-C stops it`));
+        io.err(inert(`leasehold: worker ${worker.holder} running ${jobs.length} job(s)${handlers ? ` and the data jobs of ${Object.keys(handlers).length} handler(s)` : ''}${serving.map((s) => `; ${s}`).join('')}; SIGTERM or Ctrl-C stops it`));
         // The worker stops itself on SIGTERM/SIGINT; say what it is doing, so a stop that takes
         // the grace period does not look like a hang.
         const graceMs = durationSetting(options.grace, WORKER_CLI_DEFAULTS.grace, '--grace');
