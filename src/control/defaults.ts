@@ -1,11 +1,14 @@
 // Defaults and limits of leasehold.control (schedules defined at run time, pause and resume).
-// The SQL functions (sql/0011_schedules.sql) check the same bounds for callers that bypass the
-// client; the JSDoc `@default`s on ScheduleOptions state these values (test/defaults.test.ts).
+// The SQL functions (sql/0011_schedules.sql, sql/0024_define_checks.sql) check the same bounds
+// for callers that bypass the client; the JSDoc `@default`s on ScheduleOptions state these
+// values (test/defaults.test.ts).
 const DAY = 86_400_000;
 
 export const CONTROL_DEFAULTS = {
   /** The payload as JSON text, in bytes (UTF-8). */
   payloadMaxBytes: 65_536,
+  /** Levels of arrays and objects in the payload ([[1]] is 2): readers recurse once per level. */
+  payloadMaxDepth: 32,
   /** pause(): end the running run's lease too. */
   stopRunning: { default: false },
   /** A pause's reason, in characters. */

@@ -1,19 +1,23 @@
 // Schedules defined as data: validated here with the same rules as code jobs (defineJob, croner
-// for cron and timezone), then stored by leasehold.define_schedule, which checks them again for
-// callers that bypass the client. Removing leaves a tombstone the workers read.
+// for cron and timezone), plus what only a stored definition needs (a timezone PostgreSQL and
+// Intl read alike, a name without edge spaces, a payload of bounded size and depth), then stored
+// by leasehold.define_schedule, which checks them again for callers that bypass the client.
+// Removing leaves a tombstone the workers read.
 import { InvalidArgumentError } from '../errors.js';
 import type { Queryable } from '../db/handle.js';
 import type { Duration } from '../validate/duration.js';
-import { checkHolder, checkLeaseName } from '../validate/names.js';
+import { checkHolder, checkLeaseName, checkScheduleName } from '../validate/names.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
+import { checkZoneName } from '../validate/timezone.js';
 import { defineJob, describeCatchUp, type CatchUpPolicy, type JobDefinition, type OverlapPolicy } from '../worker/job.js';
 import { CONTROL_DEFAULTS } from './defaults.js';
 import type { StoredJobRow } from './job-row.js';
+import { payloadJson } from './payload.js';
 import { sqlError } from './sql-errors.js';
 
 /** A job defined as data: run by every worker that has a handler of that name. */
 export interface ScheduleOptions {
-  /** Unique job name (also its lease name), 1–200 characters; not the name of a code job. */
+  /** Unique job name (also its lease name), 1–200 characters without whitespace at either end; not the name of a code job. */
   name: string;
   /** The name of the handler the workers registered (`startWorker({ handlers: { [name]: fn } })`). */
   handler: string;
@@ -21,11 +25,11 @@ export interface ScheduleOptions {
   by: string;
   /** Cron pattern (5 fields, or 6 with seconds first). Exactly one of cron and every. */
   cron?: string | undefined;
-  /** IANA timezone for `cron`. @default UTC */
+  /** IANA timezone for `cron`: 'UTC' or an Area/Location name such as 'Europe/Berlin' or 'Etc/GMT+5' (not EST, CET or GMT). @default UTC */
   timezone?: string | undefined;
   /** Fixed interval, aligned to the epoch: '90s', '5m', or milliseconds (at least 1 s). */
   every?: Duration | undefined;
-  /** Any JSON value, at most 64 KiB as JSON text; the handler gets it as `ctx.payload`. @default {} */
+  /** Any JSON value, at most 64 KiB as JSON text and 32 levels of arrays and objects deep; the handler gets it as `ctx.payload`. @default {} */
   payload?: unknown | undefined;
   /** Lease TTL. @default '30s' */
   ttl?: Duration | undefined;
@@ -112,23 +116,16 @@ export function checkSchedule(options: ScheduleOptions): CheckedSchedule {
   const where = typeof options.name === 'string' ? `schedule "${options.name}"` : 'schedule';
   checkOptionKeys(options, SCHEDULE_OPTION_KEYS, where);
   const { handler, by, payload, timeout, jitter, ...jobOptions } = options;
+  // before the worker's rules, which take any name Intl knows ('EST'); see validate/timezone.ts
+  checkZoneName(options.timezone, where);
   // the worker's own rules, timeout and jitter included: what define() accepts, every worker runs
   // (null, like leaving them out, means none)
   const job = defineJob({ ...jobOptions, ...(timeout != null ? { timeout } : {}), ...(jitter != null ? { jitter } : {}), handler: noHandler });
+  checkScheduleName(job.name);
   const handlerName = checkText(handler, 'handler', `${where}: handler`);
   const byName = checkHolder(by);
-  let payloadJson: string;
-  try {
-    payloadJson = JSON.stringify(payload === undefined ? {} : payload) as string | undefined ?? '';
-  } catch (error) {
-    throw new InvalidArgumentError('payload', `${where}: payload must be JSON-serialisable (${String(error)}).`);
-  }
-  if (payloadJson === '') throw new InvalidArgumentError('payload', `${where}: payload must be a JSON value (got ${typeof payload}).`);
-  const bytes = Buffer.byteLength(payloadJson, 'utf8');
-  if (bytes > CONTROL_DEFAULTS.payloadMaxBytes) {
-    throw new InvalidArgumentError('payload', `${where}: payload is ${bytes} bytes as JSON; at most ${CONTROL_DEFAULTS.payloadMaxBytes} (store large data elsewhere and put its key in the payload).`);
-  }
-  return { job, handler: handlerName, by: byName, payloadJson, timeoutMs: job.timeoutMs, jitterMs: job.jitterMs > 0 ? job.jitterMs : null };
+  const json = payloadJson(payload, where);
+  return { job, handler: handlerName, by: byName, payloadJson: json, timeoutMs: job.timeoutMs, jitterMs: job.jitterMs > 0 ? job.jitterMs : null };
 }
 
 function checkText(value: unknown, argument: string, what: string): string {
