@@ -141,9 +141,6 @@ async function noHandler(): Promise<void> {
   // a data job's handler is looked up by name on each worker
 }
 
-function ms(value: number | null): string | null {
-  return value === null ? null : `${value} milliseconds`;
-}
 
 export async function defineSchedule(db: Queryable, options: ScheduleOptions): Promise<DefineResult> {
   const checked = checkSchedule(options);
@@ -151,24 +148,26 @@ export async function defineSchedule(db: Queryable, options: ScheduleOptions): P
   const isCron = /\s/.test(job.schedule.expression);
   const defaultDeadline = options.startingDeadline === undefined;
   const { rows } = await run(() =>
-    db.query<{ name: string; revision: string; created: boolean; changed: boolean }>(`select * from leasehold.define_schedule(p_name => $1, p_handler => $2, p_by => $3, p_cron => $4, p_every => $5::interval,
-         p_timezone => $6, p_payload => $7::jsonb, p_ttl => $8::interval, p_overlap => $9, p_catch_up => $10,
-         p_buffer_limit => $11, p_starting_deadline => $12::interval, p_timeout => $13::interval, p_jitter => $14::interval)`,
+    // durations go as milliseconds times an interval: '2592000000 milliseconds' as interval text overflows before PostgreSQL 15
+    db.query<{ name: string; revision: string; created: boolean; changed: boolean }>(`select * from leasehold.define_schedule(p_name => $1, p_handler => $2, p_by => $3, p_cron => $4, p_every => $5::float8 * interval '1 millisecond',
+         p_timezone => $6, p_payload => $7::jsonb, p_ttl => $8::float8 * interval '1 millisecond', p_overlap => $9, p_catch_up => $10,
+         p_buffer_limit => $11, p_starting_deadline => $12::float8 * interval '1 millisecond', p_timeout => $13::float8 * interval '1 millisecond',
+         p_jitter => $14::float8 * interval '1 millisecond')`,
       [
         job.name,
         checked.handler,
         checked.by,
         isCron ? job.schedule.expression : null,
-        isCron ? null : ms(job.schedule.nominalIntervalMs),
+        isCron ? null : job.schedule.nominalIntervalMs,
         job.schedule.timezone,
         checked.payloadJson,
-        ms(job.ttlMs),
+        job.ttlMs,
         job.overlap,
         describeCatchUp(job.catchUp),
         job.bufferLimit,
-        defaultDeadline ? null : ms(job.startingDeadlineMs),
-        ms(checked.timeoutMs),
-        ms(checked.jitterMs),
+        defaultDeadline ? null : job.startingDeadlineMs,
+        checked.timeoutMs,
+        checked.jitterMs,
       ]),
   );
   const row = rows[0];

@@ -216,11 +216,15 @@ export class SchedulerStore {
     await this.query('select leasehold.record_clock_step($1, $2, $3)', [from, to, holder]);
   }
 
-  /** Deletes history older than keepMs, one batch per statement (each its own transaction). */
+  /**
+   * Deletes history older than keepMs, one batch per statement (each its own transaction). The
+   * duration goes as milliseconds times an interval: 30 days as '2592000000 milliseconds'
+   * overflows the interval parser before PostgreSQL 15.
+   */
   async prune(keepMs: number, batch = PRUNE_BATCH): Promise<number> {
     let total = 0;
     for (;;) {
-      const { rows } = await this.query<{ n: string }>('select leasehold.prune_history($1::interval, $2)::text as n', [`${keepMs} milliseconds`, batch]);
+      const { rows } = await this.query<{ n: string }>("select leasehold.prune_history($1::float8 * interval '1 millisecond', $2)::text as n", [keepMs, batch]);
       const deleted = Number(rows[0]?.n ?? 0);
       total += deleted;
       // fewer than one batch in all: every kind is below its batch, nothing prunable is left
