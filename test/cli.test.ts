@@ -117,9 +117,9 @@ describe('status, runs, schedule preview, migrate', () => {
     const lines = human.stdout.trim().split('\n');
     expect(lines).toHaveLength(7);
     expect(lines[0]).toMatch(/^lease: free \(fence 11\); last held by worker-b, released -$/);
-    expect(lines[1]).toMatch(/^SLOT\s+KIND\s+OUTCOME\s+FENCE\s+HOLDER\s+STARTED\s+DURATION\s+DETAIL$/);
+    expect(lines[1]).toMatch(/^SLOT\s+KIND\s+OUTCOME\s+FENCE\s+HOLDER\s+STARTED\s+LATE\s+DURATION\s+DETAIL$/);
     expect(lines.filter((l) => /\smissed\s/.test(l))).toHaveLength(2);
-    expect(lines.find((l) => /\srun\s/.test(l))).toMatch(/run\s+succeeded\s+1\s+worker-b\s+\S+\s+2\.0s/);
+    expect(lines.find((l) => /\srun\s/.test(l))).toMatch(/run\s+succeeded\s+1\s+worker-b\s+\S+\s+\S+\s+2\.0s/);
     const json = JSON.parse((await cli(['runs', 'cleanup', '--limit', '100', '--json'], { DATABASE_URL: seededUrl })).stdout) as Array<{ kind: string; outcome: string }>;
     expect(json.filter((e) => e.kind === 'missed')).toHaveLength(2);
     expect(json.filter((e) => e.outcome === 'lost')).toHaveLength(1);

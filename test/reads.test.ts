@@ -40,9 +40,10 @@ describe('job_status', () => {
     const pool = rawPool(url, 2);
     const all = await pool.query(`select * from leasehold.job_status order by job`);
     const v5 = await pool.query(`select * from ${schema5JobStatus()} order by job`);
-    // schema 11 appended six columns (source, handler, the pause, timed-out runs); the others are unchanged
+    // schema 11 appended six columns (source, handler, the pause, timed-out runs), schema 26 the
+    // start lateness; the others are unchanged
     const columns = v5.fields.map((f) => f.name);
-    expect(all.fields.map((f) => f.name)).toEqual([...columns, 'source', 'handler', 'paused_at', 'paused_by', 'pause_reason', 'timed_out_24h']);
+    expect(all.fields.map((f) => f.name)).toEqual([...columns, 'source', 'handler', 'paused_at', 'paused_by', 'pause_reason', 'timed_out_24h', 'late_p95_seconds']);
     const now = await pool.query(`select ${columns.join(', ')} from leasehold.job_status order by job`);
     expect(now.fields.map((f) => [f.name, f.dataTypeID])).toEqual(v5.fields.map((f) => [f.name, f.dataTypeID]));
     // lease_age_seconds moves with now(): compare the rest exactly

@@ -18,7 +18,7 @@ beforeAll(async () => {
 const normalize = (text: string) =>
   text
     .replace(/timestamp with time zone/g, 'timestamptz')
-    .replace(/ DEFAULT NULL::[\w[\]]+/g, ' = null')
+    .replace(/ DEFAULT NULL::(?:double precision|[\w]+)(?:\[\])?/g, ' = null')
     .replace(/ DEFAULT (\w+)/g, ' = $1')
     .replace(/\bp_/g, '')
     .trim();

@@ -81,7 +81,7 @@ export const SCRIPT_TIMELINE = String.raw`
       var tip = m.runs.length > 1
         ? j.job + ' · ' + m.runs.length + ' ' + m.outcome + ' runs from ' + fmtClock(time(r.startedAt)) + ' to ' + fmtClock(time(m.runs[m.runs.length - 1].startedAt)) + ' (zoom in to see each)'
         : [j.job + ' · ' + r.outcome + (r.finishedAt ? '' : ' (running)'), 'slot ' + fmtDateTime(time(r.slot)),
-           'started ' + fmtClock(m.start) + (r.finishedAt ? ', finished ' + fmtClock(m.end) : ''),
+           'started ' + fmtClock(m.start) + ' (' + fmtSeconds(Math.max(0, time(r.startedAt) - time(r.slot)) / 1000) + ' after its slot)' + (r.finishedAt ? ', finished ' + fmtClock(m.end) : ''),
            'duration ' + fmtSeconds((m.end - m.start) / 1000) + (interval ? ' = ' + pct((m.end - m.start) / interval) + ' of the ' + fmtInterval(interval) + ' interval' : ''),
            'holder ' + r.holder + ' · fence ' + r.fence + (r.attempts > 1 ? ' · ' + r.attempts + ' attempts' : '')].concat(r.error ? [r.error] : []).join('\n');
       append(svg, withTip(sv('rect', { class: 'run', 'data-kind': 'run', 'data-outcome': m.outcome, 'data-fence': r.fence, 'data-runs': m.runs.length,

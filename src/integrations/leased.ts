@@ -188,7 +188,7 @@ class SlotGuard {
     this.tracker.runtime.clock.observe(row.database_time, sentAt, performance.now());
     if (row.claimed) {
       if (this.shutdown.signal.aborted) {
-        await this.finisher.finish({ job: this.job.name, fence: Number(row.fence), token: row.token, outcome: 'aborted', error: 'stopping', attempts: 0 });
+        await this.finisher.finish({ job: this.job.name, fence: Number(row.fence), token: row.token, outcome: 'aborted', error: 'stopping', attempts: 0, startedMs: null });
         return notRun(slot, 'stopped');
       }
       if (row.previous_slot) void this.recordMissed(row.previous_slot, row.slot);

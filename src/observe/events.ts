@@ -39,7 +39,8 @@ export interface LeaseholdEvents {
   /** The liveness session is (re)established. */
   'liveness:ready': [key: string];
   /** A scheduled run started on this worker. */
-  'run:started': [run: { job: string; slot: Date; fence: number; holder: string }];
+  /** lateMs: how long after its fire time (slot plus the job's jitter offset) the handler was called, on the database clock's estimate; null without one. */
+  'run:started': [run: { job: string; slot: Date; fence: number; holder: string; lateMs: number | null }];
   /** A scheduled run ended; `outcome` is succeeded, failed, lost or aborted. */
   'run:finished': [run: { job: string; slot: Date; fence: number; outcome: string; error: string | null; durationMs: number }];
   /** A slot did not run because the previous run held the lease (emitted by the worker that recorded it: once per slot fleet-wide). */

@@ -20,6 +20,8 @@ export interface MetricsOptions {
   prefix?: string | undefined;
   /** Run duration histogram buckets, in seconds. */
   durationBuckets?: number[] | undefined;
+  /** Run start lateness histogram buckets, in seconds. */
+  latenessBuckets?: number[] | undefined;
 }
 
 export interface LeaseholdMetrics {
@@ -68,6 +70,12 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
     help: 'Duration of scheduled runs.',
     labelNames: ['job', 'outcome'],
     buckets: options.durationBuckets ?? [0.05, 0.25, 1, 5, 15, 30, 60, 120, 300, 900, 1800, 3600],
+    registers,
+  });
+  const lateness = new client.Histogram({
+    name: `${prefix}run_start_lateness_seconds`,
+    help: 'How long after its fire time (slot plus jitter offset) each scheduled run started, on the database clock.',
+    buckets: options.latenessBuckets ?? [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30],
     registers,
   });
   const skipped = new client.Counter({ name: `${prefix}skipped_slots_total`, help: 'Slots skipped because the previous run held the lease (counted by the recording worker).', labelNames: ['job'], registers });
@@ -192,6 +200,9 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
         source.on('run:finished', (run) => {
           runs.inc({ job: run.job, outcome: run.outcome });
           duration.observe({ job: run.job, outcome: run.outcome }, run.durationMs / 1000);
+        }),
+        source.on('run:started', (run) => {
+          if (run.lateMs !== null) lateness.observe(Math.max(0, run.lateMs) / 1000);
         }),
         source.on('slot:skipped', (skip) => skipped.inc({ job: skip.job })),
         source.on('slot:missed', (event) => missed.inc({ job: event.job }, event.slots.length)),

@@ -52,6 +52,8 @@ export interface JobStatus {
   p95IntervalRatio: number | null;
   skips24h: number;
   missed24h: number;
+  /** p95 over the last 24 h of how long after its slot each scheduled run's handler started (runs.started_at - slot). */
+  lateP95Seconds: number | null;
   /** Set when p95IntervalRatio passes CREEP_WARNING_RATIO. */
   warning: string | null;
   /** 'code' (a worker's jobs) or 'data' (leasehold.control.define). */
@@ -95,6 +97,7 @@ export interface JobStatusRow {
   paused_by?: string | null;
   pause_reason?: string | null;
   timed_out_24h?: number;
+  late_p95_seconds?: number | null;
 }
 
 export async function jobStatus(db: pg.Pool | pg.ClientBase, job?: string, options: ReadOptions = {}): Promise<JobStatus[]> {
@@ -134,6 +137,7 @@ export function toJobStatus(row: JobStatusRow): JobStatus {
     failed24h: row.failed_24h,
     lost24h: row.lost_24h,
     timedOut24h: row.timed_out_24h ?? 0,
+    lateP95Seconds: row.late_p95_seconds ?? null,
     p50Seconds: row.p50_seconds,
     p95Seconds: row.p95_seconds,
     p95IntervalRatio: ratio,

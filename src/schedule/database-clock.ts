@@ -119,6 +119,11 @@ export class DatabaseClock implements Clock {
     return this.base !== null;
   }
 
+  /** now() as epoch milliseconds, or null before the first sample (no Date made). */
+  nowMs(): number | null {
+    return this.base === null ? null : this.base + performance.now();
+  }
+
   now(): Date {
     if (this.base === null) throw new Error('DatabaseClock.now() before sync()');
     return new Date(this.base + performance.now());

@@ -16,7 +16,7 @@ export const EVENT_JSON = {
   'lease:acquired': (lease) => ({ name: lease.name, slot: iso(lease.slot), fence: lease.fence, holder: lease.holder, tookOver: lease.tookOver }),
   'lease:lost': (lease, error) => ({ name: lease.name, fence: lease.fence, reason: error.reason, message: short(error.message) }),
   'liveness:lost': (error) => ({ error: short(error.message, 200) }),
-  'run:started': (run) => ({ job: run.job, slot: run.slot.toISOString(), fence: run.fence }),
+  'run:started': (run) => ({ job: run.job, slot: run.slot.toISOString(), fence: run.fence, lateMs: run.lateMs }),
   'run:finished': (run) => ({
     job: run.job,
     slot: run.slot.toISOString(),

@@ -151,10 +151,10 @@ export class SchedulerStore {
 
   /** finish() for many runs in one statement. */
   async finishMany(
-    runs: ReadonlyArray<{ job: string; fence: number; token: string | null; outcome: string; error: string | null; attempts: number }>,
+    runs: ReadonlyArray<{ job: string; fence: number; token: string | null; outcome: string; error: string | null; attempts: number; startedMs: number | null }>,
   ): Promise<Array<{ job: string; fence: number; recorded: boolean; released: boolean; nextBufferedSlot: Date | null }>> {
     const rows = await this.arrayQuery(
-      'select job, fence, recorded, released, next_buffered_slot from leasehold.finish_runs($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::integer[])',
+      'select job, fence, recorded, released, next_buffered_slot from leasehold.finish_runs($1::text[], $2::bigint[], $3::uuid[], $4::text[], $5::text[], $6::integer[], $7::float8[])',
       [
         textArrayLiteral(runs.map((r) => r.job)),
         numberArrayLiteral(runs.map((r) => r.fence)),
@@ -162,6 +162,7 @@ export class SchedulerStore {
         textArrayLiteral(runs.map((r) => r.outcome)),
         textArrayLiteral(runs.map((r) => r.error)),
         numberArrayLiteral(runs.map((r) => r.attempts)),
+        numberArrayLiteral(runs.map((r) => r.startedMs)),
       ],
       batchTimeout(this.runtime.queryTimeoutMs, runs.length),
     );

@@ -347,7 +347,7 @@ export class ClaimEngine {
     const claimed = rows.filter((row) => row.claimed);
     if (claimed.length === 0) return;
     await this.store
-      .finishMany(claimed.map((row) => ({ job: row.job, fence: Number(row.fence), token: row.token, outcome: 'aborted', error: why, attempts: 0 })))
+      .finishMany(claimed.map((row) => ({ job: row.job, fence: Number(row.fence), token: row.token, outcome: 'aborted', error: why, attempts: 0, startedMs: null })))
       .catch((error: unknown) => this.logger.warn({ event: 'claim:return-failed', err: String(error) }, 'could not hand back slots claimed while stopping; their leases end by TTL'));
   }
 

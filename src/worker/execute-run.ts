@@ -107,6 +107,8 @@ class Run<T = unknown> implements FinishReceiver, PreparedRun {
   attempt = 1;
   /** performance.now() when the run started (its report's duration). */
   private startedAt = 0;
+  /** When the handler was called on the database clock's estimate (epoch ms; what the history records); null: not called. */
+  private startedDbMs: number | null = null;
   /** The run's outcome and error text once its handler has ended (what finish_runs records). */
   private outcome: RunOutcome = 'succeeded';
   private errorText: string | null = null;
@@ -191,12 +193,16 @@ class Run<T = unknown> implements FinishReceiver, PreparedRun {
         if (check === 'renew-first' && !this.renewedToStart) return void this.renewThenBegin(lease);
         if (check === 'lost') {
           env.tracker.stopRenewing(lease);
-          return this.endUnstarted('lost', lease.lostReason?.message ?? 'lease lost', lease.token);
+          return this.endUnstarted('lost', `the handler was not called: ${lease.lostReason?.message ?? 'lease lost'}`, lease.token);
         }
       }
       this.startedAt = performance.now();
+      this.startedDbMs = env.tracker.runtime.clock.nowMs();
       this.deadline = job.timeoutMs === null ? null : new RunDeadline(job, slot, fence, this.sentAt, lease);
-      if (env.events.wants('run:started')) env.events.emit('run:started', { job: job.name, slot, fence, holder: env.holder });
+      if (env.events.wants('run:started')) {
+        const lateMs = this.startedDbMs === null ? null : this.startedDbMs - slot.getTime() - job.jitterOffsetMs;
+        env.events.emit('run:started', { job: job.name, slot, fence, holder: env.holder, lateMs });
+      }
       if (this.deadline || env.wrapHandler || job.retry.attempts > 1) {
         void this.attemptsUntilSettled();
         return;
@@ -293,7 +299,7 @@ class Run<T = unknown> implements FinishReceiver, PreparedRun {
   }
 
   private finishItem(token: string | null): FinishItem {
-    return { job: this.job.name, fence: this.fence, token, outcome: this.outcome, error: this.errorText, attempts: this.attempt, receiver: this };
+    return { job: this.job.name, fence: this.fence, token, outcome: this.outcome, error: this.errorText, attempts: this.attempt, startedMs: this.startedDbMs, receiver: this };
   }
 
   /** The FinishQueue wrote the run's end. */

@@ -15,6 +15,8 @@ export interface FinishRequest {
   outcome: RunOutcome;
   error: string | null;
   attempts: number;
+  /** When the handler was called, in epoch milliseconds on the database clock's estimate; null: never called (or no estimate). */
+  startedMs: number | null;
 }
 
 export interface FinishResult {

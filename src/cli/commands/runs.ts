@@ -31,8 +31,8 @@ export function registerRuns(program: Command, io: Io): void {
           if (!options.json && entries.length > 0) {
             io.out(
               table(
-                ['SLOT', 'KIND', 'OUTCOME', 'FENCE', 'HOLDER', 'STARTED', 'DURATION', 'DETAIL'],
-                entries.map((e) => [time(e.slot), kindOf(e), e.outcome, e.fence, e.holder, time(e.at), seconds(e.durationSeconds), byWhom(e)]),
+                ['SLOT', 'KIND', 'OUTCOME', 'FENCE', 'HOLDER', 'STARTED', 'LATE', 'DURATION', 'DETAIL'],
+                entries.map((e) => [time(e.slot), kindOf(e), e.outcome, e.fence, e.holder, time(e.at), late(e), seconds(e.durationSeconds), byWhom(e)]),
               ),
             );
           }
@@ -44,6 +44,12 @@ export function registerRuns(program: Command, io: Io): void {
         report(io, error, options.json === true);
       }
     });
+}
+
+/** A scheduled run's start after its slot (runs.started_at - slot); none for skips, missed slots and runs asked for. */
+function late(entry: HistoryEntry): string | null {
+  if (entry.kind !== 'run' || entry.trigger !== 'schedule' || !entry.at) return null;
+  return seconds(Math.max(0, entry.at.getTime() - entry.slot.getTime()) / 1000);
 }
 
 /** run, skip or missed; /manual or /backfill for what an operator asked for. */
