@@ -1,13 +1,14 @@
 // Server settings that used to stop everything quietly (docs/operating.md "Server settings"):
 // real login roles whose defaults do not suit the protocol. SERIALIZABLE or REPEATABLE READ and a
 // 20 ms statement_timeout pin the client's statements (src/db/pinned.ts); a read-only server is a
-// DatabaseReadOnlyError at start and later.
+// DatabaseReadOnlyError at start and later, and a worker whose claims keep failing on one says so
+// (Worker.failure, the health probes) instead of logging a line a tick.
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { readOnlyAtStart } from '../src/db/read-only.js';
 import { parseSessionSettings } from '../src/db/session-settings.js';
-import { createLeasehold, DatabaseReadOnlyError, DatabaseUnavailableError, startWorker, type Leasehold, type LeaseholdOptions, type Logger } from '../src/index.js';
+import { createLeasehold, DatabaseReadOnlyError, DatabaseUnavailableError, startWorker, workerHealth, type Leasehold, type LeaseholdOptions, type Logger } from '../src/index.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { freshDatabase, rawPool, sleep, waitFor } from './support/db.js';
 import { findPgBouncer, startPgBouncer, type PgBouncer } from './support/pgbouncer.js';
@@ -23,6 +24,7 @@ const ROLES = {
   readOnly: { name: `lh_ss_ro_${suffix}`, settings: ['default_transaction_read_only = on'] },
   turnsSerializable: { name: `lh_ss_lser_${suffix}`, settings: [] },
   turnsReadOnly: { name: `lh_ss_lro_${suffix}`, settings: [] },
+  worker: { name: `lh_ss_wrk_${suffix}`, settings: [] },
 } as const;
 type RoleKey = keyof typeof ROLES;
 
@@ -259,5 +261,52 @@ describe('a read-only server', () => {
     expect(error).toBeInstanceOf(DatabaseReadOnlyError);
     expect(error).toHaveProperty('cause.code', '25006');
     expect((error as Error).message).toMatch(/the server is read-only \(a hot standby, or default_transaction_read_only = on\)/);
+  });
+
+  it('a worker whose claims fail on it fails loudly: Worker.failure, one worker:failing line, failing probes, no line a tick; and recovers', { timeout: 60_000 }, async () => {
+    const job = `ro-worker-${randomUUID()}`;
+    let ran = 0;
+    const { lines, logger } = recorder();
+    const worker = await startWorker({
+      connectionString: urlAs(url, ROLES.worker.name),
+      jobs: [{ name: job, every: '1s', ttl: '5s', handler: async () => void ran++ }],
+      logger,
+      handleSignals: false,
+      shutdownGrace: '2s',
+    });
+    opened.push({ close: () => worker.stop() });
+    const health = workerHealth(worker);
+    const failing: unknown[] = [];
+    worker.on('worker:failing', ({ error }) => failing.push(error));
+    await waitFor(() => ran >= 1, 10_000, 50);
+    expect(worker.failure).toBeNull();
+    expect((await health.live()).ok).toBe(true);
+
+    await changeRole('worker', 'set default_transaction_read_only = on');
+    await waitFor(() => worker.failure, 15_000, 50);
+    expect(worker.failure).toBeInstanceOf(DatabaseReadOnlyError);
+    expect(failing).toHaveLength(1);
+    const live = await health.live();
+    expect(live.ok).toBe(false);
+    expect(live.checks.claims).toMatchObject({ ok: false, detail: expect.stringContaining('read-only') });
+    expect(live.checks.database).toMatchObject({ ok: false, detail: expect.stringContaining('read-only') });
+    expect((await health.ready()).ok).toBe(false);
+    const failingLines = lines.filter((l) => l.event === 'worker:failing');
+    expect(failingLines).toHaveLength(1);
+    expect(failingLines[0]).toMatchObject({ level: 'error', fields: { code: 'DATABASE_UNAVAILABLE' } });
+    expect(failingLines[0]?.message).toContain('read-only');
+    // ticks go on failing, but no longer a line each
+    const claimLines = () => lines.filter((l) => l.event === 'claim:failed').length;
+    const before = claimLines();
+    await sleep(3_000);
+    expect(claimLines()).toBe(before);
+    expect(failing).toHaveLength(1);
+
+    await changeRole('worker', 'reset default_transaction_read_only');
+    await waitFor(() => worker.failure === null, 15_000, 50);
+    expect(lines.filter((l) => l.event === 'worker:recovered')).toHaveLength(1);
+    await waitFor(async () => (await health.live()).ok, 15_000, 100);
+    const after = ran;
+    await waitFor(() => ran > after, 10_000, 50);
   });
 });
