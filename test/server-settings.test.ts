@@ -147,13 +147,17 @@ describe('isolation above READ COMMITTED on the role', () => {
 
   it('set after the clients started: the first serialization failure pins their statements and the call runs again, nothing thrown', async () => {
     const { lines, logger } = recorder();
-    const clients = [await open('turnsSerializable', { liveness: false, logger }), ...(await Promise.all([1, 2, 3].map(() => open('turnsSerializable', { liveness: false }))))];
+    const clients = await Promise.all([1, 2, 3, 4].map(() => open('turnsSerializable', { liveness: false, logger })));
     expect(lines.filter((l) => l.event === 'connection:pinned')).toEqual([]);
     await changeRole('turnsSerializable', "set default_transaction_isolation = 'serializable'");
     const { acquired, errors } = await contend(clients, 1_500);
     expect(errors).toEqual([]);
     expect(acquired).toBeGreaterThan(0);
-    expect(lines.filter((l) => l.event === 'connection:pinned').map((l) => l.fields.reason)).toEqual([expect.stringContaining('40001')]);
+    // each client that met a serialization failure pinned its pools, once
+    const reasons = lines.filter((l) => l.event === 'connection:pinned').map((l) => l.fields.reason);
+    expect(reasons.length).toBeGreaterThanOrEqual(1);
+    expect(reasons.length).toBeLessThanOrEqual(clients.length);
+    for (const reason of reasons) expect(reason).toContain('40001');
   });
 });
 
