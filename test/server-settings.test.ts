@@ -251,7 +251,7 @@ describe('a read-only server', () => {
   });
 
   it('a hot standby is refused as one', () => {
-    const settings = parseSessionSettings({ role: 'app', database: 'db', in_recovery: true, read_only: true, settings: null });
+    const settings = parseSessionSettings({ role: 'app', database: 'db', in_recovery: true, read_only: true, isolation: 'read committed', statement_timeout_ms: 0, sources: null });
     const error = readOnlyAtStart(settings, 'replica:5432/db');
     expect(error).toMatchObject({ standby: true });
     expect(error?.message).toMatch(/^PostgreSQL at replica:5432\/db is a hot standby .*Point DATABASE_URL \(or connectionString\) at the primary/);

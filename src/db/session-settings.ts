@@ -23,33 +23,36 @@ export interface SessionSettings {
   statementTimeout: { ms: number; source: string };
 }
 
-// pg_settings (readable by every role) for the sources; the values as a new statement sees them
+// The values as a new statement sees them; where each comes from (pg_settings.source, readable by
+// every role) only when one is set at all: reading pg_settings costs about a millisecond.
 export const SESSION_SETTINGS_SQL = `select current_user::text as role, current_database()::text as database,
          pg_is_in_recovery() as in_recovery, current_setting('transaction_read_only') = 'on' as read_only,
-         (select json_object_agg(name, json_build_array(setting, source)) from pg_settings
-           where name in ('default_transaction_read_only', 'default_transaction_isolation', 'statement_timeout')) as settings`;
+         current_setting('default_transaction_isolation') as isolation,
+         (extract(epoch from current_setting('statement_timeout')::interval) * 1000)::float8 as statement_timeout_ms,
+         case when current_setting('transaction_read_only') = 'on' or current_setting('statement_timeout') <> '0'
+                or current_setting('default_transaction_isolation') <> 'read committed'
+              then (select json_object_agg(name, source) from pg_settings
+                     where name in ('default_transaction_read_only', 'default_transaction_isolation', 'statement_timeout')) end as sources`;
 
 export interface SessionSettingsRow {
   role: string;
   database: string;
   in_recovery: boolean;
   read_only: boolean;
-  settings: Record<string, [string, string]> | null;
+  isolation: string;
+  statement_timeout_ms: number;
+  sources: Record<string, string> | null;
 }
 
 export function parseSessionSettings(row: SessionSettingsRow): SessionSettings {
-  const setting = (name: string): [string, string] => row.settings?.[name] ?? ['', 'default'];
-  const [, readOnlySource] = setting('default_transaction_read_only');
-  const [isolation, isolationSource] = setting('default_transaction_isolation');
-  const [timeout, timeoutSource] = setting('statement_timeout');
+  const source = (name: string) => row.sources?.[name] ?? 'default';
   return {
     role: row.role,
     database: row.database,
     inRecovery: row.in_recovery,
-    readOnly: { value: row.read_only, source: readOnlySource },
-    isolation: { value: isolation || 'read committed', source: isolationSource },
-    // pg_settings gives statement_timeout in milliseconds
-    statementTimeout: { ms: Number(timeout) || 0, source: timeoutSource },
+    readOnly: { value: row.read_only, source: source('default_transaction_read_only') },
+    isolation: { value: row.isolation, source: source('default_transaction_isolation') },
+    statementTimeout: { ms: row.statement_timeout_ms, source: source('statement_timeout') },
   };
 }
 
