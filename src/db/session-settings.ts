@@ -10,8 +10,8 @@
 //   before the client would give up on them; a worker whose claim takes longer runs nothing.
 // The last two are overridden, not refused: the pool's library statements then run pinned
 // (pinned.ts). lock_timeout needs nothing: every protocol function sets its own (2 s).
-// idle_in_transaction_session_timeout matters only inside transactions, and the library's own
-// transactions set it (pinned.ts).
+// idle_in_transaction_session_timeout matters only inside transactions: a pinned one sets it to
+// its statement's timeout, a fenced transaction to its idleTimeout.
 
 /** Read at start; `source` is pg_settings.source: where the value comes from. */
 export interface SessionSettings {
