@@ -119,6 +119,21 @@ export class DatabaseUnavailableError extends LeaseholdError {
 }
 
 /**
+ * The server accepts no writes: a hot standby (a connection that reached a replica, or a primary
+ * that a failover turned into one), or `default_transaction_read_only = on` for the role, the
+ * database or the server. Leases cannot be taken, renewed or released there, and nothing was
+ * written. A DatabaseUnavailableError: the primary is not where the connection points.
+ */
+export class DatabaseReadOnlyError extends DatabaseUnavailableError {
+  /** true: the server is a standby (pg_is_in_recovery()); false: a read-only setting; null: not known. */
+  readonly standby: boolean | null;
+  constructor(message: string, standby: boolean | null, options?: { cause?: unknown }) {
+    super(message, options);
+    this.standby = standby;
+  }
+}
+
+/**
  * A write was sent but its outcome is not known (a timeout or a dropped connection while
  * committing). The statement may still commit on the server: check before retrying.
  */

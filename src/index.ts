@@ -12,6 +12,7 @@ export { FenceRangeError } from './lease/fence.js';
 export type { ReplicationReport } from './lease/replication.js';
 export {
   ClosedError,
+  DatabaseReadOnlyError,
   DatabaseUnavailableError,
   InvalidArgumentError,
   LeaseholdError,

@@ -56,7 +56,7 @@ describe('worker health endpoints', () => {
     const health = workerHealth(worker);
     const ready = await health.ready();
     expect(ready.ok, JSON.stringify(ready)).toBe(true);
-    expect(Object.keys(ready.checks).sort()).toEqual(['database', 'schema', 'session', 'stopping']);
+    expect(Object.keys(ready.checks).sort()).toEqual(['claims', 'database', 'schema', 'session', 'stopping']);
     expect((await health.live()).ok).toBe(true);
     const stopping = worker.stop();
     const during = await health.ready();

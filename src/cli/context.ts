@@ -5,6 +5,7 @@ import { createOwnedPool, describeConnection } from '../db/connection.js';
 import { dbHandle, type DbHandle } from '../db/handle.js';
 import type { ReplicationReport } from '../lease/replication.js';
 import { permissionDenied } from '../db/permissions.js';
+import { readOnlyRefusal } from '../db/read-only.js';
 import { DatabaseUnavailableError, InvalidArgumentError, LeaseholdError, PermissionDeniedError, SchemaVersionError } from '../errors.js';
 import { EXIT } from './exit-codes.js';
 import { durationSetting } from '../validate/settings.js';
@@ -51,8 +52,10 @@ export function databaseUrl(option: string | undefined): string {
   return url;
 }
 
-// The database role of the command's connection, for messages that name a grant to add.
+// The database role and server of the command's connection, for messages that name a grant to
+// add or a read-only server.
 let connectedRole = 'ROLE';
+let connectedWhere = 'the database';
 
 /** A postgres:// or postgresql:// URL; anything else would be read as a host or socket name and fail obscurely. */
 function checkUrl(url: string, where: string): void {
@@ -83,8 +86,10 @@ export async function openDatabase(url: string, options: { checkSchema?: boolean
   });
   const db = dbHandle(pool, { where: describeConnection(url), timeoutMs });
   try {
-    const check = await connectAndCheck(db, options.checkSchema === false ? 'none' : 'check');
+    // commands that only read work on a standby too; a write refused there is a DatabaseReadOnlyError
+    const check = await connectAndCheck(db, { schema: options.checkSchema === false ? 'none' : 'check', writes: false });
     connectedRole = check.role;
+    connectedWhere = db.where;
     return { ...db, replication: check.replication };
   } catch (error) {
     await pool.end();
@@ -94,7 +99,8 @@ export async function openDatabase(url: string, options: { checkSchema?: boolean
 
 /** Turns any error into one line on stderr and an exit code. */
 export function report(io: Io, raw: unknown, json: boolean): void {
-  const error = permissionDenied(raw, connectedRole) ?? raw;
+  // statements outside the handle (migrate's) reach here as they were
+  const error = permissionDenied(raw, connectedRole) ?? readOnlyRefusal(raw, connectedWhere) ?? raw;
   const refused = error instanceof DatabaseUnavailableError ? connectionRefusal(error.cause) : null;
   const code = refused
     ? refused.exitCode

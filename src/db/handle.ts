@@ -6,6 +6,8 @@
 import type pg from 'pg';
 import { isConnectionError, QueryTimeoutError, unavailable } from './connection.js';
 import { permissionDenied } from './permissions.js';
+import { pin, pinFor, pinnedReason, runPinned } from './pinned.js';
+import { readOnlyRefusal } from './read-only.js';
 
 /** Waiting longer than this for a pooled connection is a hang, even with a short statement timeout: opening one can take a while on a loaded host. */
 export const CHECKOUT_MIN_MS = 5_000;
@@ -57,11 +59,11 @@ function isStatementTimeout(error: unknown): boolean {
   return (error as { code?: unknown }).code === '57014' && /statement timeout/i.test((error as Error).message);
 }
 
-/** The typed error for a failed statement: a timeout, an unreachable server, a missing grant, or the error itself. */
+/** The typed error for a failed statement: a timeout, an unreachable or read-only server, a missing grant, or the error itself. */
 function typed(error: unknown, timeoutMs: number, where: string, role: string): unknown {
   if (isReadTimeout(error) || isStatementTimeout(error)) return new QueryTimeoutError(timeoutMs, { cause: error });
   if (isConnectionError(error)) return unavailable(where, error);
-  return permissionDenied(error, role) ?? error;
+  return readOnlyRefusal(error, where) ?? permissionDenied(error, role) ?? error;
 }
 
 export interface QueryOptions {
@@ -153,8 +155,19 @@ async function queryOnce<R extends pg.QueryResultRow>(
   const onError = () => undefined; // errors while checked out surface through the query
   client.on('error', onError);
   let broken: Error | undefined;
+  const statement = { text, values, timeoutMs, rowMode };
   try {
-    return await client.query<R>({ text, values, query_timeout: timeoutMs, rowMode } as pg.QueryConfig);
+    if (pinnedReason(pool)) return await runPinned<R>(client, statement, breaksSession);
+    try {
+      return await client.query<R>({ text, values, query_timeout: timeoutMs, rowMode } as pg.QueryConfig);
+    } catch (error) {
+      // the session does not suit the protocol after all (its settings changed since the start,
+      // or the pool was never checked); the statement was rolled back: again, pinned
+      const reason = pinFor(error);
+      if (!reason) throw error;
+      pin(pool, reason);
+      return await runPinned<R>(client, statement, breaksSession);
+    }
   } catch (error) {
     if (breaksSession(error)) broken = error as Error;
     throw typed(error, timeoutMs, where, client.user ?? 'this role');

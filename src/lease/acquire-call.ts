@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { timedQuery } from '../db/connection.js';
-import { DatabaseUnavailableError } from '../errors.js';
+import { DatabaseReadOnlyError, DatabaseUnavailableError } from '../errors.js';
 import type { LeaseRuntime } from './runtime.js';
 
 export interface AcquireRow {
@@ -51,7 +51,8 @@ export async function callAcquire(runtime: LeaseRuntime, request: AcquireRequest
   try {
     row = await attempt();
   } catch (error) {
-    if (!(error instanceof DatabaseUnavailableError)) throw error;
+    // a read-only server refused the statement: nothing was granted, and asking again changes nothing
+    if (!(error instanceof DatabaseUnavailableError) || error instanceof DatabaseReadOnlyError) throw error;
     // The grant may have committed: ask once more with the same token.
     runtime.logger.warn(
       { event: 'lease:acquire-retry', lease: request.name, err: error.message },

@@ -6,6 +6,7 @@ import type pg from 'pg';
 import { createOwnedPool, describeConnection, resolveConnectionString } from '../db/connection.js';
 import { connectAndCheck } from '../db/connect-check.js';
 import { dbHandle } from '../db/handle.js';
+import { pinGroup } from '../db/pinned.js';
 import { InvalidArgumentError } from '../errors.js';
 import { LeaseholdEmitter } from '../observe/events.js';
 import { logEvents } from '../observe/log-events.js';
@@ -76,10 +77,18 @@ export async function openClient(options: LeaseholdOptions, kind: ClientKind, ha
   const clock = new DatabaseClock(renewPool, queryTimeoutMs, where, { onStep: (step) => tracker?.clockStepped(step) });
   const workPool = options.pool ?? own(poolSize);
 
+  // Lease calls and renewals run pinned when the role's settings do not suit the protocol
+  // (src/db/pinned.ts): both pools at once, said once. Fenced transactions are the caller's.
+  pinGroup([controlPool, renewPool], (reason) =>
+    logger.warn(
+      { event: 'connection:pinned', reason },
+      `leasehold runs each of its statements in a READ COMMITTED transaction of its own with its own timeouts (3 round trips instead of 1): ${reason}`,
+    ),
+  );
   let replication: ReplicationReport | null = null;
   try {
     const schema = options.migrate === false ? 'check' : 'migrate';
-    ({ replication } = await connectAndCheck(dbHandle(controlPool, { where, timeoutMs: queryTimeoutMs }), schema));
+    ({ replication } = await connectAndCheck(dbHandle(controlPool, { where, timeoutMs: queryTimeoutMs }), { schema, writes: true }));
   } catch (error) {
     await Promise.allSettled(ownedPools.map((pool) => pool.end()));
     throw error;

@@ -2,7 +2,7 @@
 // never breaks the lease machinery that emitted the event.
 import { EventEmitter } from 'node:events';
 import type { Logger } from './logger.js';
-import type { LeaseLostError } from '../errors.js';
+import type { LeaseholdError, LeaseLostError } from '../errors.js';
 import type { ReplicationReport } from '../lease/replication.js';
 
 export interface LeaseInfo {
@@ -58,6 +58,14 @@ export interface LeaseholdEvents {
   'transaction:finished': [tx: LeaseInfo & { outcome: 'committed' | 'failed'; error: string | null; durationMs: number }];
   /** Slots that no worker ran were recorded as missed. */
   'slot:missed': [missed: { job: string; slots: Date[] }];
+  /**
+   * A worker's claims failed three times in a row for a reason no retry cures: `error` is a
+   * DatabaseReadOnlyError (the server accepts no writes) or a PermissionDeniedError, and says what
+   * to fix. The worker runs nothing meanwhile, and its health probes fail.
+   */
+  'worker:failing': [failure: { error: LeaseholdError; failures: number; since: Date }];
+  /** A failing worker's claim succeeded again. */
+  'worker:recovered': [];
 }
 
 export class LeaseholdEmitter {

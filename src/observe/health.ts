@@ -1,6 +1,7 @@
 // Health of a worker for container probes. Liveness: the process answers and its database
-// session is alive. Readiness: it can claim slots: connected, the schema at a version this
-// code runs on, the liveness session up, and not stopping.
+// session is alive and writable, and its claims are not failing for a reason no retry cures.
+// Readiness: it can claim slots: that, the schema at a version this code runs on, the liveness
+// session up, and not stopping.
 import { checkSchema } from '../db/migrations.js';
 import type { Worker } from '../worker/worker.js';
 import type { EndpointReply } from './http-endpoint.js';
@@ -17,9 +18,9 @@ export interface HealthReport {
 }
 
 export interface WorkerHealth {
-  /** Liveness: the process and its database session are alive. */
+  /** Liveness: the process and its database session are alive, the server writable, and claims not failing (Worker.failure). */
   live(): Promise<HealthReport>;
-  /** Readiness: the worker can claim (connected, schema ok, liveness session up, not stopping). */
+  /** Readiness: the worker can claim (what liveness checks, schema ok, liveness session up, not stopping). */
   ready(): Promise<HealthReport>;
   /** GET /healthz and /readyz: 200 when ok, 503 when not, with the report as JSON. */
   routes(): Record<string, () => Promise<EndpointReply>>;
@@ -56,11 +57,16 @@ export function workerHealth(worker: Worker): WorkerHealth {
       });
       let broken: Error | undefined;
       try {
-        await withTimeout(client.query('select 1')).catch((error: unknown) => {
+        // the same round trip says whether the server takes writes (a standby, or read-only by a setting)
+        const { rows } = await withTimeout(
+          client.query<{ read_only: boolean; standby: boolean }>(
+            `select current_setting('transaction_read_only') = 'on' as read_only, pg_is_in_recovery() as standby`,
+          ),
+        ).catch((error: unknown) => {
           broken = error instanceof Error ? error : new Error(String(error));
           throw error;
         });
-        checks.database = { ok: true, detail: 'answers' };
+        checks.database = rows[0]?.read_only ? { ok: false, detail: readOnlyDetail(rows[0].standby) } : { ok: true, detail: 'answers' };
         if (withSchema) {
           try {
             checks.schema = { ok: true, detail: `version ${await withTimeout(checkSchema(client))}` };
@@ -83,6 +89,8 @@ export function workerHealth(worker: Worker): WorkerHealth {
       : key === null
         ? { ok: false, detail: 'the liveness session is down (reconnecting)' }
         : { ok: true, detail: 'liveness session up' };
+    const failure = worker.failure;
+    checks.claims = failure ? { ok: false, detail: failure.message } : { ok: true, detail: 'not failing' };
     return checks;
   };
 
@@ -110,6 +118,12 @@ class ProbeTimeout extends Error {
   constructor() {
     super(`no answer within ${PROBE_QUERY_TIMEOUT_MS} ms`);
   }
+}
+
+function readOnlyDetail(standby: boolean): string {
+  return standby
+    ? 'answers, but it is a hot standby: it accepts no writes; point the worker at the primary'
+    : 'answers, but the session is read-only (default_transaction_read_only = on): it accepts no writes';
 }
 
 function message(error: unknown): string {

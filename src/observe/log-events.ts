@@ -66,5 +66,12 @@ export function logEvents(events: LeaseholdEmitter, logger: Logger): () => void 
       `"${missed.job}" missed ${missed.slots.length} slot(s)${last ? ` up to ${last.toISOString()}` : ''}`,
     );
   });
+  on(['error'], 'worker:failing', ({ error, failures, since }) =>
+    logger.error(
+      { event: 'worker:failing', code: error.code, failures, since: since.toISOString(), err: error.message },
+      `this worker's claims failed ${failures} times in a row, and will until this is fixed; it runs nothing meanwhile and its health probes fail: ${error.message}`,
+    ),
+  );
+  on(['info'], 'worker:recovered', () => logger.info({ event: 'worker:recovered' }, "this worker's claims succeed again"));
   return () => stops.forEach((stop) => stop());
 }

@@ -11,6 +11,7 @@ import type { Logger } from '../observe/logger.js';
 import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
 import { fireTime } from '../schedule/jitter.js';
 import { LeadPolicy, StartQueue, STOPPED_BEFORE_START, type ClaimAheadSetting } from './claim-ahead.js';
+import { ClaimHealth } from './claim-health.js';
 import type { ClaimRequest, ClaimRow, SchedulerStore } from './claims.js';
 import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-steps.js';
 import { FinishQueue } from './finish-queue.js';
@@ -70,6 +71,8 @@ export class ClaimEngine {
   readonly requests: RequestPoller;
   /** Fires when the worker begins to stop; running handlers see it through their signal. */
   readonly shutdown = new AbortController();
+  /** Whether claims work; failures are reported through it (claim-health.ts). */
+  readonly health: ClaimHealth;
   private readonly byName: Map<string, JobState>;
   private readonly tracker: LeaseTracker;
   private readonly store: SchedulerStore;
@@ -100,6 +103,7 @@ export class ClaimEngine {
     // set one by one: a [name, state] pair per job would be garbage
     this.byName = new Map();
     for (const state of this.states) this.byName.set(state.job.name, state);
+    this.health = new ClaimHealth(this.logger, this.events);
     this.steps = new StepRecorder(this.store, this.holder, this.logger);
     this.missed = new MissedSlots({ store: this.store, steps: this.steps, events: this.events, logger: this.logger, holder: this.holder });
     this.lead = new LeadPolicy(parts.claimAhead);
@@ -198,7 +202,7 @@ export class ClaimEngine {
         plan.ahead.length > 0 ? this.claimAhead(plan.ahead, plan.aheadStarts, leadMs, plan.dueJobs) : undefined,
       ]);
     } catch (error) {
-      this.logger.error({ event: 'claim:failed', err: String(error), jobs: mine.length + plan.ahead.length }, 'claiming slots failed; retrying at the next slot');
+      this.health.failed(error, 'claiming slots failed; retrying at the next slot', { jobs: mine.length + plan.ahead.length });
     } finally {
       // The step after each advanced job's next slot, for the next tick: once this worker's own
       // runs have started, not while its claim (and its peers') keep the database's CPU busy.
@@ -224,6 +228,7 @@ export class ClaimEngine {
     const holderKey = this.tracker.livenessKey();
     const sentAt = performance.now();
     const rows = await this.store.claimAhead(requests, starts, this.holder, holderKey, Math.min(MAX_AHEAD_MS, leadMs + AHEAD_SLACK_MS));
+    this.health.succeeded();
     if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
     if (!this.running) return this.handBack(rows).then(() => 0);
     const nextSlots = new NextSlots();
@@ -268,14 +273,14 @@ export class ClaimEngine {
           this.peers.expire();
           void this.peers.refresh(this.tracker.livenessKey());
         },
-        (error: unknown) => this.logger.error({ event: 'claim:failed', err: String(error) }, 'claiming slots of other workers\' shares failed'),
+        (error: unknown) => this.health.failed(error, 'claiming slots of other workers\' shares failed'),
       );
     }, delay);
     this.retryTimers.add(timer);
   }
 
   private claimOrLog(requests: ClaimRequest[], message: string, attempt = 0): void {
-    this.claim(requests, attempt).catch((error: unknown) => this.logger.error({ event: 'claim:failed', err: String(error) }, message));
+    this.claim(requests, attempt).catch((error: unknown) => this.health.failed(error, message));
   }
 
   /** Claims `requests` in one statement; retries the transient refusals a few times. Resolves to the number of runs it started. */
@@ -294,6 +299,7 @@ export class ClaimEngine {
     const holderKey = this.tracker.livenessKey();
     const sentAt = performance.now();
     const rows = await this.store.claim(requests, this.holder, holderKey);
+    this.health.succeeded();
     // the claim's database time is a clock sample: a step shows here before the rows are used
     if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
     if (!this.running) return this.handBack(rows).then(() => 0);

@@ -1,7 +1,7 @@
 // The scheduler runtime: turns job schedules into claims and runs. The public Worker is a
 // handle: the claim loop is engine.ts, the runs in progress runs.ts, the periodic chores
 // housekeeping.ts; this file starts them and stops them in order.
-import { InvalidArgumentError, ShutdownError } from '../errors.js';
+import { InvalidArgumentError, ShutdownError, type LeaseholdError } from '../errors.js';
 import { openLeasehold, type Leasehold, type LeaseholdOptions } from '../lease/leasehold.js';
 import { trackerOf } from '../lease/tracker.js';
 import type { LeaseholdEvents } from '../observe/events.js';
@@ -139,6 +139,15 @@ export class Worker {
   /** True from stop() (or SIGTERM/SIGINT) on: the worker claims nothing more (readiness probes fail). */
   get stopping(): boolean {
     return this.#phase.kind !== 'running';
+  }
+
+  /**
+   * Why this worker's claims keep failing, when no retry cures it (a read-only server, a missing
+   * grant): the typed error, from the third such failure in a row until a claim succeeds; else
+   * null. The health probes fail meanwhile (workerHealth).
+   */
+  get failure(): LeaseholdError | null {
+    return this.#parts.engine.health.failure;
   }
 
   /** Runs in progress on this worker. */
