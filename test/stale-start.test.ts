@@ -88,14 +88,15 @@ describe('a process stalled between the grant and the handler', () => {
     const holder = await client(url, { holder: 'late-run' });
     clients.push(holder);
     let stalled = false;
+    // 3 of the 4 s: about 1 s left, under a third of the ttl, with room for a slow round trip
     holder.on('lease:acquired', () => {
       stalled = true;
-      stall(800);
+      stall(3_000);
     });
     const renewed: number[] = [];
     holder.on('lease:renewed', () => renewed.push(Date.now()));
     let startedAt = 0;
-    const result = await holder.run('late-run', { ttl: '1s' }, async () => {
+    const result = await holder.run('late-run', { ttl: '4s' }, async () => {
       startedAt = Date.now();
     });
     expect(stalled).toBe(true);
