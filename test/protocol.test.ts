@@ -23,22 +23,30 @@ const renew = async (c: pg.Client, name: string, token: string | null, ttl = '30
   (await c.query<{ renewed: boolean; reason: string }>('select * from leasehold.renew($1, $2, $3::interval)', [name, token, ttl])).rows[0];
 
 describe('acquire', () => {
-  it('gives exactly one winner per round to 16 racing connections, 200 rounds, fences strictly increasing', async () => {
+  it('gives exactly one winner per round to 16 racing connections, 200 rounds, fences strictly increasing, and the losers name it', async () => {
     const fences: number[] = [];
+    let losers = 0;
+    let unnamed = 0;
     for (let round = 0; round < 200; round++) {
       const results = await Promise.all(conns.map((c, i) => acquire(c, 'race', '30 seconds', `c${i}`)));
       const winners = results.map((r, i) => ({ r, i })).filter(({ r }) => r.acquired);
       expect(winners, `round ${round}`).toHaveLength(1);
       const winner = winners[0]!;
       fences.push(Number(winner.r.fence));
-      // every loser names the winner, or says it is being taken right now (naming nobody)
+      // every loser names the winner, or says it is being taken right now (naming nobody, never
+      // the previous holder): only when the winner took over 50 ms to commit
       for (const r of results.filter((r) => !r.acquired)) {
+        losers++;
         expect(['held', 'being-acquired']).toContain(r.reason);
         if (r.reason === 'held') expect(r.holder).toBe(winner.r.holder);
-        else expect(r.holder).toBeNull();
+        else (unnamed++, expect(r.holder).toBeNull());
       }
       expect(await release(conns[winner.i]!, 'race', winner.r.token)).toBe(true);
     }
+    console.log(`losers not told the winner: ${unnamed} of ${losers}`);
+    // the loser waits for the winner's commit (sql/0027): a slow commit on a loaded machine may
+    // still leave a few unnamed, never most
+    expect(unnamed).toBeLessThanOrEqual(losers / 100);
     for (let i = 1; i < fences.length; i++) expect(fences[i]).toBeGreaterThan(fences[i - 1]!);
     expect(fences[0]).toBe(1);
     expect(fences.at(-1)).toBe(200);

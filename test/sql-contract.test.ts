@@ -218,7 +218,7 @@ describe('the batch functions', () => {
     expect(custom).toHaveLength(7);
     for (const plan of custom) expect(plan).toMatch(/Function Call: unnest\('\{plan-a,plan-b\}'::text\[\]\)/);
     // without the function's setting the session's applies: generic plans, parameters unbound
-    const signature = 'leasehold.finish_runs(text[], bigint[], uuid[], text[], text[], integer[])';
+    const signature = 'leasehold.finish_runs(text[], bigint[], uuid[], text[], text[], integer[], double precision[])';
     await conns[0]!.query(`alter function ${signature} reset plan_cache_mode`);
     try {
       await d.query('discard plans');
