@@ -11,6 +11,7 @@ import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/db/embedded
 import { migrate } from '../src/db/migrations.js';
 import { FAILOVER_MUTANTS, installMutant } from '../faults/mutants.js';
 import { waitFor } from './support/db.js';
+import { requestedPrograms } from './support/postgres-major.js';
 
 let server: EmbeddedPostgres;
 let pool: pg.Pool;
@@ -29,8 +30,12 @@ const assertError = async (name: string, token: string, fence: string) =>
 const scalar = async <T>(sql: string, values: unknown[] = []): Promise<T> =>
   Object.values((await pool.query(sql, values)).rows[0] as Record<string, unknown>)[0] as T;
 
+// This test's own server, of LEASEHOLD_PG_MAJOR when set (npm run test:versions).
+const startServer = async () =>
+  startEmbeddedPostgres({ settings: { wal_level: 'replica' }, onLog: (line) => serverLog.push(line), programs: await requestedPrograms() });
+
 beforeAll(async () => {
-  server = await startEmbeddedPostgres({ settings: { wal_level: 'replica' }, onLog: (line) => serverLog.push(line) });
+  server = await startServer();
   pool = new pg.Pool({ connectionString: server.connectionString, max: 4 });
   pool.on('error', () => undefined);
   await migrate(pool);
@@ -261,7 +266,7 @@ describe('a failover that loses the newest commits', () => {
   it('fails with the failover rules cut out (the mutants of faults/mutants.ts)', async () => {
     await pool.end();
     await server.stop();
-    server = await startEmbeddedPostgres({ settings: { wal_level: 'replica' }, onLog: (line) => serverLog.push(line) });
+    server = await startServer();
     pool = new pg.Pool({ connectionString: server.connectionString, max: 4 });
     pool.on('error', () => undefined);
     await migrate(pool);
@@ -275,7 +280,7 @@ describe('a failover that loses the newest commits', () => {
   it('fails with the fork rule cut out: two forks of one timeline number grant the same fence (fence-by-timeline)', async () => {
     await pool.end();
     await server.stop();
-    server = await startEmbeddedPostgres({ settings: { wal_level: 'replica' }, onLog: (line) => serverLog.push(line) });
+    server = await startServer();
     pool = new pg.Pool({ connectionString: server.connectionString, max: 4 });
     pool.on('error', () => undefined);
     await migrate(pool);

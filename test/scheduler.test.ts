@@ -157,7 +157,7 @@ describe('catch-up after all workers were down', () => {
     const db = (await pool.query<{ d: string }>('select current_database() as d')).rows[0]!.d;
     await pool.query(`alter database "${db}" set track_functions = 'all'`);
     try {
-      await worker(names.map((name) => ({ name, every: '1s', catchUp: 'latest' as const, handler: async () => undefined })));
+      const fleet = await worker(names.map((name) => ({ name, every: '1s', catchUp: 'latest' as const, handler: async () => undefined })));
       const counted = await waitFor(async () => {
         const { rows } = await pool.query<{ n: number; jobs: number }>(
           `select count(*)::int as n, count(distinct job)::int as jobs from leasehold.missed where job like 'catch-fleet-%'`,
@@ -165,6 +165,9 @@ describe('catch-up after all workers were down', () => {
         return rows[0]!.jobs === names.length ? rows[0] : undefined;
       }, 10_000, 50);
       expect(counted!.n).toBeGreaterThanOrEqual(names.length * 4);
+      // PostgreSQL 14's statistics collector hears of a session's calls at its next transaction
+      // after 500 ms or when it ends (15 and later within a second): end the worker's sessions.
+      await fleet.stop();
       const calls = await waitFor(async () => {
         const { rows } = await pool.query<{ fn: string; calls: number }>(
           `select funcname as fn, calls::int from pg_stat_user_functions where schemaname = 'leasehold' and funcname in ('record_missed', 'record_missed_slots')`,

