@@ -49,6 +49,23 @@ describe('acquire', () => {
   });
 });
 
+describe('a released lease', () => {
+  // The LH003 recipe after a failover (renew, run again) is only for a holder that still holds
+  // the lease: a release lost with the old primary would let a renewal revive the token.
+  it('never renews and never runs a fenced transaction again, without asking the database', async () => {
+    const leasehold = await client(url, { holder: 'releaser' });
+    const attempt = await leasehold.acquire('released-token', { ttl: '30s' });
+    if (!attempt.acquired) throw new Error('not acquired');
+    const { lease } = attempt;
+    expect(await lease.release()).toBe(true);
+    await expect(lease.renew()).rejects.toMatchObject({ reason: 'released' });
+    await expect(lease.transaction(async () => 'written')).rejects.toBeInstanceOf(LeaseLostError);
+    // the token is dead in the database too
+    const { rows } = await rawPool(url, 1).query<{ renewed: boolean }>("select renewed from leasehold.renew('released-token', $1, '30 seconds')", [lease.token]);
+    expect(rows[0]?.renewed).toBe(false);
+  });
+});
+
 describe('fenced transactions', () => {
   it('refuses a worker that outlived its lease and accepts the new holder', async () => {
     const stale = await client(url, { holder: 'stale', liveness: false });
