@@ -23,6 +23,7 @@ export {
   ShutdownError,
   TransactionControlError,
   TransactionFailedError,
+  type DatabaseUnavailableReason,
   type LeaseholdErrorCode,
   type LeaseLostReason,
   type TransactionFailure,
