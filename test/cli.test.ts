@@ -98,7 +98,7 @@ describe('status, runs, schedule preview, migrate', () => {
   });
 
   it('status prints a summary line, then every job (failing first) and warns about creep; --json gives the same data', async () => {
-    const human = await cli(['status'], { DATABASE_URL: seededUrl });
+    const human = await cli(['status', '--wide'], { DATABASE_URL: seededUrl });
     expect(human.code).toBe(0);
     const lines = human.stdout.trim().split('\n');
     expect(lines[0]).toMatch(/^2 jobs: 1 running, 0 with an expired lease, 2 failing /);
@@ -115,7 +115,7 @@ describe('status, runs, schedule preview, migrate', () => {
   });
 
   it('runs lists runs, skips and missed slots, newest first', async () => {
-    const human = await cli(['runs', 'cleanup', '--limit', '5'], { DATABASE_URL: seededUrl });
+    const human = await cli(['runs', 'cleanup', '--limit', '5', '--wide'], { DATABASE_URL: seededUrl });
     expect(human.code).toBe(0);
     const lines = human.stdout.trim().split('\n');
     expect(lines).toHaveLength(7);
@@ -177,11 +177,15 @@ describe('hostile text, every lease, manners', () => {
        values ('hostile', now(), 1, 'evil\u202Eholder', now(), now(), 'failed', $1)`,
       [hostile],
     );
-    const human = await cli(['runs', 'hostile'], { DATABASE_URL: db });
+    const human = await cli(['runs', 'hostile', '--wide'], { DATABASE_URL: db });
     expect(human.code).toBe(0);
     expect(human.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202e]/);
     expect(human.stdout).toContain('\\x1b]8;;http://x\\x07click\\x1b]8;;\\x07\\x1b[2J');
     expect(human.stdout).toContain('evil\\u202eholder');
+    // cut to fit 100 columns, it is still escaped text
+    const fitted = await cli(['runs', 'hostile', '--limit', '1'], { DATABASE_URL: db, COLUMNS: '60' });
+    expect(fitted.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202e]/);
+    expect(fitted.stdout).toContain('…');
     const json = JSON.parse((await cli(['runs', 'hostile', '--json'], { DATABASE_URL: db })).stdout) as Array<{ detail: string; holder: string }>;
     expect(json[0]).toMatchObject({ detail: hostile, holder: 'evil\u202Eholder' });
   });
@@ -204,7 +208,7 @@ describe('hostile text, every lease, manners', () => {
     await rawPool(db, 1).query(`select leasehold.acquire('psql-job', '1 minute', 'psql@admin')`);
     const lh = await client(db, { liveness: false, holder: 'app@web' });
     await lh.run('nightly-report', { ttl: '2m' }, async () => 'sent');
-    const status = await cli(['status'], { DATABASE_URL: db });
+    const status = await cli(['status', '--wide'], { DATABASE_URL: db });
     expect(status.stdout).toMatch(/^nightly-report\s+external\s+idle\s+-\s+-\s+\S+\s+succeeded/m);
     expect(status.stdout).toMatch(/Leases without a job definition/);
     expect(status.stdout).toMatch(/^psql-job\s+held\s+psql@admin\s+1\s+\S+\s+\S+$/m);

@@ -12,6 +12,7 @@ import { durationSetting } from '../validate/settings.js';
 import { CLI_CONNECTION } from './defaults.js';
 import { inert } from './format.js';
 import { databaseFailure, noteDatabaseUrl } from './database-errors.js';
+import { errorColumns, wrap } from './layout.js';
 
 export interface Io {
   out(text: string): void;
@@ -102,7 +103,10 @@ export async function openDatabase(url: string, options: { checkSchema?: boolean
   }
 }
 
-/** Turns any error into one line on stderr and an exit code. */
+/**
+ * Turns any error into a message on stderr and an exit code. The message is wrapped to a
+ * terminal's width (or COLUMNS); elsewhere it stays one line, one log line per error.
+ */
 export function report(io: Io, raw: unknown, json: boolean): void {
   const error = permissionDenied(raw, connectedRole) ?? raw;
   const database = error instanceof DatabaseUnavailableError ? databaseFailure(error) : null;
@@ -129,6 +133,6 @@ export function report(io: Io, raw: unknown, json: boolean): void {
         : String(error);
   const reason = error instanceof DatabaseUnavailableError ? error.reason : undefined;
   if (json) io.err(JSON.stringify({ error: message, code: error instanceof LeaseholdError ? error.code : undefined, reason, exitCode: code }));
-  else io.err(`leasehold: ${inert(message)}`);
+  else io.err(wrap(`leasehold: ${inert(message)}`, errorColumns()).join('\n'));
   io.exit(code);
 }
