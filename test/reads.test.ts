@@ -150,7 +150,8 @@ describe('leasehold status at fleet scale', () => {
 
   it('prints the summary line, the bounded table and how many were left out', async () => {
     const env = { DATABASE_URL: url };
-    const out = await cli(['status', '--limit', '2'], env);
+    // --wide: every column, and the summary on one line (by default it wraps at 100 columns)
+    const out = await cli(['status', '--limit', '2', '--wide'], env);
     expect(out.code).toBe(0);
     const lines = out.stdout.trim().split('\n');
     expect(lines[0]).toBe(

@@ -144,10 +144,41 @@ describe('connecting', () => {
       expect(performance.now() - started).toBeLessThan(2_500);
       expect(error).toBeInstanceOf(DatabaseUnavailableError);
       expect((error as Error).message).not.toMatch(/secret/);
+      // says that nothing answered in time, where, and which timeout; not "Connection terminated"
+      expect(error).toMatchObject({ reason: 'connect-timeout', code: 'DATABASE_UNAVAILABLE' });
+      expect((error as Error).message).toBe(
+        `PostgreSQL at 127.0.0.1:${port}/db did not answer within the connect timeout (500ms): the host may be down or unreachable, ` +
+          'or a firewall drops the traffic. Check the host and port in DATABASE_URL (or the connectionString option).',
+      );
     } finally {
       sockets.forEach((s) => s.destroy());
       server.close();
     }
+  });
+
+  it('names a missing database and an unknown role as such, not as a server to start', async () => {
+    const server = new URL(await freshDatabase());
+    const at = (user: string, database: string) => `postgres://${user}@${server.host}/${database}`;
+    const noDatabase = await createLeasehold({ connectionString: at(server.username, 'no_such_db_v'), logger: silentLogger() }).catch((e: unknown) => e);
+    expect(noDatabase).toMatchObject({ code: 'DATABASE_UNAVAILABLE', reason: 'no-database' });
+    expect((noDatabase as Error).message).toBe(
+      `PostgreSQL at ${server.host} has no database "no_such_db_v": create it (createdb -h ${server.hostname} -p ${server.port} no_such_db_v) ` +
+        'or fix the database name in DATABASE_URL (or the connectionString option).',
+    );
+    const noRole = await createLeasehold({ connectionString: at('no_such_role_v', server.pathname.slice(1)), logger: silentLogger() }).catch((e: unknown) => e);
+    expect(noRole).toMatchObject({ code: 'DATABASE_UNAVAILABLE', reason: 'login-refused' });
+    // a trust server says the role does not exist; a password server refuses the password
+    expect((noRole as Error).message).toMatch(/^PostgreSQL at \S+ (has no role "no_such_role_v": create it \(createuser|refused the login of "no_such_role_v")/);
+    expect((noRole as Error).message).not.toMatch(/Check that the server is running/);
+  });
+
+  it('refuses a multi-host URL with a typed error that says what is supported', async () => {
+    const url = 'postgres://u:secret@127.0.0.1:1,127.0.0.1:2/db?target_session_attrs=read-write';
+    const error = await createLeasehold({ connectionString: url, logger: silentLogger() }).catch((e: unknown) => e);
+    expect(error).toBeInstanceOf(InvalidArgumentError);
+    expect(error).toMatchObject({ argument: 'connectionString' });
+    expect((error as Error).message).toMatch(/^connectionString names 2 hosts \(127\.0\.0\.1:1, 127\.0\.0\.1:2\): .*one host per URL/);
+    expect((error as Error).message).not.toMatch(/secret/);
   });
 
   it('says how to give a database when there is none', async () => {

@@ -2,6 +2,7 @@
 // mapping of errors to exit codes and messages.
 import { connectAndCheck } from '../db/connect-check.js';
 import { createOwnedPool, describeConnection } from '../db/connection.js';
+import { checkConnectionString } from '../db/connection-url.js';
 import { dbHandle, type DbHandle } from '../db/handle.js';
 import type { ReplicationReport } from '../lease/replication.js';
 import { permissionDenied } from '../db/permissions.js';
@@ -11,6 +12,8 @@ import { EXIT } from './exit-codes.js';
 import { durationSetting } from '../validate/settings.js';
 import { CLI_CONNECTION } from './defaults.js';
 import { inert } from './format.js';
+import { databaseFailure, noteDatabaseUrl } from './database-errors.js';
+import { errorColumns, wrap } from './layout.js';
 
 export interface Io {
   out(text: string): void;
@@ -48,9 +51,15 @@ export function integerFlag(text: string, bounds: { min: number; max: number }, 
 export function databaseUrl(option: string | undefined): string {
   const url = option ?? process.env.DATABASE_URL;
   if (!url) throw new CliError('No database: set DATABASE_URL or pass --database-url postgres://…', EXIT.usage);
-  checkUrl(url, option === undefined ? 'DATABASE_URL' : '--database-url');
+  const setting = option === undefined ? 'DATABASE_URL' : '--database-url';
+  checkUrl(url, setting);
+  // messages about this database name what the user set, not the library's option
+  noteDatabaseUrl(url, setting);
   return url;
 }
+
+/** The settings a database URL comes from: an InvalidArgumentError about one of them is a bad URL (exit 64). */
+const URL_SETTINGS = new Set(['DATABASE_URL', '--database-url']);
 
 // The database role and server of the command's connection, for messages that name a grant to
 // add or a read-only server.
@@ -59,6 +68,8 @@ let connectedWhere = 'the database';
 
 /** A postgres:// or postgresql:// URL; anything else would be read as a host or socket name and fail obscurely. */
 function checkUrl(url: string, where: string): void {
+  // before the URL parser, which refuses a host list with ports as merely "invalid"
+  checkConnectionString(url, where);
   let parsed: URL | undefined;
   try {
     parsed = new URL(url);
@@ -97,53 +108,37 @@ export async function openDatabase(url: string, options: { checkSchema?: boolean
   }
 }
 
-/** Turns any error into one line on stderr and an exit code. */
+/**
+ * Turns any error into a message on stderr and an exit code. The message is wrapped to a
+ * terminal's width (or COLUMNS); elsewhere it stays one line, one log line per error.
+ */
 export function report(io: Io, raw: unknown, json: boolean): void {
   // statements outside the handle (migrate's) reach here as they were
   const error = permissionDenied(raw, connectedRole) ?? readOnlyRefusal(raw, connectedWhere) ?? raw;
-  const refused = error instanceof DatabaseUnavailableError ? connectionRefusal(error.cause) : null;
-  const code = refused
-    ? refused.exitCode
+  const database = error instanceof DatabaseUnavailableError ? databaseFailure(error) : null;
+  const code = database
+    ? database.exitCode
     : error instanceof CliError
       ? error.exitCode
-      : error instanceof DatabaseUnavailableError
-        ? EXIT.unavailable
-        : error instanceof SchemaVersionError
-          ? EXIT.schema
-          : error instanceof InvalidArgumentError
-            ? EXIT.usage
-            : error instanceof PermissionDeniedError
-              ? EXIT.noperm
-              : EXIT.error;
-  const message = refused
-    ? refused.message
+      : error instanceof SchemaVersionError
+        ? EXIT.schema
+        : error instanceof InvalidArgumentError
+          ? URL_SETTINGS.has(error.argument)
+            ? EXIT.badUrl
+            : EXIT.usage
+          : error instanceof PermissionDeniedError
+            ? EXIT.noperm
+            : EXIT.error;
+  const message = database
+    ? database.message
     : error instanceof SchemaVersionError && error.databaseVersion < error.libraryVersion && !error.message.includes('installed by hand')
       ? `the database's leasehold schema is at version ${error.databaseVersion}${error.databaseVersion === 0 ? ' (not installed)' : ''}; ` +
         `this leasehold needs version ${error.libraryVersion}. Run \`leasehold migrate\` with the same database URL.`
       : error instanceof Error
         ? error.message
         : String(error);
-  if (json) io.err(JSON.stringify({ error: message, code: error instanceof LeaseholdError ? error.code : undefined, exitCode: code }));
-  else io.err(`leasehold: ${inert(message)}`);
+  const reason = error instanceof DatabaseUnavailableError ? error.reason : undefined;
+  if (json) io.err(JSON.stringify({ error: message, code: error instanceof LeaseholdError ? error.code : undefined, reason, exitCode: code }));
+  else io.err(wrap(`leasehold: ${inert(message)}`, errorColumns()).join('\n'));
   io.exit(code);
-}
-
-/**
- * The server answered but refused the connection: a wrong password or unknown role, or a
- * database that does not exist. These are not "unreachable", and retrying will not help.
- */
-function connectionRefusal(cause: unknown): { message: string; exitCode: number } | null {
-  const code = (cause as { code?: unknown } | null)?.code;
-  const text = cause instanceof Error ? cause.message : '';
-  if (code === '28P01' || code === '28000') {
-    return { message: `PostgreSQL refused the login: ${text}. Check the user and password in the database URL.`, exitCode: EXIT.auth };
-  }
-  if (code === '3D000') {
-    return { message: `${text}. Create it (createdb) or fix the database name in the URL.`, exitCode: EXIT.noDatabase };
-  }
-  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') {
-    const host = (cause as { hostname?: unknown }).hostname;
-    return { message: `the database host ${typeof host === 'string' ? `"${host}" ` : ''}is unknown (DNS lookup failed): check the host in the database URL.`, exitCode: EXIT.unavailable };
-  }
-  return null;
 }

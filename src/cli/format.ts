@@ -1,4 +1,5 @@
-// Human output: aligned tables, short durations, and stored text made inert for a terminal.
+// Human output: short durations and times, and stored text made inert for a terminal (tables
+// are in ./table.ts, widths in ./layout.ts).
 import { formatDuration } from '../validate/duration.js';
 
 // Characters a terminal acts on or hides: C0/C1 controls (ESC starts CSI/OSC sequences that
@@ -22,19 +23,6 @@ export function inert(text: string): string {
     if (code <= 0xff) return `\\x${code.toString(16).padStart(2, '0')}`;
     return code <= 0xffff ? `\\u${code.toString(16).padStart(4, '0')}` : `\\u{${code.toString(16)}}`;
   });
-}
-
-export function table(headers: string[], rows: Array<Array<string | number | null | undefined>>): string {
-  const cells = [headers, ...rows.map((row) => row.map((cell) => (cell === null || cell === undefined ? '-' : inert(String(cell)))))];
-  const widths = headers.map((_, i) => Math.max(...cells.map((row) => width(row[i] ?? ''))));
-  return cells.map((row) => row.map((cell, i) => cell + ' '.repeat(Math.max(0, (widths[i] ?? 0) - width(cell)))).join('  ').trimEnd()).join('\n');
-}
-
-/** Columns a cell takes, counting code points (an emoji is one character, not two UTF-16 units). */
-function width(text: string): number {
-  let n = 0;
-  for (const _ of text) n++;
-  return n;
 }
 
 /**

@@ -29,7 +29,7 @@ export function buildProgram(io: Io = processIo): Command {
     .exitOverride()
     .configureOutput({ writeOut: (text) => io.out(text), writeErr: (text) => io.err(text) })
     .addHelpText('after', `
-Environment: DATABASE_URL (the database, unless --database-url), LEASEHOLD_LOG_LEVEL.
+Environment: DATABASE_URL (the database, unless --database-url), COLUMNS (the width of human output), LEASEHOLD_LOG_LEVEL.
 Exit codes: 0 ok, 1 error, 2 usage, ${EXIT.badUrl} bad database URL, ${EXIT.auth} login refused, ${EXIT.noDatabase} no such database, ${EXIT.unavailable} database unreachable,
 ${EXIT.skipped} skipped (exec, run-now --wait), ${EXIT.lost} lease lost (exec), ${EXIT.noperm} missing grant, ${EXIT.schema} schema not migrated or too new.
 Docs: ${CLI_DOCS}`);

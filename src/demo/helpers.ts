@@ -1,4 +1,5 @@
 // Small helpers of the demo: formatting, errors, a bounded wait.
+import { describeConnection } from '../db/connection-url.js';
 import { LeaseholdError } from '../errors.js';
 import { StoryError } from './processes.js';
 import { REPORT_JOB, SYNC_JOB } from './protocol.js';
@@ -24,9 +25,11 @@ export function shorten(text: string, max: number): string {
   return oneLine.length <= max ? oneLine : `${oneLine.slice(0, max - 1)}…`;
 }
 
+/** The server of a URL with its user, without the password: postgres://user@host:5432/db. */
 export function describeServer(url: string): string {
-  const parsed = new URL(url);
-  return `${parsed.protocol}//${parsed.username ? `${parsed.username}@` : ''}${parsed.host}${parsed.pathname}`;
+  const scheme = /^([a-z]+:)\/\//i.exec(url)?.[1] ?? 'postgres:';
+  const user = /^[a-z]+:\/\/([^:@/?#]*)(?::[^@/?#]*)?@/i.exec(url)?.[1];
+  return `${scheme}//${user ? `${user}@` : ''}${describeConnection(url)}`;
 }
 
 /** Resolves with the promise's value, or with `fallback` after `ms` (the timer does not linger). */

@@ -1,10 +1,18 @@
 // `npm run demo` (tsx src/demo/main.ts [--quick] [--keep]): runs the demo and exits with its code.
 // A second Ctrl-C, a second after the first, gives up on the cleanup and exits at once (the
-// demo's exit hook still kills the workers and removes the embedded server's directory).
+// demo's exit hook still kills the workers and removes the embedded server's directory). A demo
+// that cannot start says why, as `leasehold demo` does.
+import { processIo, report } from '../cli/context.js';
+import { noteDatabaseUrl } from '../cli/database-errors.js';
 import { runDemo } from './run.js';
 
-process.exitCode = await runDemo({
-  quick: process.argv.includes('--quick'),
-  keep: process.argv.includes('--keep'),
-  onForceQuit: (code) => process.exit(code),
-});
+if (process.env.DATABASE_URL) noteDatabaseUrl(process.env.DATABASE_URL, 'DATABASE_URL');
+try {
+  process.exitCode = await runDemo({
+    quick: process.argv.includes('--quick'),
+    keep: process.argv.includes('--keep'),
+    onForceQuit: (code) => process.exit(code),
+  });
+} catch (error) {
+  report(processIo, error, false);
+}

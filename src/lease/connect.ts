@@ -4,6 +4,7 @@ import { randomBytes } from 'node:crypto';
 import { hostname } from 'node:os';
 import type pg from 'pg';
 import { createOwnedPool, describeConnection, resolveConnectionString } from '../db/connection.js';
+import { checkConnectionString } from '../db/connection-url.js';
 import { connectAndCheck } from '../db/connect-check.js';
 import { dbHandle } from '../db/handle.js';
 import { pinGroup } from '../db/pinned.js';
@@ -50,6 +51,10 @@ export async function openClient(options: LeaseholdOptions, kind: ClientKind, ha
       'connectionString',
       'No database given: set DATABASE_URL, or pass { connectionString } or { pool } to createLeasehold().',
     );
+  }
+  if (connectionString) checkConnectionString(connectionString, options.connectionString === undefined ? 'DATABASE_URL' : 'connectionString');
+  if (typeof options.liveness === 'object' && options.liveness.connectionString) {
+    checkConnectionString(options.liveness.connectionString, 'liveness.connectionString');
   }
   const holder = checkHolder(options.holder ?? defaultHolder());
   const queryTimeoutMs = durationSetting(options.queryTimeout, LEASEHOLD_DEFAULTS.queryTimeout, 'queryTimeout');

@@ -8,7 +8,8 @@
 // lock's session to someone else), so it can be pointed at its own URL or turned off.
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { describeConnection, unavailable } from '../db/connection.js';
+import { unavailable } from '../db/connect-failure.js';
+import { describeConnection, loginOf } from '../db/connection-url.js';
 import type { Logger } from '../observe/logger.js';
 
 export interface LivenessSettings {
@@ -107,7 +108,10 @@ export class LivenessSession {
     } catch (error) {
       client.removeAllListeners('end');
       await client.end().catch(() => undefined);
-      throw unavailable(describeConnection(settings.connectionString), error);
+      throw unavailable(describeConnection(settings.connectionString), error, {
+        login: loginOf({ connectionString: settings.connectionString }),
+        connectTimeoutMs: settings.connectTimeoutMs,
+      });
     }
   }
 

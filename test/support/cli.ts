@@ -19,7 +19,8 @@ export interface CliProcess {
 
 export function startCli(args: string[], env: Record<string, string | undefined> = {}): CliProcess {
   const child = spawn(process.execPath, ['--import', TSX, MAIN, ...args], {
-    env: { ...process.env, LEASEHOLD_LOG_LEVEL: undefined, ...env } as NodeJS.ProcessEnv,
+    // COLUMNS unset: human output has its default width whatever terminal runs the tests
+    env: { ...process.env, LEASEHOLD_LOG_LEVEL: undefined, COLUMNS: undefined, ...env } as NodeJS.ProcessEnv,
     stdio: ['pipe', 'pipe', 'pipe'],
   });
   let stdout = '';

@@ -4,7 +4,9 @@ import type { DbHandle } from '../../db/handle.js';
 import { jobHistory, type HistoryEntry } from '../../observe/status.js';
 import { CliError, databaseUrl, integerFlag, openDatabase, report, type Io } from '../context.js';
 import { RUNS_DEFAULTS, shown } from '../defaults.js';
-import { inert, seconds, table, time } from '../format.js';
+import { inert, seconds, time } from '../format.js';
+import { outputColumns, wrapLines } from '../layout.js';
+import { table } from '../table.js';
 import { EXIT } from '../exit-codes.js';
 
 export function registerRuns(program: Command, io: Io): void {
@@ -14,10 +16,12 @@ export function registerRuns(program: Command, io: Io): void {
     .argument('<name>', 'job name')
     .option('--limit <n>', `how many entries (${RUNS_DEFAULTS.limit.min} to ${RUNS_DEFAULTS.limit.max})`, shown(RUNS_DEFAULTS.limit))
     .option('--json', 'print JSON')
+    .option('--wide', 'do not fit the output to the terminal (or 100 columns): every column, holders and details in full')
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
-    .action(async (name: string, options: { limit: string; json?: boolean; databaseUrl?: string }) => {
+    .action(async (name: string, options: { limit: string; json?: boolean; wide?: boolean; databaseUrl?: string }) => {
       try {
         const limit = integerFlag(options.limit, RUNS_DEFAULTS.limit, '--limit');
+        const width = outputColumns(options.wide);
         const db = await openDatabase(databaseUrl(options.databaseUrl));
         try {
           const [entries, [lease]] = await Promise.all([jobHistory(db.pool, { job: name, limit, timeout: db.timeoutMs }), leaseOf(db, name)]);
@@ -25,14 +29,16 @@ export function registerRuns(program: Command, io: Io): void {
           if (options.json) io.out(JSON.stringify(entries, null, 2));
           else {
             // the lease itself, so a lease taken without history (psql, Python, acquire()) shows too
-            if (lease) io.out(describeLease(lease));
-            if (entries.length === 0) io.out(`No runs, skips or missed slots recorded for "${inert(name)}": its holders take the lease without recording history.`);
+            if (lease) io.out(wrapLines(describeLease(lease), width));
+            if (entries.length === 0) io.out(wrapLines(`No runs, skips or missed slots recorded for "${inert(name)}": its holders take the lease without recording history.`, width));
           }
           if (!options.json && entries.length > 0) {
             io.out(
               table(
-                ['SLOT', 'KIND', 'OUTCOME', 'FENCE', 'HOLDER', 'STARTED', 'LATE', 'DURATION', 'DETAIL'],
+                // holders cut first, then error texts; the start is left out first (it is usually the slot's)
+                ['SLOT', 'KIND', 'OUTCOME', 'FENCE', { header: 'HOLDER', shrink: 10, rank: 1 }, { header: 'STARTED', drop: true }, 'LATE', 'DURATION', { header: 'DETAIL', shrink: 12, rank: 2 }],
                 entries.map((e) => [time(e.slot), kindOf(e), e.outcome, e.fence, e.holder, time(e.at), late(e), seconds(e.durationSeconds), byWhom(e)]),
+                width,
               ),
             );
           }

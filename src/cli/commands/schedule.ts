@@ -10,7 +10,8 @@ import { formatDuration, parseBoundedDuration } from '../../validate/duration.js
 import { checkLeaseName } from '../../validate/names.js';
 import { CliError, integerFlag, report, type Io } from '../context.js';
 import { range, SCHEDULE_DEFAULTS, shown } from '../defaults.js';
-import { table } from '../format.js';
+import { outputColumns, wrapLines } from '../layout.js';
+import { table } from '../table.js';
 import { EXIT } from '../exit-codes.js';
 import { registerScheduleData } from './schedules.js';
 
@@ -28,8 +29,11 @@ export function registerSchedule(program: Command, io: Io): void {
     .option('--jitter <duration>', "a job's jitter, e.g. 30s: also print each slot's fire time (needs --job)")
     .option('--job <name>', 'the job whose offset --jitter shows (the offset is a function of the name)')
     .option('--json', 'print JSON')
-    .action((cron: string | undefined, options: { every?: string; tz: string; count: string; from?: string; jitter?: string; job?: string; json?: boolean }) => {
+    .option('--wide', 'do not fit the table to the terminal (or 100 columns): notes on one line')
+    .action((cron: string | undefined, options: { every?: string; tz: string; count: string; from?: string; jitter?: string; job?: string; json?: boolean; wide?: boolean }) => {
       try {
+        const width = outputColumns(options.wide);
+        const note = { header: 'NOTE', shrink: 20, wrap: true };
         const count = integerFlag(options.count, SCHEDULE_DEFAULTS.count, '--count');
         if (cron === undefined && options.every === undefined) throw new CliError("give a cron pattern such as '30 2 * * *', or --every 90s", EXIT.usage);
         if (cron !== undefined && options.every !== undefined) throw new CliError('give a cron pattern or --every, not both', EXIT.usage);
@@ -60,11 +64,11 @@ export function registerSchedule(program: Command, io: Io): void {
         const jitter = offsetMs === null ? undefined : { job: options.job, jitter: options.jitter, offsetMs };
         if (options.json) io.out(JSON.stringify({ schedule: parsed.description, timezone: options.tz, ...(jitter ? { jitter } : {}), slots }, null, 2));
         else if (offsetMs !== null) {
-          io.out(`${parsed.description}, job "${options.job}" fires ${formatDuration(offsetMs)} after each slot (jitter ${options.jitter}), next ${slots.length} slot(s):`);
-          io.out(table(['SLOT (UTC)', 'FIRES (UTC)', `LOCAL (${options.tz})`, 'NOTE'], slots.map((s) => [s.slot, s.fires ?? '', s.local, s.dst ?? ''])));
+          io.out(wrapLines(`${parsed.description}, job "${options.job}" fires ${formatDuration(offsetMs)} after each slot (jitter ${options.jitter}), next ${slots.length} slot(s):`, width));
+          io.out(table(['SLOT (UTC)', 'FIRES (UTC)', `LOCAL (${options.tz})`, note], slots.map((s) => [s.slot, s.fires ?? '', s.local, s.dst ?? '']), width));
         } else {
-          io.out(`${parsed.description}, next ${slots.length} slot(s):`);
-          io.out(table(['UTC', `LOCAL (${options.tz})`, 'NOTE'], slots.map((s) => [s.slot, s.local, s.dst ?? ''])));
+          io.out(wrapLines(`${parsed.description}, next ${slots.length} slot(s):`, width));
+          io.out(table(['UTC', `LOCAL (${options.tz})`, note], slots.map((s) => [s.slot, s.local, s.dst ?? '']), width));
         }
         io.exit(EXIT.ok);
       } catch (error) {

@@ -5,7 +5,9 @@ import { defineSchedule, listSchedules, removeSchedule, type ScheduleOptions } f
 import type { OverlapPolicy } from '../../worker/job.js';
 import { CliError, databaseUrl, integerFlag, openDatabase, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
-import { inert, table } from '../format.js';
+import { inert } from '../format.js';
+import { outputColumns } from '../layout.js';
+import { table } from '../table.js';
 
 type DefineFlags = {
   handler: string;
@@ -120,8 +122,9 @@ export function registerScheduleData(schedule: Command, io: Io): void {
     .description('list the jobs defined as data (--all: code jobs too), with pause state (reader level)')
     .option('--all', 'include jobs defined in code')
     .option('--json', 'print JSON')
+    .option('--wide', 'do not fit the table to the terminal (or 100 columns): every value in full')
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
-    .action(async (options: { all?: boolean; json?: boolean; databaseUrl?: string }) => {
+    .action(async (options: { all?: boolean; json?: boolean; wide?: boolean; databaseUrl?: string }) => {
       try {
         const db = await openDatabase(databaseUrl(options.databaseUrl));
         try {
@@ -131,7 +134,8 @@ export function registerScheduleData(schedule: Command, io: Io): void {
             // table() makes each cell inert; its line breaks are the table's own
             io.out(
               table(
-                ['NAME', 'SOURCE', 'HANDLER', 'SCHEDULE', 'PAUSED'],
+                // who paused it and why outlasts the timezone of the schedule when cut
+                [{ header: 'NAME', shrink: 48, rank: 10 }, 'SOURCE', { header: 'HANDLER', shrink: 10, rank: 1 }, { header: 'SCHEDULE', shrink: 12, rank: 0 }, { header: 'PAUSED', shrink: 24, rank: 2 }],
                 schedules.map((s) => [
                   s.name,
                   s.source,
@@ -139,6 +143,7 @@ export function registerScheduleData(schedule: Command, io: Io): void {
                   `${s.schedule}${s.timezone ? ` (${s.timezone})` : ''}`,
                   s.paused ? `by ${s.paused.by ?? '?'} since ${s.paused.at.toISOString()}${s.paused.reason ? `: ${s.paused.reason}` : ''}` : '',
                 ]),
+                outputColumns(options.wide),
               ),
             );
           io.exit(EXIT.ok);

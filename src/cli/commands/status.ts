@@ -9,7 +9,9 @@ import { fleetStatus, type FleetCounts, type FleetStatus } from '../../observe/f
 import { jobStatus, unscheduledLeases, type JobStatus, type UnscheduledLease } from '../../observe/status.js';
 import { CliError, databaseUrl, integerFlag, openDatabase, report, type Io } from '../context.js';
 import { STATUS_DEFAULTS, shown } from '../defaults.js';
-import { inert, percent, seconds, table, time } from '../format.js';
+import { inert, percent, seconds, time } from '../format.js';
+import { outputColumns, wrapLines } from '../layout.js';
+import { table, type Column } from '../table.js';
 import { EXIT } from '../exit-codes.js';
 
 export function registerStatus(program: Command, io: Io): void {
@@ -22,12 +24,14 @@ export function registerStatus(program: Command, io: Io): void {
     .option('--limit <n>', `how many jobs and leases to list (${STATUS_DEFAULTS.limit.min} to ${STATUS_DEFAULTS.limit.max})`, shown(STATUS_DEFAULTS.limit))
     .option('--all', 'list every job and lease (slow with many thousands of jobs)')
     .option('--json', 'print JSON: { summary: {...}, jobs: [...], leases: [...], more: { jobs, leases } }')
+    .option('--wide', 'do not fit the output to the terminal (or 100 columns): every column, values in full')
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
-    .action(async (options: { job?: string; limit: string; all?: boolean; json?: boolean; databaseUrl?: string }) => {
+    .action(async (options: { job?: string; limit: string; all?: boolean; json?: boolean; wide?: boolean; databaseUrl?: string }) => {
       try {
         const limit = options.all ? STATUS_DEFAULTS.all : integerFlag(options.limit, STATUS_DEFAULTS.limit, '--limit');
         const db = await openDatabase(databaseUrl(options.databaseUrl));
         const read = { timeout: db.timeoutMs };
+        const width = outputColumns(options.wide);
         try {
           let text: string;
           if (options.job !== undefined) {
@@ -35,13 +39,13 @@ export function registerStatus(program: Command, io: Io): void {
             if (jobs.length === 0 && leases.length === 0) {
               throw new CliError(`no job or lease named "${inert(options.job)}": \`leasehold status\` lists them all`, EXIT.error);
             }
-            text = options.json ? JSON.stringify({ jobs, leases }, null, 2) : render(jobs, leases);
+            text = options.json ? JSON.stringify({ jobs, leases }, null, 2) : render(jobs, leases, undefined, width);
           } else {
             const fleet = await fleetStatus(db.pool, { limit, ...read });
-            text = options.json ? JSON.stringify(toJson(fleet), null, 2) : renderFleet(fleet);
+            text = options.json ? JSON.stringify(toJson(fleet), null, 2) : renderFleet(fleet, width);
           }
           const replication = options.json ? null : db.replication;
-          io.out(replication?.warning ? `${text}\nwarning: ${inert(replication.warning)}` : text);
+          io.out(replication?.warning ? `${text}\n${wrapLines(`warning: ${inert(replication.warning)}`, width)}` : text);
           io.exit(EXIT.ok);
         } finally {
           await db.pool.end();
@@ -68,27 +72,51 @@ export function summaryLine(c: FleetCounts): string {
   return `${c.jobs} ${c.jobs === 1 ? 'job' : 'jobs'}: ${jobs.join(', ')}; ${c.leases} other ${c.leases === 1 ? 'lease' : 'leases'} (${c.leasesHeld} held)`;
 }
 
-/** The summary line, the listed jobs and leases, and how many were left out. */
-export function renderFleet(fleet: FleetStatus): string {
-  if (fleet.counts.jobs === 0 && fleet.counts.leases === 0) return render([], []);
+/** The summary line, the listed jobs and leases, and how many were left out, fitted to `width` columns. */
+export function renderFleet(fleet: FleetStatus, width = Infinity): string {
+  if (fleet.counts.jobs === 0 && fleet.counts.leases === 0) return render([], [], undefined, width);
   const reasons = new Map<JobStatus, string | null>(fleet.jobs.map((job) => [job, job.attention]));
-  const lines = [summaryLine(fleet.counts), render(fleet.jobs, fleet.leases, (job) => reasons.get(job) ?? '-')];
+  const lines = [wrapLines(summaryLine(fleet.counts), width), render(fleet.jobs, fleet.leases, (job) => reasons.get(job) ?? '-', width)];
   const more = [fleet.moreJobs > 0 ? `${fleet.moreJobs} more ${fleet.moreJobs === 1 ? 'job' : 'jobs'}` : '', fleet.moreLeases > 0 ? `${fleet.moreLeases} more ${fleet.moreLeases === 1 ? 'lease' : 'leases'}` : '']
     .filter(Boolean)
     .join(' and ');
-  if (more) lines.push(`... ${more}: --limit N shows more, --all everything, --job NAME one`);
+  if (more) lines.push(wrapLines(`... ${more}: --limit N shows more, --all everything, --job NAME one`, width));
   return lines.join('\n');
 }
 
-export function render(jobs: JobStatus[], leases: UnscheduledLease[] = [], attention?: (job: JobStatus) => string | null): string {
+/** A job or lease name: cut last, and only when very long (it is what `runs` and `--job` take). */
+function nameColumn(header: string): Column {
+  return { header, shrink: 48, rank: 10 };
+}
+
+/**
+ * The jobs and leases as tables, fitted to `width` columns: names in full, schedules, holders and
+ * reasons cut with an ellipsis, and the less telling columns (P50, lease age, P95, last run time)
+ * left out when that is not enough.
+ */
+export function render(jobs: JobStatus[], leases: UnscheduledLease[] = [], attention?: (job: JobStatus) => string | null, width = Infinity): string {
   if (jobs.length === 0 && leases.length === 0) {
-    return 'No jobs or leases yet: start a worker (leasehold worker ./jobs.js), guard a command with leasehold exec, or take a lease with run().';
+    return wrapLines('No jobs or leases yet: start a worker (leasehold worker ./jobs.js), guard a command with leasehold exec, or take a lease with run().', width);
   }
   const lines: string[] = [];
   if (jobs.length > 0) {
     lines.push(
       table(
-        ['JOB', 'SCHEDULE', 'STATE', 'HOLDER', 'LEASE AGE', 'LAST RUN', 'OUTCOME', 'P50', 'P95', 'P95/INTERVAL', 'SKIPS 24H', 'MISSED 24H', ...(attention ? ['ATTENTION'] : [])],
+        [
+          nameColumn('JOB'),
+          { header: 'SCHEDULE', shrink: 12, rank: 2 },
+          'STATE',
+          { header: 'HOLDER', shrink: 10, rank: 3 },
+          { header: 'LEASE AGE', drop: true, rank: 1 },
+          { header: 'LAST RUN', drop: true, rank: 4 },
+          'OUTCOME',
+          { header: 'P50', drop: true, rank: 0 },
+          { header: 'P95', drop: true, rank: 2 },
+          { header: 'P95/INTERVAL', short: 'P95/IVL' },
+          { header: 'SKIPS 24H', short: 'SKIPS' },
+          { header: 'MISSED 24H', short: 'MISSED' },
+          ...(attention ? [{ header: 'ATTENTION', shrink: 9, rank: 1 }] : []),
+        ],
         jobs.map((job) => [
           job.job,
           job.timezone ? `${job.schedule} (${job.timezone})` : job.schedule,
@@ -104,11 +132,12 @@ export function render(jobs: JobStatus[], leases: UnscheduledLease[] = [], atten
           job.missed24h,
           ...(attention ? [attention(job)] : []),
         ]),
+        width,
       ),
     );
-    for (const job of jobs) if (job.warning) lines.push(`warning: ${inert(job.warning)}`);
+    for (const job of jobs) if (job.warning) lines.push(wrapLines(`warning: ${inert(job.warning)}`, width));
     for (const job of jobs) {
-      if (job.paused) lines.push(inert(`paused: ${job.job} by ${job.paused.by ?? 'unknown'} since ${job.paused.at.toISOString()}${job.paused.reason ? `: ${job.paused.reason}` : ''}`));
+      if (job.paused) lines.push(wrapLines(inert(`paused: ${job.job} by ${job.paused.by ?? 'unknown'} since ${job.paused.at.toISOString()}${job.paused.reason ? `: ${job.paused.reason}` : ''}`), width));
     }
   }
   if (leases.length > 0) {
@@ -116,7 +145,7 @@ export function render(jobs: JobStatus[], leases: UnscheduledLease[] = [], atten
     lines.push('Leases without a job definition (no history; run() and leasehold exec record one):');
     lines.push(
       table(
-        ['LEASE', 'STATE', 'HOLDER', 'FENCE', 'SINCE', 'EXPIRES'],
+        [nameColumn('LEASE'), 'STATE', { header: 'HOLDER', shrink: 10 }, 'FENCE', { header: 'SINCE', drop: true }, 'EXPIRES'],
         leases.map((lease) => [
           lease.name,
           lease.state,
@@ -125,6 +154,7 @@ export function render(jobs: JobStatus[], leases: UnscheduledLease[] = [], atten
           time(lease.since),
           lease.state === 'free' ? `released ${time(lease.releasedAt)}` : time(lease.expiresAt),
         ]),
+        width,
       ),
     );
   }
