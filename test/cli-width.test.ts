@@ -50,7 +50,7 @@ describe('human output fits 100 columns unless told otherwise', () => {
     expect(fitted.code, fitted.stderr).toBe(0);
     expect(widest(fitted.stdout), fitted.stdout).toBeLessThanOrEqual(100);
     const failed = fitted.stdout.split('\n').find((line) => /\sfailed\s/.test(line) && line.includes('worker-a'));
-    expect(failed).toMatch(/\s30\s+worker-aa…\s+10\.0s\s+Error: upstream \S.*…$/);
+    expect(failed).toMatch(/\s30\s+worker-aa…\s+\S+\s+10\.0s\s+Error: upstream \S.*…$/);
     const json = JSON.parse((await cli(['runs', 'report', '--limit', '10', '--json'], env)).stdout) as Array<{ holder: string; detail: string }>;
     expect(json).toContainEqual(expect.objectContaining({ holder: HOLDER, detail: ERROR }));
     expect((await cli(['runs', 'report', '--limit', '10', '--wide'], env)).stdout).toContain(ERROR);

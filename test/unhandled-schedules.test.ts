@@ -76,7 +76,7 @@ describe('leasehold worker MODULE with handlers', () => {
     const job = (JSON.parse(status.stdout) as { jobs: Array<{ job: string; attention: string | null }> }).jobs.find((j) => j.job === 'orphan');
     expect(job?.attention).toBe('missing');
     // the handler's name is readable where a user looks next
-    const history = await cli(['runs', 'orphan'], { DATABASE_URL: url });
+    const history = await cli(['runs', 'orphan', '--wide'], { DATABASE_URL: url });
     expect(history.stdout).toMatch(/no live worker has handler "nobody-has-it"/);
   }, 60_000);
 });
