@@ -364,7 +364,8 @@ describe('when the database cannot be used', () => {
   it('a missing database or role: says which does not exist on that server and how to create it', async () => {
     const base = new URL(url);
     const server = `${base.hostname}:${base.port || 5432}`;
-    const noDb = `postgres://${base.username}@${base.host}/no_such_db_y`;
+    // the user's own password too: a server with password authentication (the embedded one) checks it first
+    const noDb = `postgres://${base.username}${base.password ? `:${base.password}` : ''}@${base.host}/no_such_db_y`;
     const [status, exec] = await Promise.all([cli(['status'], { DATABASE_URL: noDb }), cli(['exec', '-n', 'x', '--', 'true'], { DATABASE_URL: noDb })]);
     for (const result of [status, exec]) {
       expect([result.code, result.stderr.trim()]).toEqual([
@@ -372,7 +373,8 @@ describe('when the database cannot be used', () => {
         `leasehold: PostgreSQL at ${server} has no database "no_such_db_y": create it (createdb -h ${base.hostname} -p ${base.port || 5432} no_such_db_y) or fix the database name in DATABASE_URL.`,
       ]);
     }
-    const noRole = await cli(['exec', '-n', 'x', '--', 'true'], { DATABASE_URL: `postgres://no_such_role_y@${base.host}${base.pathname}` });
+    // with a password, so that a password server answers (without one the client gives up first)
+    const noRole = await cli(['exec', '-n', 'x', '--', 'true'], { DATABASE_URL: `postgres://no_such_role_y:not-it@${base.host}${base.pathname}` });
     expect(noRole.code).toBe(67);
     const role = `leasehold: PostgreSQL at ${server} has no role "no_such_role_y": create it (createuser -h ${base.hostname} -p ${base.port || 5432} no_such_role_y) or fix the user name in DATABASE_URL.`;
     // a server with password authentication (the embedded one) refuses the password instead

@@ -339,6 +339,6 @@ describe('the installed command', () => {
     await writeFile(join(cjsDir, 'no-jobs.js'), 'exports.tasks = [];\n');
     const noJobs = await leasehold(cjsDir, ['worker', './no-jobs.js'], { allowFailure: true });
     expect(noJobs.code).toBe(2);
-    expect(noJobs.stderr).toMatch(/exports no list of jobs \(it exports: default, tasks\)/);
+    expect(noJobs.stderr).toMatch(/exports no jobs and no handlers \(it exports: default, tasks\)/);
   });
 });

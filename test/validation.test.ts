@@ -159,7 +159,9 @@ describe('connecting', () => {
   it('names a missing database and an unknown role as such, not as a server to start', async () => {
     const server = new URL(await freshDatabase());
     const at = (user: string, database: string) => `postgres://${user}@${server.host}/${database}`;
-    const noDatabase = await createLeasehold({ connectionString: at(server.username, 'no_such_db_v'), logger: silentLogger() }).catch((e: unknown) => e);
+    // with the user's own password: a server with password authentication (the embedded one) checks it first
+    const withPassword = `postgres://${server.username}${server.password ? `:${server.password}` : ''}@${server.host}/no_such_db_v`;
+    const noDatabase = await createLeasehold({ connectionString: withPassword, logger: silentLogger() }).catch((e: unknown) => e);
     expect(noDatabase).toMatchObject({ code: 'DATABASE_UNAVAILABLE', reason: 'no-database' });
     expect((noDatabase as Error).message).toBe(
       `PostgreSQL at ${server.host} has no database "no_such_db_v": create it (createdb -h ${server.hostname} -p ${server.port} no_such_db_v) ` +
