@@ -10,6 +10,7 @@ import { loginOf } from './connection-url.js';
 import { permissionDenied } from './permissions.js';
 import { pin, pinFor, pinnedReason, runPinned } from './pinned.js';
 import { readOnlyRefusal } from './read-only.js';
+import { isServerCancel, sendOpening } from './role-timeout.js';
 
 /** Waiting longer than this for a pooled connection is a hang, even with a short statement timeout: opening one can take a while on a loaded host. */
 export const CHECKOUT_MIN_MS = 5_000;
@@ -91,7 +92,8 @@ export interface DbHandle {
   query<R extends pg.QueryResultRow>(text: string, values?: unknown[], options?: QueryOptions): Promise<pg.QueryResult<R>>;
   /**
    * BEGIN, `fn`, COMMIT (ROLLBACK on any error). Each of `fn`'s statements is bounded by the
-   * server's statement_timeout (set for this transaction only), BEGIN and COMMIT by a read timeout.
+   * server's statement_timeout (set for this transaction only, with the BEGIN: one round trip),
+   * the opening and COMMIT by a read timeout.
    */
   transaction<T>(fn: (client: pg.PoolClient) => Promise<T>, options?: QueryOptions): Promise<T>;
 }
@@ -174,8 +176,10 @@ async function queryOnce<R extends pg.QueryResultRow>(
       // the session does not suit the protocol after all (its settings changed since the start,
       // or the pool was never checked); the statement was rolled back: again, pinned
       const reason = pinFor(error);
-      if (!reason) throw error;
-      pin(pool, reason);
+      if (reason) pin(pool, reason);
+      // a cancel that does not say why (role-timeout.ts: the role's timeout may read "user
+      // request") runs this statement once more, pinned, without pinning the pool for it
+      else if (!isServerCancel(error)) throw error;
       return await runPinned<R>(client, statement, breaksSession);
     }
   } catch (error) {
@@ -187,8 +191,9 @@ async function queryOnce<R extends pg.QueryResultRow>(
   }
 }
 
-// BEGIN, SET and COMMIT have a client-side read timeout; fn's statements the server's
-// statement_timeout (a statement waiting on a lock is cancelled, the session stays usable).
+// The opening and COMMIT have a client-side read timeout; fn's statements the server's
+// statement_timeout (a statement waiting on a lock is cancelled, the session stays usable), set
+// in the opening, SET first (role-timeout.ts): none of fn's statements runs under the role's.
 async function transaction<T>(pool: pg.Pool, timeoutMs: number, where: string, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
   const client = await checkout(pool, checkoutTimeout(timeoutMs), where);
   let connectionError: Error | undefined;
@@ -197,10 +202,9 @@ async function transaction<T>(pool: pg.Pool, timeoutMs: number, where: string, f
   };
   client.on('error', onError);
   let broken: Error | undefined;
-  const control = (text: string, values: unknown[] = []) => client.query({ text, values, query_timeout: timeoutMs } as pg.QueryConfig);
+  const control = (text: string) => client.query({ text, query_timeout: timeoutMs } as pg.QueryConfig);
   try {
-    await control('begin');
-    await control(`select set_config('statement_timeout', $1, true)`, [`${Math.round(timeoutMs)}ms`]);
+    await sendOpening(client, `set local statement_timeout = ${Math.max(1, Math.round(timeoutMs))}; begin`, timeoutMs);
     const value = await fn(client);
     await control('commit');
     return value;

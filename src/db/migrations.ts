@@ -224,7 +224,6 @@ export async function migrate(pool: pg.Pool): Promise<MigrationResult> {
     return { from: current.version, to: current.version, applied: [] };
   }
   return inTransaction(pool, 'the database', async (client) => {
-    await client.query(NO_SERVER_TIMEOUT);
     await client.query(lockStatement());
     try {
       await client.query(BOOTSTRAP);
@@ -248,19 +247,10 @@ export async function migrate(pool: pg.Pool): Promise<MigrationResult> {
   }, MIGRATION_TIMEOUT_MS);
 }
 
-// A role's statement_timeout (20 ms, say) would cancel a migration's DDL or even the version read
-// under load; the client's own timeout (MIGRATION_TIMEOUT_MS) bounds them instead.
-const NO_SERVER_TIMEOUT = 'set local statement_timeout = 0';
-
-// A read of the installed version, with a timeout like every library statement.
+// A read of the installed version, with a timeout like every library statement. A role's
+// statement_timeout (20 ms, say) cancels neither it nor the migration: the transaction sets its
+// own (MIGRATION_TIMEOUT_MS) in its opening, which such a timeout may cancel and which is then
+// sent again (src/db/role-timeout.ts).
 function withClient<T>(pool: pg.Pool, fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-  return inTransaction(
-    pool,
-    'the database',
-    async (client) => {
-      await client.query(NO_SERVER_TIMEOUT);
-      return fn(client);
-    },
-    MIGRATION_TIMEOUT_MS,
-  );
+  return inTransaction(pool, 'the database', fn, MIGRATION_TIMEOUT_MS);
 }

@@ -1,8 +1,9 @@
 // Pinned pools: when the sessions of a pool do not suit the protocol (session-settings.ts), each
 // of the library's statements on it runs in a transaction of its own that sets what the protocol
-// needs: one simple query `begin isolation level read committed; set local statement_timeout;
-// set local idle_in_transaction_session_timeout`, the statement, COMMIT. Three round trips
-// instead of one, on such pools only; a pool whose sessions suit it is never pinned.
+// needs: one simple query `set local statement_timeout; begin isolation level read committed;
+// set local idle_in_transaction_session_timeout` (the opening, role-timeout.ts), the statement,
+// COMMIT. Three round trips instead of one, on such pools only; a pool whose sessions suit it is
+// never pinned.
 //
 // Why a transaction of its own, and not:
 // - a SET per session on connect: through a transaction pooler (PgBouncer, docs/pgbouncer.md) the
@@ -17,6 +18,7 @@
 // that says the session does not suit: a serialization failure (40001) or a cancel by the
 // server's statement_timeout. Either rolled the statement back, so it runs again, pinned.
 import type pg from 'pg';
+import { sendOpening } from './role-timeout.js';
 
 interface PinGroup {
   /** Why the pools are pinned; null while they are not. */
@@ -55,12 +57,14 @@ export function pinnedReason(pool: pg.Pool): string | null {
 }
 
 /**
- * The opening of a pinned transaction: READ COMMITTED, and the server's statement and idle
- * timeouts at the client's own timeout. One simple query, so one round trip.
+ * The opening of a pinned transaction: the server's statement and idle timeouts at the client's
+ * own timeout, and READ COMMITTED. One simple query, so one round trip; the SET first, so that
+ * only it runs under the role's statement_timeout (role-timeout.ts). SET LOCAL before BEGIN in
+ * one query string belongs to the transaction BEGIN then makes explicit.
  */
 function pinnedBegin(timeoutMs: number): string {
   const ms = Math.max(1, Math.round(timeoutMs));
-  return `begin isolation level read committed; set local statement_timeout = ${ms}; set local idle_in_transaction_session_timeout = ${ms}`;
+  return `set local statement_timeout = ${ms}; begin isolation level read committed; set local idle_in_transaction_session_timeout = ${ms}`;
 }
 
 /** Why an unpinned statement's error asks for pinning (it was rolled back: it may run again), or null. */
@@ -89,7 +93,7 @@ export interface StatementSpec {
  */
 export async function runPinned<R extends pg.QueryResultRow>(client: pg.PoolClient, statement: StatementSpec, breaksSession: (error: unknown) => boolean): Promise<pg.QueryResult<R>> {
   const { text, values, timeoutMs, rowMode } = statement;
-  await client.query({ text: pinnedBegin(timeoutMs), query_timeout: timeoutMs } as pg.QueryConfig);
+  await sendOpening(client, pinnedBegin(timeoutMs), timeoutMs);
   let result: pg.QueryResult<R>;
   try {
     result = await client.query<R>({ text, values, query_timeout: timeoutMs, rowMode } as pg.QueryConfig);

@@ -10,6 +10,7 @@ import { performance } from 'node:perf_hooks';
 import pg from 'pg';
 import { unavailable } from '../db/connect-failure.js';
 import { describeConnection, loginOf } from '../db/connection-url.js';
+import { sendOpening } from '../db/role-timeout.js';
 import type { Logger } from '../observe/logger.js';
 
 export interface LivenessSettings {
@@ -74,13 +75,15 @@ export class LivenessSession {
       // Let the server notice a vanished host (no FIN, no RST) and free the lock within
       // about 15 s instead of the OS default of minutes to hours. Ignored on Unix sockets.
       // A direct session of its own, so session settings hold: the pings are bounded by the
-      // client's timeout, not a role's statement_timeout (a ping cut short drops every lease).
-      await client.query({
-        text: `select set_config('tcp_keepalives_idle', '5', false), set_config('tcp_keepalives_interval', '2', false),
-                      set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', '10000', false),
-                      set_config('statement_timeout', $1, false)`,
-        values: [`${Math.round(settings.queryTimeoutMs)}ms`],
-      });
+      // client's timeout, not a role's statement_timeout (a ping cut short drops every lease);
+      // set in an opening, SET first, which that timeout may cancel (role-timeout.ts).
+      await sendOpening(
+        client,
+        `set statement_timeout = ${Math.max(1, Math.round(settings.queryTimeoutMs))};
+         select set_config('tcp_keepalives_idle', '5', false), set_config('tcp_keepalives_interval', '2', false),
+                set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', '10000', false)`,
+        settings.queryTimeoutMs,
+      );
       const { rows } = await client.query<{ key: string }>(
         settings.worker ? 'select leasehold.register_worker_liveness()::text as key' : 'select leasehold.register_liveness()::text as key',
       );
