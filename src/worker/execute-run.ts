@@ -14,7 +14,7 @@ import { performance } from 'node:perf_hooks';
 import type pg from 'pg';
 import { inTransaction } from '../db/transaction.js';
 import type { Lease } from '../lease/lease.js';
-import { readyToStart, startCheck } from '../lease/start-check.js';
+import { startCheck } from '../lease/start-check.js';
 import { releasedRemotely, type LeaseTracker } from '../lease/tracker.js';
 import { childLogger, type JobLogger } from '../observe/child-logger.js';
 import type { LeaseholdEmitter } from '../observe/events.js';
@@ -229,10 +229,10 @@ class Run<T = unknown> implements FinishReceiver, PreparedRun {
     }
   }
 
-  /** Too little of the lease was left to start on: renew it once, then begin (or record it lost). */
+  /** Too little of the lease was left to start on: renew it once, then begin, which checks it again (a failed renewal lost it). */
   private async renewThenBegin(lease: Lease): Promise<void> {
     this.renewedToStart = true;
-    await readyToStart(lease);
+    await lease.renew().catch(() => undefined);
     this.begin();
   }
 

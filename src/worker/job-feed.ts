@@ -5,7 +5,7 @@
 // changed one is replaced in place (its running run finishes under its lease, the new schedule
 // applies from the next slot). The database enforces pause and removal in claim(); this feed
 // only spares the workers claims they would lose, and applies catch-up on resume.
-import type { StoredJobRow } from '../control/job-row.js';
+import { storedScheduleSpec, type StoredJobRow } from '../control/job-row.js';
 import { timedQuery } from '../db/connection.js';
 import { LeaseholdError } from '../errors.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
@@ -304,7 +304,6 @@ export class JobFeed {
       return undefined;
     }
     try {
-      const cron = /\s/.test(row.schedule);
       const catchUp: CatchUpPolicy = row.catch_up.startsWith('all:') ? { all: Number(row.catch_up.slice(4)) } : (row.catch_up as CatchUpPolicy);
       const settings: DataJobSettings = {
         handler: row.handler,
@@ -317,7 +316,7 @@ export class JobFeed {
       const payload = row.payload;
       const job = defineJob({
         name: row.name,
-        ...(cron ? { cron: row.schedule, ...(row.timezone ? { timezone: row.timezone } : {}) } : { every: Number(row.interval_ms) }),
+        ...storedScheduleSpec(row),
         ttl: Number(row.ttl_ms),
         overlap: row.overlap as OverlapPolicy,
         ...(row.buffer_limit !== null ? { bufferLimit: row.buffer_limit } : {}),

@@ -4,6 +4,7 @@
 // missed, naming the handler, so such a schedule shows wherever a missed slot shows: status
 // attention, `leasehold runs`, the dashboard's timeline, the missed-slots metric and its alert.
 import type { LeaseholdEmitter } from '../observe/events.js';
+import { storedScheduleSpec } from '../control/job-row.js';
 import type { Logger } from '../observe/logger.js';
 import { parseSchedule, slotsBetween, type Schedule } from '../schedule/schedule.js';
 import { MAX_MISSED_RECORDED } from './catch-up.js';
@@ -93,9 +94,7 @@ export class UnhandledWatch {
 /** The stored schedule, as the workers would run it; null when it cannot be read (the worker that loads it says why). */
 function scheduleOf(row: UnhandledRow): Schedule | null {
   try {
-    return /\s/.test(row.schedule)
-      ? parseSchedule({ cron: row.schedule, ...(row.timezone ? { timezone: row.timezone } : {}) })
-      : parseSchedule({ every: Number(row.interval_ms) });
+    return parseSchedule(storedScheduleSpec(row));
   } catch {
     return null;
   }
