@@ -10,7 +10,7 @@ import { loginOf } from './connection-url.js';
 import { permissionDenied } from './permissions.js';
 import { pin, pinFor, pinnedReason, runPinned } from './pinned.js';
 import { readOnlyRefusal } from './read-only.js';
-import { isServerCancel, sendOpening } from './role-timeout.js';
+import { isServerCancel, isStatementTimeout, sendOpening } from './role-timeout.js';
 
 /** Waiting longer than this for a pooled connection is a hang, even with a short statement timeout: opening one can take a while on a loaded host. */
 export const CHECKOUT_MIN_MS = 5_000;
@@ -63,11 +63,6 @@ export function breaksSession(error: unknown): boolean {
 export function giveBack(client: pg.PoolClient, broken: Error | undefined): void {
   const destroy = broken ?? (client.getTransactionStatus() === 'I' ? undefined : new Error('session left inside a transaction'));
   client.release(destroy);
-}
-
-/** The server cancelled the statement because of statement_timeout (the session stays usable). */
-function isStatementTimeout(error: unknown): boolean {
-  return (error as { code?: unknown }).code === '57014' && /statement timeout/i.test((error as Error).message);
 }
 
 /** The typed error for a failed statement: a timeout, an unreachable or read-only server, a missing grant, or the error itself. */

@@ -18,7 +18,7 @@
 // that says the session does not suit: a serialization failure (40001) or a cancel by the
 // server's statement_timeout. Either rolled the statement back, so it runs again, pinned.
 import type pg from 'pg';
-import { sendOpening } from './role-timeout.js';
+import { isStatementTimeout, sendOpening } from './role-timeout.js';
 
 interface PinGroup {
   /** Why the pools are pinned; null while they are not. */
@@ -69,11 +69,10 @@ function pinnedBegin(timeoutMs: number): string {
 
 /** Why an unpinned statement's error asks for pinning (it was rolled back: it may run again), or null. */
 export function pinFor(error: unknown): string | null {
-  const { code, message } = (error ?? {}) as { code?: unknown; message?: unknown };
-  if (code === '40001') {
+  if ((error as { code?: unknown } | null)?.code === '40001') {
     return 'a statement failed with a serialization failure (40001): the session isolation level is above READ COMMITTED';
   }
-  if (code === '57014' && typeof message === 'string' && /statement timeout/i.test(message)) {
+  if (isStatementTimeout(error)) {
     return "the server's statement_timeout cancelled a statement before its own timeout";
   }
   return null;

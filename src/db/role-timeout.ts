@@ -21,6 +21,11 @@ export function isServerCancel(error: unknown): boolean {
   return (error as { code?: unknown } | null)?.code === '57014';
 }
 
+/** The server cancelled the statement because of statement_timeout, as its message says (the session stays usable). */
+export function isStatementTimeout(error: unknown): boolean {
+  return isServerCancel(error) && /statement timeout/i.test(String((error as { message?: unknown }).message));
+}
+
 /**
  * Sends `opening` (one simple query, first statement a SET of statement_timeout, session or
  * local) on `client`, again while the server cancels it. A cancelled opening that had begun a
