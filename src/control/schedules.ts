@@ -30,7 +30,7 @@ export interface ScheduleOptions {
   /** Fixed interval, aligned to the epoch: '90s', '5m', or milliseconds (at least 1 s). */
   every?: Duration | undefined;
   /** Any JSON value, at most 64 KiB as JSON text and 32 levels of arrays and objects deep; the handler gets it as `ctx.payload`. @default {} */
-  payload?: unknown | undefined;
+  payload?: unknown;
   /** Lease TTL. @default '30s' */
   ttl?: Duration | undefined;
   /** @default 'skip' */
