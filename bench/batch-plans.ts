@@ -9,7 +9,8 @@
 //   DATABASE_URL=postgres://... npx tsx bench/batch-plans.ts [jobs=10000] [small=6]
 //   (without DATABASE_URL an embedded server; SCHEMA=5|6, default the latest; EXPLAIN=1)
 import pg from 'pg';
-import { installScript, latestVersion } from '../src/db/migrations.js';
+import { latestVersion } from '../src/db/migrations.js';
+import { schemaScript } from './schema-script.js';
 import { createTestDatabase, startEmbeddedPostgres, type EmbeddedPostgres } from '../src/testing.js';
 
 const jobs = Number(process.argv[2] ?? 10_000);
@@ -21,7 +22,7 @@ const database = await createTestDatabase(process.env.DATABASE_URL ?? (server as
 const client = new pg.Client({ connectionString: database.url, application_name: 'bench-batch-plans' });
 await client.connect();
 try {
-  await client.query(`begin; ${installScript(0, schema)} commit;`);
+  await client.query(`begin; ${schemaScript(schema)} commit;`);
   // EXPLAIN=1: auto_explain prints the plans of the slow statements inside (needs the module)
   if (process.env.EXPLAIN) {
     client.on('notice', (n: { message?: string | undefined }) => process.stdout.write(`${n.message ?? ''}\n`));

@@ -5,17 +5,18 @@
 // the library's latest, from the install scripts of both versions. Rounds alternate between the
 // two; a plain batched UPDATE ... FOR UPDATE SKIP LOCKED of the same rows (on the latest
 // database) is the floor. Prints the medians, their ratios and the load average.
-//   DATABASE_URL=postgres://... npx tsx bench/claim-cost.ts [jobs=10000] [rounds=5] [from=16]
+//   DATABASE_URL=postgres://... npx tsx bench/claim-cost.ts [jobs=10000] [rounds=5] [from=27]
 //   (without DATABASE_URL an embedded server)
 import os from 'node:os';
 import { performance } from 'node:perf_hooks';
 import pg from 'pg';
-import { installScript, latestVersion } from '../src/db/migrations.js';
+import { latestVersion } from '../src/db/migrations.js';
+import { schemaScript } from './schema-script.js';
 import { createTestDatabase, startEmbeddedPostgres, type EmbeddedPostgres } from '../src/testing.js';
 
 const jobs = Number(process.argv[2] ?? 10_000);
 const rounds = Number(process.argv[3] ?? 5);
-const from = Number(process.argv[4] ?? 16);
+const from = Number(process.argv[4] ?? 27);
 const to = latestVersion();
 if (!(from >= 1 && from < to)) throw new Error(`from must be a schema version below ${to} (got ${process.argv[4]})`);
 
@@ -43,7 +44,7 @@ try {
     const session = new pg.Client({ connectionString: database.url, application_name: `bench-claim-cost ${label}` });
     await session.connect();
     sessions.set(label, session);
-    await session.query(installScript(0, label === `schema ${to}` ? to : from));
+    await session.query(schemaScript(label === `schema ${to}` ? to : from));
     await session.query(
       `select count(*) from leasehold.register_jobs($1, array_fill('* * * * *'::text, array[$2::int]), array_fill(null::text, array[$2::int]),
          array_fill(60000::bigint, array[$2::int]), array_fill(30000::bigint, array[$2::int]), array_fill('skip'::text, array[$2::int]),

@@ -1,4 +1,4 @@
-// What the summary's triggers on runs (sql/0014_summary.sql) cost the claim and finish path:
+// What the summary's triggers on runs (sql/baseline/5_reads.sql) cost the claim and finish path:
 // N jobs due at one slot, W connections each claiming its share with leasehold.claim_due() and
 // then finishing those runs with one finish_runs() call, the way workers do at a tick. Rounds
 // alternate between the triggers enabled and disabled (ALTER TABLE ... DISABLE TRIGGER) on the

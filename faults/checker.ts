@@ -141,7 +141,7 @@ export interface CheckResult {
  * library is fixed, and it counts as a violation again.
  */
 // None at present: 'skipped-slot-ran' (both its wide form and the race of a skip recorded
-// while a peer's claim was in flight) is fixed in sql/0006_contract.sql and counts again.
+// while a peer's claim was in flight) is fixed in sql/baseline/1_leases.sql and counts again.
 export const KNOWN_LIBRARY_ISSUES: Record<string, string> = {};
 
 const MAX_LISTED = 200;

@@ -40,7 +40,7 @@ export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = 
 
 const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'unfenced-write': [],
-  // Each guard lives in one function (sql/0006_contract.sql), so each mutant edits one.
+  // Each guard lives in one function (sql/baseline/1_leases.sql), so each mutant edits one.
   // (end_runs since schema 17: release_matching and finish_runs release through it)
   'release-no-token-check': [{ fn: 'end_runs', pattern: /l\.token = i\.token/, replacement: 'i.token is not null' }],
   // Both expiry rules go: only a released lease or a gone liveness lock frees it. The skip

@@ -88,10 +88,21 @@ export class LeaseLostError extends LeaseholdError {
 export class SchemaVersionError extends LeaseholdError {
   readonly databaseVersion: number;
   readonly libraryVersion: number;
-  constructor(databaseVersion: number, libraryVersion: number, message: string, options?: { cause?: unknown }) {
+  /**
+   * Why: 'behind' (run `leasehold migrate`), 'newer' (upgrade this service), 'unversioned' (installed
+   * by hand), 'unconvertible' (an early pre-release schema), 'edited' (an applied migration changed).
+   */
+  readonly reason: 'behind' | 'newer' | 'unversioned' | 'unconvertible' | 'edited';
+  constructor(
+    databaseVersion: number,
+    libraryVersion: number,
+    message: string,
+    options?: { cause?: unknown; reason?: SchemaVersionError['reason'] },
+  ) {
     super('SCHEMA_VERSION', message, options);
     this.databaseVersion = databaseVersion;
     this.libraryVersion = libraryVersion;
+    this.reason = options?.reason ?? (databaseVersion > libraryVersion ? 'newer' : 'behind');
   }
 }
 

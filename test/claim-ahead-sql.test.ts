@@ -1,4 +1,4 @@
-// leasehold.claim_ahead() (sql/0023_claim_ahead.sql): a slot due within ahead_ms is claimed
+// leasehold.claim_ahead() (sql/baseline/1_leases.sql): a slot due within ahead_ms is claimed
 // before it is due, only from a free lease; what it leaves is claimed at the slot with the
 // usual decisions, and a slot claimed ahead is taken for every later claim.
 import { beforeAll, describe, expect, it } from 'vitest';

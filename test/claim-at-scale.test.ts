@@ -1,4 +1,4 @@
-// Schema 15 (sql/0015_claim_at_scale.sql): the same decisions at less database time. What is
+// Schema 15 (sql/baseline/2_scheduler.sql): the same decisions at less database time. What is
 // checked here is what the changes could have broken: claim_due() no longer hands claim() a
 // slot already claimed, yet still reports a paused job; the lease name rule, now a trigger on
 // insert and on update of the name, refuses what the check constraint refused; and a job with a

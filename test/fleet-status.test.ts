@@ -1,4 +1,4 @@
-// leasehold.fleet_status() (sql/0018_fleet_status.sql) and fleetStatus() against a direct
+// leasehold.fleet_status() (sql/baseline/5_reads.sql) and fleetStatus() against a direct
 // computation from the rows: a seeded fleet with every reason for attention, jobs with several
 // reasons, ties of time under each reason, failures of a removed job and of a name without a job,
 // history older than 24 h, and leases without a job. For every limit the same counts, the same

@@ -1,4 +1,4 @@
-// Backfill with several worker processes on one database (sql/0012_manual_runs.sql,
+// Backfill with several worker processes on one database (sql/baseline/4_control.sql,
 // src/worker/requests.ts, src/control/manual-runs.ts): each slot once also when two identical
 // backfills start together, in slot order and one at a time (also under overlap allow);
 // claim_requests raced on separate connections; hostile input to both acts.

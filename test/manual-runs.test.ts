@@ -1,4 +1,4 @@
-// Run now with several worker processes on one database (sql/0012_manual_runs.sql,
+// Run now with several worker processes on one database (sql/baseline/4_control.sql,
 // src/worker/requests.ts, src/control/manual-runs.ts): the overlap policies while a scheduled run
 // holds the lease, one run per request across the fleet, the scheduled slot untouched.
 // Backfill, the SQL-level race and hostile input: test/manual-runs-backfill.test.ts.

@@ -6,9 +6,10 @@ import { silentLogger } from '../src/observe/logger.js';
 import { client, freshDatabase, rawPool } from './support/db.js';
 
 describe('migrations', () => {
-  it('ships numbered files without gaps, starting at 0001', () => {
-    expect(migrations().map((m) => m.version)).toEqual(Array.from({ length: latestVersion() }, (_, i) => i + 1));
-    expect(migrations()[0]?.name).toBe('0001_leases');
+  it('ships the baseline (version 28), then numbered files without gaps, each with its checksum', () => {
+    expect(migrations()[0]).toMatchObject({ version: 28, name: 'baseline' });
+    expect(migrations().map((m) => m.version)).toEqual(Array.from({ length: latestVersion() - 27 }, (_, i) => i + 28));
+    for (const m of migrations()) expect(m.checksum).toMatch(/^[0-9a-f]{64}$/);
   });
 
   it('applies each migration once when eight clients start at the same moment', async () => {

@@ -44,7 +44,7 @@ describe('acquire', () => {
       expect(await release(conns[winner.i]!, 'race', winner.r.token)).toBe(true);
     }
     console.log(`losers not told the winner: ${unnamed} of ${losers}`);
-    // the loser waits for the winner's commit (sql/0027): a slow commit on a loaded machine may
+    // the loser waits for the winner's commit (sql/baseline/1_leases.sql): a slow commit on a loaded machine may
     // still leave a few unnamed, never most
     expect(unnamed).toBeLessThanOrEqual(losers / 100);
     for (let i = 1; i < fences.length; i++) expect(fences[i]).toBeGreaterThan(fences[i - 1]!);

@@ -1,4 +1,4 @@
-// Reads at fleet scale (sql/0008_reads.sql, src/observe/fleet-status.ts): what they return, not
+// Reads at fleet scale (sql/baseline/5_reads.sql, src/observe/fleet-status.ts): what they return, not
 // how fast (speed is `npm run bench -- reads`). job_status keeps its columns and values,
 // recent_history equals the newest rows of run_history, prune_history deletes in bounded
 // batches, and `leasehold status` prints a summary and a bounded, attention-first list.
@@ -28,9 +28,9 @@ beforeAll(async () => {
   `);
 });
 
-// job_status as schema 5 defined it (sql/0003_job_status.sql), for comparison.
+// job_status as schema 5 defined it (sql/baseline/5_reads.sql), for comparison.
 function schema5JobStatus(): string {
-  const sql = readFileSync(new URL('../sql/0003_job_status.sql', import.meta.url), 'utf8');
+  const sql = readFileSync(new URL('../sql/baseline/5_reads.sql', import.meta.url), 'utf8');
   const body = sql.slice(sql.indexOf('with recent as'), sql.indexOf(';', sql.indexOf('left join missed m')));
   return `(${body}) v5`;
 }

@@ -1,4 +1,4 @@
-// Per-run timeouts (job option `timeout`, sql/0013_run_timeout.sql): the run's signal fires with
+// Per-run timeouts (job option `timeout`, sql/baseline/2_scheduler.sql): the run's signal fires with
 // a RunTimeoutError, the database refuses the run's fenced writes after the deadline even when
 // the worker is frozen, the run is recorded timed-out, the lease is released when the handler
 // settles (or left to expire when it never does), and the next slot runs normally. Workers are

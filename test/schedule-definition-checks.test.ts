@@ -1,5 +1,5 @@
 // Definitions no worker can run, or that break the readers of leasehold.jobs, are refused at the
-// door (sql/0024_define_checks.sql): timezones PostgreSQL and the workers' Intl read differently,
+// door (sql/baseline/4_control.sql): timezones PostgreSQL and the workers' Intl read differently,
 // names blank or with whitespace at either end, payloads nested more than 32 levels. Through the
 // client (InvalidArgumentError naming the field), raw SQL (LH001 / LH005) and the CLI (exit 2);
 // nothing is stored.

@@ -1,4 +1,4 @@
-// The SQL contract's single-sourced rules (sql/0006_contract.sql): the outcome list, claim()
+// The SQL contract's single-sourced rules (sql/baseline/1_leases.sql): the outcome list, claim()
 // in any transaction context, a slot either run or recorded skipped (also in the narrow race
 // where a peer's claim is in flight), and custom plans for the batch functions.
 import { beforeAll, describe, expect, it } from 'vitest';

@@ -1,4 +1,4 @@
-// leasehold.fleet_summary() (sql/0014_summary.sql) answers from per-minute run counts and the
+// leasehold.fleet_summary() (sql/baseline/5_reads.sql) answers from per-minute run counts and the
 // jobs that had a slow run, kept by statement triggers on runs. Its numbers must be what a pass
 // over a day of runs gives, after every way runs change: claims and finishes on several
 // connections at once (several shards), rows written finished in one go, updates, prune

@@ -1,4 +1,4 @@
-// A run that outlived its job's timeout (outcome 'timed-out', sql/0013_run_timeout.sql) is a
+// A run that outlived its job's timeout (outcome 'timed-out', sql/baseline/2_scheduler.sql) is a
 // failure wherever "failing" is shown: job_status, fleet_summary(), the dashboard's failing
 // filter and counts, `leasehold status --json` and the metrics. A job whose every run times
 // out must not look healthy; a timed-out run older than 24 h, or another job's, counts nowhere.

@@ -50,7 +50,7 @@ export interface ReadsResults {
   loadAverage: { start: number[]; end: number[] };
 }
 
-// The schema-5 job_status (sql/0003_job_status.sql): a pass over every run for every query.
+// The schema-5 job_status (sql/baseline/5_reads.sql): a pass over every run for every query.
 const JOB_STATUS_V5 = `(
 with recent as (
   select job, percentile_cont(0.5) within group (order by extract(epoch from finished_at - started_at)) as p50,

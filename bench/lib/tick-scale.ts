@@ -1,10 +1,10 @@
 // The tick at scale: N jobs due at one slot, W workers claiming at the same instant, three
 // claim paths measured in the same run, alternating, on the same database:
-//   before    every worker sends every due job to claim() as sql/0006_contract.sql defined it
+//   before    every worker sends every due job to claim() as sql/baseline/1_leases.sql defined it
 //             (installed here as leasehold.claim_0006; the previous path) and gets one row per
 //             job back
 //   schema16  the share path below, on claim() and claim_due() as schema 15 defined them
-//             (sql/0015_claim_at_scale.sql, installed here as leasehold.claim_0016 and
+//             (sql/baseline/2_scheduler.sql, installed here as leasehold.claim_0016 and
 //             leasehold.claim_due_0016, writing their running rows to run_log): the path before
 //             schema 17, with a run_log row inserted per claimed slot
 //   after     every worker sends its hash share (src/worker/shares.ts) to leasehold.claim_tick()
@@ -72,27 +72,27 @@ const toRunLog = (text: string) => text.replaceAll('leasehold.runs ', 'leasehold
 
 /** claim() of schema 6, verbatim, under another name: the first path, on the same database. */
 function previousClaim(): string {
-  const text = readFileSync(new URL('../../sql/0006_contract.sql', import.meta.url), 'utf8');
+  const text = readFileSync(new URL('../../sql/baseline/1_leases.sql', import.meta.url), 'utf8');
   const start = text.indexOf('create function leasehold.claim(\n');
   const end = text.indexOf('end $$;', start) + 'end $$;'.length;
-  if (start < 0 || end < start) throw new Error('sql/0006_contract.sql: claim() not found');
+  if (start < 0 || end < start) throw new Error('sql/baseline/1_leases.sql: claim() not found');
   return toRunLog(text.slice(start, end).replace('create function leasehold.claim(', 'create or replace function leasehold.claim_0006('));
 }
 
-/** claim() and claim_due() of schema 15 (sql/0015_claim_at_scale.sql), as claim_0016 and claim_due_0016. */
+/** claim() and claim_due() of schema 15 (sql/baseline/2_scheduler.sql), as claim_0016 and claim_due_0016. */
 function schema16Claim(): string[] {
-  const text = readFileSync(new URL('../../sql/0015_claim_at_scale.sql', import.meta.url), 'utf8');
+  const text = readFileSync(new URL('../../sql/baseline/2_scheduler.sql', import.meta.url), 'utf8');
   const cut = (head: string) => {
     const start = text.indexOf(head);
     const end = text.indexOf('$$;', text.indexOf('as $$', start) + 5) + '$$;'.length;
-    if (start < 0 || end < start) throw new Error(`sql/0015_claim_at_scale.sql: ${head.trim()} not found`);
+    if (start < 0 || end < start) throw new Error(`sql/baseline/2_scheduler.sql: ${head.trim()} not found`);
     return text.slice(start, end);
   };
   const claim = cut('create or replace function leasehold.claim(\n').replace('function leasehold.claim(', 'function leasehold.claim_0016(');
   const due = cut('create or replace function leasehold.claim_due(\n')
     .replace('function leasehold.claim_due(', 'function leasehold.claim_due_0016(')
     .replace('from leasehold.claim(', 'from leasehold.claim_0016(');
-  if (!due.includes('claim_0016(')) throw new Error('sql/0015_claim_at_scale.sql: claim_due() no longer calls claim() as expected');
+  if (!due.includes('claim_0016(')) throw new Error('sql/baseline/2_scheduler.sql: claim_due() no longer calls claim() as expected');
   return [toRunLog(claim), due];
 }
 

@@ -131,7 +131,7 @@ export function report(io: Io, raw: unknown, json: boolean): void {
             : EXIT.error;
   const message = database
     ? database.message
-    : error instanceof SchemaVersionError && error.databaseVersion < error.libraryVersion && !error.message.includes('installed by hand')
+    : error instanceof SchemaVersionError && error.reason === 'behind'
       ? `the database's leasehold schema is at version ${error.databaseVersion}${error.databaseVersion === 0 ? ' (not installed)' : ''}; ` +
         `this leasehold needs version ${error.libraryVersion}. Run \`leasehold migrate\` with the same database URL.`
       : error instanceof Error

@@ -1,4 +1,4 @@
-// The protocol's refusals of control calls (sql/0011_schedules.sql) as typed errors: a bad
+// The protocol's refusals of control calls (sql/baseline/4_control.sql) as typed errors: a bad
 // field (LH005), a name that is not a data job or not a job at all (LH006), a bad name or
 // ttl or by (LH001, LH002, LH004). Permission errors are typed by the database handle.
 import { InvalidArgumentError } from '../errors.js';

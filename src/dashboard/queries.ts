@@ -26,7 +26,7 @@ export interface FleetSummary {
   timedOut24h: number;
 }
 
-// leasehold.fleet_summary() (sql/0014_summary.sql): bounded reads of per-minute run counts and
+// leasehold.fleet_summary() (sql/baseline/5_reads.sql): bounded reads of per-minute run counts and
 // of the few jobs that had a slow run, not a pass over a day of runs.
 const SUMMARY_SQL = 'select * from leasehold.fleet_summary($1)';
 
@@ -63,7 +63,7 @@ const FILTER_SQL: Record<JobFilter, string> = {
   // 100,000 failing jobs on embedded PostgreSQL 18).
   failing: `j.name in (select r.job from leasehold.run_log r
                         where r.started_at > now() - interval '24 hours' and r.outcome in ('failed', 'lost', 'timed-out') group by r.job)`,
-  // only jobs with a slow run in 24 h can creep (leasehold.slow_runs, sql/0014_summary.sql): the
+  // only jobs with a slow run in 24 h can creep (leasehold.slow_runs, sql/baseline/5_reads.sql): the
   // exact p95 for those, through their own index range
   creeping: `j.name in (select s.job from leasehold.slow_runs s join leasehold.jobs k on k.name = s.job
                           where s.last_started > now() - interval '24 hours' and k.interval_ms > 0

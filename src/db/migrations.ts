@@ -1,8 +1,13 @@
-// Schema migrations: numbered files in sql/ (0001_leases.sql, ...), applied in order inside one
-// transaction, recorded in leasehold.migrations, serialised across processes by a
-// transaction-level advisory lock so that any number of workers may start at once. The same
+// Schema migrations. The schema is one baseline (sql/baseline/, by concept: leases, scheduler,
+// history, control, read models, privileges), schema version 28, and after it the numbered files
+// of sql/migrations/ (0029_…), each applied once and never edited: a checksum of every applied
+// migration is recorded and an edited one is refused. A database created by a pre-release build
+// (versions 22 to 27) is converted to the baseline keeping its data (sql/prerelease/); an older
+// one is refused with what to do. Applied inside one transaction, serialised across processes by
+// a transaction-level advisory lock so that any number of workers may start at once. The same
 // steps, as text, are the install script (installScript(), `leasehold migrate --dry-run`,
 // sql/install/) that a DBA or another migration tool applies without Node.
+import { createHash } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -17,6 +22,8 @@ export interface Migration {
   /** A breaking migration changes the SQL contract (docs/sql-api.md); marked with `--! breaking`. */
   breaking: boolean;
   sql: string;
+  /** sha256 of the SQL, recorded when it is applied. */
+  checksum: string;
 }
 
 export interface MigrationResult {
@@ -27,6 +34,11 @@ export interface MigrationResult {
   applied: number[];
 }
 
+/** The version of the baseline: the first schema of the 1.0 contract. */
+export const BASELINE_VERSION = 28;
+/** Pre-release schemas from this version up to the baseline's are converted keeping their data. */
+const PRERELEASE_CONVERTIBLE = 22;
+
 // Fixed key of the advisory lock that serialises migrations ('leasehold' as ASCII, truncated).
 export const MIGRATION_LOCK_KEY = 0x6c65617365686f6cn;
 
@@ -35,31 +47,43 @@ const SQL_DIR =
   ['../../sql/', '../../../sql/'].map((up) => fileURLToPath(new URL(up, import.meta.url))).find((dir) => existsSync(dir)) ??
   fileURLToPath(new URL('../../sql/', import.meta.url));
 
+function sqlFiles(folder: string, pattern: RegExp): { file: string; sql: string }[] {
+  const dir = join(SQL_DIR, folder);
+  if (!existsSync(dir)) return [];
+  return readdirSync(dir)
+    .filter((file) => pattern.test(file))
+    .sort()
+    .map((file) => ({ file, sql: readFileSync(join(dir, file), 'utf8') }));
+}
+
+const checksum = (sql: string): string => createHash('sha256').update(sql).digest('hex');
+
 let cached: Migration[] | undefined;
 
-/** The migrations this version of the library ships, in order. */
+/** The migrations this version of the library ships, in order: the baseline, then sql/migrations/. */
 export function migrations(): Migration[] {
   if (cached) return cached;
-  cached = readdirSync(SQL_DIR)
-    .filter((file) => /^\d{4}_[a-z0-9_]+\.sql$/.test(file))
-    .sort()
-    .map((file) => {
-      const sql = readFileSync(join(SQL_DIR, file), 'utf8');
-      return {
-        version: Number(file.slice(0, 4)),
-        name: file.replace(/\.sql$/, ''),
-        breaking: /^--! breaking/m.test(sql),
-        sql,
-      };
-    });
+  const baseline = sqlFiles('baseline', /^\d_[a-z_]+\.sql$/)
+    .map(({ file, sql }) => `-- sql/baseline/${file}\n${sql.trimEnd()}\n`)
+    .join('\n');
+  const later = sqlFiles('migrations', /^\d{4}_[a-z0-9_]+\.sql$/).map(({ file, sql }) => ({
+    version: Number(file.slice(0, 4)),
+    name: file.replace(/\.sql$/, ''),
+    breaking: /^--! breaking/m.test(sql),
+    sql,
+    checksum: checksum(sql),
+  }));
+  cached = [{ version: BASELINE_VERSION, name: 'baseline', breaking: true, sql: baseline, checksum: checksum(baseline) }, ...later];
   cached.forEach((migration, index) => {
-    if (migration.version !== index + 1) throw new Error(`sql/ must number migrations 0001, 0002, ... without gaps (found ${migration.name}).`);
+    if (migration.version !== BASELINE_VERSION + index) {
+      throw new Error(`sql/migrations/ must number migrations ${BASELINE_VERSION + 1}, ${BASELINE_VERSION + 2}, ... without gaps (found ${migration.name}).`);
+    }
   });
   return cached;
 }
 
 export function latestVersion(): number {
-  return migrations().length;
+  return BASELINE_VERSION + migrations().length - 1;
 }
 
 const BOOTSTRAP = `create schema if not exists leasehold;
@@ -67,10 +91,11 @@ create table if not exists leasehold.migrations (
   version    integer primary key,
   name       text not null,
   breaking   boolean not null default false,
-  applied_at timestamptz not null default now()
+  applied_at timestamptz not null default now(),
+  checksum   text
 );`;
 
-// Runs after every migration: secures whatever the migrations created (sql/0005_privileges.sql).
+// Runs after every migration: secures whatever the migrations created (sql/baseline/6_privileges.sql).
 const SECURE = `do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
 end $$;`;
@@ -89,15 +114,21 @@ function guardStatement(from: number, to: number): string {
 end $$;`;
 }
 
+const isPrerelease = (version: number): boolean => version >= PRERELEASE_CONVERTIBLE && version < BASELINE_VERSION;
+
 /** The statements that bring a schema at version `from` to `to`, one migration per entry. */
 function migrationSteps(from: number, to: number): string[] {
-  return migrations()
+  const steps = migrations()
     .filter((m) => m.version > from && m.version <= to)
     .map(
       (m) =>
-        `-- ${m.name}${m.breaking ? ' (breaking)' : ''}\n${m.sql.trimEnd()}\n\n` +
-        `insert into leasehold.migrations (version, name, breaking) values (${m.version}, '${m.name}', ${m.breaking});`,
+        `-- ${m.name}${m.breaking ? ' (breaking)' : ''}\n${m.version === BASELINE_VERSION ? 'set local check_function_bodies = off;\n' : ''}` +
+        `${m.sql.trimEnd()}\n\n` +
+        `insert into leasehold.migrations (version, name, breaking, checksum) values (${m.version}, '${m.name}', ${m.breaking}, '${m.checksum}');`,
     );
+  if (!isPrerelease(from)) return steps;
+  const [setAside, copy] = sqlFiles('prerelease', /^\d_[a-z_]+\.sql$/).map(({ sql }) => sql.trimEnd());
+  return [setAside!, BOOTSTRAP, steps[0]!, copy!, ...steps.slice(1)];
 }
 
 /**
@@ -106,12 +137,15 @@ function migrationSteps(from: number, to: number): string[] {
  * role that is to own the schema. sql/install/leasehold--N.sql is installScript(0, N).
  */
 export function installScript(from = 0, to = latestVersion()): string {
-  if (!Number.isInteger(from) || !Number.isInteger(to) || from < 0 || to > latestVersion() || from >= to) {
-    throw new RangeError(`installScript needs 0 <= from < to <= ${latestVersion()} (got ${from}, ${to}).`);
+  const fromOk = from === 0 || isPrerelease(from) || (from >= BASELINE_VERSION && from < to);
+  if (!Number.isInteger(from) || !Number.isInteger(to) || !fromOk || to < BASELINE_VERSION || to > latestVersion()) {
+    throw new RangeError(
+      `installScript needs from = 0, a pre-release version ${PRERELEASE_CONVERTIBLE}-${BASELINE_VERSION - 1}, or ${BASELINE_VERSION} <= from < to <= ${latestVersion()} (got ${from}, ${to}).`,
+    );
   }
   const header = [
-    `-- leasehold schema ${from === 0 ? `version ${to}: complete install script` : `upgrade from version ${from} to ${to}`}.`,
-    '-- Generated from the migrations in sql/ (leasehold migrate --dry-run prints it for a database).',
+    `-- leasehold schema ${from === 0 ? `version ${to}: complete install script` : `upgrade from ${isPrerelease(from) ? 'pre-release ' : ''}version ${from} to ${to}`}.`,
+    `-- Generated from sql/${isPrerelease(from) ? 'prerelease/ and sql/' : ''}baseline/ and sql/migrations/ (leasehold migrate --dry-run prints it for a database).`,
     '-- Apply it in ONE transaction, as the role that is to own the schema (not a superuser if you can):',
     '--   psql --single-transaction -v ON_ERROR_STOP=1 -f this-file.sql',
     '-- or as one migration of Flyway, Liquibase, Alembic (op.execute) or Django (RunSQL).',
@@ -137,9 +171,45 @@ function unversioned(): SchemaVersionError {
     0,
     latestVersion(),
     'Schema leasehold has tables but records no version (leasehold.migrations is missing): it was installed by hand from ' +
-      `sql/*.sql. Install it with the complete script sql/install/leasehold--${latestVersion()}.sql ` +
+      `sql/baseline/*.sql. Install it with the complete script sql/install/leasehold--${latestVersion()}.sql ` +
       '(or `leasehold migrate`) into an empty schema instead: drop schema leasehold cascade, then apply it. Nothing was changed.',
+    { reason: 'unversioned' },
   );
+}
+
+function tooOld(databaseVersion: number): SchemaVersionError {
+  return new SchemaVersionError(
+    databaseVersion,
+    latestVersion(),
+    `The database's leasehold schema was created by an early pre-release build (version ${databaseVersion}); this library ` +
+      `converts pre-release schemas from version ${PRERELEASE_CONVERTIBLE} on, keeping their leases and history, but not this one. ` +
+      'Leases are short-lived: stop the services that use it, then (as the schema owner) rename it aside to keep its history ' +
+      '(`alter schema leasehold rename to leasehold_old`) or drop it (`drop schema leasehold cascade`), and run `leasehold migrate`. ' +
+      'Nothing was changed.',
+    { reason: 'unconvertible' },
+  );
+}
+
+function edited(version: number, name: string): SchemaVersionError {
+  return new SchemaVersionError(
+    version,
+    latestVersion(),
+    `Migration ${name} (version ${version}) was applied to this database, but the library's copy of it differs from what ` +
+      'was applied (its checksum changed): an applied migration must never be edited. Restore the released file, or ' +
+      'use the package version that applied it. Nothing was changed.',
+    { reason: 'edited' },
+  );
+}
+
+// An applied migration that this library ships with other SQL (its checksum) is refused.
+async function verifyChecksums(client: pg.ClientBase): Promise<void> {
+  const { rows } = await client.query<{ version: number; name: string; checksum: string | null }>(
+    `select version, name, checksum from leasehold.migrations where version >= ${BASELINE_VERSION} and checksum is not null`,
+  );
+  for (const row of rows) {
+    const shipped = migrations().find((m) => m.version === row.version);
+    if (shipped && shipped.checksum !== row.checksum) throw edited(row.version, row.name);
+  }
 }
 
 interface Installed {
@@ -177,6 +247,7 @@ async function installed(client: pg.ClientBase): Promise<Installed> {
     );
     const version = v[0]?.version ?? 0;
     if (version === 0 && found.leases) throw unversioned();
+    if (version > 0 && version < PRERELEASE_CONVERTIBLE) throw tooOld(version);
     return { version, breakingSinceLibrary: v[0]?.breaking ?? false };
   } catch (error) {
     throw permissionDenied(error, found.role) ?? error;
@@ -200,8 +271,9 @@ export async function checkSchema(client: pg.ClientBase): Promise<number> {
     throw new SchemaVersionError(
       version,
       library,
-      `The database's leasehold schema is at version ${version}; this library needs ${library}. ` +
-        'Upgrade it with migrate(pool), createLeasehold({ migrate: true }) or `leasehold migrate`, as the schema owner.',
+      `The database's leasehold schema is at ${isPrerelease(version) ? 'pre-release ' : ''}version ${version}; this library needs ${library}. ` +
+        'Upgrade it with migrate(pool), createLeasehold({ migrate: true }) or `leasehold migrate`, as the schema owner' +
+        (isPrerelease(version) ? ' (leases, fences and history are kept).' : '.'),
     );
   }
   return version;
@@ -221,6 +293,10 @@ export async function migrate(pool: pg.Pool): Promise<MigrationResult> {
   const current = await withClient(pool, installed);
   if (current.version >= latestVersion()) {
     if (current.version > latestVersion() && current.breakingSinceLibrary) throw tooNew(current.version);
+    await withClient(pool, verifyChecksums).catch((error: unknown) => {
+      // a role that may only use the schema cannot read leasehold.migrations: nothing to verify for it
+      if ((error as { code?: unknown }).code !== '42501') throw error;
+    });
     return { from: current.version, to: current.version, applied: [] };
   }
   return inTransaction(pool, 'the database', async (client) => {
@@ -229,6 +305,7 @@ export async function migrate(pool: pg.Pool): Promise<MigrationResult> {
       await client.query(BOOTSTRAP);
       const { version: from, breakingSinceLibrary } = await installed(client);
       if (from > latestVersion() && breakingSinceLibrary) throw tooNew(from);
+      if (from >= BASELINE_VERSION) await verifyChecksums(client);
       if (from >= latestVersion()) return { from, to: from, applied: [] };
       for (const step of migrationSteps(from, latestVersion())) await client.query(step);
       await client.query(SECURE);

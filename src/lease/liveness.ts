@@ -16,12 +16,12 @@ import type { Logger } from '../observe/logger.js';
 export interface LivenessSettings {
   connectionString: string | undefined;
   applicationName: string;
-  /** A scheduler worker's session: its key is in the workers' range (sql/0021_worker_keys.sql). */
+  /** A scheduler worker's session: its key is in the workers' range (sql/baseline/1_leases.sql). */
   worker: boolean;
   /**
    * A worker's handler names and holder, registered under each key it gets, on this session
    * (leasehold.register_worker_handlers: only the key's own session may), so that a schedule
-   * whose handler no live worker has is seen (sql/0025_worker_handlers.sql).
+   * whose handler no live worker has is seen (sql/baseline/2_scheduler.sql).
    */
   handlers?: { holder: string; names: readonly string[] } | undefined;
   connectTimeoutMs: number;

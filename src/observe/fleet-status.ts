@@ -39,7 +39,7 @@ export interface FleetStatus {
   moreLeases: number;
 }
 
-// leasehold.fleet_status() (sql/0018_fleet_status.sql) counts the fleet and picks the listed
+// leasehold.fleet_status() (sql/baseline/5_reads.sql) counts the fleet and picks the listed
 // jobs, reason by reason (expired, failing, skipping, missing), each reason's most recent first,
 // then the rest by name; their figures are job_status rows, one index range per listed job.
 // (The function runs with jit = off; declared to return 50 rows, it keeps this statement's

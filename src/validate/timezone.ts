@@ -5,7 +5,7 @@
 // names (EST, CET) that each maps to a zone of its own choosing. So both sides accept only
 // 'UTC' and the tz database's Area/Location names; each then checks that its own engine knows
 // the name (Intl here, in parseSchedule; the server in SQL). Keep in step with
-// leasehold.timezone_problem in sql/0024_define_checks.sql.
+// leasehold.timezone_problem in sql/baseline/4_control.sql.
 import { InvalidArgumentError } from '../errors.js';
 
 /** 'UTC', or Area/Location[/Sub] in an area of the tz database (US, Canada, ... the backward-compatible ones). */

@@ -1,4 +1,4 @@
-// Run-now and backfill requests (leasehold.run_requests, sql/0012_manual_runs.sql): the worker
+// Run-now and backfill requests (leasehold.run_requests, sql/baseline/4_control.sql): the worker
 // looks for pending requests of its jobs every REQUEST_POLL_MS with one cheap statement (an
 // index over pending requests only, empty almost always), and when there are some, takes them
 // with leasehold.claim_requests(), which decides each under the job's lease row lock by the

@@ -12,7 +12,7 @@ export function refusedForTimeout(lease: Lease): boolean {
   return lost !== undefined && lost.reason === 'fence-mismatch' && lost.message.includes(TIMED_OUT_DETAIL);
 }
 
-/** The first words of assert_lease's DETAIL for a run past its timeout (sql/0013_run_timeout.sql). */
+/** The first words of assert_lease's DETAIL for a run past its timeout (sql/baseline/2_scheduler.sql). */
 const TIMED_OUT_DETAIL = 'the run timed out';
 
 /** The shutdown signal, and the lease's and the deadline's when there are. */

@@ -1,5 +1,5 @@
 // Schedules no live worker can run: jobs defined as data whose handler no live worker registered
-// (leasehold.unhandled_schedules, sql/0025_worker_handlers.sql). Without this they stayed idle
+// (leasehold.unhandled_schedules, sql/baseline/2_scheduler.sql). Without this they stayed idle
 // with nothing recorded. The first worker of the live workers' list records their slots as
 // missed, naming the handler, so such a schedule shows wherever a missed slot shows: status
 // attention, `leasehold runs`, the dashboard's timeline, the missed-slots metric and its alert.

@@ -1,4 +1,4 @@
--- leasehold migration 0005: the privilege model (see docs/security.md).
+-- leasehold schema, part 6 of 6: the privilege model (see docs/security.md).
 --
 -- Every function of the schema runs with its owner's rights (SECURITY DEFINER) and a pinned
 -- search_path (pg_catalog first, then leasehold, pg_temp last), so that
@@ -10,47 +10,27 @@
 -- roles (leasehold.access says which object belongs to which level):
 --   reader    dashboards and metrics: the views (no tokens), schema_version()
 --   client    reader + taking leases, fenced writes, running scheduled jobs and `leasehold exec`
---   operator  reader + force_release and prune_history
+--   operator  reader + control (pause, resume, run now, backfill, force release, prune)
 -- secure_schema() applies all of this generically; the migration runner (and the install
 -- script) call it after every migration, so a function added later is covered too.
 
+
 create table leasehold.access (
   object text primary key,
-  level  text not null check (level in ('reader', 'client', 'operator', 'owner'))
+  level text not null,
+  constraint access_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text, 'owner'::text])))
 );
 comment on table leasehold.access is
   'Which level may use each function, view or table of the schema (owner: nobody but the schema owner).';
 
-insert into leasehold.access (object, level) values
-  ('schema_version', 'reader'), ('breaking_since', 'reader'), ('holder_gone', 'reader'),
-  ('check_name', 'reader'), ('check_ttl', 'reader'), ('check_holder', 'reader'),
-  ('lease_status', 'reader'), ('job_status', 'reader'), ('run_history', 'reader'),
-  -- history tables (no tokens) that the timeline of `leasehold runs` and the dashboard read
-  ('runs', 'reader'), ('skips', 'reader'), ('missed', 'reader'), ('clock_steps', 'reader'),
-  -- job definitions (schedules, no secrets), for the dashboard's paging and next-run times
-  ('jobs', 'reader'), ('check_characters', 'reader'),
-  -- lease_status calls incarnation(); a view's function calls are checked against its reader
-  ('epoch', 'reader'), ('incarnation', 'reader'),
-  ('acquire', 'client'), ('renew', 'client'), ('release', 'client'), ('assert_lease', 'client'),
-  ('holds_lease', 'client'), ('register_liveness', 'client'), ('register_jobs', 'client'),
-  ('claim_slots', 'client'), ('finish_run', 'client'), ('finish_runs', 'client'),
-  ('enqueue_slots', 'client'), ('record_missed', 'client'), ('register_external_job', 'client'),
-  ('start_run', 'client'), ('record_skip', 'client'), ('finish_held_run', 'client'),
-  ('record_clock_step', 'client'),
-  ('force_release', 'operator'), ('prune_history', 'operator'),
-  -- internal steps of the protocol functions, never called directly
-  ('next_fence', 'owner'), ('is_free', 'owner'), ('confirm', 'owner'), ('pin_synchronous_commit', 'owner'),
-  ('liveness_incarnation', 'owner'),
-  ('secure_schema', 'owner'), ('grant_statements', 'owner'), ('grant_access', 'owner'),
-  ('revoke_access', 'owner');
-
 -- Roles granted a level through grant_access(); secure_schema() grants them what later
 -- migrations add, so an upgrade never takes a working role's access away.
 create table leasehold.grants (
-  role       text not null,
-  level      text not null check (level in ('reader', 'client', 'operator')),
-  granted_at timestamptz not null default now(),
-  primary key (role, level)
+  role text not null,
+  level text not null,
+  granted_at timestamp with time zone not null default now(),
+  constraint grants_pkey PRIMARY KEY (role, level),
+  constraint grants_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text])))
 );
 
 -- schema_version: the installed version, for every level (clients check it at start without
@@ -67,8 +47,10 @@ language sql stable as $$
   select coalesce(bool_or(breaking), false) from leasehold.migrations where version > p_version;
 $$;
 
--- grant_statements: the exact statements that give p_role the level p_level (client and
--- operator include reader). Changes nothing.
+-- grant_statements (0005) printed argument types as they read on its own pinned search_path,
+-- which includes this schema: renew_leases' argument came out as a bare lease_renewal[], and
+-- that GRANT fails when run elsewhere (`leasehold grant --print`). The same statements, with
+-- the argument types of this schema qualified (pg_catalog's types read as before).
 create function leasehold.grant_statements(p_role text, p_level text) returns setof text
 language plpgsql stable as $$
 begin
@@ -79,6 +61,8 @@ begin
   if p_role is null or p_role = '' or lower(p_role) = 'public' then
     raise exception 'name a role (not PUBLIC) to grant leasehold access to' using errcode = '22023';
   end if;
+  -- local to this call: the function's own search_path comes back when it returns
+  perform set_config('search_path', 'pg_catalog, pg_temp', true);
   return next format('grant usage on schema leasehold to %I', p_role);
   return query
     select format('grant execute on function leasehold.%I(%s) to %I',
@@ -171,3 +155,108 @@ begin
     end loop;
   end loop;
 end $$;
+
+insert into leasehold.access (object, level) values
+  ('acquire', 'client'),
+  ('assert_lease', 'client'),
+  ('claim', 'client'),
+  ('claim_ahead', 'client'),
+  ('claim_due', 'client'),
+  ('claim_requests', 'client'),
+  ('claim_slots', 'client'),
+  ('claim_tick', 'client'),
+  ('define_schedule', 'client'),
+  ('enqueue_slots', 'client'),
+  ('finish_held_run', 'client'),
+  ('finish_run', 'client'),
+  ('finish_runs', 'client'),
+  ('holds_lease', 'client'),
+  ('record_clock_step', 'client'),
+  ('record_missed', 'client'),
+  ('record_missed_slots', 'client'),
+  ('record_skip', 'client'),
+  ('register_external_job', 'client'),
+  ('register_jobs', 'client'),
+  ('register_liveness', 'client'),
+  ('register_worker_handlers', 'client'),
+  ('register_worker_liveness', 'client'),
+  ('release', 'client'),
+  ('remove_schedule', 'client'),
+  ('renew', 'client'),
+  ('renew_leases', 'client'),
+  ('schedule_changes', 'client'),
+  ('schedule_snapshot', 'client'),
+  ('set_job_timeouts', 'client'),
+  ('slot_claim', 'client'),
+  ('start_run', 'client'),
+  ('force_release', 'operator'),
+  ('pause_job', 'operator'),
+  ('prune_history', 'operator'),
+  ('refresh_run_counts', 'operator'),
+  ('request_backfill', 'operator'),
+  ('resume_job', 'operator'),
+  ('run_now', 'operator'),
+  ('add_run_counts', 'owner'),
+  ('check_claim_requests', 'owner'),
+  ('check_lease_name', 'owner'),
+  ('check_schedule_field', 'owner'),
+  ('claim_batch', 'owner'),
+  ('confirm', 'owner'),
+  ('confirm_leases', 'owner'),
+  ('count_runs_deleted', 'owner'),
+  ('count_runs_inserted', 'owner'),
+  ('count_runs_updated', 'owner'),
+  ('end_runs', 'owner'),
+  ('fence_after', 'owner'),
+  ('fences_after', 'owner'),
+  ('fork_base', 'owner'),
+  ('forks', 'owner'),
+  ('grant_access', 'owner'),
+  ('grant_statements', 'owner'),
+  ('is_free', 'owner'),
+  ('job_revisions', 'owner'),
+  ('jobs_revision', 'owner'),
+  ('liveness_incarnation', 'owner'),
+  ('mark_slow_runs', 'owner'),
+  ('next_fence', 'owner'),
+  ('pin_synchronous_commit', 'owner'),
+  ('record_action', 'owner'),
+  ('release_matching', 'owner'),
+  ('revoke_access', 'owner'),
+  ('run_start', 'owner'),
+  ('run_timed_out', 'owner'),
+  ('secure_schema', 'owner'),
+  ('timezone_problem', 'owner'),
+  ('worker_handlers', 'owner'),
+  ('worker_key_tag', 'owner'),
+  ('actions', 'reader'),
+  ('breaking_since', 'reader'),
+  ('check_characters', 'reader'),
+  ('check_holder', 'reader'),
+  ('check_name', 'reader'),
+  ('check_ttl', 'reader'),
+  ('clock_steps', 'reader'),
+  ('epoch', 'reader'),
+  ('fleet_status', 'reader'),
+  ('fleet_summary', 'reader'),
+  ('holder_gone', 'reader'),
+  ('incarnation', 'reader'),
+  ('job_status', 'reader'),
+  ('jobs', 'reader'),
+  ('lease_status', 'reader'),
+  ('live_handlers', 'reader'),
+  ('liveness_locks', 'reader'),
+  ('missed', 'reader'),
+  ('recent_history', 'reader'),
+  ('run_counts', 'reader'),
+  ('run_history', 'reader'),
+  ('run_log', 'reader'),
+  ('run_outcomes', 'reader'),
+  ('run_request_status', 'reader'),
+  ('run_requests', 'reader'),
+  ('runs', 'reader'),
+  ('schema_version', 'reader'),
+  ('skips', 'reader'),
+  ('slow_runs', 'reader'),
+  ('unhandled_schedules', 'reader'),
+  ('worker_keys', 'reader');

@@ -1,0 +1,761 @@
+-- leasehold schema, part 1 of 6: the lease protocol.
+--
+-- Glossary
+--   lease   one row per job name: who may run the job now, and until when.
+--   token   random secret of one acquisition; renew, release and fenced writes present it.
+--   fence   bigint that grows on every acquisition of a name and never goes back, even across
+--           a failover: next_fence() folds the epoch into it. A write checked against it
+--           cannot come from an older holder.
+--   epoch   the fork of history the server is on (leasehold.forks: the base fixed at the first
+--           grant on each WAL timeline), so a grant made on a promoted server is told apart
+--           from anything an old primary or another promoted copy issued.
+--   incarnation  epoch and postmaster start time: one run of one server. Advisory locks
+--           (liveness evidence) exist only in the incarnation that took them.
+--   holder  human-readable identity of the acquirer (host:pid:id), for logs and skips.
+--   holder_key  bigint of the holder's liveness session: a session-level advisory lock the
+--           holder keeps while its process lives. When the lock is gone the lease is free.
+--   slot    the scheduled occurrence a claim is for; each slot is claimed at most once.
+--
+-- Time: every decision uses the database clock (now()), never the caller's.
+-- Errors: custom SQLSTATEs LH001 (bad name), LH002 (bad ttl), LH003 (lease lost),
+-- LH004 (bad holder). See docs/sql-api.md for the contract.
+
+-- Also here: the liveness sessions (advisory locks), skips and clock steps, which every caller
+-- of acquire() may write.
+
+
+create type leasehold.lease_renewal as (name text, token uuid, ttl interval);
+
+-- Windows (from_time, to_time] of database time that a forward step of the database clock
+-- jumped over, as the workers that noticed it measured them. Slots inside never existed in
+-- real time: record_missed() does not record them, whichever worker (started before or after
+-- the step) asks. Kept as long as the history (prune_history) and at most 1,000 windows.
+create table leasehold.clock_steps (
+  id bigint generated always as identity primary key,
+  from_time timestamp with time zone not null,
+  to_time timestamp with time zone not null,
+  recorded_by text not null,
+  recorded_at timestamp with time zone not null default now(),
+  constraint clock_steps_check CHECK ((to_time > from_time))
+);
+
+create table leasehold.forks (
+  timeline integer primary key,
+  base bigint not null,
+  first_grant timestamp with time zone not null default now()
+);
+comment on table leasehold.forks is
+  'The fence base of each timeline this line of history has granted on: fixed at its first grant (see sql/0023_fork_epochs.sql).';
+
+create table leasehold.leases (
+  name text primary key,
+  token uuid,
+  fence bigint not null default 0,
+  holder text,
+  holder_key bigint,
+  acquired_at timestamp with time zone,
+  expires_at timestamp with time zone,
+  last_slot timestamp with time zone,
+  released_at timestamp with time zone,
+  ttl interval,
+  -- the epoch in which the current grant or its latest renewal was confirmed
+  epoch integer,
+  -- the incarnation whose advisory lock table holds holder_key's lock
+  holder_incarnation text,
+  created_at timestamp with time zone not null default now(),
+  suspended text,
+  run_slot timestamp with time zone,
+  run_fence bigint,
+  run_holder text,
+  run_started_at timestamp with time zone,
+  constraint leases_suspended_check CHECK ((suspended = ANY (ARRAY['paused'::text, 'removed'::text]))),
+  constraint leases_token_has_expiry CHECK (((token IS NULL) = (expires_at IS NULL)))
+) with (fillfactor=50);
+comment on table leasehold.leases is
+  'One row per lease name. Write it only through the leasehold.* functions.';
+
+create table leasehold.skips (
+  job text not null,
+  slot timestamp with time zone not null,
+  holder text,
+  holder_fence bigint,
+  holder_slot timestamp with time zone,
+  held_for interval,
+  recorded_by text not null,
+  recorded_at timestamp with time zone not null default now(),
+  constraint skips_pkey PRIMARY KEY (job, slot)
+);
+create index skips_recorded_brin on leasehold.skips using brin (recorded_at) WITH (pages_per_range='32');
+
+-- check_characters: describes the first character a name or holder must not contain, or null.
+-- Refused: C0/C1 controls and line separators, bidirectional controls (they reorder what a
+-- terminal or page shows: 'invoice\u202Egnp.exe' renders as 'invoiceexe.png') and invisible
+-- format characters (zero-width space, joiners, BOM, fillers, tags: 'pay\u200Bments' would look
+-- like 'payments'). Positions count code points from 0, as the TypeScript client does.
+create function leasehold.check_characters(p_text text) returns text
+language sql immutable strict as $$
+  select format('U+%s, %s, at position %s',
+                upper(lpad(to_hex(ascii(m.c)), greatest(4, length(to_hex(ascii(m.c)))), '0')),
+                case
+                  when m.c ~ '[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]' then 'a bidirectional control'
+                  when m.c ~ '[\u0001-\u001f\u007f-\u009f\u2028\u2029]' then 'a control character'
+                  else 'an invisible character'
+                end,
+                strpos(p_text, m.c) - 1)
+    from (select substring(p_text from
+            '[\u0001-\u001f\u007f-\u009f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f]'
+          ) as c) m
+   where m.c is not null;
+$$;
+
+-- Argument checks shared by every entry point, so psql, Python and TypeScript callers get
+-- the same answer with the same SQLSTATE.
+create function leasehold.check_name(p_name text) returns void
+language plpgsql immutable as $$
+declare
+  v_bad text := leasehold.check_characters(p_name);
+begin
+  if p_name is null or char_length(p_name) = 0 then
+    raise exception 'lease name must not be empty'
+      using errcode = 'LH001', hint = 'Name the job, e.g. ''nightly-report''.';
+  end if;
+  if char_length(p_name) > 200 then
+    raise exception 'lease name must be 1-200 characters (got %)', char_length(p_name)
+      using errcode = 'LH001', hint = 'Use a shorter name.';
+  end if;
+  if v_bad is not null then
+    raise exception 'lease name must not contain control, bidirectional or invisible characters (found %)', v_bad
+      using errcode = 'LH001', hint = 'Remove the character: names are shown to operators and must read as they are.';
+  end if;
+end $$;
+
+create function leasehold.check_holder(p_holder text) returns void
+language plpgsql immutable as $$
+declare
+  v_bad text := leasehold.check_characters(p_holder);
+begin
+  if p_holder is null or char_length(p_holder) = 0 or char_length(p_holder) > 200 then
+    raise exception 'holder must be 1-200 characters (got %)', coalesce(char_length(p_holder), 0)
+      using errcode = 'LH004', hint = 'Use something like host:pid.';
+  end if;
+  if v_bad is not null then
+    raise exception 'holder must not contain control, bidirectional or invisible characters (found %)', v_bad
+      using errcode = 'LH004', hint = 'Use something like host:pid.';
+  end if;
+end $$;
+
+create function leasehold.check_ttl(p_ttl interval) returns void
+language plpgsql immutable as $$
+begin
+  if p_ttl is null or p_ttl <= interval '0' then
+    raise exception 'ttl must be positive (got %)', p_ttl
+      using errcode = 'LH002', hint = 'Pass an interval such as ''30 seconds''.';
+  end if;
+  if p_ttl < interval '100 milliseconds' or p_ttl > interval '7 days' then
+    raise exception 'ttl must be between 100 milliseconds and 7 days (got %)', p_ttl
+      using errcode = 'LH002',
+            hint = 'The ttl bounds how long a stalled holder blocks others; heartbeats renew it while the job runs.';
+  end if;
+end $$;
+
+-- check_lease_name: the rule of the former constraint leases_name_valid, on insert and on a
+-- change of the name only.
+create function leasehold.check_lease_name() returns trigger
+language plpgsql volatile as $$
+begin
+  if not (char_length(new.name) between 1 and 200 and leasehold.check_characters(new.name) is null) then
+    raise exception 'new row for relation "leases" violates check constraint "leases_name_valid"'
+      using errcode = 'check_violation', constraint = 'leases_name_valid', table = 'leases', schema = 'leasehold';
+  end if;
+  return new;
+end $$;
+
+-- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves to
+-- the new timeline the moment a standby is promoted; pg_control_checkpoint() only after the
+-- end-of-recovery checkpoint, which can come seconds later (measured: docs/high-availability.md).
+-- During recovery (a standby, read-only) the replayed timeline is reported, for status views.
+create function leasehold.epoch() returns integer
+language sql volatile as $$
+  select case
+    when pg_is_in_recovery() then (pg_control_checkpoint()).timeline_id
+    else ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer
+  end;
+$$;
+
+-- fork_base: the fence base of timeline p_timeline on this server's line of history, made at
+-- the first grant on it. 0 on timeline 1.
+create function leasehold.fork_base(p_timeline integer) returns bigint
+language plpgsql volatile as $$
+declare
+  v_base bigint;
+begin
+  if p_timeline <= 1 then
+    return 0;
+  end if;
+  select f.base into v_base from leasehold.forks f where f.timeline = p_timeline;
+  if found then
+    return v_base;
+  end if;
+  -- concurrent first grants: one row wins, and both read it (do update returns the existing row)
+  insert into leasehold.forks as f (timeline, base)
+  values (p_timeline,
+          greatest((p_timeline - 1)::bigint << 40,
+                   ((extract(epoch from now()) * 1000)::bigint - 1577836800000) * 1024))
+  on conflict (timeline) do update set base = f.base
+  returning f.base into v_base;
+  return v_base;
+end $$;
+
+-- incarnation: one run of one server. A restart changes the start time, a promotion the
+-- timeline; session advisory locks do not survive either.
+create function leasehold.incarnation() returns text
+language sql volatile as $$
+  select leasehold.epoch() || '@' || to_char(pg_postmaster_start_time() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US');
+$$;
+
+-- liveness_incarnation: the incarnation to record with a grant under liveness key p_key: the
+-- current one when the key's lock is held on this server right now, else null (the TTL then
+-- governs). A client does not notice at once that its liveness session went with an old
+-- primary; a grant recorded with that key as if it lived here would look "holder gone" at once.
+create function leasehold.liveness_incarnation(p_key bigint) returns text
+language sql volatile as $$
+  select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.incarnation() end;
+$$;
+
+-- liveness_locks: the liveness locks held in this database right now: session-level advisory
+-- locks taken with one bigint key (objsubid 1), exclusive and granted, with the backend that
+-- holds each. The key is the bigint register_liveness() returned.
+create function leasehold.liveness_locks() returns table (pid integer, key bigint)
+language sql volatile as $$
+  select k.pid, (k.classid::bigint << 32) | k.objid::bigint
+    from pg_locks k
+   where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.mode = 'ExclusiveLock'
+     and k.database = (select d.oid from pg_database d where d.datname = current_database());
+$$;
+
+create function leasehold.holder_gone(p_key bigint) returns boolean
+language sql volatile as $$
+  select case
+    when p_key is null then false
+    when pg_try_advisory_xact_lock_shared(p_key) then not exists (
+      select 1 from leasehold.liveness_locks() k where k.pid = pg_backend_pid() and k.key = p_key)
+    else false
+  end;
+$$;
+
+-- The tag of worker liveness keys (bits 47-62); 'LH'. Private: the two functions below use it.
+create function leasehold.worker_key_tag() returns bigint
+language sql immutable as $$
+  select 19528::bigint;
+$$;
+
+-- worker_keys: the liveness keys of the workers alive in this database right now.
+create function leasehold.worker_keys() returns table (pid integer, key bigint)
+language sql volatile as $$
+  select k.pid, k.key from leasehold.liveness_locks() k where k.key >> 47 = leasehold.worker_key_tag();
+$$;
+
+create function leasehold.next_fence(p_old bigint) returns bigint
+language sql volatile as $$
+  select leasehold.fence_after(p_old, leasehold.epoch());
+$$;
+
+create function leasehold.fence_after(p_old bigint, p_epoch integer) returns bigint
+language sql volatile as $$
+  select (leasehold.fences_after(array[p_old], p_epoch))[1];
+$$;
+
+-- fences_after: the one rule for every new fence (next_fence, fence_after, every claim).
+create function leasehold.fences_after(p_old bigint[], p_epoch integer) returns bigint[]
+language sql volatile as $$
+  select coalesce(array_agg(greatest(coalesce(o.old, 0) + 1, b.base) order by o.n), '{}')
+    from (select leasehold.fork_base(p_epoch) as base) b, unnest(p_old) with ordinality as o(old, n);
+$$;
+
+-- is_free: the one rule for "anyone may take this lease now".
+--   * never held or released;
+--   * expired by the database clock; a lease last confirmed in an earlier epoch (before a
+--     failover) gets a grace of one more ttl, because with asynchronous replication the
+--     holder's latest renewals may be lost with the old primary while it still runs;
+--   * its holder's liveness lock is gone, asked only on the incarnation where the lock was
+--     taken: after a restart or promotion no advisory lock exists, which proves nothing.
+create function leasehold.is_free(l leasehold.leases) returns boolean
+language sql volatile as $$
+  select case
+    when l.token is null then true
+    when l.epoch is not distinct from leasehold.epoch() and l.expires_at <= now() then true
+    when l.epoch is distinct from leasehold.epoch()
+         and l.expires_at + coalesce(l.ttl, interval '0') <= now() then true
+    when l.holder_incarnation is not distinct from leasehold.incarnation() then leasehold.holder_gone(l.holder_key)
+    else false
+  end;
+$$;
+
+-- pin_synchronous_commit: lease-changing functions call it first. A role or session with
+-- synchronous_commit = off (or local) would otherwise acknowledge a grant before a
+-- synchronous standby has it. Transaction-local, so it still holds at COMMIT (a function's
+-- SET clause would be reverted on return, before the commit).
+create function leasehold.pin_synchronous_commit() returns void
+language sql volatile as $$
+  select set_config('synchronous_commit', 'on', true)
+   where current_setting('synchronous_commit') not in ('on', 'remote_write', 'remote_apply');
+$$;
+
+-- register_liveness: run once on the holder's dedicated session. Takes a session-level
+-- advisory lock on a fresh random key and returns it; pass the key to acquire. When the
+-- session ends (process killed, connection lost) the lock goes, and so does every lease
+-- recorded with that key. Keys are non-negative so lease_status can match pg_locks.
+create function leasehold.register_liveness() returns bigint
+language plpgsql volatile as $$
+declare
+  k bigint;
+begin
+  loop
+    k := floor(random() * 9.2e18)::bigint;
+    if pg_try_advisory_lock(k) then
+      return k;
+    end if;
+  end loop;
+end $$;
+
+-- acquire: one call, one round trip, never waits for a row lock.
+--
+-- Takes the lease where it is free (is_free). Sets a token, the next fence (next_fence),
+-- now() + ttl and the current epoch and incarnation.
+-- With p_slot, the claim also needs p_slot newer than the last claimed slot and not in
+-- the future, so each scheduled occurrence is claimed once across a fleet.
+-- p_token: the caller's own random token for this acquisition (null: the server makes one).
+-- A retry whose first answer was lost passes the same token; while the lease is held with
+-- it, the answer is 'acquired' again with the same fence (the caller adopts its own grant)
+-- instead of 'held' by itself. Never reuse a token for a second acquisition.
+--
+-- Why this shape (measured, see docs/design.md): the losing path must write nothing. A
+-- SELECT ... FOR UPDATE whose WHERE is false locks nothing, takes no transaction id and
+-- writes no WAL; INSERT ... ON CONFLICT DO UPDATE would lock the row on every losing call.
+-- SKIP LOCKED makes racing acquirers lose at once instead of queueing, and makes a lease
+-- whose holder is inside a fenced transaction (FOR KEY SHARE) report 'holder-committing'.
+-- A winner that takes over a lease with a scheduled run in flight on
+-- it records that run as lost, as a claim does.
+-- The wait for a concurrent winner.
+create function leasehold.acquire(
+  p_name       text,
+  p_ttl        interval,
+  p_holder     text,
+  p_holder_key bigint default null,
+  p_slot       timestamptz default null,
+  p_token      uuid default null
+) returns table (
+  acquired       boolean,
+  token          uuid,
+  fence          bigint,
+  expires_at     timestamptz,
+  holder         text,
+  acquired_at    timestamptz,
+  last_slot      timestamptz,
+  reason         text,
+  database_time  timestamptz,
+  took_over      boolean
+)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+#variable_conflict use_column
+declare
+  r leasehold.leases;
+  candidate text;
+  previous_token uuid;
+  -- a scheduled run in flight on the row (claim_batch), lost to this acquisition
+  previous_run_slot timestamptz;
+  previous_run_fence bigint;
+  key_share_free boolean;
+  why text;
+begin
+  perform leasehold.check_name(p_name);
+  perform leasehold.check_ttl(p_ttl);
+  perform leasehold.check_holder(p_holder);
+  perform leasehold.pin_synchronous_commit();
+
+  if p_token is not null then
+    -- the retry of an acquisition whose answer was lost: still ours, so hand it back
+    -- (renewed and confirmed in this epoch), with the fence it was granted
+    r := leasehold.confirm(p_name, p_token, p_ttl);
+    if r.name is not null then
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                          r.last_slot, 'acquired'::text, now(), false;
+      return;
+    end if;
+  end if;
+
+  select l.name, l.token, l.run_slot, l.run_fence into candidate, previous_token, previous_run_slot, previous_run_fence
+    from leasehold.leases l
+   where l.name = p_name
+     and leasehold.is_free(l)
+     and (p_slot is null or ((l.last_slot is null or p_slot > l.last_slot) and p_slot <= now()))
+     for update skip locked;
+
+  if found then
+    if previous_run_slot is not null then
+      perform leasehold.end_runs(array[p_name], null, array[previous_run_fence], array['lost'],
+                                 array['lease taken over by ' || p_holder], null);
+    end if;
+    update leasehold.leases l
+       set token = coalesce(p_token, gen_random_uuid()), fence = leasehold.next_fence(l.fence),
+           holder = p_holder, holder_key = p_holder_key, acquired_at = now(),
+           expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch(),
+           holder_incarnation = leasehold.liveness_incarnation(p_holder_key),
+           released_at = null, last_slot = coalesce(p_slot, l.last_slot)
+     where l.name = p_name
+    returning l.* into r;
+    -- took_over: the previous holder never released (expired, or its liveness lock is gone)
+    return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                        r.last_slot, 'acquired'::text, now(), previous_token is not null;
+    return;
+  end if;
+
+  select * into r from leasehold.leases l where l.name = p_name;
+  if not found then
+    if p_slot is not null and p_slot > now() then
+      return query select false, null::uuid, 0::bigint, null::timestamptz, null::text,
+                          null::timestamptz, null::timestamptz, 'slot-not-due'::text, now(), false;
+      return;
+    end if;
+    -- First use of this name. Concurrent creators are resolved by the primary key: one
+    -- inserts, the others do nothing and report the winner below.
+    insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at,
+                                      last_slot, ttl, epoch, holder_incarnation)
+    values (p_name, coalesce(p_token, gen_random_uuid()), leasehold.next_fence(0), p_holder, p_holder_key,
+            now(), now() + p_ttl, p_slot, p_ttl, leasehold.epoch(), leasehold.liveness_incarnation(p_holder_key))
+    on conflict (name) do nothing
+    returning l.* into r;
+    if found then
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                          r.last_slot, 'acquired'::text, now(), false;
+      return;
+    end if;
+  end if;
+
+  -- Lost. When the row is free by the rules but was locked, find out by whom before
+  -- reading it: a fenced transaction holds FOR KEY SHARE (which a KEY SHARE probe passes),
+  -- a concurrent acquirer holds FOR UPDATE (which it does not). Read the row after the
+  -- probe, so an acquirer that committed meanwhile is reported as the holder.
+  select * into r from leasehold.leases l where l.name = p_name;
+  if leasehold.is_free(r) and (p_slot is null or r.last_slot is null or p_slot > r.last_slot) then
+    perform 1 from leasehold.leases l where l.name = p_name for key share skip locked;
+    key_share_free := found;
+    select * into r from leasehold.leases l where l.name = p_name;
+  end if;
+
+  -- Locked by another acquirer taking it right now: wait a few milliseconds for its commit, so
+  -- that the one that skips learns who holds the lease and since when. A winner slower than
+  -- that (or one that rolls back) leaves it 'being-acquired', naming nobody: the row would
+  -- still name the previous holder.
+  if key_share_free is false then
+    begin
+      perform set_config('lock_timeout', '50ms', true);
+      perform 1 from leasehold.leases l where l.name = p_name for key share;
+      select * into r from leasehold.leases l where l.name = p_name;
+    exception when lock_not_available then
+      null;
+    end;
+  end if;
+
+  -- Our own first attempt may have committed since the token check at the top: adopt it.
+  if p_token is not null and r.token = p_token then
+    r := leasehold.confirm(p_name, p_token, p_ttl);
+    if r.name is not null then
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                          r.last_slot, 'acquired'::text, now(), false;
+      return;
+    end if;
+    select * into r from leasehold.leases l where l.name = p_name;
+  end if;
+
+  why := case
+      when p_slot is not null and p_slot > now() then 'slot-not-due'
+      when p_slot is not null and r.last_slot is not null and p_slot <= r.last_slot then 'slot-taken'
+      when not leasehold.is_free(r) then 'held'
+      -- free by the rules but locked by another acquirer taking it right now: the row
+      -- still names the previous holder, which must not be reported
+      when key_share_free is false then 'being-acquired'
+      -- locked by its holder's fenced transaction, which is committing
+      else 'holder-committing'
+    end;
+  if why = 'being-acquired' then
+    return query select false, null::uuid, r.fence, null::timestamptz, null::text, null::timestamptz,
+                        r.last_slot, why, now(), false;
+  else
+    return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at,
+                        r.last_slot, why, now(), false;
+  end if;
+end $$;
+
+-- confirm: confirm_leases() of one lease; the row, or a row of nulls when the lease is not (or
+-- no longer) the caller's. Used by acquire's adoption of a grant whose answer was lost.
+create function leasehold.confirm(p_name text, p_token uuid, p_ttl interval) returns leasehold.leases
+language plpgsql volatile as $$
+declare
+  r leasehold.leases;
+begin
+  select * into r from leasehold.confirm_leases(array[p_name], array[p_token], array[p_ttl]);
+  return r;
+end $$;
+
+-- confirm_leases: confirm() for many leases in one statement. The one rule by which a holder
+-- keeps its lease: while its token matches and the lease has not expired, extend it by the ttl
+-- and confirm it in this epoch (after a failover this is what makes its fenced writes
+-- acceptable again). Returns the rows it extended. The epoch is asked once per statement.
+-- Planned for what it is: a join of the input with as many lease rows, found through the
+-- primary key. Statistics taken while most leases were released estimate "not expired" at one
+-- row, and a nested loop planned on that estimate compared every lease with every element
+-- (1,000 leases: 220 ms instead of 10); a hash or merge join costs the same whatever the
+-- estimate.
+-- The rows locked in name order first, the order of
+-- end_runs(): a renewal still in flight as the same leases are finished waited for the finish
+-- while the finish waited for it (the update locked in physical order).
+create function leasehold.confirm_leases(p_names text[], p_tokens uuid[], p_ttls interval[]) returns setof leasehold.leases
+language plpgsql volatile
+set plan_cache_mode = force_custom_plan
+set enable_nestloop = off
+set jit = off
+as $$
+begin
+  perform 1 from leasehold.leases l join unnest(p_names, p_tokens) as i(name, token) on l.name = i.name and l.token = i.token
+   where l.name = any (p_names) and l.expires_at > now()
+   order by l.name
+     for no key update of l;
+  return query
+  update leasehold.leases l
+     set expires_at = now() + i.ttl, ttl = i.ttl, epoch = (select leasehold.epoch())
+    from unnest(p_names, p_tokens, p_ttls) as i(name, token, ttl)
+   where l.name = any (p_names) and l.name = i.name and l.token = i.token and l.expires_at > now()
+  returning l.*;
+end $$;
+
+-- renew: renew_leases() of one lease.
+create function leasehold.renew(p_name text, p_token uuid, p_ttl interval)
+returns table (renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
+language sql volatile
+set lock_timeout = '2s'
+as $$
+  select r.renewed, r.expires_at, r.fence, r.reason, r.database_time
+    from leasehold.renew_leases(array[row(p_name, p_token, p_ttl)::leasehold.lease_renewal]) r;
+$$;
+
+-- renew_leases: extends each given lease while its token matches and it has not expired, in
+-- one update; says for each one why not otherwise ('unknown', 'expired': the caller's token but
+-- past its expiry, 'released', 'taken-over'). In the order given.
+create function leasehold.renew_leases(p_leases leasehold.lease_renewal[])
+returns table (name text, renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
+language plpgsql volatile
+set lock_timeout = '2s'
+set plan_cache_mode = force_custom_plan
+set jit = off
+as $$
+#variable_conflict use_column
+declare
+  -- the leases this call renewed
+  v_names text[];
+  v_expires timestamptz[];
+  v_fences bigint[];
+begin
+  if p_leases is null then
+    return;
+  end if;
+  -- a name with a lease row passed the name rule when the row was inserted (leases_name_valid):
+  -- only the others are checked, so that a bad name is refused (LH001) rather than 'unknown'
+  perform leasehold.check_name(e.name) from unnest(p_leases) e
+   where not exists (select 1 from leasehold.leases x where x.name = e.name);
+  perform leasehold.check_ttl(d.ttl) from (select distinct e.ttl from unnest(p_leases) e) d;
+  perform leasehold.pin_synchronous_commit();
+  select coalesce(array_agg(c.name), '{}'), coalesce(array_agg(c.expires_at), '{}'), coalesce(array_agg(c.fence), '{}')
+    into v_names, v_expires, v_fences
+    from leasehold.confirm_leases(array(select e.name from unnest(p_leases) e), array(select e.token from unnest(p_leases) e),
+                                  array(select e.ttl from unnest(p_leases) e)) c;
+  -- a lease not renewed: as a new snapshot has it, so that a release or takeover the update
+  -- waited for (its row lock) is the reason given, as renew() gave it
+  return query
+  select e.name, c.name is not null, coalesce(c.expires_at, l.expires_at), coalesce(c.fence, l.fence),
+         case
+           when c.name is not null then 'renewed'
+           when l.name is null then 'unknown'
+           when l.token = e.token then 'expired'
+           when l.token is null then 'released'
+           else 'taken-over'
+         end,
+         now()
+    from unnest(p_leases) with ordinality as e(name, token, ttl, n)
+    left join unnest(v_names, v_expires, v_fences) as c(name, expires_at, fence) on c.name = e.name
+    left join leasehold.leases l on l.name = e.name and c.name is null
+   order by e.n;
+end $$;
+
+create function leasehold.release(p_name text, p_token uuid) returns boolean
+language sql volatile
+set lock_timeout = '2s'
+as $$
+  select leasehold.pin_synchronous_commit();
+  select exists (select 1 from leasehold.release_matching(array[p_name], array[p_token]));
+$$;
+
+-- release_matching: the one rule by which a lease is released: only for its current token.
+-- A late release from an old holder matches nothing and changes nothing. Returns the names
+-- released (a null token releases nothing).
+-- A step of end_runs().
+create function leasehold.release_matching(p_names text[], p_tokens uuid[]) returns setof text
+language sql volatile as $$
+  select e.name from leasehold.end_runs(p_names, p_tokens, null, null, null, null) e where e.released;
+$$;
+
+-- holds_lease: the fence check, as a boolean for WHERE clauses and triggers (assert_lease below
+-- raises LH003 where it is false, start_run calls assert_lease):
+--   update results set ... where id = $1 and leasehold.holds_lease('job', $token, $fence);
+-- A lease of a job with a timeout is not held once the timeout
+-- has passed since the lease was granted.
+create function leasehold.holds_lease(p_name text, p_token uuid, p_fence bigint) returns boolean
+language plpgsql volatile as $$
+begin
+  perform 1 from leasehold.leases l
+   where l.name = p_name and l.token = p_token and l.fence = p_fence and l.expires_at > now()
+     and l.epoch = leasehold.epoch()
+     and not leasehold.run_timed_out(l.name, l.acquired_at)
+     for key share of l;
+  return found;
+end $$;
+
+-- assert_lease: the fence check for the caller's own transaction. Locks the lease row (holds_lease)
+-- FOR KEY SHARE where name, token and fence match, the lease is unexpired and it was
+-- confirmed in the current epoch (a release or takeover lost in a failover must not let the
+-- old token write again; the live holder's next renewal re-confirms it), so no
+-- takeover (which needs FOR UPDATE) can happen before this transaction ends, while the
+-- holder's own renewals (plain UPDATEs of non-key columns) still go through. Raises LH003
+-- otherwise. Returns the fence.
+-- The timeout named in the refusal (otherwise a timed-out lease,
+-- unexpired and with a matching token, would be explained as unconfirmed since a failover, and
+-- clients would renew it and try again).
+create function leasehold.assert_lease(p_name text, p_token uuid, p_fence bigint) returns bigint
+language plpgsql volatile as $$
+declare
+  r leasehold.leases;
+  v_detail text;
+begin
+  -- the rule and the lock are holds_lease's; this function only explains a refusal
+  if leasehold.holds_lease(p_name, p_token, p_fence) then
+    return p_fence;
+  end if;
+  select * into r from leasehold.leases l where l.name = p_name;
+  v_detail := case
+      when r.name is null then 'no such lease'
+      when r.fence <> p_fence and r.token is null then format('the lease was force-released (fence is now %s, held by nobody)', r.fence)
+      when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, r.holder)
+      when r.token is null then 'the lease was released'
+      when r.expires_at <= now() then 'the lease expired'
+      -- a wrong token is no failover, whatever the row's epoch says
+      when r.token <> p_token then 'the token does not match the lease'
+      when leasehold.run_timed_out(r.name, r.acquired_at) then
+        format('the run timed out: its job''s timeout of %s ms passed at %s',
+               (select j.timeout_ms from leasehold.jobs j where j.name = r.name),
+               r.acquired_at + (select j.timeout_ms from leasehold.jobs j where j.name = r.name) * interval '1 millisecond')
+    end;
+  if v_detail is not null then
+    raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
+      using errcode = 'LH003', detail = v_detail,
+            hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
+  end if;
+  -- Not lost as far as this server knows, only unconfirmed since a failover. The DETAIL's
+  -- first words are part of the contract: clients recognise this case by them, renew, and
+  -- run the transaction again.
+  raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
+    using errcode = 'LH003',
+          detail = format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
+                          'renew it, or roll back if it is lost', r.epoch, leasehold.epoch()),
+          hint = 'Roll back, renew the lease (leasehold.renew) and run the transaction again; if the renewal fails, the lease is lost.';
+end $$;
+
+-- force_release: for operators. Frees the lease whoever holds it and bumps the fence, so the
+-- old holder's fenced writes fail. Waits for an open fenced transaction to end (FOR UPDATE):
+-- once it returns, no write under the old fence can commit.
+-- The scheduled run in flight on the row ends lost with it.
+create function leasehold.force_release(p_name text)
+returns table (released boolean, previous_holder text, previous_fence bigint, fence bigint)
+language plpgsql volatile as $$
+#variable_conflict use_column
+declare
+  old leasehold.leases;
+  r leasehold.leases;
+begin
+  perform leasehold.pin_synchronous_commit();
+  select * into old from leasehold.leases l where l.name = p_name for update;
+  if not found then
+    return query select false, null::text, null::bigint, null::bigint;
+    return;
+  end if;
+  -- the scheduled run in flight on the row, if any, ends with its lease
+  if old.run_slot is not null then
+    perform leasehold.end_runs(array[p_name], null, array[old.run_fence], array['lost'],
+                               array['the lease was released by force (leasehold.force_release)'], null);
+  end if;
+  update leasehold.leases l
+     set token = null, expires_at = null, holder_key = null, released_at = now(),
+         fence = leasehold.next_fence(l.fence)
+   where l.name = p_name
+  returning l.* into r;
+  return query select old.token is not null, old.holder, old.fence, r.fence;
+end $$;
+
+-- record_skip: records that a caller declined to run `p_name` because it was held, naming the
+-- holder as leasehold.acquire reported it. One row per (job, slot); returns false if the slot
+-- already had one.
+create function leasehold.record_skip(p_name text, p_recorded_by text, p_slot timestamptz default null)
+returns boolean
+language sql volatile as $$
+  with inserted as (
+    insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
+    select l.name, coalesce(p_slot, now()), l.holder, l.fence, l.last_slot, now() - l.acquired_at, p_recorded_by
+      from leasehold.leases l where l.name = p_name
+    on conflict do nothing
+    returning 1
+  )
+  select exists (select 1 from inserted);
+$$;
+
+create function leasehold.record_clock_step(p_from timestamptz, p_to timestamptz, p_holder text)
+returns boolean
+language plpgsql volatile
+-- a custom plan per call: a generic one would not know how recent the window is, and read all of missed
+set plan_cache_mode = force_custom_plan
+as $$
+declare
+  v_new  boolean;
+  v_from timestamptz;
+  v_to   timestamptz;
+begin
+  if p_from is null or p_to is null or not isfinite(p_from) or not isfinite(p_to) or p_to <= p_from then
+    raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to
+      using errcode = '22023';
+  end if;
+  perform leasehold.check_holder(p_holder);
+  -- one writer at a time, so that concurrent reports of the same step merge instead of racing
+  perform pg_advisory_xact_lock(7308604897068083571);
+  update leasehold.clock_steps
+     set from_time = least(from_time, p_from), to_time = greatest(to_time, p_to)
+   where from_time <= p_to and p_from <= to_time;
+  v_new := not found;
+  if v_new then
+    insert into leasehold.clock_steps (from_time, to_time, recorded_by) values (p_from, p_to, p_holder);
+    -- bounded: the oldest windows go (their slots are long recorded or pruned)
+    delete from leasehold.clock_steps
+     where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
+  end if;
+  -- The slots of the window (as merged with the stored ones it overlaps: one interval) never
+  -- existed: delete what record_missed() would have refused had the window been here first.
+  -- Bounds as values, so that the BRIN index on recorded_at reads only the rows recorded since
+  -- the step began, however long the missed history is.
+  select min(w.from_time), max(w.to_time) into v_from, v_to
+    from leasehold.clock_steps w
+   where w.from_time <= p_to and p_from <= w.to_time;
+  delete from leasehold.missed m
+   where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to;
+  return v_new;
+end $$;
+
+create trigger leases_name_valid BEFORE INSERT OR UPDATE OF name ON leasehold.leases FOR EACH ROW EXECUTE FUNCTION leasehold.check_lease_name();

@@ -1,0 +1,413 @@
+-- leasehold schema, part 3 of 6: run history.
+--
+-- One run_log row per run: written 'running' by the claim (or start_run) and ended once by
+-- finish_runs()/end_runs(). run_counts keeps per-minute counts (maintained by triggers) so that
+-- summaries never scan run_log; slow_runs keeps the runs that came near their interval.
+-- prune_history() deletes in bounded batches and never a run in flight.
+
+
+-- run_outcomes: every value leasehold.runs.outcome may hold. 'running' until the run ends.
+-- 'timed-out' (the run outlived its job's timeout) appended.
+create function leasehold.run_outcomes() returns text[]
+language sql immutable as $$
+  select array['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out'];
+$$;
+
+create table leasehold.run_counts (
+  bucket smallint not null,
+  shard smallint not null,
+  -- minutes since the epoch: floor(extract(epoch from started_at) / 60)
+  minute bigint not null,
+  runs bigint not null,
+  constraint run_counts_pkey PRIMARY KEY (bucket, shard),
+  constraint run_counts_bucket_check CHECK (((bucket >= 0) AND (bucket < 1500))),
+  constraint run_counts_shard_check CHECK (((shard >= 0) AND (shard < 64)))
+);
+comment on table leasehold.run_counts is
+  'Finished runs per minute of their start over the last 25 hours (a ring of 1,500 minutes per shard; sum the shards of a minute, ignore minutes outside the window).';
+
+create table leasehold.run_log (
+  id bigserial,
+  job text not null,
+  slot timestamp with time zone not null,
+  fence bigint not null,
+  holder text not null,
+  started_at timestamp with time zone not null default clock_timestamp(),
+  finished_at timestamp with time zone,
+  outcome text not null default 'running'::text,
+  error text,
+  attempts integer not null default 1,
+  trigger text not null default 'schedule'::text,
+  requested_by text,
+  request_id bigint,
+  constraint runs_pkey PRIMARY KEY (id),
+  constraint runs_outcome_known CHECK ((outcome = ANY (leasehold.run_outcomes()))),
+  constraint runs_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'backfill'::text])))
+);
+comment on table leasehold.run_log is
+  'History rows of runs: one per run, written when it ends (or when it starts, for runs of run now, backfill, start_run and overlap allow). Read leasehold.runs, which adds the runs in flight.';
+create index runs_failing on leasehold.run_log (started_at DESC) WHERE (outcome = ANY (ARRAY['failed'::text, 'lost'::text, 'timed-out'::text]));
+create index runs_finished_brin on leasehold.run_log using brin (finished_at) WITH (pages_per_range='32');
+create unique index runs_job_fence on leasehold.run_log (job, fence);
+create index runs_job_started on leasehold.run_log (job, started_at DESC);
+create index runs_running on leasehold.run_log (job) WHERE (outcome = 'running'::text);
+create index runs_started_brin on leasehold.run_log using brin (started_at) WITH (pages_per_range='32');
+
+create table leasehold.slow_runs (
+  job text primary key,
+  last_started timestamp with time zone not null
+);
+comment on table leasehold.slow_runs is
+  'Per job, the latest start of a finished run that took at least half its interval: the only jobs whose p95 can creep.';
+
+-- run_start: the recorded start of a run claimed at p_claimed whose handler started at
+-- p_started_ms (the worker's estimate of the database clock), kept between the claim and now.
+create function leasehold.run_start(p_claimed timestamptz, p_started_ms double precision) returns timestamptz
+language sql stable as $$
+  select case when p_started_ms is null then p_claimed
+              else least(greatest(p_claimed, to_timestamp(p_started_ms / 1000.0)), now()) end;
+$$;
+
+-- start_run: records a run under a lease the caller holds, checked by assert_lease (name, token
+-- and fence match an unexpired lease confirmed in the current epoch; LH003 otherwise). The slot
+-- is the database's now() unless given.
+-- Into run_log.
+create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null)
+returns timestamptz
+language plpgsql volatile as $$
+declare
+  v_slot timestamptz := coalesce(p_slot, now());
+  v_holder text;
+begin
+  perform leasehold.assert_lease(p_name, p_token, p_fence);
+  select l.holder into v_holder from leasehold.leases l where l.name = p_name;
+  insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, v_holder)
+  on conflict (job, fence) do nothing;
+  return v_slot;
+end $$;
+
+-- finish_run: finish_runs for one run.
+create function leasehold.finish_run(
+  p_job text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_attempts integer default 1
+) returns table (recorded boolean, released boolean, next_buffered_slot timestamptz)
+language sql volatile as $$
+  select f.recorded, f.released, f.next_buffered_slot
+    from leasehold.finish_runs(array[p_job], array[p_fence], array[p_token], array[p_outcome], array[p_error], array[p_attempts]) f;
+$$;
+
+
+-- For both kinds of run. A run in flight on its lease row gets
+-- its history row now, and the same update of the row that releases the lease forgets it
+-- (end_runs); a run with a run_log row from its start (run now, backfill, start_run, allow)
+-- has that row updated, as before.
+-- Each run's start: p_started_ms[i], the epoch milliseconds
+-- (database clock) at which run i's handler was called, or null.
+create function leasehold.finish_runs(
+  p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[],
+  p_started_ms double precision[] default null
+) returns table (job text, fence bigint, recorded boolean, released boolean, next_buffered_slot timestamptz)
+language plpgsql volatile
+set lock_timeout = '2s'
+set plan_cache_mode = force_custom_plan
+set jit = off
+as $$
+#variable_conflict use_column
+declare
+  v_bad text;
+  v_released text[];
+  -- the runs recorded from their lease rows, as 'job#fence'
+  v_recorded text[];
+  v_queued boolean;
+begin
+  perform leasehold.pin_synchronous_commit();
+  if coalesce(cardinality(p_fences), 0) <> coalesce(cardinality(p_jobs), 0) or coalesce(cardinality(p_tokens), 0) <> coalesce(cardinality(p_jobs), 0)
+     or coalesce(cardinality(p_outcomes), 0) <> coalesce(cardinality(p_jobs), 0)
+     or coalesce(cardinality(p_errors), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0)
+     or coalesce(cardinality(p_attempts), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0)
+     or coalesce(cardinality(p_started_ms), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0) then
+    raise exception 'finish_runs: as many fences, tokens, outcomes, errors, attempts and start times as jobs are needed (% jobs)',
+      coalesce(cardinality(p_jobs), 0) using errcode = '22023';
+  end if;
+  select o into v_bad from unnest(p_outcomes) o
+   where o is null or o = 'running' or not (o = any (leasehold.run_outcomes())) limit 1;
+  if found then
+    raise exception 'outcome must be one of % (got %)',
+      array_to_string(array_remove(leasehold.run_outcomes(), 'running'), ', '), coalesce(v_bad, 'null')
+      using errcode = '22023';
+  end if;
+  -- the runs in flight on their lease rows get their history rows, and the leases given with
+  -- their tokens are released, in one update of each row
+  select coalesce(array_agg(e.name || '#' || e.fence) filter (where e.recorded), '{}'),
+         coalesce(array_agg(e.name) filter (where e.released), '{}')
+    into v_recorded, v_released
+    from leasehold.end_runs(p_jobs, p_tokens, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) e;
+  v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
+  return query
+  with input as materialized (
+    select * from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms)
+      as i(job, fence, outcome, error, attempts, started_ms)
+  ),
+  -- the runs that have a run_log row from their start
+  recorded as (
+    update leasehold.run_log r
+       set outcome = i.outcome, finished_at = now(), error = left(i.error, 4000), attempts = coalesce(i.attempts, 1),
+           started_at = leasehold.run_start(r.started_at, i.started_ms)
+      from input i
+     where cardinality(v_recorded) < cardinality(p_jobs)
+       and r.job = i.job and r.fence = i.fence and r.outcome = 'running'
+       and not ((i.job || '#' || i.fence) = any (v_recorded))
+    returning r.job, r.fence
+  ),
+  stale_buffers as (
+    delete from leasehold.buffered b using leasehold.leases l, input i
+     where v_queued and b.job = i.job and l.name = i.job and b.slot <= l.last_slot
+    returning b.job, b.slot
+  )
+  select i.job, i.fence,
+         (i.job || '#' || i.fence) = any (v_recorded) or (i.job, i.fence) in (select r.job, r.fence from recorded r),
+         i.job in (select unnest(v_released)),
+         case when v_queued then (select min(b.slot) from leasehold.buffered b
+           where b.job = i.job
+             and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
+             and not exists (select 1 from stale_buffers s where s.job = b.job and s.slot = b.slot)) end
+    from input i;
+end $$;
+
+-- end_runs: the one rule by which a lease row lets go: of its lease (release: only for the
+-- current token) and of the run in flight on it (its history row is written, complete, now).
+-- For each element: the lease p_names[i] is released if its token is p_tokens[i]; the run of
+-- fence p_fences[i] in flight on it, if it still is, is recorded with outcome, error and
+-- attempts and forgotten on the row. Both in one update of the row, which is locked first (a
+-- takeover of the lease, which ends the same run as lost, waits or skips). The lock is FOR NO
+-- KEY UPDATE, as an UPDATE's own: the holder's fenced transactions (FOR KEY SHARE) do not
+-- block it, so a release goes through while the holder still has a transaction open, as before.
+-- Returns the rows it changed: released, and whether the run was recorded.
+-- Each run's start (run_start).
+create function leasehold.end_runs(
+  p_names text[], p_tokens uuid[], p_fences bigint[], p_outcomes text[], p_errors text[], p_attempts integer[],
+  p_started_ms double precision[] default null
+) returns table (name text, fence bigint, released boolean, recorded boolean)
+language plpgsql volatile
+set plan_cache_mode = force_custom_plan
+set jit = off
+-- the lease rows of a batch are found through the primary key, not by a scan of every lease
+-- (see claim_batch)
+set random_page_cost = 1.1
+as $$
+#variable_conflict use_column
+begin
+  return query
+  with locked as (
+    -- both tests on the newest version of the row, once it is locked
+    select l.name, i.fence, i.outcome, i.error, i.attempts, i.started_ms,
+           coalesce(l.token = i.token, false) as releasing,
+           coalesce(l.run_slot is not null and l.run_fence = i.fence, false) as ending,
+           l.run_slot, l.run_fence, l.run_holder, l.run_started_at
+      from leasehold.leases l
+      join unnest(p_names, p_tokens, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms)
+             as i(name, token, fence, outcome, error, attempts, started_ms) on l.name = i.name
+     where l.token = i.token or (l.run_slot is not null and l.run_fence = i.fence)
+     order by l.name
+       for no key update of l
+  ),
+  -- one change per row: a name given twice is released if any element has its token, and its
+  -- run is recorded with the element that ends it
+  changing as (
+    select distinct on (k.name) k.name, k.fence, k.outcome, k.error, k.attempts, k.started_ms, k.ending,
+           bool_or(k.releasing) over (partition by k.name) as releasing,
+           k.run_slot, k.run_fence, k.run_holder, k.run_started_at
+      from locked k order by k.name, k.ending desc
+  ),
+  changed as (
+    update leasehold.leases l
+       set token = case when c.releasing then null else l.token end,
+           expires_at = case when c.releasing then null else l.expires_at end,
+           holder_key = case when c.releasing then null else l.holder_key end,
+           released_at = case when c.releasing then now() else l.released_at end,
+           run_slot = case when c.ending then null else l.run_slot end,
+           run_started_at = case when c.ending then null else l.run_started_at end
+      from changing c
+     where l.name = c.name
+    returning c.*
+  ),
+  recorded as (
+    insert into leasehold.run_log as r (job, slot, fence, holder, started_at, finished_at, outcome, error, attempts)
+    select c.name, c.run_slot, c.run_fence, c.run_holder, leasehold.run_start(c.run_started_at, c.started_ms), now(), c.outcome,
+           left(c.error, 4000), coalesce(c.attempts, 1)
+      from changed c where c.ending
+    on conflict (job, fence) do nothing
+    returning r.job
+  )
+  select c.name, c.fence, c.releasing, c.ending and c.name in (select r.job from recorded r) from changed c;
+end $$;
+
+-- finish_held_run: finish_run for a run started with start_run, checking the lease first. A run
+-- whose lease was force-released, expired or taken over before it finished is recorded 'lost'
+-- (whatever the caller saw: a command can finish between two heartbeats without noticing),
+-- so the history never shows a success that was not exclusive. With p_release (the default) it
+-- also releases the lease, as finish_run does. Returns the recorded outcome.
+create function leasehold.finish_held_run(
+  p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
+)
+returns table (outcome text, recorded boolean, released boolean)
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+declare
+  v_held boolean;
+  v_outcome text := p_outcome;
+  v_error text := p_error;
+  f record;
+begin
+  -- the row lock keeps the lease as it is seen here until finish_run releases it
+  select l.token = p_token and l.fence = p_fence and l.expires_at > now() into v_held
+    from leasehold.leases l where l.name = p_name for update;
+  if not coalesce(v_held, false) and p_outcome in ('succeeded', 'failed') then
+    v_outcome := 'lost';
+    v_error := concat_ws('; ', 'the lease was no longer held when the run finished (released by force, expired or taken over)', p_error);
+  end if;
+  select * into f from leasehold.finish_run(p_name, p_fence, case when p_release then p_token end, v_outcome, v_error);
+  return query select v_outcome, f.recorded, f.released;
+end $$;
+
+-- The triggers: one per event (a trigger with transition tables has one event). Each sums the
+-- statement's changed rows by minute (added minus removed finished runs) in one aggregate.
+create function leasehold.count_runs_inserted() returns trigger
+language plpgsql volatile set jit = off as $$
+begin
+  perform leasehold.add_run_counts(array_agg(minute), array_agg(n))
+     from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
+             from new_runs where finished_at is not null group by 1) d;
+  perform leasehold.mark_slow_runs(array_agg(job), array_agg(started_at), array_agg(finished_at))
+     from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds';
+  return null;
+end $$;
+
+create function leasehold.count_runs_updated() returns trigger
+language plpgsql volatile set jit = off as $$
+begin
+  perform leasehold.add_run_counts(array_agg(minute), array_agg(n))
+     from (select minute, sum(n)::bigint as n
+             from (select floor(extract(epoch from started_at) / 60)::bigint as minute, 1 as n from new_runs where finished_at is not null
+                   union all
+                   select floor(extract(epoch from started_at) / 60)::bigint, -1 from old_runs where finished_at is not null) c
+            group by 1) d;
+  perform leasehold.mark_slow_runs(array_agg(job), array_agg(started_at), array_agg(finished_at))
+     from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds';
+  return null;
+end $$;
+
+create function leasehold.count_runs_deleted() returns trigger
+language plpgsql volatile set jit = off as $$
+begin
+  -- prune_history deletes old rows: only those of the last 25 hours change a count
+  perform leasehold.add_run_counts(array_agg(minute), array_agg(-n))
+     from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
+             from old_runs where finished_at is not null and started_at > now() - interval '25 hours' group by 1) d;
+  return null;
+end $$;
+
+-- add_run_counts: adds signed per-minute counts to this backend's shard. Minutes older than
+-- 25 hours are never read and are dropped; a bucket that still holds a minute 25 hours older
+-- is taken over.
+-- The first call of a transaction takes its shard's
+-- advisory lock: a transaction that records runs twice (the insert and the update trigger of
+-- one finish_runs(), a takeover that records both kinds of run) locks buckets in bucket order
+-- within each call but not across them, and two such transactions on one shard could deadlock.
+create function leasehold.add_run_counts(p_minutes bigint[], p_counts bigint[]) returns void
+language sql volatile as $$
+  select pg_advisory_xact_lock(1819042147, (pg_backend_pid() % 64)::integer);
+  insert into leasehold.run_counts as c (bucket, shard, minute, runs)
+  select (d.minute % 1500)::smallint, (pg_backend_pid() % 64)::smallint, d.minute, d.n
+    from unnest(p_minutes, p_counts) as d (minute, n)
+   where d.n <> 0 and d.minute > floor(extract(epoch from now()) / 60)::bigint - 1500
+   order by 1 -- rows locked in bucket order: two sessions on one shard wait, never deadlock
+  on conflict (bucket, shard) do update
+     set minute = excluded.minute,
+         runs = case when c.minute = excluded.minute then c.runs + excluded.runs else excluded.runs end
+   where c.minute <= excluded.minute;
+$$;
+
+-- refresh_run_counts: rebuilds both tables from runs (after a TRUNCATE, or a restore). This
+-- migration calls it once for the history already there.
+-- From run_log (ended runs only).
+create function leasehold.refresh_run_counts() returns void
+language plpgsql volatile set jit = off as $$
+begin
+  lock table leasehold.run_counts, leasehold.slow_runs in exclusive mode;
+  delete from leasehold.run_counts;
+  delete from leasehold.slow_runs;
+  insert into leasehold.run_counts (bucket, shard, minute, runs)
+  select (minute % 1500)::smallint, 0, minute, n
+    from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
+            from leasehold.run_log
+           where finished_at is not null and started_at > now() - interval '25 hours'
+           group by 1) d;
+  insert into leasehold.slow_runs (job, last_started)
+  select r.job, max(r.started_at)
+    from leasehold.run_log r join leasehold.jobs j on j.name = r.job
+   where r.finished_at is not null and r.started_at > now() - interval '25 hours' and j.interval_ms > 0
+     and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
+   group by r.job;
+end $$;
+
+-- mark_slow_runs: the runs (>= 500 ms, the shortest interval's half) that took at least half
+-- their job's interval. Nothing when there are none (the usual case: no join at all).
+create function leasehold.mark_slow_runs(p_jobs text[], p_started timestamptz[], p_finished timestamptz[]) returns void
+language sql volatile as $$
+  insert into leasehold.slow_runs as s (job, last_started)
+  select r.job, max(r.started_at)
+    from unnest(p_jobs, p_started, p_finished) as r (job, started_at, finished_at)
+    join leasehold.jobs j on j.name = r.job
+   where p_jobs is not null and j.interval_ms > 0
+     and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
+   group by r.job
+  on conflict (job) do update set last_started = greatest(s.last_started, excluded.last_started);
+$$;
+
+
+-- On run_log (a run in flight is never pruned).
+create function leasehold.prune_history(p_keep interval, p_batch integer default null) returns bigint
+language plpgsql volatile as $$
+declare
+  n bigint := 0;
+  c bigint;
+  v_before timestamptz := now() - p_keep;
+  v_batch integer := coalesce(p_batch, 10000);
+begin
+  if v_batch < 1 then
+    raise exception 'prune_history: p_batch must be at least 1 (got %)', p_batch using errcode = '22023';
+  end if;
+  if not pg_try_advisory_xact_lock(7308604897068083570) then
+    return 0;
+  end if;
+  loop
+    c := 0;
+    with d as (
+      delete from leasehold.run_log where id in (
+        select id from leasehold.run_log where finished_at < v_before and outcome <> 'running' limit v_batch)
+      returning 1)
+    select c + count(*) into c from d;
+    with d as (
+      delete from leasehold.skips where ctid in (
+        select ctid from leasehold.skips where recorded_at < v_before limit v_batch)
+      returning 1)
+    select c + count(*) into c from d;
+    with d as (
+      delete from leasehold.missed where ctid in (
+        select ctid from leasehold.missed where recorded_at < v_before limit v_batch)
+      returning 1)
+    select c + count(*) into c from d;
+    n := n + c;
+    exit when p_batch is not null or c = 0;
+  end loop;
+  delete from leasehold.clock_steps where recorded_at < v_before;
+  get diagnostics c = row_count;
+  return n + c;
+end $$;
+
+create trigger runs_count_deleted AFTER DELETE ON leasehold.run_log REFERENCING OLD TABLE AS old_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_deleted();
+
+create trigger runs_count_inserted AFTER INSERT ON leasehold.run_log REFERENCING NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_inserted();
+
+create trigger runs_count_updated AFTER UPDATE ON leasehold.run_log REFERENCING OLD TABLE AS old_runs NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_updated();
