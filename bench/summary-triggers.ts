@@ -59,8 +59,7 @@ try {
       claimers.map(async (c) => {
         const start = performance.now();
         const { rows } = await c.session.query<{ job: string; fence: string; token: string }>(
-          `select job, fence::text, token::text from leasehold.claim_due(
-             array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3, $4::bigint)
+          `select job, fence::text, token::text from leasehold.claim($1::text[], array_fill($2::timestamptz, array[cardinality($1::text[])]), array_fill((extract(epoch from interval '30 seconds'::interval) * 1000)::bigint, array[cardinality($1::text[])]), array_fill('exclusive'::text, array[cardinality($1::text[])]), array_fill(0::int, array[cardinality($1::text[])]), $3, $4::bigint)
             where claimed`,
           [c.share, slot, `bench-summary-${c.key}`, c.key],
         );

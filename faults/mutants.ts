@@ -28,7 +28,7 @@ export const MUTANT_DESCRIPTIONS: Record<MutantName, string> = {
   'unfenced-write': "the worker's final write runs in a plain transaction, outside ctx.transaction (no assert_lease)",
   'release-no-token-check': 'leasehold.end_runs (the release of release, finish_run and finish_runs) frees the lease whatever token it is given',
   'acquire-ignores-expiry': 'leasehold.is_free (the rule of acquire and claim) never treats an expired lease as free',
-  'slot-guard-off': 'leasehold.claim_batch (behind claim, claim_due and claim_tick) claims a slot even when it is not after the last claimed one',
+  'slot-guard-off': 'leasehold.claim claims a slot even when it is not after the last claimed one',
 };
 
 export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = {
@@ -54,7 +54,7 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
     // the rule lives in fences_after() since schema 17 (fence_after(), next_fence() and claim() call it)
     { fn: 'fences_after', pattern: /greatest\(coalesce\(o\.old, 0\) \+ 1, b\.base\)/, replacement: 'coalesce(o.old, 0) + 1' },
   ],
-  // the base of schema 23's forks: back to the timeline number alone (the rule before it)
+  // the base of each fork (leasehold.forks): back to the timeline number alone
   'fence-by-timeline': [
     { fn: 'fork_base', pattern: /greatest\(\(p_timeline - 1\)::bigint << 40,\s+\(\(extract\(epoch from now\(\)\) \* 1000\)::bigint - 1577836800000\) \* 1024\)/, replacement: '(p_timeline - 1)::bigint << 40' },
   ],
@@ -64,10 +64,10 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'liveness-any-incarnation': [
     { fn: 'is_free', pattern: /when l\.holder_incarnation is not distinct from leasehold\.incarnation\(\) then/, replacement: 'when true then' },
   ],
-  // the guard in claim_batch() (behind claim, claim_due and claim_tick, schema 17): both the
+  // the guard in claim(): both the
   // slot asked for and the slot claimed (an older buffered one) must be after the last claimed
   'slot-guard-off': [
-    { fn: 'claim_batch', pattern: /\s+and \(l\.last_slot is null or \(w\.slot > l\.last_slot and w\.claim_slot > l\.last_slot\)\)/, replacement: '' },
+    { fn: 'claim', pattern: /\s+and \(l\.last_slot is null or \(w\.slot > l\.last_slot and w\.claim_slot > l\.last_slot\)\)/, replacement: '' },
   ],
 };
 

@@ -79,7 +79,7 @@ describe('synchronous_commit', () => {
     expect((await settingAfter('select * from leasehold.force_release($1)', ['sync'])).setting).toBe('on');
     expect(
       (await settingAfter(
-        "select * from leasehold.claim_slots(array['sync'], array[now() - interval '1 minute'], array[interval '30 seconds'], array['exclusive'], array[0], 'h')",
+        "select * from leasehold.claim(array['sync'], array[now() - interval '1 minute'], array(select (extract(epoch from t) * 1000)::bigint from unnest(array[interval '30 seconds']) t), array['exclusive'], array[0], 'h', null, true)",
         [],
       )).setting,
     ).toBe('on');

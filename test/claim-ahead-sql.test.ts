@@ -1,4 +1,4 @@
-// leasehold.claim_ahead() (sql/baseline/1_leases.sql): a slot due within ahead_ms is claimed
+// leasehold.claim() with ahead_ms (sql/baseline/1_leases.sql): a slot due within ahead_ms is claimed
 // before it is due, only from a free lease; what it leaves is claimed at the slot with the
 // usual decisions, and a slot claimed ahead is taken for every later claim.
 import { beforeAll, describe, expect, it } from 'vitest';
@@ -21,12 +21,11 @@ const register = (c: pg.Client, jobs: string[]) =>
              array_fill(60000::bigint, array[$2::int]), array_fill(30000::bigint, array[$2::int]), array_fill('skip'::text, array[$2::int]),
              array_fill('none'::text, array[$2::int]), 'test')`, [jobs, jobs.length]);
 
-/** claim_ahead() of one slot per job, overlap 'skip'. */
+/** claim() with ahead_ms of one slot per job, overlap 'skip'. */
 const claimAhead = async (c: pg.Client, jobs: string[], slot: Date, aheadMs: number, holder = 'worker-a', starts: Date[] | null = null) =>
   (
     await c.query<AheadRow>(
-      `select * from leasehold.claim_ahead($1::text[], array_fill($2::timestamptz, array[$3::int]), array_fill(30000::bigint, array[$3::int]),
-         array_fill('exclusive'::text, array[$3::int]), array_fill(0, array[$3::int]), $4, null, $5, $6::timestamptz[]) order by job`,
+      `select job, (extract(epoch from slot) * 1000)::float8 as slot, token, fence, (extract(epoch from expires_at) * 1000)::float8 as expires_at, (extract(epoch from previous_slot) * 1000)::float8 as previous_slot, (extract(epoch from database_time) * 1000)::float8 as database_time from leasehold.claim($1::text[], array_fill($2::timestamptz, array[$3::int]), array_fill(30000::bigint, array[$3::int]), array_fill('exclusive'::text, array[$3::int]), array_fill(0, array[$3::int]), $4, null, false, $5, $6::timestamptz[]) order by job`,
       [jobs, slot, jobs.length, holder, aheadMs, starts],
     )
   ).rows;
@@ -35,15 +34,14 @@ const claimAhead = async (c: pg.Client, jobs: string[], slot: Date, aheadMs: num
 const claim = async (c: pg.Client, jobs: string[], slot: Date, holder: string) =>
   (
     await c.query<{ job: string; claimed: boolean; reason: string; token: string | null; fence: string | null; skip_recorded: boolean }>(
-      `select job, claimed, reason, token, fence, skip_recorded from leasehold.claim(
-         array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3)
+      `select job, claimed, reason, token, fence, skip_recorded from leasehold.claim($1::text[], array_fill($2::timestamptz, array[cardinality($1::text[])]), array_fill((extract(epoch from interval '30 seconds'::interval) * 1000)::bigint, array[cardinality($1::text[])]), array_fill('exclusive'::text, array[cardinality($1::text[])]), array_fill(0::int, array[cardinality($1::text[])]), $3, null, true)
         order by job`,
       [jobs, slot, holder],
     )
   ).rows;
 
 const finish = (c: pg.Client, job: string, fence: string, token: string) =>
-  c.query(`select * from leasehold.finish_run($1, $2, $3, 'succeeded')`, [job, fence, token]);
+  c.query(`select * from leasehold.finish_runs(array[$1::text], array[$2::bigint], array[$3::uuid], array['succeeded'::text], array[null::text], array[1::int])`, [job, fence, token]);
 
 const databaseNow = async (c: pg.Client) => (await c.query<{ now: Date }>('select clock_timestamp() as now')).rows[0]!.now.getTime();
 
@@ -108,10 +106,10 @@ describe('claim_ahead', () => {
     const [a, b] = conns as [pg.Client, pg.Client];
     await register(a, ['ahead-dies']);
     const dying = (await connections(url, 1))[0]!;
-    const key = (await dying.query<{ key: string }>('select leasehold.register_worker_liveness()::text as key')).rows[0]!.key;
+    const key = (await dying.query<{ key: string }>('select leasehold.register_liveness(true)::text as key')).rows[0]!.key;
     const slot = new Date(Math.ceil((await databaseNow(a)) / 1000) * 1000 + 1_000);
     const rows = await dying.query(
-      `select * from leasehold.claim_ahead(array['ahead-dies'], array[$1::timestamptz], array[30000::bigint], array['exclusive'], array[0], 'dying', $2::bigint, 5000)`,
+      `select job, (extract(epoch from slot) * 1000)::float8 as slot, token, fence, (extract(epoch from expires_at) * 1000)::float8 as expires_at, (extract(epoch from previous_slot) * 1000)::float8 as previous_slot, (extract(epoch from database_time) * 1000)::float8 as database_time from leasehold.claim(array['ahead-dies'], array[$1::timestamptz], array[30000::bigint], array['exclusive'], array[0], 'dying', $2::bigint, false, 5000)`,
       [slot, key],
     );
     expect(rows.rowCount).toBe(1);
@@ -142,15 +140,16 @@ describe('claim_ahead', () => {
     const [a] = conns as [pg.Client];
     await register(a, ['ahead-args']);
     const slot = new Date((await databaseNow(a)) + 1_000);
-    for (const ahead of [-1, 10_001, null]) {
+    // (a null ahead_ms is a claim at the slot)
+    for (const ahead of [-1, 10_001]) {
       await expect(claimAhead(a, ['ahead-args'], slot, ahead as number)).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('ahead_ms must be between 0 and 10000') });
     }
     await expect(claimAhead(a, ['ahead-args'], slot, 5_000, 'worker-a', [slot, slot])).rejects.toMatchObject({ code: '22023' });
     await expect(
-      a.query(`select * from leasehold.claim_ahead(array['ahead-args'], array[$1::timestamptz], array[30000::bigint], array['sometimes'], array[0], 'w', null, 1000)`, [slot]),
+      a.query(`select job, (extract(epoch from slot) * 1000)::float8 as slot, token, fence, (extract(epoch from expires_at) * 1000)::float8 as expires_at, (extract(epoch from previous_slot) * 1000)::float8 as previous_slot, (extract(epoch from database_time) * 1000)::float8 as database_time from leasehold.claim(array['ahead-args'], array[$1::timestamptz], array[30000::bigint], array['sometimes'], array[0], 'w', null, false, 1000)`, [slot]),
     ).rejects.toMatchObject({ code: '22023', message: expect.stringContaining('mode must be exclusive, replace or allow') });
     await expect(
-      a.query(`select * from leasehold.claim_ahead(array['ahead-args'], array[$1::timestamptz], array[1::bigint], array['exclusive'], array[0], 'w', null, 1000)`, [slot]),
+      a.query(`select job, (extract(epoch from slot) * 1000)::float8 as slot, token, fence, (extract(epoch from expires_at) * 1000)::float8 as expires_at, (extract(epoch from previous_slot) * 1000)::float8 as previous_slot, (extract(epoch from database_time) * 1000)::float8 as database_time from leasehold.claim(array['ahead-args'], array[$1::timestamptz], array[1::bigint], array['exclusive'], array[0], 'w', null, false, 1000)`, [slot]),
     ).rejects.toMatchObject({ code: 'LH002' });
     expect((await a.query(`select last_slot from leasehold.leases where name = 'ahead-args'`)).rows[0]!.last_slot).toBeNull();
   });

@@ -28,8 +28,10 @@ const register = (jobs: string[]) =>
   );
 
 type Row = { job: string; slot: Date; claimed: boolean; reason: string; token: string | null; fence: string | null };
-const claimSql = (fn: string, cap = 0) => `select job, slot, claimed, reason, token, fence from leasehold.${fn}(
-    array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', ${cap})::leasehold.slot_claim from unnest($1::text[]) j), $3)
+// fn 'claim': one row per request (p_every); 'claim_due': only the rows the caller must act on
+const claimSql = (fn: 'claim' | 'claim_due', cap = 0) => `select job, slot, claimed, reason, token, fence from leasehold.claim(
+    $1::text[], array_fill($2::timestamptz, array[cardinality($1::text[])]), array_fill(30000::bigint, array[cardinality($1::text[])]),
+    array_fill('exclusive'::text, array[cardinality($1::text[])]), array_fill(${cap}, array[cardinality($1::text[])]), $3, null, ${fn === 'claim'})
    order by job`;
 
 const second = (offsetS: number) => new Date(Math.floor(Date.now() / 1000) * 1000 + offsetS * 1000);
@@ -56,7 +58,7 @@ describe('claim_due', () => {
       expect(again).toEqual([]);
       expect(asked.rows[0]!.calls).toBe('0');
       await c.query('commit');
-      for (const r of first) await pool.query(`select * from leasehold.finish_run($1, $2, $3, 'succeeded')`, [r.job, r.fence, r.token]);
+      for (const r of first) await pool.query(`select * from leasehold.finish_runs(array[$1::text], array[$2::bigint], array[$3::uuid], array['succeeded'::text], array[null::text], array[1::int])`, [r.job, r.fence, r.token]);
       await pool.query(`select * from leasehold.pause_job('taken-2', 'test', 'maintenance')`);
       const paused = (await c.query<Row>(claimSql('claim_due'), [jobs, slot, 'c'])).rows;
       expect(paused.map((r) => [r.job, r.reason])).toEqual([['taken-2', 'paused']]);

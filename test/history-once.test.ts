@@ -29,8 +29,7 @@ type Claimed = { job: string; claimed: boolean; reason: string; token: string | 
 const claim = (db: pg.ClientBase | pg.Pool, jobs: string[], slot: Date, holder: string, { mode = 'exclusive', ttl = '30 seconds' } = {}) =>
   db
     .query<Claimed>(
-      `select job, claimed, reason, token, fence, took_over from leasehold.claim_due(
-         array(select row(j, $2::timestamptz, $4::interval, $5, 0)::leasehold.slot_claim from unnest($1::text[]) j), $3)
+      `select job, claimed, reason, token, fence, took_over from leasehold.claim($1::text[], array_fill($2::timestamptz, array[cardinality($1::text[])]), array_fill((extract(epoch from $4::interval) * 1000)::bigint, array[cardinality($1::text[])]), array_fill($5::text, array[cardinality($1::text[])]), array_fill(0::int, array[cardinality($1::text[])]), $3, null)
         order by job`,
       [jobs, slot, holder, ttl, mode],
     )
@@ -222,7 +221,7 @@ describe('claim_batch', () => {
   it('refuses an unknown mode, a negative buffer cap and a null job with 22023, and claims nothing', async () => {
     await register(['bad-input']);
     const call = (mode: string | null, cap: number | null, job: string | null) =>
-      pool.query(`select * from leasehold.claim_tick(array[$1::text], array[$2::timestamptz], array[30000::bigint], array[$3::text], array[$4::int], 'w')`, [
+      pool.query(`select * from leasehold.claim(array[$1::text], array[$2::timestamptz], array[30000::bigint], array[$3::text], array[$4::int], 'w')`, [
         job,
         slot(1),
         mode,
@@ -233,7 +232,7 @@ describe('claim_batch', () => {
     await expect(call('exclusive', -1, 'bad-input')).rejects.toMatchObject({ code: '22023', message: 'claim: buffer_cap must be 0 or more (got -1)' });
     await expect(call('exclusive', 0, null)).rejects.toMatchObject({ code: '22023' });
     await expect(
-      pool.query(`select * from leasehold.claim_tick(array['bad-input'], array[]::timestamptz[], array[30000::bigint], array['exclusive'], array[0], 'w')`),
+      pool.query(`select * from leasehold.claim(array['bad-input'], array[]::timestamptz[], array[30000::bigint], array['exclusive'], array[0], 'w')`),
     ).rejects.toMatchObject({ code: '22023' });
     expect(await runsOf('bad-input')).toEqual([]);
     const lease = await pool.query(`select last_slot from leasehold.leases where name = 'bad-input'`);

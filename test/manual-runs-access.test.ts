@@ -63,7 +63,7 @@ describe('levels', () => {
     expect(taken.rows).toEqual([{ request_id: id, claimed: true, fence: expect.any(String) as string, token: expect.any(String) as string }]);
     expect((await op.control.request(id))?.state).toBe('claimed');
     const { fence, token } = taken.rows[0]!;
-    await app.query(`select leasehold.finish_run('acc-job', $1, $2, 'succeeded')`, [fence, token]);
+    await app.query(`select leasehold.finish_runs(array['acc-job'::text], array[$1::bigint], array[$2::uuid], array['succeeded'::text], array[null::text], array[1::int])`, [fence, token]);
     expect((await op.control.request(id))?.state).toBe('done');
   });
 });

@@ -127,7 +127,7 @@ describe('claim_requests on separate connections', () => {
     expect(lease[0]!.last_slot).toBeNull(); // requests never move the scheduled slot guard
     // so the scheduled slot of this very second, before the last run now was asked for, is still claimable
     const { rows: slot } = await sql.query<{ claimed: boolean; reason: string }>(
-      `select claimed, reason from leasehold.claim(array[row('race', date_trunc('second', now()), '30 seconds', 'allow', 0)::leasehold.slot_claim], 'scheduler')`,
+      `select claimed, reason from leasehold.claim(array['race'::text], array[date_trunc('second', now())::timestamptz], array[(extract(epoch from '30 seconds'::interval) * 1000)::bigint], array['allow'::text], array[0::int], 'scheduler', null, true)`,
     );
     expect(slot).toEqual([{ claimed: true, reason: 'claimed' }]);
   });

@@ -106,7 +106,7 @@ describe('an attacking client role against another role\'s live lease', () => {
     const free = `free-${randomUUID()}`;
     await owner.query(`select leasehold.register_jobs(array[$1], array['1m'], array[null]::text[], array[60000::bigint], array[60000::bigint], array['skip'], array['latest'], 'owner')`, [free]);
     expect(
-      await outcome(attacker, `select * from leasehold.claim_slots(array[$1], array[now() - interval '1 second'], array[interval '100 years'], array['exclusive'], array[0], 'thief')`, [free]),
+      await outcome(attacker, `select * from leasehold.claim(array[$1], array[now() - interval '1 second'], array(select (extract(epoch from t) * 1000)::bigint from unnest(array[interval '100 years']) t), array['exclusive'], array[0], 'thief', null, true)`, [free]),
     ).toBe('LH002');
 
     // nothing changed: the owner's lease is intact and works
@@ -153,7 +153,7 @@ describe('the operator and reader roles', () => {
     const { rows: held } = await owner.query(`select token, fence from leasehold.acquire($1, '10s', 'h')`, [job]);
     await owner.query(`select leasehold.register_external_job($1, null, 10000, 'h')`, [job]);
     await owner.query('select leasehold.start_run($1, $2, $3)', [job, held[0].token, held[0].fence]);
-    await owner.query(`select * from leasehold.finish_run($1, $2, $3, 'failed', 'boom')`, [job, held[0].fence, held[0].token]);
+    await owner.query(`select * from leasehold.finish_runs(array[$1::text], array[$2::bigint], array[$3::uuid], array['failed'::text], array['boom'::text], array[1::int])`, [job, held[0].fence, held[0].token]);
     const env = { DATABASE_URL: urlAs(url, ROLE.reader) };
     const status = await cli(['status'], env);
     expect(status.code, status.stderr).toBe(0);

@@ -29,7 +29,7 @@ const register = (job: string, overlap: string) =>
 type Claimed = { job: string; claimed: boolean; token: string; fence: string };
 const claimDue = (db: pg.ClientBase | pg.Pool, job: string, slot: Date, holder: string) =>
   db.query<Claimed>(
-    `select job, claimed, token, fence from leasehold.claim_due(array[row($1, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim], $3)`,
+    `select job, claimed, token, fence from leasehold.claim(array[$1::text], array[$2::timestamptz], array[(extract(epoch from interval '30 seconds'::interval) * 1000)::bigint], array['exclusive'::text], array[0::int], $3, null)`,
     [job, slot, holder],
   );
 
@@ -71,7 +71,7 @@ describe("a run's started_at", () => {
     const slot = second(0);
     const began = await claimInOlderTransaction(
       async () => {
-        await pool.query(`select * from leasehold.finish_run('handover', $1, $2, 'succeeded')`, [first!.fence, first!.token]);
+        await pool.query(`select * from leasehold.finish_runs(array['handover'::text], array[$1::bigint], array[$2::uuid], array['succeeded'::text], array[null::text], array[1::int])`, [first!.fence, first!.token]);
       },
       async (c) => {
         expect((await claimDue(c, 'handover', slot, 'worker-b')).rows).toMatchObject([{ claimed: true }]);
@@ -91,7 +91,7 @@ describe("a run's started_at", () => {
     expect((await pool.query(`select * from leasehold.claim_requests(array['handover-now'], 'worker-b')`)).rows).toEqual([]);
     await claimInOlderTransaction(
       async () => {
-        await pool.query(`select * from leasehold.finish_run('handover-now', $1, $2, 'succeeded')`, [held!.fence, held!.token]);
+        await pool.query(`select * from leasehold.finish_runs(array['handover-now'::text], array[$1::bigint], array[$2::uuid], array['succeeded'::text], array[null::text], array[1::int])`, [held!.fence, held!.token]);
       },
       async (c) => {
         expect((await c.query(`select kind, claimed from leasehold.claim_requests(array['handover-now'], 'worker-b')`)).rows).toEqual([{ kind: 'manual', claimed: true }]);

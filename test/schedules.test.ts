@@ -15,8 +15,7 @@ let url: string;
 let owner: pg.Pool;
 usePrivilegeFixture((fixture) => ({ url, owner } = fixture));
 
-const claimSql = `select job, claimed, reason from leasehold.claim(
-  array[row($1, now() - interval '1 second', '30s', 'exclusive', 0)::leasehold.slot_claim], 'probe')`;
+const claimSql = `select job, claimed, reason from leasehold.claim(array[$1::text], array[now() - interval '1 second'], array[(extract(epoch from '30s'::interval) * 1000)::bigint], array['exclusive'::text], array[0::int], 'probe', null, true)`;
 
 async function app(): Promise<Leasehold> {
   return leaseholdAs(url, ROLE.app1);

@@ -21,8 +21,7 @@ type ClaimRow = { job: string; slot: Date; claimed: boolean; reason: string; tok
 const claim = async (c: pg.Client, jobs: string[], slot: Date, holder: string, bufferCap = 0) =>
   (
     await c.query<ClaimRow>(
-      `select job, slot, claimed, reason, token, fence, skip_recorded from leasehold.claim(
-         array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', $4)::leasehold.slot_claim from unnest($1::text[]) j), $3)
+      `select job, slot, claimed, reason, token, fence, skip_recorded from leasehold.claim($1::text[], array_fill($2::timestamptz, array[cardinality($1::text[])]), array_fill((extract(epoch from interval '30 seconds'::interval) * 1000)::bigint, array[cardinality($1::text[])]), array_fill('exclusive'::text, array[cardinality($1::text[])]), array_fill($4::int, array[cardinality($1::text[])]), $3, null, true)
         order by job, claimed desc`,
       [jobs, slot, holder, bufferCap],
     )
@@ -34,7 +33,7 @@ const register = (c: pg.Client, jobs: string[]) =>
              array_fill('none'::text, array[$2::int]), 'test')`, [jobs, jobs.length]);
 
 const finish = (c: pg.Client, row: ClaimRow) =>
-  c.query(`select * from leasehold.finish_run($1, $2, $3, 'succeeded')`, [row.job, row.fence, row.token]);
+  c.query(`select * from leasehold.finish_runs(array[$1::text], array[$2::bigint], array[$3::uuid], array['succeeded'::text], array[null::text], array[1::int])`, [row.job, row.fence, row.token]);
 
 /** Slots in the past, one second apart, the same for every call of a test. */
 const slots = () => {
@@ -56,7 +55,7 @@ describe('run outcomes', () => {
       code: '23514',
     });
     for (const bad of ['running', 'exploded']) {
-      await expect(c.query(`select * from leasehold.finish_run('x', 1, null, $1)`, [bad])).rejects.toMatchObject({
+      await expect(c.query(`select * from leasehold.finish_runs(array['x'::text], array[1::bigint], array[null::uuid], array[$1::text], array[null::text], array[1::int])`, [bad])).rejects.toMatchObject({
         code: '22023',
         message: `outcome must be one of ${RUN_OUTCOMES.filter((o) => o !== 'running').join(', ')} (got ${bad})`,
       });
@@ -109,7 +108,7 @@ describe('claim()', () => {
     const [b] = await claim(c, ['buffered'], t(1), 'worker-b', 1);
     const [d] = await claim(c, ['buffered'], t(1), 'worker-d', 1); // a second worker noticing it
     expect([b!.reason, b!.skip_recorded, d!.reason, d!.skip_recorded]).toEqual(['held', true, 'held', false]);
-    const { rows } = await c.query<{ next_buffered_slot: Date }>(`select next_buffered_slot from leasehold.finish_run($1, $2, $3, 'succeeded')`, [a!.job, a!.fence, a!.token]);
+    const { rows } = await c.query<{ next_buffered_slot: Date }>(`select next_buffered_slot from leasehold.finish_runs(array[$1::text], array[$2::bigint], array[$3::uuid], array['succeeded'::text], array[null::text], array[1::int])`, [a!.job, a!.fence, a!.token]);
     expect(rows[0]!.next_buffered_slot.getTime()).toBe(t(1).getTime());
     const [next] = await claim(c, ['buffered'], t(1), 'worker-a', 1);
     expect([next!.claimed, next!.slot.getTime()]).toEqual([true, t(1).getTime()]);
@@ -174,7 +173,7 @@ describe('claim()', () => {
 });
 
 describe('the batch functions', () => {
-  const BATCH = ['claim', 'claim_batch', 'claim_due', 'claim_tick', 'end_runs', 'finish_runs', 'register_jobs'];
+  const BATCH = ['claim', 'end_runs', 'finish_runs', 'register_jobs'];
 
   it('plan each call for its own arrays (plan_cache_mode = force_custom_plan) without JIT, next to the pinned search_path', async () => {
     const [c] = conns as [pg.Client];

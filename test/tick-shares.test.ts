@@ -50,7 +50,7 @@ async function worker(list: string[], claimAhead = 'auto'): Promise<Worker> {
 async function silentPeer(): Promise<pg.Client> {
   const c = new pg.Client({ connectionString: url, application_name: 'test liveness' });
   await c.connect();
-  await c.query('select leasehold.register_worker_liveness()');
+  await c.query('select leasehold.register_liveness(true)');
   extra.push(c);
   return c;
 }
@@ -203,7 +203,7 @@ describe('the list of workers', () => {
     const pool = rawPool(url, 2);
     const c = new pg.Client({ connectionString: url, application_name: 'test liveness' });
     await c.connect();
-    const key = (await c.query<{ key: string }>('select leasehold.register_worker_liveness()::text as key')).rows[0]!.key;
+    const key = (await c.query<{ key: string }>('select leasehold.register_liveness(true)::text as key')).rows[0]!.key;
     try {
       expect(BigInt(key) >> 47n).toBe(19528n);
       const live = await pool.query<{ key: string }>('select key::text from leasehold.worker_keys()');
@@ -255,8 +255,9 @@ describe('claim_due', () => {
     const call = async (fn: 'claim' | 'claim_due', jobs: string[], at: Date, holder: string) =>
       (
         await pool.query<Row>(
-          `select job, claimed, reason, skip_recorded from leasehold.${fn}(
-             array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3)
+          `select job, claimed, reason, skip_recorded from leasehold.claim($1::text[], array_fill($2::timestamptz, array[cardinality($1::text[])]),
+             array_fill(30000::bigint, array[cardinality($1::text[])]), array_fill('exclusive'::text, array[cardinality($1::text[])]),
+             array_fill(0, array[cardinality($1::text[])]), $3, null, ${fn === 'claim'})
             order by job`,
           [jobs, at, holder],
         )

@@ -20,7 +20,7 @@ export interface ClaimProbeRun {
   claimed: number;
   /** SchedulerStore.claim() call to rows back in JavaScript. */
   roundTripMs: number;
-  /** The leasehold.claim_tick call on the server (auto_explain, top-level statement). */
+  /** The leasehold.claim call on the server (auto_explain, top-level statement). */
   serverMs: number | null;
   /** Part 1 inside leasehold.claim_batch: lock, skip check, update leases (with their runs in flight). */
   claimPartMs: number | null;
@@ -90,7 +90,7 @@ export async function probeClaim(options: { connectionString: string; jobNames: 
       );
       const roundTripMs = performance.now() - started;
       const find = (needle: string) => logged.find((entry) => entry.text.includes(needle));
-      const top = find('leasehold.claim_tick(');
+      const top = find('leasehold.claim(');
       const claimSteps = [find('for update of l skip locked'), find('s.slot = k.claim_slot'), find('claiming as')].filter((e) => e !== undefined);
       const claimPart = claimSteps.length === 3 ? { durationMs: claimSteps.reduce((sum, e) => sum + e.durationMs, 0) } : undefined;
       const reportPart = find('pending as');

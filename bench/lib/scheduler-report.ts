@@ -212,7 +212,7 @@ export function schedulerText(results: SchedulerResults, render: (table: Table) 
   const failures = finishErrorsLine(results);
   if (failures) lines.push(failures);
   if (results.probe.runs.length > 0 || results.probe.note) {
-    lines.push('', `One claim of all ${integer(results.settings.jobs)} jobs (all free), alone on the database, with auto_explain timing the statements inside leasehold.claim_tick`);
+    lines.push('', `One claim of all ${integer(results.settings.jobs)} jobs (all free), alone on the database, with auto_explain timing the statements inside leasehold.claim`);
     if (results.probe.runs.length > 0) lines.push(render(probeTable(results)));
     if (results.probe.note) lines.push(results.probe.note);
   }
@@ -228,7 +228,7 @@ export function schedulerMarkdown(results: SchedulerResults, render: (table: Tab
     '',
     `${setupLine(results)}`,
     '',
-    'Each worker claims its hash share of the due jobs with one `leasehold.claim_tick` statement, then, after twice as long as ' +
+    'Each worker claims its hash share of the due jobs with one `leasehold.claim` statement, then, after twice as long as ' +
       'that took, the other workers\' shares with a second one (it claims only what a peer left: a slot already claimed costs a ' +
       'primary-key probe); rows a peer was still committing come back as `holder-committing` and are retried 25, 100 and 400 ms ' +
       'later. "tick -> last claim" ends when the last statement that claimed a slot returned to its worker; "incl. empty retries" ' +
@@ -267,7 +267,7 @@ export function schedulerMarkdown(results: SchedulerResults, render: (table: Tab
       '### Where one claim of all jobs spends its time',
       '',
       `After the ticks, with the workers stopped: the worker's claim call (\`SchedulerStore.claim\`) for all ${integer(s.jobs)} jobs, all free, ` +
-        'alone on the database, on a connection with `auto_explain` logging the duration of each statement inside `leasehold.claim_tick` ' +
+        'alone on the database, on a connection with `auto_explain` logging the duration of each statement inside `leasehold.claim` ' +
         '(part 1 locks the free leases and updates them, each with its run in flight; part 2 reports why the other jobs were not claimed, matching ' +
         'them against the runs part 1 started). Round trip = call to parsed rows in the client.',
       '',

@@ -22,7 +22,7 @@ export interface ClaimRecord {
   start: number;
   end: number;
   error: string | null;
-  /** A claim ahead of the slot (SchedulerStore.claimAhead: leasehold.claim_ahead); absent in earlier builds' records. */
+  /** A claim ahead of the slot (SchedulerStore.claimAhead: leasehold.claim with ahead_ms); absent in earlier builds' records. */
   ahead?: boolean;
 }
 

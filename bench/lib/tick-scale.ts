@@ -1,13 +1,6 @@
-// The tick at scale: N jobs due at one slot, W workers claiming at the same instant, three
-// claim paths measured in the same run, alternating, on the same database:
-//   before    every worker sends every due job to claim() as sql/baseline/1_leases.sql defined it
-//             (installed here as leasehold.claim_0006; the previous path) and gets one row per
-//             job back
-//   schema16  the share path below, on claim() and claim_due() as schema 15 defined them
-//             (sql/baseline/2_scheduler.sql, installed here as leasehold.claim_0016 and
-//             leasehold.claim_due_0016, writing their running rows to run_log): the path before
-//             schema 17, with a run_log row inserted per claimed slot
-//   after     every worker sends its hash share (src/worker/shares.ts) to leasehold.claim_tick()
+// The tick at scale: N jobs due at one slot, W workers claiming at the same instant, two claim
+// paths measured in the same run, alternating, on the same database:
+//   after     every worker sends its hash share (src/worker/shares.ts) to leasehold.claim()
 //             as the worker does and, after about as long as that took, the rest; only rows to
 //             act on come back, the run in flight stays on its lease row
 //   baseline  a plain batched UPDATE ... FOR UPDATE SKIP LOCKED of last_slot, returning names:
@@ -17,13 +10,12 @@
 // Per round: tick -> the last claimed row in JavaScript; each claimed row's arrival after the
 // slot (the earliest a handler could start; p50/p99); each claim statement's time; rows
 // returned; and, from the database, that every job has exactly one run of the slot.
-import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import { nameHash } from '../../src/worker/shares.js';
 import { Session } from './session.js';
 import { median, percentileOfSorted, round, sleep, sortedCopy } from './stats.js';
 
-export const TICK_PATHS = ['before', 'schema16', 'after', 'baseline'] as const;
+export const TICK_PATHS = ['after', 'baseline'] as const;
 export type TickPath = (typeof TICK_PATHS)[number];
 
 export interface TickRound {
@@ -47,12 +39,9 @@ export interface TickRound {
 }
 
 /** The worker's claim (src/worker/claims.ts), every column parsed. */
-const TICK = `select * from leasehold.claim_tick($1::text[], array_fill($2::timestamptz, array[cardinality($1::text[])]),
+const TICK = `select * from leasehold.claim($1::text[], array_fill($2::timestamptz, array[cardinality($1::text[])]),
   array_fill(30000::bigint, array[cardinality($1::text[])]), array_fill('exclusive'::text, array[cardinality($1::text[])]),
   array_fill(0, array[cardinality($1::text[])]), $3, $4::bigint)`;
-
-const ROW = `select * from leasehold.%FN%(
-  array(select row(j, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim from unnest($1::text[]) j), $3, $4::bigint)`;
 
 const BASELINE = `update leasehold.leases l set last_slot = $2, holder = $3
    where l.name in (select x.name from leasehold.leases x
@@ -67,39 +56,8 @@ interface Claimer {
   key: string;
 }
 
-/** The functions of the earlier paths wrote a runs row per claimed slot: now the table run_log. */
-const toRunLog = (text: string) => text.replaceAll('leasehold.runs ', 'leasehold.run_log ').replaceAll('leasehold.runs(', 'leasehold.run_log(');
-
-/** claim() of schema 6, verbatim, under another name: the first path, on the same database. */
-function previousClaim(): string {
-  const text = readFileSync(new URL('../../sql/baseline/1_leases.sql', import.meta.url), 'utf8');
-  const start = text.indexOf('create function leasehold.claim(\n');
-  const end = text.indexOf('end $$;', start) + 'end $$;'.length;
-  if (start < 0 || end < start) throw new Error('sql/baseline/1_leases.sql: claim() not found');
-  return toRunLog(text.slice(start, end).replace('create function leasehold.claim(', 'create or replace function leasehold.claim_0006('));
-}
-
-/** claim() and claim_due() of schema 15 (sql/baseline/2_scheduler.sql), as claim_0016 and claim_due_0016. */
-function schema16Claim(): string[] {
-  const text = readFileSync(new URL('../../sql/baseline/2_scheduler.sql', import.meta.url), 'utf8');
-  const cut = (head: string) => {
-    const start = text.indexOf(head);
-    const end = text.indexOf('$$;', text.indexOf('as $$', start) + 5) + '$$;'.length;
-    if (start < 0 || end < start) throw new Error(`sql/baseline/2_scheduler.sql: ${head.trim()} not found`);
-    return text.slice(start, end);
-  };
-  const claim = cut('create or replace function leasehold.claim(\n').replace('function leasehold.claim(', 'function leasehold.claim_0016(');
-  const due = cut('create or replace function leasehold.claim_due(\n')
-    .replace('function leasehold.claim_due(', 'function leasehold.claim_due_0016(')
-    .replace('from leasehold.claim(', 'from leasehold.claim_0016(');
-  if (!due.includes('claim_0016(')) throw new Error('sql/baseline/2_scheduler.sql: claim_due() no longer calls claim() as expected');
-  return [toRunLog(claim), due];
-}
-
 export async function prepareTick(url: string, jobs: number, workers: number): Promise<{ names: string[]; claimers: Claimer[]; admin: Session }> {
   const admin = await Session.open(url, 'bench-tick-admin');
-  await admin.execute(previousClaim());
-  for (const text of schema16Claim()) await admin.execute(text);
   const names = Array.from({ length: jobs }, (_, i) => `tk${jobs}-${String(i).padStart(6, '0')}`);
   const n = names.length;
   for (let i = 0; i < n; i += 20_000) {
@@ -148,7 +106,7 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
     const rows =
       fn === 'baseline'
         ? await claimer.session.query<{ name: string }>(BASELINE, [list, slot, claimer.holder])
-        : await claimer.session.query<{ claimed: boolean }>(fn === 'claim_tick' ? TICK : ROW.replace('%FN%', fn), [list, slot, claimer.holder, claimer.key]);
+        : await claimer.session.query<{ claimed: boolean }>(TICK, [list, slot, claimer.holder, claimer.key]);
     const back = performance.now();
     statementMs.push(back - sent);
     if (process.env.BENCH_TICK_TRACE) console.error(`[trace] ${path} ${claimer.holder} ${fn} ${list.length} jobs: sent ${(sent - t0).toFixed(1)} back ${(back - t0).toFixed(1)} ms, ${rows.length} rows`);
@@ -158,8 +116,8 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
   };
   await Promise.all(
     claimers.map(async (claimer) => {
-      if (path === 'before' || path === 'baseline') return call(claimer, path === 'before' ? 'claim_0006' : 'baseline', names);
-      const fn = path === 'after' ? 'claim_tick' : 'claim_due_0016';
+      if (path === 'baseline') return call(claimer, 'baseline', names);
+      const fn = 'claim';
       const own = keys.indexOf(claimer.key);
       const mine: string[] = [];
       const others: string[] = [];

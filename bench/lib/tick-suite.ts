@@ -1,7 +1,6 @@
-// The tick part: for each job count, the four claim paths of tick-scale.ts in alternating
-// order, `rounds` times each, on one database in one run; the report gives each path's median
-// round and its ratio against the first claim path ('before'), the path of schema 16
-// ('schema16', the previous one) and the plain UPDATE ('baseline').
+// The tick part: for each job count, the claim paths of tick-scale.ts in alternating order,
+// `rounds` times each, on one database in one run; the report gives each path's median round
+// and its ratio against the plain UPDATE ('baseline').
 import os from 'node:os';
 import { closeSessions } from './session.js';
 import { median, round } from './stats.js';
@@ -102,15 +101,13 @@ export function tickTable(result: TickSuiteResult): Table {
         String(r.statementMedianMs),
         String(r.rowsReturned),
         `${r.exactlyOnce}${r.doubled ? ` (${r.doubled} doubled)` : ''}`,
-        ratio(r.lastClaimMs, m.get(`${jobs}:before`)?.lastClaimMs),
-        ratio(r.lastClaimMs, m.get(`${jobs}:schema16`)?.lastClaimMs),
         ratio(r.lastClaimMs, m.get(`${jobs}:baseline`)?.lastClaimMs),
       ]);
     }
   }
   return {
-    headers: ['jobs', 'path', 'tick -> last claim ms', 'claimed row p50 / p99 ms', 'claim statement ms (median)', 'rows returned', 'exactly once', 'vs before', 'vs schema 16', 'vs baseline'],
-    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    headers: ['jobs', 'path', 'tick -> last claim ms', 'claimed row p50 / p99 ms', 'claim statement ms (median)', 'rows returned', 'exactly once', 'vs baseline'],
+    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r'],
     rows,
   };
 }

@@ -28,7 +28,7 @@ create type leasehold.lease_renewal as (name text, token uuid, ttl interval);
 
 -- Windows (from_time, to_time] of database time that a forward step of the database clock
 -- jumped over, as the workers that noticed it measured them. Slots inside never existed in
--- real time: record_missed() does not record them, whichever worker (started before or after
+-- real time: record_missed_slots() does not record them, whichever worker (started before or after
 -- the step) asks. Kept as long as the history (prune_history) and at most 1,000 windows.
 create table leasehold.clock_steps (
   id bigint generated always as identity primary key,
@@ -305,13 +305,16 @@ $$;
 -- advisory lock on a fresh random key and returns it; pass the key to acquire. When the
 -- session ends (process killed, connection lost) the lock goes, and so does every lease
 -- recorded with that key. Keys are non-negative so lease_status can match pg_locks.
-create function leasehold.register_liveness() returns bigint
+-- p_worker: a scheduler worker's session, whose key is in the workers' range (worker_key_tag())
+-- so that its peers find it in worker_keys() to share the jobs of a tick.
+create function leasehold.register_liveness(p_worker boolean default false) returns bigint
 language plpgsql volatile as $$
 declare
   k bigint;
 begin
   loop
-    k := floor(random() * 9.2e18)::bigint;
+    k := case when p_worker then (leasehold.worker_key_tag() << 47) | floor(random() * 140737488355328)::bigint
+              else floor(random() * 9.2e18)::bigint end;
     if pg_try_advisory_lock(k) then
       return k;
     end if;
@@ -334,9 +337,9 @@ end $$;
 -- writes no WAL; INSERT ... ON CONFLICT DO UPDATE would lock the row on every losing call.
 -- SKIP LOCKED makes racing acquirers lose at once instead of queueing, and makes a lease
 -- whose holder is inside a fenced transaction (FOR KEY SHARE) report 'holder-committing'.
--- A winner that takes over a lease with a scheduled run in flight on
--- it records that run as lost, as a claim does.
--- The wait for a concurrent winner.
+-- A winner that takes over a lease with a scheduled run in flight on it records that run as
+-- lost, as a claim does. A loser that finds the row locked by a concurrent winner waits up to
+-- 50 ms for its commit, so that it can name the winner (who holds the lease, since when).
 create function leasehold.acquire(
   p_name       text,
   p_ttl        interval,
@@ -364,7 +367,7 @@ declare
   r leasehold.leases;
   candidate text;
   previous_token uuid;
-  -- a scheduled run in flight on the row (claim_batch), lost to this acquisition
+  -- a scheduled run in flight on the row (claim), lost to this acquisition
   previous_run_slot timestamptz;
   previous_run_fence bigint;
   key_share_free boolean;
@@ -747,7 +750,7 @@ begin
      where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
   end if;
   -- The slots of the window (as merged with the stored ones it overlaps: one interval) never
-  -- existed: delete what record_missed() would have refused had the window been here first.
+  -- existed: delete what record_missed_slots() would have refused had the window been here first.
   -- Bounds as values, so that the BRIN index on recorded_at reads only the rows recorded since
   -- the step began, however long the missed history is.
   select min(w.from_time), max(w.to_time) into v_from, v_to

@@ -1,15 +1,12 @@
 -- leasehold schema, part 2 of 6: scheduled jobs and slot claims.
 --
 -- A job's lease row (leasehold.leases, name = job name) carries last_slot: the newest scheduled
--- occurrence anyone claimed. claim_batch() claims many jobs' slots in one call with a fixed
--- number of set-based statements, whatever the number of jobs, and records each skip once per
--- (job, slot) however many workers notice it. claim_tick() and claim_ahead() are its entry
--- points for the TypeScript worker; claim(), claim_due() and claim_slots() for other callers.
+-- occurrence anyone claimed. claim() claims many jobs' slots in one call with a fixed number
+-- of set-based statements, whatever the number of jobs, and records each skip once per
+-- (job, slot) however many workers notice it.
 
 
 create sequence leasehold.job_revisions;
-
-create type leasehold.slot_claim as (job text, slot timestamp with time zone, ttl interval, mode text, buffer_cap integer);
 
 -- Slots waiting for the running one to finish (overlap policies buffer-one and buffer-all).
 create table leasehold.buffered (
@@ -185,30 +182,15 @@ begin
   return v_changed;
 end $$;
 
--- register_worker_liveness: register_liveness() for a scheduler worker. Run once on the
--- worker's dedicated session; the key it returns is used as register_liveness()'s is.
-create function leasehold.register_worker_liveness() returns bigint
-language plpgsql volatile as $$
-declare
-  k bigint;
-begin
-  loop
-    k := (leasehold.worker_key_tag() << 47) | floor(random() * 140737488355328)::bigint;
-    if pg_try_advisory_lock(k) then
-      return k;
-    end if;
-  end loop;
-end $$;
-
 -- register_worker_handlers: called by a worker on its liveness session, right after
--- register_worker_liveness(). Only the session that holds p_key may register under it.
+-- register_liveness(true). Only the session that holds p_key may register under it.
 create function leasehold.register_worker_handlers(p_key bigint, p_holder text, p_handlers text[]) returns void
 language plpgsql volatile as $$
 begin
   perform leasehold.check_holder(p_holder);
   if not exists (select 1 from leasehold.worker_keys() k where k.key = p_key and k.pid = pg_backend_pid()) then
     raise exception 'register_worker_handlers: this session does not hold worker key %', p_key
-      using errcode = '42501', hint = 'Call it on the session that called register_worker_liveness().';
+      using errcode = '42501', hint = 'Call it on the session that called register_liveness(true).';
   end if;
   if cardinality(p_handlers) > 10000 then
     raise exception 'register_worker_handlers: at most 10000 handlers (got %)', cardinality(p_handlers) using errcode = '22023';
@@ -248,15 +230,21 @@ language sql stable as $$
    limit 10000;
 $$;
 
--- claim_batch: claim(), claim_due(), claim_tick() and claim_ahead() in one. Parallel arrays, one
--- element per request; p_every: one row per request with its reason (claim()), or only the rows
--- the caller must act on (claim_due()). p_ahead: a claim ahead of the slots (claim_ahead()):
--- slots due within it, from free leases only, and only the claimed rows come back; p_starts
--- (with p_ahead): when each run starts. The rules are those of schema 15's claim(), step for
--- step; see the comments there and docs/sql-api.md.
-create function leasehold.claim_batch(
-  p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[],
-  p_holder text, p_holder_key bigint, p_every boolean, p_ahead interval default null, p_starts timestamptz[] default null
+-- claim: the scheduler's claim, the one entry point for every caller (the TypeScript worker,
+-- psql, other languages). Parallel arrays, one element per request (job, the slot it claims,
+-- ttl in milliseconds, mode: 'exclusive', 'replace', 'allow' or 'queue', buffer cap for mode
+-- 'queue'); one statement for any number of jobs. Each slot is claimed at most once: a lease row
+-- whose last_slot is at or after the slot answers 'slot-taken'; a lease held by another holder
+-- answers 'held' and records one skip per (job, slot) however many callers notice it.
+-- p_every: one row per request with its reason; without it only the rows the caller must act on
+-- (claimed, buffered, a skip it recorded, or an error). p_ahead_ms (0-10000): a claim ahead of
+-- the slots: slots due within it, from free leases only, and only the claimed rows come back;
+-- p_starts (with p_ahead_ms): when each run will start (its slot plus the job's jitter), which
+-- history records as the run's start. Times are the database clock's. See docs/sql-api.md.
+create function leasehold.claim(
+  p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[],
+  p_holder text, p_holder_key bigint default null, p_every boolean default false,
+  p_ahead_ms bigint default null, p_starts timestamptz[] default null
 ) returns table (
   job            text,
   slot           timestamptz,
@@ -287,6 +275,8 @@ set random_page_cost = 1.1
 as $$
 #variable_conflict use_column
 declare
+  v_asked_ttls interval[] := array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t);
+  v_ahead interval := p_ahead_ms * interval '1 millisecond';
   v_n integer := coalesce(cardinality(p_jobs), 0);
   -- what step 1 locked, as parallel arrays (an element of a text array is found by walking
   -- the array: values are carried along, never looked up by position): each request's
@@ -326,7 +316,13 @@ declare
   v_queued boolean;
 begin
   perform leasehold.check_holder(p_holder);
-  perform leasehold.check_claim_requests(p_jobs, p_slots, p_ttls, p_modes, p_caps);
+  if p_ahead_ms is not null and (p_ahead_ms < 0 or p_ahead_ms > 10000) then
+    raise exception 'claim: ahead_ms must be between 0 and 10000 (got %)', p_ahead_ms using errcode = '22023';
+  end if;
+  if p_starts is not null and cardinality(p_starts) <> coalesce(cardinality(p_jobs), 0) then
+    raise exception 'claim: as many starts as jobs are needed (% jobs)', coalesce(cardinality(p_jobs), 0) using errcode = '22023';
+  end if;
+  perform leasehold.check_claim_requests(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps);
   if v_n = 0 then
     return;
   end if;
@@ -362,11 +358,11 @@ begin
                        and not (i.mode = 'exclusive' and i.cap = 0
                                 and exists (select 1 from leasehold.skips k where k.job = b.job and k.slot = b.slot))),
                    i.slot)) end as claim_slot
-            from unnest(p_jobs, p_slots, p_ttls, p_modes, p_caps) with ordinality as i(job, slot, ttl, mode, cap, at)
+            from unnest(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps) with ordinality as i(job, slot, ttl, mode, cap, at)
         ) w on w.job = l.name
-       where case when p_ahead is null then w.claim_slot <= now()
-                  -- ahead: due within p_ahead, from a lease that is free in the plainest sense
-                  else w.claim_slot <= now() + p_ahead and w.claim_slot = w.slot and w.mode in ('exclusive', 'replace')
+       where case when v_ahead is null then w.claim_slot <= now()
+                  -- ahead: due within v_ahead, from a lease that is free in the plainest sense
+                  else w.claim_slot <= now() + v_ahead and w.claim_slot = w.slot and w.mode in ('exclusive', 'replace')
                        and l.token is null and l.run_slot is null and (l.run_fence = l.fence or l.fence = 0) end
          and (l.last_slot is null or (w.slot > l.last_slot and w.claim_slot > l.last_slot))
          -- (a recorded skip under overlap 'skip' is final: step 3 checks it, after this lock)
@@ -444,7 +440,7 @@ begin
            run_fence = c.new_fence,
            run_holder = p_holder,
            -- claimed ahead: the run starts at its start, not at the claim
-           run_started_at = case when p_ahead is null then clock_timestamp()
+           run_started_at = case when v_ahead is null then clock_timestamp()
                                  else greatest(clock_timestamp(), coalesce(p_starts[c.at], c.claim_slot), c.claim_slot) end
       from claiming c
      where l.name = c.name and c.mode <> 'allow'
@@ -494,7 +490,7 @@ begin
            k(job, slot, token, fence, expires, previous_slot, held, mode);
 
   -- A claim ahead leaves everything else to the claim at the slot.
-  if p_ahead is not null then
+  if v_ahead is not null then
     return;
   end if;
 
@@ -568,169 +564,6 @@ begin
 end $$;
 
 
--- Md), one row per request.
-create function leasehold.claim(
-  p_claims leasehold.slot_claim[], p_holder text, p_holder_key bigint default null
-) returns table (
-  job            text,
-  slot           timestamptz,
-  claimed        boolean,
-  reason         text,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  previous_slot  timestamptz,
-  holder         text,
-  holder_fence   bigint,
-  holder_slot    timestamptz,
-  holder_since   timestamptz,
-  skip_recorded  boolean,
-  buffered       boolean,
-  database_time  timestamptz,
-  took_over      boolean
-)
-language sql volatile
-set plan_cache_mode = force_custom_plan
-set jit = off
-as $$
-  select * from leasehold.claim_batch(
-    array(select c.job from unnest(p_claims) c), array(select c.slot from unnest(p_claims) c),
-    array(select c.ttl from unnest(p_claims) c), array(select c.mode from unnest(p_claims) c),
-    array(select c.buffer_cap from unnest(p_claims) c), p_holder, p_holder_key, true);
-$$;
-
--- claim_due: claim() without the rows that need nothing from the caller (schema 9).
-create function leasehold.claim_due(
-  p_claims leasehold.slot_claim[], p_holder text, p_holder_key bigint default null
-) returns table (
-  job            text,
-  slot           timestamptz,
-  claimed        boolean,
-  reason         text,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  previous_slot  timestamptz,
-  holder         text,
-  holder_fence   bigint,
-  holder_slot    timestamptz,
-  holder_since   timestamptz,
-  skip_recorded  boolean,
-  buffered       boolean,
-  database_time  timestamptz,
-  took_over      boolean
-)
-language sql volatile
-set plan_cache_mode = force_custom_plan
-set jit = off
-as $$
-  select * from leasehold.claim_batch(
-    array(select c.job from unnest(p_claims) c), array(select c.slot from unnest(p_claims) c),
-    array(select c.ttl from unnest(p_claims) c), array(select c.mode from unnest(p_claims) c),
-    array(select c.buffer_cap from unnest(p_claims) c), p_holder, p_holder_key, false);
-$$;
-
--- claim_slots: claim() with parallel arrays, as schema 5 had it.
-create function leasehold.claim_slots(
-  p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_buffer_caps integer[],
-  p_holder text, p_holder_key bigint default null
-) returns table (
-  job            text,
-  slot           timestamptz,
-  claimed        boolean,
-  reason         text,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  previous_slot  timestamptz,
-  holder         text,
-  holder_fence   bigint,
-  holder_slot    timestamptz,
-  holder_since   timestamptz,
-  skip_recorded  boolean,
-  buffered       boolean,
-  database_time  timestamptz,
-  took_over      boolean
-)
-language sql volatile as $$
-  select * from leasehold.claim(
-    array(select row(i.job, i.slot, i.ttl, i.mode, i.cap)::leasehold.slot_claim
-            from unnest(p_jobs, p_slots, p_ttls, p_modes, p_buffer_caps) as i(job, slot, ttl, mode, cap)),
-    p_holder, p_holder_key);
-$$;
-
--- claim_tick: the worker's claim. claim_due() with plain arrays (ttls in milliseconds) and
--- every time as epoch milliseconds (double precision): the same rows, cheaper to send and to
--- parse (a tick of 10,000 jobs is 10,000 rows).
-create function leasehold.claim_tick(
-  p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_buffer_caps integer[],
-  p_holder text, p_holder_key bigint default null
-) returns table (
-  job            text,
-  slot           double precision,
-  claimed        boolean,
-  reason         text,
-  token          uuid,
-  fence          bigint,
-  expires_at     double precision,
-  previous_slot  double precision,
-  holder         text,
-  holder_fence   bigint,
-  holder_slot    double precision,
-  holder_since   double precision,
-  skip_recorded  boolean,
-  buffered       boolean,
-  database_time  double precision,
-  took_over      boolean
-)
-language sql volatile
-set plan_cache_mode = force_custom_plan
-set jit = off
-as $$
-  select c.job, (extract(epoch from c.slot) * 1000)::double precision, c.claimed, c.reason, c.token, c.fence,
-         (extract(epoch from c.expires_at) * 1000)::double precision, (extract(epoch from c.previous_slot) * 1000)::double precision,
-         c.holder, c.holder_fence, (extract(epoch from c.holder_slot) * 1000)::double precision,
-         (extract(epoch from c.holder_since) * 1000)::double precision, c.skip_recorded, c.buffered,
-         (extract(epoch from c.database_time) * 1000)::double precision, c.took_over
-    from leasehold.claim_batch(p_jobs, p_slots, array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t),
-                               p_modes, p_buffer_caps, p_holder, p_holder_key, false) c;
-$$;
-
--- claim_ahead: claim_batch() ahead of the slots; only the claimed rows, with times as epoch
--- milliseconds (docs/sql-api.md).
-create function leasehold.claim_ahead(
-  p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_buffer_caps integer[],
-  p_holder text, p_holder_key bigint, p_ahead_ms bigint, p_starts timestamptz[] default null
-) returns table (
-  job            text,
-  slot           double precision,
-  token          uuid,
-  fence          bigint,
-  expires_at     double precision,
-  previous_slot  double precision,
-  database_time  double precision
-)
-language plpgsql volatile
-set plan_cache_mode = force_custom_plan
-set jit = off
-as $$
-#variable_conflict use_column
-begin
-  if p_ahead_ms is null or p_ahead_ms < 0 or p_ahead_ms > 10000 then
-    raise exception 'claim_ahead: ahead_ms must be between 0 and 10000 (got %)', coalesce(p_ahead_ms::text, 'null') using errcode = '22023';
-  end if;
-  if p_starts is not null and cardinality(p_starts) <> coalesce(cardinality(p_jobs), 0) then
-    raise exception 'claim_ahead: as many starts as jobs are needed (% jobs)', coalesce(cardinality(p_jobs), 0) using errcode = '22023';
-  end if;
-  return query
-  select c.job, (extract(epoch from c.slot) * 1000)::double precision, c.token, c.fence,
-         (extract(epoch from c.expires_at) * 1000)::double precision, (extract(epoch from c.previous_slot) * 1000)::double precision,
-         (extract(epoch from c.database_time) * 1000)::double precision
-    from leasehold.claim_batch(p_jobs, p_slots, array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t),
-                               p_modes, p_buffer_caps, p_holder, p_holder_key, false,
-                               p_ahead_ms * interval '1 millisecond', p_starts) c;
-end $$;
-
 -- enqueue_slots: queues slots to run in order, one at a time, as soon as the lease is free
 -- (catch-up policy { all: n }). Slots at or before the last claimed one are ignored.
 create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
@@ -745,16 +578,8 @@ language sql volatile as $$
   select count(*)::integer from inserted;
 $$;
 
--- record_missed: record_missed_slots() of one job.
-create function leasehold.record_missed(p_job text, p_slots timestamptz[], p_reason text, p_holder text)
-returns integer
-language sql volatile as $$
-  select count(*)::integer
-    from leasehold.record_missed_slots(array_fill(p_job, array[coalesce(cardinality(p_slots), 0)]), p_slots, p_reason, p_holder);
-$$;
-
--- record_missed_slots: record_missed() for many jobs in one statement, one element per (job,
--- slot): after a downtime every job of a worker has missed slots, and a statement per job was
+-- record_missed_slots: records the slots of jobs that were missed (a downtime, a catch-up
+-- policy that drops them), one element per (job, slot), in one statement: after a downtime every job of a worker has missed slots, and a statement per job was
 -- 10,000 statements for 10,000 jobs. Returns the slots it recorded (not the ones that ran, were
 -- skipped, lie in a clock step's window, or were recorded already).
 create function leasehold.record_missed_slots(p_jobs text[], p_slots timestamptz[], p_reason text, p_holder text)

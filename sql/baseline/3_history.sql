@@ -86,16 +86,6 @@ begin
   return v_slot;
 end $$;
 
--- finish_run: finish_runs for one run.
-create function leasehold.finish_run(
-  p_job text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_attempts integer default 1
-) returns table (recorded boolean, released boolean, next_buffered_slot timestamptz)
-language sql volatile as $$
-  select f.recorded, f.released, f.next_buffered_slot
-    from leasehold.finish_runs(array[p_job], array[p_fence], array[p_token], array[p_outcome], array[p_error], array[p_attempts]) f;
-$$;
-
-
 -- For both kinds of run. A run in flight on its lease row gets
 -- its history row now, and the same update of the row that releases the lease forgets it
 -- (end_runs); a run with a run_log row from its start (run now, backfill, start_run, allow)
@@ -191,7 +181,7 @@ language plpgsql volatile
 set plan_cache_mode = force_custom_plan
 set jit = off
 -- the lease rows of a batch are found through the primary key, not by a scan of every lease
--- (see claim_batch)
+-- (see claim)
 set random_page_cost = 1.1
 as $$
 #variable_conflict use_column
@@ -241,11 +231,11 @@ begin
   select c.name, c.fence, c.releasing, c.ending and c.name in (select r.job from recorded r) from changed c;
 end $$;
 
--- finish_held_run: finish_run for a run started with start_run, checking the lease first. A run
+-- finish_held_run: finish_runs() of one run started with start_run, checking the lease first. A run
 -- whose lease was force-released, expired or taken over before it finished is recorded 'lost'
 -- (whatever the caller saw: a command can finish between two heartbeats without noticing),
 -- so the history never shows a success that was not exclusive. With p_release (the default) it
--- also releases the lease, as finish_run does. Returns the recorded outcome.
+-- also releases the lease, as finish_runs() does. Returns the recorded outcome.
 create function leasehold.finish_held_run(
   p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
 )
@@ -259,14 +249,15 @@ declare
   v_error text := p_error;
   f record;
 begin
-  -- the row lock keeps the lease as it is seen here until finish_run releases it
+  -- the row lock keeps the lease as it is seen here until finish_runs() releases it
   select l.token = p_token and l.fence = p_fence and l.expires_at > now() into v_held
     from leasehold.leases l where l.name = p_name for update;
   if not coalesce(v_held, false) and p_outcome in ('succeeded', 'failed') then
     v_outcome := 'lost';
     v_error := concat_ws('; ', 'the lease was no longer held when the run finished (released by force, expired or taken over)', p_error);
   end if;
-  select * into f from leasehold.finish_run(p_name, p_fence, case when p_release then p_token end, v_outcome, v_error);
+  select * into f from leasehold.finish_runs(array[p_name], array[p_fence], array[case when p_release then p_token end],
+                                             array[v_outcome], array[v_error], array[1]);
   return query select v_outcome, f.recorded, f.released;
 end $$;
 

@@ -370,7 +370,7 @@ end $$;
 -- check_claim_requests: the rules every claim's requests follow, checked in one pass (the value
 -- named in an error is looked for after): parallel arrays of one length, a known mode, a buffer
 -- cap of 0 or more, no null job or slot, ttls within acquire's bounds. Raises 22023 (LH002 for a
--- ttl); claims nothing. Used by claim_batch() and claim_ahead().
+-- ttl); claims nothing. Used by claim().
 create function leasehold.check_claim_requests(
   p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[]
 ) returns void
@@ -531,7 +531,7 @@ begin
       v_incarnation := leasehold.liveness_incarnation(p_holder_key);
     end if;
     v_fence := leasehold.fence_after(l.fence, v_epoch);
-    -- a scheduled run in flight on the row loses its lease to this one (as in claim_batch())
+    -- a scheduled run in flight on the row loses its lease to this one (as in claim())
     if v_mode <> 'allow' and l.run_slot is not null then
       perform leasehold.end_runs(array[v.job], null, array[l.run_fence], array['lost'],
                                  array['lease taken over by ' || p_holder], null);

@@ -56,7 +56,7 @@ create type leasehold.lease_renewal as (name text, token uuid, ttl interval);
 
 -- Windows (from_time, to_time] of database time that a forward step of the database clock
 -- jumped over, as the workers that noticed it measured them. Slots inside never existed in
--- real time: record_missed() does not record them, whichever worker (started before or after
+-- real time: record_missed_slots() does not record them, whichever worker (started before or after
 -- the step) asks. Kept as long as the history (prune_history) and at most 1,000 windows.
 create table leasehold.clock_steps (
   id bigint generated always as identity primary key,
@@ -333,13 +333,16 @@ $$;
 -- advisory lock on a fresh random key and returns it; pass the key to acquire. When the
 -- session ends (process killed, connection lost) the lock goes, and so does every lease
 -- recorded with that key. Keys are non-negative so lease_status can match pg_locks.
-create function leasehold.register_liveness() returns bigint
+-- p_worker: a scheduler worker's session, whose key is in the workers' range (worker_key_tag())
+-- so that its peers find it in worker_keys() to share the jobs of a tick.
+create function leasehold.register_liveness(p_worker boolean default false) returns bigint
 language plpgsql volatile as $$
 declare
   k bigint;
 begin
   loop
-    k := floor(random() * 9.2e18)::bigint;
+    k := case when p_worker then (leasehold.worker_key_tag() << 47) | floor(random() * 140737488355328)::bigint
+              else floor(random() * 9.2e18)::bigint end;
     if pg_try_advisory_lock(k) then
       return k;
     end if;
@@ -362,9 +365,9 @@ end $$;
 -- writes no WAL; INSERT ... ON CONFLICT DO UPDATE would lock the row on every losing call.
 -- SKIP LOCKED makes racing acquirers lose at once instead of queueing, and makes a lease
 -- whose holder is inside a fenced transaction (FOR KEY SHARE) report 'holder-committing'.
--- A winner that takes over a lease with a scheduled run in flight on
--- it records that run as lost, as a claim does.
--- The wait for a concurrent winner.
+-- A winner that takes over a lease with a scheduled run in flight on it records that run as
+-- lost, as a claim does. A loser that finds the row locked by a concurrent winner waits up to
+-- 50 ms for its commit, so that it can name the winner (who holds the lease, since when).
 create function leasehold.acquire(
   p_name       text,
   p_ttl        interval,
@@ -392,7 +395,7 @@ declare
   r leasehold.leases;
   candidate text;
   previous_token uuid;
-  -- a scheduled run in flight on the row (claim_batch), lost to this acquisition
+  -- a scheduled run in flight on the row (claim), lost to this acquisition
   previous_run_slot timestamptz;
   previous_run_fence bigint;
   key_share_free boolean;
@@ -775,7 +778,7 @@ begin
      where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
   end if;
   -- The slots of the window (as merged with the stored ones it overlaps: one interval) never
-  -- existed: delete what record_missed() would have refused had the window been here first.
+  -- existed: delete what record_missed_slots() would have refused had the window been here first.
   -- Bounds as values, so that the BRIN index on recorded_at reads only the rows recorded since
   -- the step began, however long the missed history is.
   select min(w.from_time), max(w.to_time) into v_from, v_to
@@ -792,15 +795,12 @@ create trigger leases_name_valid BEFORE INSERT OR UPDATE OF name ON leasehold.le
 -- leasehold schema, part 2 of 6: scheduled jobs and slot claims.
 --
 -- A job's lease row (leasehold.leases, name = job name) carries last_slot: the newest scheduled
--- occurrence anyone claimed. claim_batch() claims many jobs' slots in one call with a fixed
--- number of set-based statements, whatever the number of jobs, and records each skip once per
--- (job, slot) however many workers notice it. claim_tick() and claim_ahead() are its entry
--- points for the TypeScript worker; claim(), claim_due() and claim_slots() for other callers.
+-- occurrence anyone claimed. claim() claims many jobs' slots in one call with a fixed number
+-- of set-based statements, whatever the number of jobs, and records each skip once per
+-- (job, slot) however many workers notice it.
 
 
 create sequence leasehold.job_revisions;
-
-create type leasehold.slot_claim as (job text, slot timestamp with time zone, ttl interval, mode text, buffer_cap integer);
 
 -- Slots waiting for the running one to finish (overlap policies buffer-one and buffer-all).
 create table leasehold.buffered (
@@ -976,30 +976,15 @@ begin
   return v_changed;
 end $$;
 
--- register_worker_liveness: register_liveness() for a scheduler worker. Run once on the
--- worker's dedicated session; the key it returns is used as register_liveness()'s is.
-create function leasehold.register_worker_liveness() returns bigint
-language plpgsql volatile as $$
-declare
-  k bigint;
-begin
-  loop
-    k := (leasehold.worker_key_tag() << 47) | floor(random() * 140737488355328)::bigint;
-    if pg_try_advisory_lock(k) then
-      return k;
-    end if;
-  end loop;
-end $$;
-
 -- register_worker_handlers: called by a worker on its liveness session, right after
--- register_worker_liveness(). Only the session that holds p_key may register under it.
+-- register_liveness(true). Only the session that holds p_key may register under it.
 create function leasehold.register_worker_handlers(p_key bigint, p_holder text, p_handlers text[]) returns void
 language plpgsql volatile as $$
 begin
   perform leasehold.check_holder(p_holder);
   if not exists (select 1 from leasehold.worker_keys() k where k.key = p_key and k.pid = pg_backend_pid()) then
     raise exception 'register_worker_handlers: this session does not hold worker key %', p_key
-      using errcode = '42501', hint = 'Call it on the session that called register_worker_liveness().';
+      using errcode = '42501', hint = 'Call it on the session that called register_liveness(true).';
   end if;
   if cardinality(p_handlers) > 10000 then
     raise exception 'register_worker_handlers: at most 10000 handlers (got %)', cardinality(p_handlers) using errcode = '22023';
@@ -1039,15 +1024,21 @@ language sql stable as $$
    limit 10000;
 $$;
 
--- claim_batch: claim(), claim_due(), claim_tick() and claim_ahead() in one. Parallel arrays, one
--- element per request; p_every: one row per request with its reason (claim()), or only the rows
--- the caller must act on (claim_due()). p_ahead: a claim ahead of the slots (claim_ahead()):
--- slots due within it, from free leases only, and only the claimed rows come back; p_starts
--- (with p_ahead): when each run starts. The rules are those of schema 15's claim(), step for
--- step; see the comments there and docs/sql-api.md.
-create function leasehold.claim_batch(
-  p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[],
-  p_holder text, p_holder_key bigint, p_every boolean, p_ahead interval default null, p_starts timestamptz[] default null
+-- claim: the scheduler's claim, the one entry point for every caller (the TypeScript worker,
+-- psql, other languages). Parallel arrays, one element per request (job, the slot it claims,
+-- ttl in milliseconds, mode: 'exclusive', 'replace', 'allow' or 'queue', buffer cap for mode
+-- 'queue'); one statement for any number of jobs. Each slot is claimed at most once: a lease row
+-- whose last_slot is at or after the slot answers 'slot-taken'; a lease held by another holder
+-- answers 'held' and records one skip per (job, slot) however many callers notice it.
+-- p_every: one row per request with its reason; without it only the rows the caller must act on
+-- (claimed, buffered, a skip it recorded, or an error). p_ahead_ms (0-10000): a claim ahead of
+-- the slots: slots due within it, from free leases only, and only the claimed rows come back;
+-- p_starts (with p_ahead_ms): when each run will start (its slot plus the job's jitter), which
+-- history records as the run's start. Times are the database clock's. See docs/sql-api.md.
+create function leasehold.claim(
+  p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[],
+  p_holder text, p_holder_key bigint default null, p_every boolean default false,
+  p_ahead_ms bigint default null, p_starts timestamptz[] default null
 ) returns table (
   job            text,
   slot           timestamptz,
@@ -1078,6 +1069,8 @@ set random_page_cost = 1.1
 as $$
 #variable_conflict use_column
 declare
+  v_asked_ttls interval[] := array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t);
+  v_ahead interval := p_ahead_ms * interval '1 millisecond';
   v_n integer := coalesce(cardinality(p_jobs), 0);
   -- what step 1 locked, as parallel arrays (an element of a text array is found by walking
   -- the array: values are carried along, never looked up by position): each request's
@@ -1117,7 +1110,13 @@ declare
   v_queued boolean;
 begin
   perform leasehold.check_holder(p_holder);
-  perform leasehold.check_claim_requests(p_jobs, p_slots, p_ttls, p_modes, p_caps);
+  if p_ahead_ms is not null and (p_ahead_ms < 0 or p_ahead_ms > 10000) then
+    raise exception 'claim: ahead_ms must be between 0 and 10000 (got %)', p_ahead_ms using errcode = '22023';
+  end if;
+  if p_starts is not null and cardinality(p_starts) <> coalesce(cardinality(p_jobs), 0) then
+    raise exception 'claim: as many starts as jobs are needed (% jobs)', coalesce(cardinality(p_jobs), 0) using errcode = '22023';
+  end if;
+  perform leasehold.check_claim_requests(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps);
   if v_n = 0 then
     return;
   end if;
@@ -1153,11 +1152,11 @@ begin
                        and not (i.mode = 'exclusive' and i.cap = 0
                                 and exists (select 1 from leasehold.skips k where k.job = b.job and k.slot = b.slot))),
                    i.slot)) end as claim_slot
-            from unnest(p_jobs, p_slots, p_ttls, p_modes, p_caps) with ordinality as i(job, slot, ttl, mode, cap, at)
+            from unnest(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps) with ordinality as i(job, slot, ttl, mode, cap, at)
         ) w on w.job = l.name
-       where case when p_ahead is null then w.claim_slot <= now()
-                  -- ahead: due within p_ahead, from a lease that is free in the plainest sense
-                  else w.claim_slot <= now() + p_ahead and w.claim_slot = w.slot and w.mode in ('exclusive', 'replace')
+       where case when v_ahead is null then w.claim_slot <= now()
+                  -- ahead: due within v_ahead, from a lease that is free in the plainest sense
+                  else w.claim_slot <= now() + v_ahead and w.claim_slot = w.slot and w.mode in ('exclusive', 'replace')
                        and l.token is null and l.run_slot is null and (l.run_fence = l.fence or l.fence = 0) end
          and (l.last_slot is null or (w.slot > l.last_slot and w.claim_slot > l.last_slot))
          -- (a recorded skip under overlap 'skip' is final: step 3 checks it, after this lock)
@@ -1235,7 +1234,7 @@ begin
            run_fence = c.new_fence,
            run_holder = p_holder,
            -- claimed ahead: the run starts at its start, not at the claim
-           run_started_at = case when p_ahead is null then clock_timestamp()
+           run_started_at = case when v_ahead is null then clock_timestamp()
                                  else greatest(clock_timestamp(), coalesce(p_starts[c.at], c.claim_slot), c.claim_slot) end
       from claiming c
      where l.name = c.name and c.mode <> 'allow'
@@ -1285,7 +1284,7 @@ begin
            k(job, slot, token, fence, expires, previous_slot, held, mode);
 
   -- A claim ahead leaves everything else to the claim at the slot.
-  if p_ahead is not null then
+  if v_ahead is not null then
     return;
   end if;
 
@@ -1359,169 +1358,6 @@ begin
 end $$;
 
 
--- Md), one row per request.
-create function leasehold.claim(
-  p_claims leasehold.slot_claim[], p_holder text, p_holder_key bigint default null
-) returns table (
-  job            text,
-  slot           timestamptz,
-  claimed        boolean,
-  reason         text,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  previous_slot  timestamptz,
-  holder         text,
-  holder_fence   bigint,
-  holder_slot    timestamptz,
-  holder_since   timestamptz,
-  skip_recorded  boolean,
-  buffered       boolean,
-  database_time  timestamptz,
-  took_over      boolean
-)
-language sql volatile
-set plan_cache_mode = force_custom_plan
-set jit = off
-as $$
-  select * from leasehold.claim_batch(
-    array(select c.job from unnest(p_claims) c), array(select c.slot from unnest(p_claims) c),
-    array(select c.ttl from unnest(p_claims) c), array(select c.mode from unnest(p_claims) c),
-    array(select c.buffer_cap from unnest(p_claims) c), p_holder, p_holder_key, true);
-$$;
-
--- claim_due: claim() without the rows that need nothing from the caller (schema 9).
-create function leasehold.claim_due(
-  p_claims leasehold.slot_claim[], p_holder text, p_holder_key bigint default null
-) returns table (
-  job            text,
-  slot           timestamptz,
-  claimed        boolean,
-  reason         text,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  previous_slot  timestamptz,
-  holder         text,
-  holder_fence   bigint,
-  holder_slot    timestamptz,
-  holder_since   timestamptz,
-  skip_recorded  boolean,
-  buffered       boolean,
-  database_time  timestamptz,
-  took_over      boolean
-)
-language sql volatile
-set plan_cache_mode = force_custom_plan
-set jit = off
-as $$
-  select * from leasehold.claim_batch(
-    array(select c.job from unnest(p_claims) c), array(select c.slot from unnest(p_claims) c),
-    array(select c.ttl from unnest(p_claims) c), array(select c.mode from unnest(p_claims) c),
-    array(select c.buffer_cap from unnest(p_claims) c), p_holder, p_holder_key, false);
-$$;
-
--- claim_slots: claim() with parallel arrays, as schema 5 had it.
-create function leasehold.claim_slots(
-  p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_buffer_caps integer[],
-  p_holder text, p_holder_key bigint default null
-) returns table (
-  job            text,
-  slot           timestamptz,
-  claimed        boolean,
-  reason         text,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  previous_slot  timestamptz,
-  holder         text,
-  holder_fence   bigint,
-  holder_slot    timestamptz,
-  holder_since   timestamptz,
-  skip_recorded  boolean,
-  buffered       boolean,
-  database_time  timestamptz,
-  took_over      boolean
-)
-language sql volatile as $$
-  select * from leasehold.claim(
-    array(select row(i.job, i.slot, i.ttl, i.mode, i.cap)::leasehold.slot_claim
-            from unnest(p_jobs, p_slots, p_ttls, p_modes, p_buffer_caps) as i(job, slot, ttl, mode, cap)),
-    p_holder, p_holder_key);
-$$;
-
--- claim_tick: the worker's claim. claim_due() with plain arrays (ttls in milliseconds) and
--- every time as epoch milliseconds (double precision): the same rows, cheaper to send and to
--- parse (a tick of 10,000 jobs is 10,000 rows).
-create function leasehold.claim_tick(
-  p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_buffer_caps integer[],
-  p_holder text, p_holder_key bigint default null
-) returns table (
-  job            text,
-  slot           double precision,
-  claimed        boolean,
-  reason         text,
-  token          uuid,
-  fence          bigint,
-  expires_at     double precision,
-  previous_slot  double precision,
-  holder         text,
-  holder_fence   bigint,
-  holder_slot    double precision,
-  holder_since   double precision,
-  skip_recorded  boolean,
-  buffered       boolean,
-  database_time  double precision,
-  took_over      boolean
-)
-language sql volatile
-set plan_cache_mode = force_custom_plan
-set jit = off
-as $$
-  select c.job, (extract(epoch from c.slot) * 1000)::double precision, c.claimed, c.reason, c.token, c.fence,
-         (extract(epoch from c.expires_at) * 1000)::double precision, (extract(epoch from c.previous_slot) * 1000)::double precision,
-         c.holder, c.holder_fence, (extract(epoch from c.holder_slot) * 1000)::double precision,
-         (extract(epoch from c.holder_since) * 1000)::double precision, c.skip_recorded, c.buffered,
-         (extract(epoch from c.database_time) * 1000)::double precision, c.took_over
-    from leasehold.claim_batch(p_jobs, p_slots, array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t),
-                               p_modes, p_buffer_caps, p_holder, p_holder_key, false) c;
-$$;
-
--- claim_ahead: claim_batch() ahead of the slots; only the claimed rows, with times as epoch
--- milliseconds (docs/sql-api.md).
-create function leasehold.claim_ahead(
-  p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_buffer_caps integer[],
-  p_holder text, p_holder_key bigint, p_ahead_ms bigint, p_starts timestamptz[] default null
-) returns table (
-  job            text,
-  slot           double precision,
-  token          uuid,
-  fence          bigint,
-  expires_at     double precision,
-  previous_slot  double precision,
-  database_time  double precision
-)
-language plpgsql volatile
-set plan_cache_mode = force_custom_plan
-set jit = off
-as $$
-#variable_conflict use_column
-begin
-  if p_ahead_ms is null or p_ahead_ms < 0 or p_ahead_ms > 10000 then
-    raise exception 'claim_ahead: ahead_ms must be between 0 and 10000 (got %)', coalesce(p_ahead_ms::text, 'null') using errcode = '22023';
-  end if;
-  if p_starts is not null and cardinality(p_starts) <> coalesce(cardinality(p_jobs), 0) then
-    raise exception 'claim_ahead: as many starts as jobs are needed (% jobs)', coalesce(cardinality(p_jobs), 0) using errcode = '22023';
-  end if;
-  return query
-  select c.job, (extract(epoch from c.slot) * 1000)::double precision, c.token, c.fence,
-         (extract(epoch from c.expires_at) * 1000)::double precision, (extract(epoch from c.previous_slot) * 1000)::double precision,
-         (extract(epoch from c.database_time) * 1000)::double precision
-    from leasehold.claim_batch(p_jobs, p_slots, array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t),
-                               p_modes, p_buffer_caps, p_holder, p_holder_key, false,
-                               p_ahead_ms * interval '1 millisecond', p_starts) c;
-end $$;
-
 -- enqueue_slots: queues slots to run in order, one at a time, as soon as the lease is free
 -- (catch-up policy { all: n }). Slots at or before the last claimed one are ignored.
 create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
@@ -1536,16 +1372,8 @@ language sql volatile as $$
   select count(*)::integer from inserted;
 $$;
 
--- record_missed: record_missed_slots() of one job.
-create function leasehold.record_missed(p_job text, p_slots timestamptz[], p_reason text, p_holder text)
-returns integer
-language sql volatile as $$
-  select count(*)::integer
-    from leasehold.record_missed_slots(array_fill(p_job, array[coalesce(cardinality(p_slots), 0)]), p_slots, p_reason, p_holder);
-$$;
-
--- record_missed_slots: record_missed() for many jobs in one statement, one element per (job,
--- slot): after a downtime every job of a worker has missed slots, and a statement per job was
+-- record_missed_slots: records the slots of jobs that were missed (a downtime, a catch-up
+-- policy that drops them), one element per (job, slot), in one statement: after a downtime every job of a worker has missed slots, and a statement per job was
 -- 10,000 statements for 10,000 jobs. Returns the slots it recorded (not the ones that ran, were
 -- skipped, lie in a clock step's window, or were recorded already).
 create function leasehold.record_missed_slots(p_jobs text[], p_slots timestamptz[], p_reason text, p_holder text)
@@ -1666,16 +1494,6 @@ begin
   return v_slot;
 end $$;
 
--- finish_run: finish_runs for one run.
-create function leasehold.finish_run(
-  p_job text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_attempts integer default 1
-) returns table (recorded boolean, released boolean, next_buffered_slot timestamptz)
-language sql volatile as $$
-  select f.recorded, f.released, f.next_buffered_slot
-    from leasehold.finish_runs(array[p_job], array[p_fence], array[p_token], array[p_outcome], array[p_error], array[p_attempts]) f;
-$$;
-
-
 -- For both kinds of run. A run in flight on its lease row gets
 -- its history row now, and the same update of the row that releases the lease forgets it
 -- (end_runs); a run with a run_log row from its start (run now, backfill, start_run, allow)
@@ -1771,7 +1589,7 @@ language plpgsql volatile
 set plan_cache_mode = force_custom_plan
 set jit = off
 -- the lease rows of a batch are found through the primary key, not by a scan of every lease
--- (see claim_batch)
+-- (see claim)
 set random_page_cost = 1.1
 as $$
 #variable_conflict use_column
@@ -1821,11 +1639,11 @@ begin
   select c.name, c.fence, c.releasing, c.ending and c.name in (select r.job from recorded r) from changed c;
 end $$;
 
--- finish_held_run: finish_run for a run started with start_run, checking the lease first. A run
+-- finish_held_run: finish_runs() of one run started with start_run, checking the lease first. A run
 -- whose lease was force-released, expired or taken over before it finished is recorded 'lost'
 -- (whatever the caller saw: a command can finish between two heartbeats without noticing),
 -- so the history never shows a success that was not exclusive. With p_release (the default) it
--- also releases the lease, as finish_run does. Returns the recorded outcome.
+-- also releases the lease, as finish_runs() does. Returns the recorded outcome.
 create function leasehold.finish_held_run(
   p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
 )
@@ -1839,14 +1657,15 @@ declare
   v_error text := p_error;
   f record;
 begin
-  -- the row lock keeps the lease as it is seen here until finish_run releases it
+  -- the row lock keeps the lease as it is seen here until finish_runs() releases it
   select l.token = p_token and l.fence = p_fence and l.expires_at > now() into v_held
     from leasehold.leases l where l.name = p_name for update;
   if not coalesce(v_held, false) and p_outcome in ('succeeded', 'failed') then
     v_outcome := 'lost';
     v_error := concat_ws('; ', 'the lease was no longer held when the run finished (released by force, expired or taken over)', p_error);
   end if;
-  select * into f from leasehold.finish_run(p_name, p_fence, case when p_release then p_token end, v_outcome, v_error);
+  select * into f from leasehold.finish_runs(array[p_name], array[p_fence], array[case when p_release then p_token end],
+                                             array[v_outcome], array[v_error], array[1]);
   return query select v_outcome, f.recorded, f.released;
 end $$;
 
@@ -2365,7 +2184,7 @@ end $$;
 -- check_claim_requests: the rules every claim's requests follow, checked in one pass (the value
 -- named in an error is looked for after): parallel arrays of one length, a known mode, a buffer
 -- cap of 0 or more, no null job or slot, ttls within acquire's bounds. Raises 22023 (LH002 for a
--- ttl); claims nothing. Used by claim_batch() and claim_ahead().
+-- ttl); claims nothing. Used by claim().
 create function leasehold.check_claim_requests(
   p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[]
 ) returns void
@@ -2526,7 +2345,7 @@ begin
       v_incarnation := leasehold.liveness_incarnation(p_holder_key);
     end if;
     v_fence := leasehold.fence_after(l.fence, v_epoch);
-    -- a scheduled run in flight on the row loses its lease to this one (as in claim_batch())
+    -- a scheduled run in flight on the row loses its lease to this one (as in claim())
     if v_mode <> 'allow' and l.run_slot is not null then
       perform leasehold.end_runs(array[v.job], null, array[l.run_fence], array['lost'],
                                  array['lease taken over by ' || p_holder], null);
@@ -3174,26 +2993,19 @@ insert into leasehold.access (object, level) values
   ('acquire', 'client'),
   ('assert_lease', 'client'),
   ('claim', 'client'),
-  ('claim_ahead', 'client'),
-  ('claim_due', 'client'),
   ('claim_requests', 'client'),
-  ('claim_slots', 'client'),
-  ('claim_tick', 'client'),
   ('define_schedule', 'client'),
   ('enqueue_slots', 'client'),
   ('finish_held_run', 'client'),
-  ('finish_run', 'client'),
   ('finish_runs', 'client'),
   ('holds_lease', 'client'),
   ('record_clock_step', 'client'),
-  ('record_missed', 'client'),
   ('record_missed_slots', 'client'),
   ('record_skip', 'client'),
   ('register_external_job', 'client'),
   ('register_jobs', 'client'),
   ('register_liveness', 'client'),
   ('register_worker_handlers', 'client'),
-  ('register_worker_liveness', 'client'),
   ('release', 'client'),
   ('remove_schedule', 'client'),
   ('renew', 'client'),
@@ -3201,7 +3013,6 @@ insert into leasehold.access (object, level) values
   ('schedule_changes', 'client'),
   ('schedule_snapshot', 'client'),
   ('set_job_timeouts', 'client'),
-  ('slot_claim', 'client'),
   ('start_run', 'client'),
   ('force_release', 'operator'),
   ('pause_job', 'operator'),
@@ -3214,7 +3025,6 @@ insert into leasehold.access (object, level) values
   ('check_claim_requests', 'owner'),
   ('check_lease_name', 'owner'),
   ('check_schedule_field', 'owner'),
-  ('claim_batch', 'owner'),
   ('confirm', 'owner'),
   ('confirm_leases', 'owner'),
   ('count_runs_deleted', 'owner'),
@@ -3245,15 +3055,15 @@ insert into leasehold.access (object, level) values
   ('worker_key_tag', 'owner'),
   ('actions', 'reader'),
   ('breaking_since', 'reader'),
-  ('check_characters', 'reader'),
-  ('check_holder', 'reader'),
-  ('check_name', 'reader'),
-  ('check_ttl', 'reader'),
+  ('check_characters', 'owner'),
+  ('check_holder', 'owner'),
+  ('check_name', 'owner'),
+  ('check_ttl', 'owner'),
   ('clock_steps', 'reader'),
-  ('epoch', 'reader'),
+  ('epoch', 'owner'),
   ('fleet_status', 'reader'),
   ('fleet_summary', 'reader'),
-  ('holder_gone', 'reader'),
+  ('holder_gone', 'owner'),
   ('incarnation', 'reader'),
   ('job_status', 'reader'),
   ('jobs', 'reader'),
@@ -3265,7 +3075,7 @@ insert into leasehold.access (object, level) values
   ('run_counts', 'reader'),
   ('run_history', 'reader'),
   ('run_log', 'reader'),
-  ('run_outcomes', 'reader'),
+  ('run_outcomes', 'owner'),
   ('run_request_status', 'reader'),
   ('run_requests', 'reader'),
   ('runs', 'reader'),
@@ -3275,7 +3085,7 @@ insert into leasehold.access (object, level) values
   ('unhandled_schedules', 'reader'),
   ('worker_keys', 'reader');
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'bdb566faca0df93e24e7e548bca3e7315d43c6e99dc2b687038be553d204ab3c');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '43ebc723106252fe3fbd173b3f82966b9dcd332f082809829a462605ed6c8c0f');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

@@ -1,6 +1,6 @@
 // The liveness session: one dedicated connection per client process that holds a
 // session-level advisory lock on a random key (leasehold.register_liveness(), or for a
-// scheduler worker register_worker_liveness(): a key its peers find in worker_keys()). Leases record
+// scheduler worker register_liveness(true): a key its peers find in worker_keys()). Leases record
 // the key; when this process dies its connection closes, the lock goes, and acquire() treats
 // the lease as free at once instead of after the TTL.
 //
@@ -85,7 +85,7 @@ export class LivenessSession {
         settings.queryTimeoutMs,
       );
       const { rows } = await client.query<{ key: string }>(
-        settings.worker ? 'select leasehold.register_worker_liveness()::text as key' : 'select leasehold.register_liveness()::text as key',
+        settings.worker ? 'select leasehold.register_liveness(true)::text as key' : 'select leasehold.register_liveness()::text as key',
       );
       const key = rows[0]?.key;
       if (!key) throw new Error('register_liveness returned no key');

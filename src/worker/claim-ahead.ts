@@ -1,5 +1,5 @@
 // Claiming ahead: a worker whose claims take long claims its share of a tick a little before
-// the slot (leasehold.claim_ahead) and starts each run at its slot, so that the time the claim
+// the slot (leasehold.claim with ahead_ms) and starts each run at its slot, so that the time the claim
 // and the run's setup take is not added to the run's start. See docs/scheduler.md "Claim ahead".
 //
 // LeadPolicy says how far ahead: a fixed lead (the claimAhead option), or 'auto': none while

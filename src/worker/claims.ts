@@ -89,10 +89,9 @@ export class SchedulerStore {
   }
 
   /**
-   * One statement for any number of jobs. The worker's tick uses leasehold.claim_tick(): only
-   * the rows it must act on come back, with times as epoch milliseconds (numbers to parse, not
-   * timestamps). `every`: one row per request with its reason (leasehold.claim), for callers
-   * that report each outcome.
+   * One statement for any number of jobs (leasehold.claim). The worker's tick asks for the rows
+   * it must act on only, with times as epoch milliseconds (numbers to parse, not timestamps).
+   * `every`: one row per request with its reason, for callers that report each outcome.
    */
   async claim(requests: readonly ClaimRequest[], holder: string, holderKey: string | null, every = false): Promise<ClaimRow[]> {
     const { names, slots, ttls, modes, caps } = requestArrays(requests);
@@ -102,31 +101,26 @@ export class SchedulerStore {
     const timeoutMs = batchTimeout(this.runtime.queryTimeoutMs, requests.length);
     if (every) {
       const { rows } = await this.query<ClaimRow & Record<string, unknown>>(
-        // pg has no encoder for composite values: the composite array is built on the server
-        `select * from leasehold.claim(
-           array(select row(i.job, i.slot, i.ttl_ms * interval '1 millisecond', i.mode, i.cap)::leasehold.slot_claim
-                   from unnest($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[]) as i(job, slot, ttl_ms, mode, cap)),
-           $6, $7::bigint)`,
+        'select * from leasehold.claim($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[], $6, $7::bigint, true)',
         values,
         timeoutMs,
       );
       return rows;
     }
-    const rows = await this.arrayQuery(`select ${TICK_COLUMNS} from leasehold.claim_tick($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[], $6, $7::bigint)`, values, timeoutMs);
+    const rows = await this.arrayQuery(`select ${TICK_COLUMNS} from leasehold.claim($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[], $6, $7::bigint)`, values, timeoutMs);
     return tickRows(rows, requests);
   }
 
   /**
    * Claims, ahead of their slots, the requests whose slot is due within `aheadMs` and whose
-   * lease is free (leasehold.claim_ahead); `starts`: when each run will start (its slot plus the
+   * lease is free (leasehold.claim with ahead_ms); `starts`: when each run will start (its slot plus the
    * job's jitter). Returns the claimed rows only; the others are claimed at their slots.
    */
   async claimAhead(requests: readonly ClaimRequest[], starts: readonly Date[], holder: string, holderKey: string | null, aheadMs: number): Promise<ClaimRow[]> {
     const { names, slots, ttls, modes, caps } = requestArrays(requests);
-    // claimed rows only: as claim_tick's claimed rows, so that tickRows() reads them
+    // only claimed rows come back from a claim ahead
     const rows = await this.arrayQuery(
-      `select job, slot, true, 'claimed', token, fence, expires_at, previous_slot, $6::text, null::bigint, null::float8, null::float8, false, false, database_time, false
-         from leasehold.claim_ahead($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[], $6, $7::bigint, $8::bigint, $9::timestamptz[])`,
+      `select ${TICK_COLUMNS} from leasehold.claim($1::text[], $2::timestamptz[], $3::bigint[], $4::text[], $5::integer[], $6, $7::bigint, false, $8::bigint, $9::timestamptz[])`,
       [textArrayLiteral(names), timestampArrayLiteral(slots), numberArrayLiteral(ttls), textArrayLiteral(modes), numberArrayLiteral(caps), holder, holderKey, Math.ceil(aheadMs), timestampArrayLiteral(starts)],
       batchTimeout(this.runtime.queryTimeoutMs, requests.length),
     );
@@ -142,7 +136,7 @@ export class SchedulerStore {
     attempts: number,
   ): Promise<{ recorded: boolean; released: boolean; nextBufferedSlot: Date | null }> {
     const { rows } = await this.query<{ recorded: boolean; released: boolean; next_buffered_slot: Date | null }>(
-      'select * from leasehold.finish_run($1, $2, $3, $4, $5, $6)',
+      'select recorded, released, next_buffered_slot from leasehold.finish_runs(array[$1], array[$2::bigint], array[$3::uuid], array[$4], array[$5], array[$6::integer])',
       [job, fence, token, outcome, error, attempts],
     );
     const row = rows[0];
@@ -208,7 +202,10 @@ export class SchedulerStore {
 
   async recordMissed(job: string, slots: Date[], reason: string, holder: string): Promise<number> {
     if (slots.length === 0) return 0;
-    const { rows } = await this.query<{ n: number }>('select leasehold.record_missed($1, $2, $3, $4) as n', [job, slots, reason, holder]);
+    const { rows } = await this.query<{ n: number }>(
+      'select count(*)::int as n from leasehold.record_missed_slots(array_fill($1::text, array[cardinality($2::timestamptz[])]), $2, $3, $4)',
+      [job, slots, reason, holder],
+    );
     return rows[0]?.n ?? 0;
   }
 
@@ -265,16 +262,18 @@ function requestArrays(requests: readonly ClaimRequest[]): { names: string[]; sl
   return { names, slots, ttls, modes, caps };
 }
 
-/**
- * claim_tick()'s columns, in the order tickRows() reads them; its times are epoch milliseconds
- * (numbers to parse, not timestamps).
- */
-const TICK_COLUMNS =
-  'job, slot, claimed, reason, token, fence, expires_at, previous_slot, holder, holder_fence, holder_slot, holder_since, skip_recorded, buffered, database_time, took_over';
+// A time of claim()'s rows as epoch milliseconds: a number to parse, not a timestamp (a tick of
+// 10,000 jobs is 10,000 rows).
+const ms = (column: string): string => `(extract(epoch from ${column}) * 1000)::float8`;
+
+/** claim()'s columns, in the order tickRows() reads them, times as epoch milliseconds. */
+const TICK_COLUMNS = [
+  'job', ms('slot'), 'claimed', 'reason', 'token', 'fence', ms('expires_at'), ms('previous_slot'), 'holder', 'holder_fence',
+  ms('holder_slot'), ms('holder_since'), 'skip_recorded', 'buffered', ms('database_time'), 'took_over',
+].join(', ');
 
 /**
- * ClaimRows from claim_tick()'s rows (arrays of TICK_COLUMNS; claim_ahead()'s are selected in
- * that shape): a claimed slot that is the one asked for reuses the request's Date (jobs due at
+ * ClaimRows from claim()'s rows (arrays of TICK_COLUMNS): a claimed slot that is the one asked for reuses the request's Date (jobs due at
  * one instant share it), and rows with the same database time, or the same expiry (one
  * statement's now() plus the same ttl), share one Date.
  */
@@ -313,7 +312,7 @@ function tickRows(rows: unknown[][], requests: readonly ClaimRequest[]): ClaimRo
   return out;
 }
 
-/** A row of claim_tick(), as an array of TICK_COLUMNS: a ClaimRow's values with times as epoch milliseconds. */
+/** A row of claim(), as an array of TICK_COLUMNS: a ClaimRow's values with times as epoch milliseconds. */
 type TickRow = [
   job: string,
   slot: number,

@@ -1,6 +1,6 @@
 // The worker's claim loop: one timer per worker (not one per job). It sleeps until the earliest
 // due slot on the database-corrected clock (at most 30 s at a time, then recomputes), claims
-// the jobs due at that moment with leasehold.claim_due(): its own hash share in one statement,
+// the jobs due at that moment with leasehold.claim(): its own hash share in one statement,
 // the rest in a second one shortly after (shares.ts), and starts the runs it won.
 // Any number of workers may run the same jobs: the database decides which worker runs each
 // slot, and each slot runs at most once.
@@ -57,7 +57,7 @@ export interface EngineParts {
   claimAhead: ClaimAheadSetting;
 }
 
-/** Sent to claim_ahead() beyond the lead: the database's clock and this worker's estimate of it differ a little. */
+/** Sent to claim() beyond the lead: the database's clock and this worker's estimate of it differ a little. */
 const AHEAD_SLACK_MS = 250;
 const MAX_AHEAD_MS = 10_000;
 
@@ -217,7 +217,7 @@ export class ClaimEngine {
   }
 
   /**
-   * Claims `requests` ahead of their slots (claim_ahead); each claimed run starts at its start.
+   * Claims `requests` ahead of their slots (claim with ahead_ms); each claimed run starts at its start.
    * What is not claimed is claimed at its slot. Resolves to the number of runs prepared.
    */
   private claimAhead(requests: ClaimRequest[], starts: Date[], leadMs: number, dueJobs: number): Promise<number> {
