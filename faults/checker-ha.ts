@@ -1,4 +1,4 @@
-// The checker's properties for the replicated tier (docs/faults.md):
+// The checker's properties for the replicated tier (faults/README.md):
 // (g) failover: per job, every acknowledged grant has a fence of its own (no fence value is
 //     acknowledged twice, whatever the replication mode lost), and a grant acknowledged after a
 //     failover has a fence above every grant acknowledged before it; right after a failover, no

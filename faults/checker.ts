@@ -8,7 +8,7 @@
 // the same lease row, and those locks conflict, so for one job, ord order is the order in
 // which grants and writes were serialized — whatever any clock says.
 //
-// Properties (docs/faults.md has the long form):
+// Properties (faults/README.md has the long form):
 // (a) fence safety: per job, accepted writes in ord order have non-decreasing fences; no
 //     accepted write of fence f comes after (in ord) the grant of a fence > f; grants have
 //     strictly increasing fences; the unlocked read-modify-write counter equals the number of

@@ -1,7 +1,7 @@
 // A loopback TCP fault proxy: each worker connects to PostgreSQL through its own listener,
 // so the nemesis can cut one worker off while the others carry on.
 //
-// Modes (measured on these machines; see docs/faults.md):
+// Modes (measured on these machines; see faults/README.md):
 // - pass: bytes flow both ways.
 // - blackhole: stop reading both sockets of every connection (new ones too). Bytes wait in
 //   kernel buffers, as in a partition that later heals; nothing is lost or reordered, so the

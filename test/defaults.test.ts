@@ -1,5 +1,6 @@
 // The defaults-and-limits tables are the one source of every default: the JSDoc `@default` on
-// the public option types must state the table's value, and the CLI's --help must show it.
+// the public option types must state the table's value, the CLI's --help must show it, and
+// docs/options.md is generated from them (test/options-reference.test.ts).
 import { readFileSync } from 'node:fs';
 import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
@@ -160,42 +161,11 @@ describe('the JSDoc @default of every public option states its table value', () 
   });
 });
 
-/** The default column of the docs' option tables: `| \`option\` | default | meaning |` rows, by option. */
-function documentedInMarkdown(file: string): Map<string, string[]> {
-  const text = readFileSync(new URL(`../${file}`, import.meta.url), 'utf8');
-  const rows = new Map<string, string[]>();
-  for (const match of text.matchAll(/^\| `([A-Za-z.]+)` \| ([^|]+) \|[^\n]*\|$/gm)) {
-    const [, option, cell] = match as unknown as [string, string, string];
-    rows.set(option, [...(rows.get(option) ?? []), cell.trim()]);
-  }
-  return rows;
-}
-
 /** `'30s'`, `true`, 10 or `127.0.0.1` as the bare value. */
 const bare = (cell: string) => cell.replace(/`/g, '').replace(/^'(.*)'$/, '$1');
 
-describe('the docs’ option tables state the same defaults', () => {
-  const pages: Array<{ file: string; types: string[] }> = [
-    { file: 'README.md', types: ['LeaseholdOptions'] },
-    { file: 'docs/scheduler.md', types: ['JobOptions', 'WorkerOptions'] },
-    { file: 'docs/dashboard.md', types: ['DashboardOptions'] },
-  ];
-  for (const { file, types } of pages) {
-    it(file, () => {
-      const rows = documentedInMarkdown(file);
-      const wrong: string[] = [];
-      for (const { type, defaults } of TABLES.filter((t) => types.includes(t.type))) {
-        for (const [option, value] of Object.entries(defaults)) {
-          if (option.includes('.')) continue; // nested options are described in prose
-          const cells = rows.get(option);
-          if (!cells) wrong.push(`${file}: no row for ${type}.${option}`);
-          for (const cell of cells ?? []) if (bare(cell) !== String(value)) wrong.push(`${file}: ${type}.${option} is ${cell}, the table says ${written(value)}`);
-        }
-      }
-      expect(wrong).toEqual([]);
-    });
-  }
-});
+// The docs' option reference (docs/options.md) is generated from these tables:
+// test/options-reference.test.ts checks it.
 
 /** A subcommand's --help, as `leasehold ... --help` prints it. */
 function help(...path: string[]): string {

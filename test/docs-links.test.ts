@@ -11,6 +11,7 @@ const PAGES = [
   'README.md',
   'CONTRIBUTING.md',
   'bench/RESULTS.md',
+  'faults/README.md',
   ...readdirSync(join(ROOT, 'docs'))
     .filter((page) => page.endsWith('.md'))
     .map((page) => `docs/${page}`),

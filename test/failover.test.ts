@@ -1,6 +1,6 @@
 // Failover on real servers: a primary and a streaming standby built from PostgreSQL binaries,
 // client processes behind one address, the primary killed or frozen, the standby promoted and
-// the address switched. See docs/faults.md ("Failover") for what is checked and why.
+// the address switched. See docs/high-availability.md ("How it is tested on real servers") for what is checked and why.
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, inject, it } from 'vitest';
 import { createLeasehold } from '../src/index.js';

@@ -1,4 +1,4 @@
-// The fault suite's replicated tier (docs/faults.md): the suite's workers on a primary with a
+// The fault suite's replicated tier (faults/README.md): the suite's workers on a primary with a
 // streaming standby of their own, under failovers (primary killed or frozen, standby promoted,
 // the workers' address moved, a fresh standby built for the next one), database clock steps
 // (both servers under libfaketime: +N minutes and -30 s) and worker kills; then the checker,

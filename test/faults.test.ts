@@ -1,4 +1,4 @@
-// The fault suite's CI tier (docs/faults.md): worker processes under a seeded nemesis (SIGKILL,
+// The fault suite's CI tier (faults/README.md): worker processes under a seeded nemesis (SIGKILL,
 // SIGSTOP past the TTL, pg_terminate_backend, database restarts, proxy blackhole and drop, a
 // clock skewed by minutes), then the checker over histories and the database. And the checker's
 // own test: the same machinery against deliberately broken builds must find violations.

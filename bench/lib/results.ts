@@ -1,12 +1,13 @@
 // One benchmark run's record: what it measured (the JSON written to bench/results/, local and
 // ignored by git) and where it goes. A run of every part also rewrites bench/RESULTS.md, the
 // committed page that ships in the package.
-import { mkdir, writeFile } from 'node:fs/promises';
+import { mkdir, readFile, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { BENCH_PARTS, type BenchPart } from './config.js';
 import type { CellResult, ContestedComparison } from './contested.js';
 import type { MachineInfo } from './machine.js';
 import type { PatternInfo } from './pattern.js';
+import { withHistory } from './history.js';
 import { renderMarkdownPage } from './report.js';
 import type { HeartbeatResults } from './heartbeats.js';
 import type { ReadsResults } from './reads.js';
@@ -75,7 +76,7 @@ const RESULTS_DIR = fileURLToPath(new URL('../results/', import.meta.url));
 
 /**
  * Writes bench/results/<parts>-<date>.json; a run of every part also writes
- * bench/results/latest.json and bench/RESULTS.md. Returns the files written.
+ * bench/results/latest.json and bench/RESULTS.md (keeping its hand-written history). Returns the files written.
  */
 export async function writeResults(results: BenchResults): Promise<string[]> {
   await mkdir(RESULTS_DIR, { recursive: true });
@@ -86,7 +87,8 @@ export async function writeResults(results: BenchResults): Promise<string[]> {
   await writeFile(`${RESULTS_DIR}${jsonName}`, json);
   if (complete) {
     await writeFile(`${RESULTS_DIR}latest.json`, json);
-    await writeFile(`${BENCH_DIR}RESULTS.md`, renderMarkdownPage(results, jsonName));
+    const previous = await readFile(`${BENCH_DIR}RESULTS.md`, 'utf8').catch(() => undefined);
+    await writeFile(`${BENCH_DIR}RESULTS.md`, withHistory(renderMarkdownPage(results, jsonName), previous));
     written.push(`${RESULTS_DIR}latest.json`, `${BENCH_DIR}RESULTS.md`);
   }
   return written;

@@ -33,11 +33,11 @@ export interface ScheduleOptions {
   payload?: unknown;
   /** Lease TTL. @default '30s' */
   ttl?: Duration | undefined;
-  /** @default 'skip' */
+  /** As the job option `overlap`. @default 'skip' */
   overlap?: OverlapPolicy | undefined;
-  /** @default 10 */
+  /** Most slots `buffer-all` keeps waiting. @default 10 */
   bufferLimit?: number | undefined;
-  /** @default 'latest' */
+  /** As the job option `catchUp`. @default 'latest' */
   catchUp?: CatchUpPolicy | undefined;
   /** How late a slot may start and still run. @default the schedule's interval, at most 1h */
   startingDeadline?: Duration | undefined;

@@ -37,12 +37,13 @@ export interface MetricsSource {
 }
 
 export interface DashboardOptions {
+  /** A pool on the database with the `leasehold` schema; its role needs the `reader` grant. */
   pool: pg.Pool;
-  /** TCP port; 0 picks a free port. @default 8080 */
+  /** TCP port; 0 picks a free port (`dashboard.port` tells which). @default 8080 */
   port?: number | undefined;
   /** Interface to bind. @default '127.0.0.1' (this machine only) */
   host?: string | undefined;
-  /** Served at /metrics when given. */
+  /** Served at /metrics when given: a prom-client Registry or createMetrics()'s result. */
   metricsRegistry?: MetricsSource | undefined;
   /** How often the page refreshes itself: milliseconds or a string such as '5s' (250 ms to 1 h). @default '5s' */
   refresh?: Duration | undefined;

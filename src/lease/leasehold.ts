@@ -37,15 +37,20 @@ export interface LeaseholdOptions extends ConnectionOptions {
    * @default true
    */
   liveness?: boolean | { connectionString: string } | undefined;
-  /** Apply pending migrations on connect (under an advisory lock). With false, a schema that is not exactly current is an error. @default true */
+  /**
+   * Apply pending migrations on connect (under an advisory lock); a current schema is only read,
+   * so a role without CREATE starts. With false, an older schema is a SchemaVersionError. A newer
+   * schema is accepted either way unless a newer migration is breaking.
+   * @default true
+   */
   migrate?: boolean | undefined;
-  /** Timeout for every library statement. Keep it well under your TTLs. @default '5s' */
+  /** Timeout for every library statement (renewals use at most ttl/3, acquire at most the TTL). Keep it well under your TTLs. @default '5s' */
   queryTimeout?: Duration | undefined;
   /** Timeout for opening a connection. @default '5s' */
   connectTimeout?: Duration | undefined;
   /** Connections for fenced transactions when the library creates the pool. @default 10 */
   poolSize?: number | undefined;
-  /** pino-compatible logger. @default JSON lines on stderr, warnings and errors only */
+  /** pino-compatible logger; `LEASEHOLD_LOG_LEVEL` sets the default logger's level. @default JSON lines on stderr, warnings and errors only */
   logger?: Logger | undefined;
 }
 

@@ -23,7 +23,7 @@ export interface AcquireOptions {
   slot?: Date | undefined;
   /** Renew automatically every `heartbeatInterval` (together with the client's other kept leases: one statement per beat) until released or lost. @default false */
   heartbeat?: boolean | undefined;
-  /** @default ttl / 3 */
+  /** How often the heartbeat renews the lease. @default ttl / 3 */
   heartbeatInterval?: Duration | undefined;
 }
 

@@ -17,11 +17,11 @@ import { LEASEHOLD_CLIENT } from './tokens.js';
 export interface LeaseholdModuleOptions extends Omit<LeaseholdOptions, 'logger'> {
   /** A Nest LoggerService or a pino-shaped logger. @default new Logger('Leasehold') */
   logger?: Logger | LoggerService | undefined;
-  /** How long shutdown waits for running @Leased() and @LeaseholdJob() methods after aborting them. @default '30s' */
+  /** How long shutdown waits for running `@Leased()` and `@LeaseholdJob()` methods after aborting them. @default '30s' */
   shutdownGrace?: Duration | undefined;
-  /** Run history kept by the @LeaseholdJob() worker. @default '30d' */
+  /** Run history kept by the `@LeaseholdJob()` worker. @default '30d' */
   historyRetention?: Duration | undefined;
-  /** How often the @LeaseholdJob() worker measures the database clock again. @default '5m' */
+  /** How often the `@LeaseholdJob()` worker measures the database clock again. @default '5m' */
   clockSyncInterval?: Duration | undefined;
 }
 

@@ -77,11 +77,11 @@ export interface JobOptions {
   every?: Duration | undefined;
   /** Lease TTL, renewed every ttl/3 while the handler runs. @default '30s' */
   ttl?: Duration | undefined;
-  /** @default 'skip' */
+  /** What a slot does while the previous run holds the lease: 'skip', 'buffer-one', 'buffer-all', 'replace' or 'allow' (docs/scheduler.md, "Overlap policies"). @default 'skip' */
   overlap?: OverlapPolicy | undefined;
   /** Most slots `buffer-all` keeps waiting. @default 10 */
   bufferLimit?: number | undefined;
-  /** @default 'latest' */
+  /** Which missed slots run after every worker was down: 'latest', 'none' or { all: n } (docs/scheduler.md, "Catch-up after downtime"). @default 'latest' */
   catchUp?: CatchUpPolicy | undefined;
   /** How late a slot may start and still run (catch-up, slow timers). @default the schedule's interval, at most 1h */
   startingDeadline?: Duration | undefined;
@@ -106,6 +106,7 @@ export interface JobOptions {
    * "Timeouts". @default none
    */
   timeout?: Duration | undefined;
+  /** The job's work: `async (ctx) => …`, with the run's signal, slot, fence, idempotency key and fenced transaction. */
   handler: (context: JobContext) => Promise<unknown>;
 }
 

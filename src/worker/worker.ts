@@ -34,11 +34,11 @@ export interface WorkerOptions extends Omit<LeaseholdOptions, 'logger'> {
   handlers?: Readonly<Record<string, DataJobHandler>> | undefined;
   /** How often a worker with `handlers` asks for changed schedules (and every worker for paused jobs). @default '1s' */
   scheduleRefresh?: Duration | undefined;
-  /** How long stop() (or SIGTERM/SIGINT) waits for running handlers after aborting them. @default '30s' */
+  /** How long stop() (or SIGTERM/SIGINT) waits for running handlers after aborting them; those still running are then recorded `aborted`. @default '30s' */
   shutdownGrace?: Duration | undefined;
-  /** Stop on SIGTERM and SIGINT (a second signal exits at once). @default true */
+  /** Stop on SIGTERM and SIGINT (a second signal exits at once, with code 143 or 130). @default true */
   handleSignals?: boolean | undefined;
-  /** Keep run, skip and missed-slot history this long. @default '30d' */
+  /** Keep run, skip and missed-slot history this long: older rows are deleted hourly, by one worker at a time (it needs the `operator` grant). @default '30d' */
   historyRetention?: Duration | undefined;
   /** How often the clock offset to the database is measured again. @default '5m' */
   clockSyncInterval?: Duration | undefined;
@@ -50,6 +50,7 @@ export interface WorkerOptions extends Omit<LeaseholdOptions, 'logger'> {
    * @default 'auto'
    */
   claimAhead?: Duration | 'auto' | undefined;
+  /** pino-compatible logger; `LEASEHOLD_LOG_LEVEL` sets the default logger's level. @default JSON lines on stderr, warnings and errors only */
   logger?: Logger | undefined;
 }
 
