@@ -206,11 +206,18 @@ begin
   return v_base;
 end $$;
 
--- incarnation: one run of one server. A restart changes the start time, a promotion the
+-- server_incarnation: one run of one server. A restart changes the start time, a promotion the
 -- timeline; session advisory locks do not survive either.
-create function leasehold.incarnation() returns text
+create function leasehold.server_incarnation() returns text
 language sql volatile as $$
   select leasehold.epoch() || '@' || to_char(pg_postmaster_start_time() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US');
+$$;
+
+-- incarnation: server_incarnation() for readers (lease_status), with the owner's rights: on a
+-- standby the timeline comes from pg_control_checkpoint(), which a reader may not call.
+create function leasehold.incarnation() returns text
+language sql volatile as $$
+  select leasehold.server_incarnation();
 $$;
 
 -- liveness_incarnation: the incarnation to record with a grant under liveness key p_key: the
@@ -219,7 +226,7 @@ $$;
 -- primary; a grant recorded with that key as if it lived here would look "holder gone" at once.
 create function leasehold.liveness_incarnation(p_key bigint) returns text
 language sql volatile as $$
-  select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.incarnation() end;
+  select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.server_incarnation() end;
 $$;
 
 -- liveness_locks: the liveness locks held in this database right now: session-level advisory
@@ -286,7 +293,7 @@ language sql volatile as $$
     when l.epoch is not distinct from leasehold.epoch() and l.expires_at <= now() then true
     when l.epoch is distinct from leasehold.epoch()
          and l.expires_at + coalesce(l.ttl, interval '0') <= now() then true
-    when l.holder_incarnation is not distinct from leasehold.incarnation() then leasehold.holder_gone(l.holder_key)
+    when l.holder_incarnation is not distinct from leasehold.server_incarnation() then leasehold.holder_gone(l.holder_key)
     else false
   end;
 $$;
@@ -376,6 +383,21 @@ begin
   perform leasehold.check_name(p_name);
   perform leasehold.check_ttl(p_ttl);
   perform leasehold.check_holder(p_holder);
+
+  -- Held by another live holder (most calls of a contested name): one read of the row, no lock,
+  -- no write, and the answer names the holder. The retry of a lost answer (p_token) reads on.
+  if p_token is null then
+    select * into r from leasehold.leases l where l.name = p_name;
+    if found and r.token is not null and not leasehold.is_free(r) then
+      return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot,
+                          case when p_slot is not null and p_slot > now() then 'slot-not-due'
+                               when p_slot is not null and r.last_slot is not null and p_slot <= r.last_slot then 'slot-taken'
+                               else 'held' end,
+                          now(), false;
+      return;
+    end if;
+  end if;
+
   perform leasehold.pin_synchronous_commit();
 
   if p_token is not null then

@@ -73,13 +73,21 @@ export async function outcome(p: pg.Pool | pg.ClientBase, text: string, values: 
   }
 }
 
-/** Functions of the schema that are not SECURITY DEFINER with exactly the pinned search_path. */
+/**
+ * Functions of the schema that a role may call (a level other than owner), trigger functions and
+ * the privilege functions that are not SECURITY DEFINER with exactly the pinned search_path, and
+ * internal steps (level owner) that anyone but the owner may execute.
+ */
 export async function insecureFunctions(p: pg.Pool): Promise<string[]> {
   const { rows } = await p.query<{ name: string }>(
     `select p.proname || '(' || pg_get_function_identity_arguments(p.oid) || ')' as name
-       from pg_proc p
+       from pg_proc p left join leasehold.access a on a.object = p.proname
       where p.pronamespace = 'leasehold'::regnamespace
-        and not (p.prosecdef and 'search_path=pg_catalog, leasehold, pg_temp' = any (coalesce(p.proconfig, '{}')))
+        and case when coalesce(a.level, 'entry') = 'owner' and p.prorettype <> 'trigger'::regtype
+                      and p.proname not in ('secure_schema', 'grant_access', 'grant_statements', 'revoke_access')
+                 then p.proacl is null or exists (select 1 from aclexplode(p.proacl) x where x.grantee <> p.proowner)
+                 else not (p.prosecdef and 'search_path=pg_catalog, leasehold, pg_temp' = any (coalesce(p.proconfig, '{}')))
+            end
       order by 1`,
   );
   return rows.map((r) => r.name);
