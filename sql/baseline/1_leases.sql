@@ -380,6 +380,15 @@ declare
   key_share_free boolean;
   why text;
 begin
+  perform leasehold.check_namespace(array[p_name]);
+
+  -- A paused job runs no occurrence by any path: a slot claim of it is refused as claim() refuses.
+  if p_slot is not null and exists (select 1 from leasehold.jobs j where j.name = p_name and j.paused_at is not null) then
+    return query select false, null::uuid, coalesce(l.fence, 0), null::timestamptz, null::text, null::timestamptz,
+                        l.last_slot, 'paused'::text, now(), false
+                   from (select 1) one left join leasehold.leases l on l.name = p_name;
+    return;
+  end if;
   perform leasehold.check_name(p_name);
   perform leasehold.check_ttl(p_ttl);
   perform leasehold.check_holder(p_holder);
@@ -708,6 +717,7 @@ declare
   old leasehold.leases;
   r leasehold.leases;
 begin
+  perform leasehold.check_namespace(array[p_name]);
   perform leasehold.pin_synchronous_commit();
   select * into old from leasehold.leases l where l.name = p_name for update;
   if not found then
@@ -733,6 +743,8 @@ end $$;
 create function leasehold.record_skip(p_name text, p_recorded_by text, p_slot timestamptz default null)
 returns boolean
 language sql volatile as $$
+  select leasehold.check_namespace(array[p_name]);
+  select leasehold.check_holder(p_recorded_by);
   with inserted as (
     insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
     select l.name, coalesce(p_slot, now()), l.holder, l.fence, l.last_slot, now() - l.acquired_at, p_recorded_by

@@ -40,6 +40,9 @@ create table leasehold.jobs (
   paused_by text,
   pause_reason text,
   revision bigint not null default nextval('leasehold.job_revisions'::regclass),
+  -- the login role that registered or defined it (null: the schema owner or a superuser): only
+  -- that role (or a member of it) changes or removes it, and only its workers run it
+  owner_role text,
   constraint jobs_jitter_ms_check CHECK ((jitter_ms > 0)),
   constraint jobs_source_check CHECK ((source = ANY (ARRAY['code'::text, 'data'::text]))),
   constraint jobs_timeout_ms_check CHECK ((timeout_ms > 0))
@@ -122,6 +125,8 @@ create function leasehold.register_jobs(
 language plpgsql volatile as $$
 #variable_conflict use_column
 begin
+  perform leasehold.check_namespace(p_names);
+  perform leasehold.check_job_owner(p_names);
   perform leasehold.check_name(n) from unnest(p_names) as n;
   insert into leasehold.leases (name) select n from unnest(p_names) as n on conflict do nothing;
   update leasehold.leases l
@@ -130,14 +135,22 @@ begin
     join leasehold.jobs j on j.name = i.name
    where l.name = i.name and l.last_slot is not null
      and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
-  insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
-  select * , p_holder from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups)
-  on conflict (name) do update
-     set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
-         ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
-         registered_by = excluded.registered_by, registered_at = now()
-   where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up)
-         is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap, excluded.catch_up);
+  -- a changed definition of an existing job is an act on it: recorded, with the login role
+  with written as (
+    insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by, owner_role)
+    select i.*, p_holder, leasehold.acting_role()
+      from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups) as i
+    on conflict (name) do update
+       set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
+           ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
+           registered_by = excluded.registered_by, registered_at = now(), owner_role = coalesce(j.owner_role, excluded.owner_role)
+     where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up)
+           is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap, excluded.catch_up)
+    returning j.name, j.schedule, j.ttl_ms, j.overlap, xmax <> 0 as updated
+  )
+  insert into leasehold.actions (action, job, actor, detail)
+  select 'job-changed', w.name, p_holder, jsonb_build_object('schedule', w.schedule, 'ttl_ms', w.ttl_ms, 'overlap', w.overlap)
+    from written w where w.updated;
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
 end $$;
 alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) set plan_cache_mode = force_custom_plan;
@@ -147,6 +160,11 @@ alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[
 create function leasehold.register_external_job(p_name text, p_interval_ms bigint, p_ttl_ms bigint, p_holder text)
 returns void
 language sql volatile as $$
+  select leasehold.check_namespace(array[p_name]);
+  select leasehold.check_name(p_name), leasehold.check_holder(p_holder),
+         leasehold.check_ttl(p_ttl_ms * interval '1 millisecond'),
+         leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000,
+                                        'interval_ms', 'must be from 1 millisecond to 366 days');
   insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
   values (p_name, 'external', null, p_interval_ms, p_ttl_ms, 'skip', 'none', p_holder)
   on conflict (name) do update
@@ -164,6 +182,8 @@ declare
   v_bad bigint;
   v_changed integer;
 begin
+  perform leasehold.check_namespace(p_names);
+  perform leasehold.check_job_owner(p_names);
   if coalesce(cardinality(p_names), 0) <> coalesce(cardinality(p_timeout_ms), 0) then
     raise exception 'set_job_timeouts needs as many timeouts as names (% names, % timeouts)',
       coalesce(cardinality(p_names), 0), coalesce(cardinality(p_timeout_ms), 0)
@@ -174,11 +194,18 @@ begin
   if found then
     raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
   end if;
-  update leasehold.jobs j
-     set timeout_ms = i.timeout_ms
-    from unnest(p_names, p_timeout_ms) as i(name, timeout_ms)
-   where j.name = i.name and j.timeout_ms is distinct from i.timeout_ms;
-  get diagnostics v_changed = row_count;
+  with changed as (
+    update leasehold.jobs j
+       set timeout_ms = i.timeout_ms
+      from unnest(p_names, p_timeout_ms) as i(name, timeout_ms)
+     where j.name = i.name and j.timeout_ms is distinct from i.timeout_ms
+    returning j.name, j.timeout_ms
+  ), audited as (
+    insert into leasehold.actions (action, job, actor, detail)
+    select 'timeout-changed', c.name, session_user, jsonb_build_object('timeout_ms', c.timeout_ms) from changed c
+    returning 1
+  )
+  select count(*) into v_changed from audited;
   return v_changed;
 end $$;
 
@@ -232,8 +259,8 @@ $$;
 
 -- claim: the scheduler's claim, the one entry point for every caller (the TypeScript worker,
 -- psql, other languages). Parallel arrays, one element per request (job, the slot it claims,
--- ttl in milliseconds, mode: 'exclusive', 'replace', 'allow' or 'queue', buffer cap for mode
--- 'queue'); one statement for any number of jobs. Each slot is claimed at most once: a lease row
+-- ttl in milliseconds, mode: 'exclusive', 'replace' or 'allow', buffer cap: how many slots a
+-- held lease may queue (0: none, the skip is recorded)); one statement for any number of jobs. Each slot is claimed at most once: a lease row
 -- whose last_slot is at or after the slot answers 'slot-taken'; a lease held by another holder
 -- answers 'held' and records one skip per (job, slot) however many callers notice it.
 -- p_every: one row per request with its reason; without it only the rows the caller must act on
@@ -315,6 +342,7 @@ declare
   v_incarnation text := leasehold.liveness_incarnation(p_holder_key);
   v_queued boolean;
 begin
+  perform leasehold.check_namespace(p_jobs);
   perform leasehold.check_holder(p_holder);
   if p_ahead_ms is not null and (p_ahead_ms < 0 or p_ahead_ms > 10000) then
     raise exception 'claim: ahead_ms must be between 0 and 10000 (got %)', p_ahead_ms using errcode = '22023';
@@ -568,6 +596,8 @@ end $$;
 -- (catch-up policy { all: n }). Slots at or before the last claimed one are ignored.
 create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
 language sql volatile as $$
+  select leasehold.check_namespace(array[p_job]);
+  select leasehold.check_name(p_job);
   with inserted as (
     insert into leasehold.buffered (job, slot)
     select p_job, s from unnest(p_slots) as s
@@ -588,6 +618,9 @@ language sql volatile
 set plan_cache_mode = force_custom_plan
 set jit = off
 as $$
+  select leasehold.check_namespace(p_jobs);
+  select leasehold.check_holder(p_holder), leasehold.check_holder(p_reason);
+  select leasehold.check_name(j) from unnest(p_jobs) j where j is not null;
   insert into leasehold.missed as m (job, slot, reason, recorded_by)
   select i.job, i.slot, p_reason, p_holder from unnest(p_jobs, p_slots) as i(job, slot)
    where i.job is not null and i.slot is not null

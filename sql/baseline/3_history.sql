@@ -79,6 +79,7 @@ declare
   v_slot timestamptz := coalesce(p_slot, now());
   v_holder text;
 begin
+  perform leasehold.check_namespace(array[p_name]);
   perform leasehold.assert_lease(p_name, p_token, p_fence);
   select l.holder into v_holder from leasehold.leases l where l.name = p_name;
   insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, v_holder)
@@ -109,6 +110,7 @@ declare
   v_recorded text[];
   v_queued boolean;
 begin
+  perform leasehold.check_namespace(p_jobs);
   perform leasehold.pin_synchronous_commit();
   if coalesce(cardinality(p_fences), 0) <> coalesce(cardinality(p_jobs), 0) or coalesce(cardinality(p_tokens), 0) <> coalesce(cardinality(p_jobs), 0)
      or coalesce(cardinality(p_outcomes), 0) <> coalesce(cardinality(p_jobs), 0)
@@ -249,6 +251,7 @@ declare
   v_error text := p_error;
   f record;
 begin
+  perform leasehold.check_namespace(array[p_name]);
   -- the row lock keeps the lease as it is seen here until finish_runs() releases it
   select l.token = p_token and l.fence = p_fence and l.expires_at > now() into v_held
     from leasehold.leases l where l.name = p_name for update;

@@ -107,6 +107,8 @@ declare
   v_row leasehold.jobs;
   v_problem text;
 begin
+  perform leasehold.check_namespace(array[p_name]);
+  perform leasehold.check_job_owner(array[p_name]);
   perform leasehold.check_name(p_name);
   -- the name is the job's in every list and log: ' nightly' must not pass for 'nightly'
   if p_name ~ '^[ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]|[ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]$' then
@@ -179,10 +181,11 @@ begin
           or l.suspended = 'removed')
      and (l.last_slot is not null or l.suspended is not null);
   insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by,
-                                   source, handler, payload, defined_by, buffer_limit, starting_deadline_ms, timeout_ms, jitter_ms)
+                                   source, handler, payload, defined_by, buffer_limit, starting_deadline_ms, timeout_ms, jitter_ms,
+                                   owner_role)
   values (p_name, v_schedule, p_timezone, v_interval_ms, (extract(epoch from v_ttl) * 1000)::bigint, v_overlap, v_catch_up, p_by,
           'data', p_handler, v_payload, p_by, p_buffer_limit, v_deadline_ms,
-          (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint)
+          (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint, leasehold.acting_role())
   on conflict on constraint jobs_pkey do update
      set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
          ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
@@ -194,7 +197,9 @@ begin
          paused_at = case when j.removed_at is null then j.paused_at end,
          paused_by = case when j.removed_at is null then j.paused_by end,
          pause_reason = case when j.removed_at is null then j.pause_reason end,
-         removed_at = null
+         removed_at = null,
+         -- defined again after removal: the definer's
+         owner_role = case when j.removed_at is null then coalesce(j.owner_role, excluded.owner_role) else excluded.owner_role end
   returning j.* into v_row;
   perform set_config('leasehold.job_writer', '', true);
   perform leasehold.record_action(case when v_old.name is null or v_old.removed_at is not null then 'schedule-defined' else 'schedule-changed' end,
@@ -212,6 +217,8 @@ as $$
 declare
   v_old leasehold.jobs;
 begin
+  perform leasehold.check_namespace(array[p_name]);
+  perform leasehold.check_job_owner(array[p_name]);
   perform leasehold.check_holder(p_by);
   select * into v_old from leasehold.jobs j where j.name = p_name for update;
   if not found or v_old.removed_at is not null then
@@ -246,6 +253,7 @@ declare
   v_job leasehold.jobs;
   v_lease leasehold.leases;
 begin
+  perform leasehold.check_namespace(array[p_name]);
   perform leasehold.pin_synchronous_commit();
   perform leasehold.check_holder(p_by);
   if p_reason is not null then
@@ -294,6 +302,7 @@ as $$
 declare
   v_job leasehold.jobs;
 begin
+  perform leasehold.check_namespace(array[p_name]);
   perform leasehold.check_holder(p_by);
   select * into v_job from leasehold.jobs j where j.name = p_name and j.removed_at is null for update;
   if not found then
@@ -319,6 +328,7 @@ language plpgsql volatile as $$
 declare
   v_id bigint;
 begin
+  perform leasehold.check_namespace(array[p_job]);
   perform leasehold.check_holder(p_by);
   if not exists (select 1 from leasehold.jobs j where j.name = p_job and j.removed_at is null) then
     raise exception 'no job named "%"', left(p_job, 200)
@@ -342,6 +352,7 @@ declare
   v_count integer := coalesce(cardinality(p_slots), 0);
   v_created integer;
 begin
+  perform leasehold.check_namespace(array[p_job]);
   perform leasehold.check_holder(p_by);
   if not exists (select 1 from leasehold.jobs j where j.name = p_job and j.removed_at is null) then
     raise exception 'no job named "%"', left(p_job, 200)
@@ -455,6 +466,7 @@ declare
   v_token uuid;
   v_expires timestamptz;
 begin
+  perform leasehold.check_namespace(p_jobs);
   perform leasehold.check_holder(p_holder);
   if p_limit is null or p_limit < 1 or p_limit > 1000 then
     raise exception 'claim_requests: p_limit must be 1 to 1000 (got %)', p_limit using errcode = '22023';
@@ -463,6 +475,9 @@ begin
   if not exists (select 1 from leasehold.run_requests q where q.state = 'pending' and q.job = any (p_jobs)) then
     return;
   end if;
+  -- only the job's own workers take its requests: the jobs of another role are not the caller's
+  p_jobs := array(select j.name from leasehold.jobs j
+                   where j.name = any (p_jobs) and (j.owner_role is null or j.owner_role = session_user::text or leasehold.may_act_as(j.owner_role)));
   perform leasehold.pin_synchronous_commit();
   for v in
     select q.id, q.job, q.kind, q.slot, q.requested_by, j.overlap, j.ttl_ms
@@ -563,6 +578,8 @@ begin
     update leasehold.run_requests q
        set state = 'claimed', decided_at = now(), decided_by = p_holder, holder_key = p_holder_key, fence = v_fence
      where q.id = v.id;
+    insert into leasehold.actions (action, job, actor, detail)
+    values ('request-claimed', v.job, p_holder, jsonb_build_object('request', v.id, 'kind', v.kind, 'fence', v_fence));
     return query select v.id, v.job, v.kind, v.slot, v.requested_by, true,
                         case when v_mode = 'allow' then null else v_token end, v_fence,
                         case when v_mode = 'allow' then null else v_expires end,
@@ -593,6 +610,8 @@ language sql stable as $$
     from leasehold.jobs j
    where j.revision > coalesce(p_after_revision, 0) and j.removed_at is null
      and ((j.source = 'data' and j.handler = any (p_handlers)) or j.paused_at is not null)
+     and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
+     and (j.owner_role is null or j.owner_role = session_user::text or leasehold.may_act_as(j.owner_role))
    order by j.revision
    limit greatest(1, least(coalesce(p_limit, 1000), 10000));
 $$;
@@ -616,6 +635,8 @@ language sql stable as $$
          (select l.last_slot from leasehold.leases l where l.name = j.name), now()
     from leasehold.jobs j
    where j.revision > coalesce(p_after_revision, 0)
+     and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
+     and (j.owner_role is null or j.owner_role = session_user::text or leasehold.may_act_as(j.owner_role))
    order by j.revision
    limit greatest(1, least(coalesce(p_limit, 1000), 10000));
 $$;

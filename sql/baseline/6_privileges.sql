@@ -33,6 +33,93 @@ create table leasehold.grants (
   constraint grants_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text])))
 );
 
+-- Namespaces: a role bound to name prefixes (leasehold grant ROLE --as client --namespace
+-- billing:) acts only on leases, jobs, schedules and requests whose names start with one of
+-- them, whatever its level: services that share one database cannot reach each other's jobs. A
+-- role with no row here (and the schema owner, and superusers) is not bound: the whole schema,
+-- as for a database that serves one service. Checked against session_user, the login role, so
+-- psql, Python and TypeScript callers are bound alike; a login role is bound by the rows of every
+-- role it is a member of.
+create table leasehold.namespaces (
+  role       text not null,
+  prefix     text not null check (char_length(prefix) between 1 and 100),
+  granted_at timestamptz not null default now(),
+  primary key (role, prefix)
+);
+comment on table leasehold.namespaces is
+  'Name prefixes a role is bound to (none: the whole schema). Written by grant_access(role, level, namespace).';
+
+-- namespace_prefixes: the prefixes the caller (session_user) is bound to; null when it is not
+-- bound. The first probe keeps a database without namespaces at one read of an empty table.
+create function leasehold.namespace_prefixes() returns text[]
+language sql stable as $$
+  select case when not exists (select 1 from leasehold.namespaces) then null
+              when (select r.rolsuper or r.oid = n.nspowner from pg_roles r, pg_namespace n
+                     where r.rolname = session_user and n.nspname = 'leasehold') then null
+              else (select array_agg(s.prefix order by s.prefix) from leasehold.namespaces s
+                     where s.role = session_user::text
+                        or (to_regrole(quote_ident(s.role)) is not null
+                            and pg_has_role(session_user, to_regrole(quote_ident(s.role)), 'member')))
+         end;
+$$;
+
+-- in_namespace: whether the caller may act on p_name (always, when it is not bound).
+create function leasehold.in_namespace(p_name text, p_prefixes text[]) returns boolean
+language sql immutable as $$
+  select p_prefixes is null or exists (select 1 from unnest(p_prefixes) x where starts_with(p_name, x));
+$$;
+
+-- check_namespace: refuses (42501) a call that names anything outside the caller's namespace.
+create function leasehold.check_namespace(p_names text[]) returns void
+language plpgsql stable as $$
+declare
+  v_prefixes text[] := leasehold.namespace_prefixes();
+  v_outside text;
+begin
+  if v_prefixes is null then
+    return;
+  end if;
+  select x into v_outside from unnest(p_names) x where x is not null and not leasehold.in_namespace(x, v_prefixes) limit 1;
+  if found then
+    raise exception 'role "%" may not act on "%": it is bound to the namespace %', session_user, v_outside,
+      array_to_string(v_prefixes, ', ')
+      using errcode = '42501', hint = 'Name it with one of those prefixes, or grant the role another namespace.';
+  end if;
+end $$;
+
+-- acting_role: the login role a job written now belongs to (jobs.owner_role): null for the
+-- schema owner and superusers (a job any service's workers may run), else session_user.
+create function leasehold.acting_role() returns text
+language sql stable as $$
+  select case when r.rolsuper or r.oid = n.nspowner then null else r.rolname::text end
+    from pg_roles r, pg_namespace n where r.rolname = session_user and n.nspname = 'leasehold';
+$$;
+
+-- may_act_as: whether the caller may change, remove or run what p_role owns: p_role itself, a
+-- member of it, the schema owner and superusers; anyone for what nobody owns (null).
+create function leasehold.may_act_as(p_role text) returns boolean
+language sql stable as $$
+  select p_role is null or p_role = session_user::text or leasehold.acting_role() is null
+      or (to_regrole(quote_ident(p_role)) is not null and pg_has_role(session_user, to_regrole(quote_ident(p_role)), 'member'));
+$$;
+
+-- check_job_owner: refuses (42501) a change of jobs p_names that another role owns.
+create function leasehold.check_job_owner(p_names text[]) returns void
+language plpgsql stable as $$
+declare
+  v_job text;
+  v_owner text;
+begin
+  select j.name, j.owner_role into v_job, v_owner
+    from leasehold.jobs j where j.name = any (p_names) and j.owner_role is not null and j.owner_role <> session_user::text
+     and not leasehold.may_act_as(j.owner_role)
+   limit 1;
+  if found then
+    raise exception 'role "%" may not change job "%": it belongs to role "%"', session_user, v_job, v_owner
+      using errcode = '42501', hint = 'Register or define it as that role, or have an operator remove it first.';
+  end if;
+end $$;
+
 -- schema_version: the installed version, for every level (clients check it at start without
 -- reading leasehold.migrations).
 create function leasehold.schema_version() returns integer
@@ -81,8 +168,9 @@ begin
 end $$;
 
 -- grant_access: applies grant_statements and remembers the role, so that later migrations
--- extend its grants. Returns the statements it ran.
-create function leasehold.grant_access(p_role text, p_level text) returns setof text
+-- extend its grants; with p_namespace, also binds the role to that name prefix (more than one
+-- call: more prefixes). Returns the statements it ran.
+create function leasehold.grant_access(p_role text, p_level text, p_namespace text default null) returns setof text
 language plpgsql volatile as $$
 declare
   s text;
@@ -90,6 +178,13 @@ begin
   if to_regrole(quote_ident(p_role)) is null then
     raise exception 'role "%" does not exist', p_role
       using errcode = '42704', hint = 'Create it first, e.g. create role ... login password ''...''.';
+  end if;
+  if p_namespace is not null then
+    if char_length(p_namespace) not between 1 and 100 or leasehold.check_characters(p_namespace) is not null then
+      raise exception 'a namespace is a name prefix of 1-100 visible characters (got %)', quote_literal(p_namespace)
+        using errcode = '22023';
+    end if;
+    insert into leasehold.namespaces (role, prefix) values (p_role, p_namespace) on conflict do nothing;
   end if;
   for s in select * from leasehold.grant_statements(p_role, p_level) loop
     execute s;
@@ -120,6 +215,10 @@ begin
       execute s;
     end loop;
   end loop;
+  -- no level left: its namespaces go too (a namespace only ever narrows a level)
+  if n = 0 then
+    delete from leasehold.namespaces ns where ns.role = p_role;
+  end if;
   return n;
 end $$;
 
@@ -217,6 +316,13 @@ insert into leasehold.access (object, level) values
   ('fork_base', 'owner'),
   ('forks', 'owner'),
   ('grant_access', 'owner'),
+  ('namespace_prefixes', 'owner'),
+  ('in_namespace', 'owner'),
+  ('check_namespace', 'owner'),
+  ('acting_role', 'owner'),
+  ('may_act_as', 'owner'),
+  ('check_job_owner', 'owner'),
+  ('namespaces', 'reader'),
   ('server_incarnation', 'owner'),
   ('grant_statements', 'owner'),
   ('is_free', 'owner'),

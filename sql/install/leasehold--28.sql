@@ -408,6 +408,15 @@ declare
   key_share_free boolean;
   why text;
 begin
+  perform leasehold.check_namespace(array[p_name]);
+
+  -- A paused job runs no occurrence by any path: a slot claim of it is refused as claim() refuses.
+  if p_slot is not null and exists (select 1 from leasehold.jobs j where j.name = p_name and j.paused_at is not null) then
+    return query select false, null::uuid, coalesce(l.fence, 0), null::timestamptz, null::text, null::timestamptz,
+                        l.last_slot, 'paused'::text, now(), false
+                   from (select 1) one left join leasehold.leases l on l.name = p_name;
+    return;
+  end if;
   perform leasehold.check_name(p_name);
   perform leasehold.check_ttl(p_ttl);
   perform leasehold.check_holder(p_holder);
@@ -736,6 +745,7 @@ declare
   old leasehold.leases;
   r leasehold.leases;
 begin
+  perform leasehold.check_namespace(array[p_name]);
   perform leasehold.pin_synchronous_commit();
   select * into old from leasehold.leases l where l.name = p_name for update;
   if not found then
@@ -761,6 +771,8 @@ end $$;
 create function leasehold.record_skip(p_name text, p_recorded_by text, p_slot timestamptz default null)
 returns boolean
 language sql volatile as $$
+  select leasehold.check_namespace(array[p_name]);
+  select leasehold.check_holder(p_recorded_by);
   with inserted as (
     insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
     select l.name, coalesce(p_slot, now()), l.holder, l.fence, l.last_slot, now() - l.acquired_at, p_recorded_by
@@ -856,6 +868,9 @@ create table leasehold.jobs (
   paused_by text,
   pause_reason text,
   revision bigint not null default nextval('leasehold.job_revisions'::regclass),
+  -- the login role that registered or defined it (null: the schema owner or a superuser): only
+  -- that role (or a member of it) changes or removes it, and only its workers run it
+  owner_role text,
   constraint jobs_jitter_ms_check CHECK ((jitter_ms > 0)),
   constraint jobs_source_check CHECK ((source = ANY (ARRAY['code'::text, 'data'::text]))),
   constraint jobs_timeout_ms_check CHECK ((timeout_ms > 0))
@@ -938,6 +953,8 @@ create function leasehold.register_jobs(
 language plpgsql volatile as $$
 #variable_conflict use_column
 begin
+  perform leasehold.check_namespace(p_names);
+  perform leasehold.check_job_owner(p_names);
   perform leasehold.check_name(n) from unnest(p_names) as n;
   insert into leasehold.leases (name) select n from unnest(p_names) as n on conflict do nothing;
   update leasehold.leases l
@@ -946,14 +963,22 @@ begin
     join leasehold.jobs j on j.name = i.name
    where l.name = i.name and l.last_slot is not null
      and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
-  insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
-  select * , p_holder from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups)
-  on conflict (name) do update
-     set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
-         ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
-         registered_by = excluded.registered_by, registered_at = now()
-   where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up)
-         is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap, excluded.catch_up);
+  -- a changed definition of an existing job is an act on it: recorded, with the login role
+  with written as (
+    insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by, owner_role)
+    select i.*, p_holder, leasehold.acting_role()
+      from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups) as i
+    on conflict (name) do update
+       set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
+           ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
+           registered_by = excluded.registered_by, registered_at = now(), owner_role = coalesce(j.owner_role, excluded.owner_role)
+     where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up)
+           is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap, excluded.catch_up)
+    returning j.name, j.schedule, j.ttl_ms, j.overlap, xmax <> 0 as updated
+  )
+  insert into leasehold.actions (action, job, actor, detail)
+  select 'job-changed', w.name, p_holder, jsonb_build_object('schedule', w.schedule, 'ttl_ms', w.ttl_ms, 'overlap', w.overlap)
+    from written w where w.updated;
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
 end $$;
 alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) set plan_cache_mode = force_custom_plan;
@@ -963,6 +988,11 @@ alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[
 create function leasehold.register_external_job(p_name text, p_interval_ms bigint, p_ttl_ms bigint, p_holder text)
 returns void
 language sql volatile as $$
+  select leasehold.check_namespace(array[p_name]);
+  select leasehold.check_name(p_name), leasehold.check_holder(p_holder),
+         leasehold.check_ttl(p_ttl_ms * interval '1 millisecond'),
+         leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000,
+                                        'interval_ms', 'must be from 1 millisecond to 366 days');
   insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
   values (p_name, 'external', null, p_interval_ms, p_ttl_ms, 'skip', 'none', p_holder)
   on conflict (name) do update
@@ -980,6 +1010,8 @@ declare
   v_bad bigint;
   v_changed integer;
 begin
+  perform leasehold.check_namespace(p_names);
+  perform leasehold.check_job_owner(p_names);
   if coalesce(cardinality(p_names), 0) <> coalesce(cardinality(p_timeout_ms), 0) then
     raise exception 'set_job_timeouts needs as many timeouts as names (% names, % timeouts)',
       coalesce(cardinality(p_names), 0), coalesce(cardinality(p_timeout_ms), 0)
@@ -990,11 +1022,18 @@ begin
   if found then
     raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
   end if;
-  update leasehold.jobs j
-     set timeout_ms = i.timeout_ms
-    from unnest(p_names, p_timeout_ms) as i(name, timeout_ms)
-   where j.name = i.name and j.timeout_ms is distinct from i.timeout_ms;
-  get diagnostics v_changed = row_count;
+  with changed as (
+    update leasehold.jobs j
+       set timeout_ms = i.timeout_ms
+      from unnest(p_names, p_timeout_ms) as i(name, timeout_ms)
+     where j.name = i.name and j.timeout_ms is distinct from i.timeout_ms
+    returning j.name, j.timeout_ms
+  ), audited as (
+    insert into leasehold.actions (action, job, actor, detail)
+    select 'timeout-changed', c.name, session_user, jsonb_build_object('timeout_ms', c.timeout_ms) from changed c
+    returning 1
+  )
+  select count(*) into v_changed from audited;
   return v_changed;
 end $$;
 
@@ -1048,8 +1087,8 @@ $$;
 
 -- claim: the scheduler's claim, the one entry point for every caller (the TypeScript worker,
 -- psql, other languages). Parallel arrays, one element per request (job, the slot it claims,
--- ttl in milliseconds, mode: 'exclusive', 'replace', 'allow' or 'queue', buffer cap for mode
--- 'queue'); one statement for any number of jobs. Each slot is claimed at most once: a lease row
+-- ttl in milliseconds, mode: 'exclusive', 'replace' or 'allow', buffer cap: how many slots a
+-- held lease may queue (0: none, the skip is recorded)); one statement for any number of jobs. Each slot is claimed at most once: a lease row
 -- whose last_slot is at or after the slot answers 'slot-taken'; a lease held by another holder
 -- answers 'held' and records one skip per (job, slot) however many callers notice it.
 -- p_every: one row per request with its reason; without it only the rows the caller must act on
@@ -1131,6 +1170,7 @@ declare
   v_incarnation text := leasehold.liveness_incarnation(p_holder_key);
   v_queued boolean;
 begin
+  perform leasehold.check_namespace(p_jobs);
   perform leasehold.check_holder(p_holder);
   if p_ahead_ms is not null and (p_ahead_ms < 0 or p_ahead_ms > 10000) then
     raise exception 'claim: ahead_ms must be between 0 and 10000 (got %)', p_ahead_ms using errcode = '22023';
@@ -1384,6 +1424,8 @@ end $$;
 -- (catch-up policy { all: n }). Slots at or before the last claimed one are ignored.
 create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
 language sql volatile as $$
+  select leasehold.check_namespace(array[p_job]);
+  select leasehold.check_name(p_job);
   with inserted as (
     insert into leasehold.buffered (job, slot)
     select p_job, s from unnest(p_slots) as s
@@ -1404,6 +1446,9 @@ language sql volatile
 set plan_cache_mode = force_custom_plan
 set jit = off
 as $$
+  select leasehold.check_namespace(p_jobs);
+  select leasehold.check_holder(p_holder), leasehold.check_holder(p_reason);
+  select leasehold.check_name(j) from unnest(p_jobs) j where j is not null;
   insert into leasehold.missed as m (job, slot, reason, recorded_by)
   select i.job, i.slot, p_reason, p_holder from unnest(p_jobs, p_slots) as i(job, slot)
    where i.job is not null and i.slot is not null
@@ -1509,6 +1554,7 @@ declare
   v_slot timestamptz := coalesce(p_slot, now());
   v_holder text;
 begin
+  perform leasehold.check_namespace(array[p_name]);
   perform leasehold.assert_lease(p_name, p_token, p_fence);
   select l.holder into v_holder from leasehold.leases l where l.name = p_name;
   insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, v_holder)
@@ -1539,6 +1585,7 @@ declare
   v_recorded text[];
   v_queued boolean;
 begin
+  perform leasehold.check_namespace(p_jobs);
   perform leasehold.pin_synchronous_commit();
   if coalesce(cardinality(p_fences), 0) <> coalesce(cardinality(p_jobs), 0) or coalesce(cardinality(p_tokens), 0) <> coalesce(cardinality(p_jobs), 0)
      or coalesce(cardinality(p_outcomes), 0) <> coalesce(cardinality(p_jobs), 0)
@@ -1679,6 +1726,7 @@ declare
   v_error text := p_error;
   f record;
 begin
+  perform leasehold.check_namespace(array[p_name]);
   -- the row lock keeps the lease as it is seen here until finish_runs() releases it
   select l.token = p_token and l.fence = p_fence and l.expires_at > now() into v_held
     from leasehold.leases l where l.name = p_name for update;
@@ -1943,6 +1991,8 @@ declare
   v_row leasehold.jobs;
   v_problem text;
 begin
+  perform leasehold.check_namespace(array[p_name]);
+  perform leasehold.check_job_owner(array[p_name]);
   perform leasehold.check_name(p_name);
   -- the name is the job's in every list and log: ' nightly' must not pass for 'nightly'
   if p_name ~ '^[ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]|[ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]$' then
@@ -2015,10 +2065,11 @@ begin
           or l.suspended = 'removed')
      and (l.last_slot is not null or l.suspended is not null);
   insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by,
-                                   source, handler, payload, defined_by, buffer_limit, starting_deadline_ms, timeout_ms, jitter_ms)
+                                   source, handler, payload, defined_by, buffer_limit, starting_deadline_ms, timeout_ms, jitter_ms,
+                                   owner_role)
   values (p_name, v_schedule, p_timezone, v_interval_ms, (extract(epoch from v_ttl) * 1000)::bigint, v_overlap, v_catch_up, p_by,
           'data', p_handler, v_payload, p_by, p_buffer_limit, v_deadline_ms,
-          (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint)
+          (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint, leasehold.acting_role())
   on conflict on constraint jobs_pkey do update
      set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
          ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
@@ -2030,7 +2081,9 @@ begin
          paused_at = case when j.removed_at is null then j.paused_at end,
          paused_by = case when j.removed_at is null then j.paused_by end,
          pause_reason = case when j.removed_at is null then j.pause_reason end,
-         removed_at = null
+         removed_at = null,
+         -- defined again after removal: the definer's
+         owner_role = case when j.removed_at is null then coalesce(j.owner_role, excluded.owner_role) else excluded.owner_role end
   returning j.* into v_row;
   perform set_config('leasehold.job_writer', '', true);
   perform leasehold.record_action(case when v_old.name is null or v_old.removed_at is not null then 'schedule-defined' else 'schedule-changed' end,
@@ -2048,6 +2101,8 @@ as $$
 declare
   v_old leasehold.jobs;
 begin
+  perform leasehold.check_namespace(array[p_name]);
+  perform leasehold.check_job_owner(array[p_name]);
   perform leasehold.check_holder(p_by);
   select * into v_old from leasehold.jobs j where j.name = p_name for update;
   if not found or v_old.removed_at is not null then
@@ -2082,6 +2137,7 @@ declare
   v_job leasehold.jobs;
   v_lease leasehold.leases;
 begin
+  perform leasehold.check_namespace(array[p_name]);
   perform leasehold.pin_synchronous_commit();
   perform leasehold.check_holder(p_by);
   if p_reason is not null then
@@ -2130,6 +2186,7 @@ as $$
 declare
   v_job leasehold.jobs;
 begin
+  perform leasehold.check_namespace(array[p_name]);
   perform leasehold.check_holder(p_by);
   select * into v_job from leasehold.jobs j where j.name = p_name and j.removed_at is null for update;
   if not found then
@@ -2155,6 +2212,7 @@ language plpgsql volatile as $$
 declare
   v_id bigint;
 begin
+  perform leasehold.check_namespace(array[p_job]);
   perform leasehold.check_holder(p_by);
   if not exists (select 1 from leasehold.jobs j where j.name = p_job and j.removed_at is null) then
     raise exception 'no job named "%"', left(p_job, 200)
@@ -2178,6 +2236,7 @@ declare
   v_count integer := coalesce(cardinality(p_slots), 0);
   v_created integer;
 begin
+  perform leasehold.check_namespace(array[p_job]);
   perform leasehold.check_holder(p_by);
   if not exists (select 1 from leasehold.jobs j where j.name = p_job and j.removed_at is null) then
     raise exception 'no job named "%"', left(p_job, 200)
@@ -2291,6 +2350,7 @@ declare
   v_token uuid;
   v_expires timestamptz;
 begin
+  perform leasehold.check_namespace(p_jobs);
   perform leasehold.check_holder(p_holder);
   if p_limit is null or p_limit < 1 or p_limit > 1000 then
     raise exception 'claim_requests: p_limit must be 1 to 1000 (got %)', p_limit using errcode = '22023';
@@ -2299,6 +2359,9 @@ begin
   if not exists (select 1 from leasehold.run_requests q where q.state = 'pending' and q.job = any (p_jobs)) then
     return;
   end if;
+  -- only the job's own workers take its requests: the jobs of another role are not the caller's
+  p_jobs := array(select j.name from leasehold.jobs j
+                   where j.name = any (p_jobs) and (j.owner_role is null or j.owner_role = session_user::text or leasehold.may_act_as(j.owner_role)));
   perform leasehold.pin_synchronous_commit();
   for v in
     select q.id, q.job, q.kind, q.slot, q.requested_by, j.overlap, j.ttl_ms
@@ -2399,6 +2462,8 @@ begin
     update leasehold.run_requests q
        set state = 'claimed', decided_at = now(), decided_by = p_holder, holder_key = p_holder_key, fence = v_fence
      where q.id = v.id;
+    insert into leasehold.actions (action, job, actor, detail)
+    values ('request-claimed', v.job, p_holder, jsonb_build_object('request', v.id, 'kind', v.kind, 'fence', v_fence));
     return query select v.id, v.job, v.kind, v.slot, v.requested_by, true,
                         case when v_mode = 'allow' then null else v_token end, v_fence,
                         case when v_mode = 'allow' then null else v_expires end,
@@ -2429,6 +2494,8 @@ language sql stable as $$
     from leasehold.jobs j
    where j.revision > coalesce(p_after_revision, 0) and j.removed_at is null
      and ((j.source = 'data' and j.handler = any (p_handlers)) or j.paused_at is not null)
+     and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
+     and (j.owner_role is null or j.owner_role = session_user::text or leasehold.may_act_as(j.owner_role))
    order by j.revision
    limit greatest(1, least(coalesce(p_limit, 1000), 10000));
 $$;
@@ -2452,6 +2519,8 @@ language sql stable as $$
          (select l.last_slot from leasehold.leases l where l.name = j.name), now()
     from leasehold.jobs j
    where j.revision > coalesce(p_after_revision, 0)
+     and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
+     and (j.owner_role is null or j.owner_role = session_user::text or leasehold.may_act_as(j.owner_role))
    order by j.revision
    limit greatest(1, least(coalesce(p_limit, 1000), 10000));
 $$;
@@ -2888,6 +2957,93 @@ create table leasehold.grants (
   constraint grants_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text])))
 );
 
+-- Namespaces: a role bound to name prefixes (leasehold grant ROLE --as client --namespace
+-- billing:) acts only on leases, jobs, schedules and requests whose names start with one of
+-- them, whatever its level: services that share one database cannot reach each other's jobs. A
+-- role with no row here (and the schema owner, and superusers) is not bound: the whole schema,
+-- as for a database that serves one service. Checked against session_user, the login role, so
+-- psql, Python and TypeScript callers are bound alike; a login role is bound by the rows of every
+-- role it is a member of.
+create table leasehold.namespaces (
+  role       text not null,
+  prefix     text not null check (char_length(prefix) between 1 and 100),
+  granted_at timestamptz not null default now(),
+  primary key (role, prefix)
+);
+comment on table leasehold.namespaces is
+  'Name prefixes a role is bound to (none: the whole schema). Written by grant_access(role, level, namespace).';
+
+-- namespace_prefixes: the prefixes the caller (session_user) is bound to; null when it is not
+-- bound. The first probe keeps a database without namespaces at one read of an empty table.
+create function leasehold.namespace_prefixes() returns text[]
+language sql stable as $$
+  select case when not exists (select 1 from leasehold.namespaces) then null
+              when (select r.rolsuper or r.oid = n.nspowner from pg_roles r, pg_namespace n
+                     where r.rolname = session_user and n.nspname = 'leasehold') then null
+              else (select array_agg(s.prefix order by s.prefix) from leasehold.namespaces s
+                     where s.role = session_user::text
+                        or (to_regrole(quote_ident(s.role)) is not null
+                            and pg_has_role(session_user, to_regrole(quote_ident(s.role)), 'member')))
+         end;
+$$;
+
+-- in_namespace: whether the caller may act on p_name (always, when it is not bound).
+create function leasehold.in_namespace(p_name text, p_prefixes text[]) returns boolean
+language sql immutable as $$
+  select p_prefixes is null or exists (select 1 from unnest(p_prefixes) x where starts_with(p_name, x));
+$$;
+
+-- check_namespace: refuses (42501) a call that names anything outside the caller's namespace.
+create function leasehold.check_namespace(p_names text[]) returns void
+language plpgsql stable as $$
+declare
+  v_prefixes text[] := leasehold.namespace_prefixes();
+  v_outside text;
+begin
+  if v_prefixes is null then
+    return;
+  end if;
+  select x into v_outside from unnest(p_names) x where x is not null and not leasehold.in_namespace(x, v_prefixes) limit 1;
+  if found then
+    raise exception 'role "%" may not act on "%": it is bound to the namespace %', session_user, v_outside,
+      array_to_string(v_prefixes, ', ')
+      using errcode = '42501', hint = 'Name it with one of those prefixes, or grant the role another namespace.';
+  end if;
+end $$;
+
+-- acting_role: the login role a job written now belongs to (jobs.owner_role): null for the
+-- schema owner and superusers (a job any service's workers may run), else session_user.
+create function leasehold.acting_role() returns text
+language sql stable as $$
+  select case when r.rolsuper or r.oid = n.nspowner then null else r.rolname::text end
+    from pg_roles r, pg_namespace n where r.rolname = session_user and n.nspname = 'leasehold';
+$$;
+
+-- may_act_as: whether the caller may change, remove or run what p_role owns: p_role itself, a
+-- member of it, the schema owner and superusers; anyone for what nobody owns (null).
+create function leasehold.may_act_as(p_role text) returns boolean
+language sql stable as $$
+  select p_role is null or p_role = session_user::text or leasehold.acting_role() is null
+      or (to_regrole(quote_ident(p_role)) is not null and pg_has_role(session_user, to_regrole(quote_ident(p_role)), 'member'));
+$$;
+
+-- check_job_owner: refuses (42501) a change of jobs p_names that another role owns.
+create function leasehold.check_job_owner(p_names text[]) returns void
+language plpgsql stable as $$
+declare
+  v_job text;
+  v_owner text;
+begin
+  select j.name, j.owner_role into v_job, v_owner
+    from leasehold.jobs j where j.name = any (p_names) and j.owner_role is not null and j.owner_role <> session_user::text
+     and not leasehold.may_act_as(j.owner_role)
+   limit 1;
+  if found then
+    raise exception 'role "%" may not change job "%": it belongs to role "%"', session_user, v_job, v_owner
+      using errcode = '42501', hint = 'Register or define it as that role, or have an operator remove it first.';
+  end if;
+end $$;
+
 -- schema_version: the installed version, for every level (clients check it at start without
 -- reading leasehold.migrations).
 create function leasehold.schema_version() returns integer
@@ -2936,8 +3092,9 @@ begin
 end $$;
 
 -- grant_access: applies grant_statements and remembers the role, so that later migrations
--- extend its grants. Returns the statements it ran.
-create function leasehold.grant_access(p_role text, p_level text) returns setof text
+-- extend its grants; with p_namespace, also binds the role to that name prefix (more than one
+-- call: more prefixes). Returns the statements it ran.
+create function leasehold.grant_access(p_role text, p_level text, p_namespace text default null) returns setof text
 language plpgsql volatile as $$
 declare
   s text;
@@ -2945,6 +3102,13 @@ begin
   if to_regrole(quote_ident(p_role)) is null then
     raise exception 'role "%" does not exist', p_role
       using errcode = '42704', hint = 'Create it first, e.g. create role ... login password ''...''.';
+  end if;
+  if p_namespace is not null then
+    if char_length(p_namespace) not between 1 and 100 or leasehold.check_characters(p_namespace) is not null then
+      raise exception 'a namespace is a name prefix of 1-100 visible characters (got %)', quote_literal(p_namespace)
+        using errcode = '22023';
+    end if;
+    insert into leasehold.namespaces (role, prefix) values (p_role, p_namespace) on conflict do nothing;
   end if;
   for s in select * from leasehold.grant_statements(p_role, p_level) loop
     execute s;
@@ -2975,6 +3139,10 @@ begin
       execute s;
     end loop;
   end loop;
+  -- no level left: its namespaces go too (a namespace only ever narrows a level)
+  if n = 0 then
+    delete from leasehold.namespaces ns where ns.role = p_role;
+  end if;
   return n;
 end $$;
 
@@ -3072,6 +3240,13 @@ insert into leasehold.access (object, level) values
   ('fork_base', 'owner'),
   ('forks', 'owner'),
   ('grant_access', 'owner'),
+  ('namespace_prefixes', 'owner'),
+  ('in_namespace', 'owner'),
+  ('check_namespace', 'owner'),
+  ('acting_role', 'owner'),
+  ('may_act_as', 'owner'),
+  ('check_job_owner', 'owner'),
+  ('namespaces', 'reader'),
   ('server_incarnation', 'owner'),
   ('grant_statements', 'owner'),
   ('is_free', 'owner'),
@@ -3122,7 +3297,7 @@ insert into leasehold.access (object, level) values
   ('unhandled_schedules', 'reader'),
   ('worker_keys', 'reader');
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'f8f3cb8b735d7a11929b85b5039647cf6fe1e57b0844319813ab69ab86905553');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'd55320029e5ebd39e1ac0583d4915d03e1673c8628f89c5df932b52145e2c6c0');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

@@ -16,6 +16,8 @@ export function describeSkip(skip: NotAcquired): string {
       return `skipped "${skip.name}": slot already claimed (last slot ${skip.lastSlot?.toISOString()})`;
     case 'slot-not-due':
       return `skipped "${skip.name}": slot is not due yet by the database clock`;
+    case 'paused':
+      return `skipped "${skip.name}": the job is paused`;
   }
 }
 

@@ -14,7 +14,9 @@ export type SkipReason =
   /** A slot claim for a slot at or before the last claimed one: this occurrence already ran. */
   | 'slot-taken'
   /** A slot claim for a slot still in the future by the database clock. */
-  | 'slot-not-due';
+  | 'slot-not-due'
+  /** A slot claim of a paused job (leasehold pause): no occurrence of it runs until it is resumed. */
+  | 'paused';
 
 export interface AcquireOptions {
   /** How long the lease lasts without renewal: milliseconds or '30s', '5m'. 100 ms to 7 days. */
