@@ -174,8 +174,8 @@ describe('upgrades and drift', () => {
 describe('mutants: the checks above fail when a function loses its protection', () => {
   it('a function without its pinned search_path runs the planted operator, and the schema check names it', async () => {
     const db = await installedDatabase();
-    await db.owner.query('alter function leasehold.register_liveness() reset search_path');
-    expect(await insecureFunctions(db.owner)).toEqual(['register_liveness()']);
+    await db.owner.query('alter function leasehold.register_liveness(boolean) reset search_path');
+    expect(await insecureFunctions(db.owner)).toEqual(['register_liveness(p_worker boolean)']);
     expect((await searchPathAttack(db.url, db.owner)).some((entry) => entry.endsWith(' via *'))).toBe(true);
     await db.owner.query('select leasehold.secure_schema()');
     expect(await insecureFunctions(db.owner)).toEqual([]);
