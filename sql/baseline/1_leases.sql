@@ -705,19 +705,24 @@ begin
           hint = 'Roll back, renew the lease (leasehold.renew) and run the transaction again; if the renewal fails, the lease is lost.';
 end $$;
 
--- force_release: for operators. Frees the lease whoever holds it and bumps the fence, so the
--- old holder's fenced writes fail. Waits for an open fenced transaction to end (FOR UPDATE):
--- once it returns, no write under the old fence can commit.
--- The scheduled run in flight on the row ends lost with it.
-create function leasehold.force_release(p_name text)
+-- force_release: frees a lease whatever its holder (an operator's act: a stuck holder, a
+-- migration): the next fence is taken, so a write of the old holder is refused from then on.
+-- p_by: who releases (checked like a holder name); given, the act is recorded in
+-- leasehold.actions and the run holding the lease (a scheduled run, leasehold exec, run()) ends
+-- lost naming p_by.
+create function leasehold.force_release(p_name text, p_by text default null)
 returns table (released boolean, previous_holder text, previous_fence bigint, fence bigint)
 language plpgsql volatile as $$
 #variable_conflict use_column
 declare
   old leasehold.leases;
   r leasehold.leases;
+  v_why text := coalesce('the lease was force-released by ' || p_by, 'the lease was released by force (leasehold.force_release)');
 begin
   perform leasehold.check_namespace(array[p_name]);
+  if p_by is not null then
+    perform leasehold.check_holder(p_by);
+  end if;
   perform leasehold.pin_synchronous_commit();
   select * into old from leasehold.leases l where l.name = p_name for update;
   if not found then
@@ -726,14 +731,22 @@ begin
   end if;
   -- the scheduled run in flight on the row, if any, ends with its lease
   if old.run_slot is not null then
-    perform leasehold.end_runs(array[p_name], null, array[old.run_fence], array['lost'],
-                               array['the lease was released by force (leasehold.force_release)'], null);
+    perform leasehold.end_runs(array[p_name], null, array[old.run_fence], array['lost'], array[v_why], null);
+  end if;
+  -- and so does a run with a run_log row under the lease (leasehold exec, run()), naming who
+  if p_by is not null and old.token is not null then
+    update leasehold.run_log x set outcome = 'lost', finished_at = now(), error = v_why
+     where x.job = p_name and x.fence = old.fence and x.outcome = 'running';
   end if;
   update leasehold.leases l
      set token = null, expires_at = null, holder_key = null, released_at = now(),
          fence = leasehold.next_fence(l.fence)
    where l.name = p_name
   returning l.* into r;
+  if p_by is not null then
+    perform leasehold.record_action('force-released', p_name, p_by,
+      jsonb_build_object('released', old.token is not null, 'previous_holder', old.holder, 'previous_fence', old.fence, 'fence', r.fence));
+  end if;
   return query select old.token is not null, old.holder, old.fence, r.fence;
 end $$;
 

@@ -16,6 +16,17 @@ create table leasehold.buffered (
   constraint buffered_pkey PRIMARY KEY (job, slot)
 );
 
+-- worker_starts: per worker liveness key, through when its runs claimed ahead are (or may be)
+-- started, and the latest planned start of a run of it a peer claimed again.
+create table leasehold.worker_starts (
+  holder_key      bigint primary key,
+  started_through timestamptz not null,
+  taken_through   timestamptz,
+  updated_at      timestamptz not null default now()
+);
+comment on table leasehold.worker_starts is
+  'Per worker liveness key: through when its runs claimed ahead are started (start_tick), and the latest planned start of one a peer claimed again.';
+
 create table leasehold.jobs (
   name text primary key,
   schedule text not null,
@@ -268,6 +279,11 @@ $$;
 -- the slots: slots due within it, from free leases only, and only the claimed rows come back;
 -- p_starts (with p_ahead_ms): when each run will start (its slot plus the job's jitter), which
 -- history records as the run's start. Times are the database clock's. See docs/sql-api.md.
+-- A slot claimed ahead whose holder never marked its start (start_tick) is claimed again at its
+-- slot by another caller once the lease is free by the usual rule (expired, or the holder's
+-- liveness gone): the holder's run is recorded aborted, the slot still runs once. While that
+-- lease is still held the answer is 'held-ahead', with the lease's expiry: ask again then. A
+-- skip names the slot of the run holding the lease (a backfill's, say).
 create function leasehold.claim(
   p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[],
   p_holder text, p_holder_key bigint default null, p_every boolean default false,
@@ -327,6 +343,14 @@ declare
   -- and those whose previous grant was not claim()'s (run now, start_run, acquire, a forced
   -- release), which may have a run_log row still running: it is lost to this claim
   v_older text[];
+  -- and those that claim again a slot claimed ahead that its holder never started 
+  -- name, fence, the holder's liveness key, when the run was to start
+  v_re_names text[];
+  v_re_fences bigint[];
+  v_re_keys bigint[];
+  v_re_starts timestamptz[];
+  -- re-claims refused after the lock: the holder marked the start meanwhile
+  v_refused text[];
   -- what step 3 claimed, as parallel arrays: positions, jobs, slots, tokens, fences, expiries,
   -- previous slots, whether the row was held, modes
   c_at integer[];
@@ -366,15 +390,20 @@ begin
          coalesce(array_agg(x.slot), '{}'), coalesce(array_agg(x.ttl), '{}'), coalesce(array_agg(x.mode), '{}'),
          coalesce(array_agg(x.cap), '{}'), coalesce(array_agg(x.last_slot), '{}'), coalesce(array_agg(x.held), '{}'),
          coalesce(array_agg(x.fence), '{}'),
-         array_agg(x.job) filter (where x.run_slot is not null and x.mode <> 'allow'),
-         array_agg(x.run_fence) filter (where x.run_slot is not null and x.mode <> 'allow'),
-         array_agg(x.job) filter (where x.mode <> 'allow' and x.run_fence is distinct from x.fence)
+         array_agg(x.job) filter (where x.run_slot is not null and x.mode <> 'allow' and not x.reclaim),
+         array_agg(x.run_fence) filter (where x.run_slot is not null and x.mode <> 'allow' and not x.reclaim),
+         array_agg(x.job) filter (where x.mode <> 'allow' and x.run_fence is distinct from x.fence),
+         array_agg(x.job) filter (where x.reclaim), array_agg(x.fence) filter (where x.reclaim),
+         array_agg(x.holder_key) filter (where x.reclaim), array_agg(x.run_started_at) filter (where x.reclaim)
     into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences,
-         v_taken_names, v_taken_fences, v_older
+         v_taken_names, v_taken_fences, v_older, v_re_names, v_re_fences, v_re_keys, v_re_starts
     from (
       select w.at, w.job, w.claim_slot, w.slot, w.ttl, w.mode, w.cap,
-             l.last_slot, l.token is not null as held, l.run_slot, l.run_fence, l.fence
+             l.last_slot, l.token is not null as held, l.run_slot, l.run_fence, l.fence,
+             l.holder_key, l.run_started_at, l.last_slot is not distinct from w.claim_slot as reclaim
         from leasehold.leases l
+        -- the holders' marks of the runs they started ahead (a handful of rows: hashed)
+        left join leasehold.worker_starts s on s.holder_key = l.holder_key
         join (
           select i.at, i.job, i.slot, i.ttl, i.mode, i.cap,
                  case when not v_queued then i.slot else least(i.slot, coalesce(
@@ -392,14 +421,68 @@ begin
                   -- ahead: due within v_ahead, from a lease that is free in the plainest sense
                   else w.claim_slot <= now() + v_ahead and w.claim_slot = w.slot and w.mode in ('exclusive', 'replace')
                        and l.token is null and l.run_slot is null and (l.run_fence = l.fence or l.fence = 0) end
-         and (l.last_slot is null or (w.slot > l.last_slot and w.claim_slot > l.last_slot))
-         -- (a recorded skip under overlap 'skip' is final: step 3 checks it, after this lock)
-         -- a released row is free: is_free() is asked only about a row with a token
-         and (w.mode in ('replace', 'allow') or l.token is null or leasehold.is_free(l))
          and l.suspended is null
+         -- one CASE, so that the slot guard comes first and is_free() is asked last (a slot
+         -- claimed already, the second pass's usual row, asks nothing of the lease)
+         and case
+               when l.last_slot is null or (w.slot > l.last_slot and w.claim_slot > l.last_slot)
+                 -- (a recorded skip under overlap 'skip' is final: step 3 checks it, after this lock)
+                 -- a released row is free: is_free() is asked only about a row with a token
+                 then w.mode in ('replace', 'allow') or l.token is null or leasehold.is_free(l)
+               -- the slot itself again: claimed ahead (granted before the slot), under a
+               -- liveness key, its run never marked started by its holder (start_tick), and the
+               -- lease free by the usual rule (expired, or its holder gone); a re-claim is never
+               -- a claim ahead
+               when v_ahead is not null or w.slot is distinct from l.last_slot or w.claim_slot <> w.slot or w.mode = 'allow'
+                    or l.token is null or l.holder_key is null or l.run_slot is distinct from l.last_slot
+                    or l.run_fence is distinct from l.fence or l.acquired_at >= l.run_slot
+                    or l.run_started_at <= coalesce(s.started_through, '-infinity') then false
+               else leasehold.is_free(l)
+             end
        order by random()
          for update of l skip locked
     ) x;
+
+  -- A re-claim: under the lock of the holder's worker_starts row (start_tick takes it too), a
+  -- run the holder marked started meanwhile is left to it; the others are taken, the latest
+  -- planned start among them kept in taken_through for the holder's next mark to find, and
+  -- their unstarted runs recorded aborted.
+  if v_re_names is not null then
+    insert into leasehold.worker_starts (holder_key, started_through)
+    select distinct k, '-infinity'::timestamptz from unnest(v_re_keys) k order by 1
+    on conflict do nothing;
+    perform 1 from leasehold.worker_starts s where s.holder_key = any (v_re_keys) order by s.holder_key for update;
+    select array_agg(r.name) into v_refused
+      from unnest(v_re_names, v_re_keys, v_re_starts) r(name, key, planned)
+      join leasehold.worker_starts s on s.holder_key = r.key
+     where r.planned <= s.started_through;
+    if v_refused is not null then
+      select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
+             coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
+             coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
+             coalesce(array_agg(k.fence), '{}')
+        into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
+        from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
+               k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
+       where not (k.job = any (v_refused));
+      select array_agg(r.name), array_agg(r.fence), array_agg(r.key), array_agg(r.planned)
+        into v_re_names, v_re_fences, v_re_keys, v_re_starts
+        from unnest(v_re_names, v_re_fences, v_re_keys, v_re_starts) r(name, fence, key, planned)
+       where not (r.name = any (v_refused));
+    end if;
+    if v_re_names is not null then
+      update leasehold.worker_starts s
+         set taken_through = greatest(s.taken_through, m.planned), updated_at = now()
+        from (select r.key, max(r.planned) as planned from unnest(v_re_keys, v_re_starts) r(key, planned) group by r.key) m
+       where s.holder_key = m.key;
+      perform leasehold.end_runs(
+        v_re_names, null, v_re_fences,
+        array_fill('aborted'::text, array[cardinality(v_re_names)]),
+        array_fill('not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder,
+                   array[cardinality(v_re_names)]),
+        null);
+    end if;
+  end if;
 
   -- 2. A skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock
   --    committed before it: a statement after the lock sees it, step 1's snapshot did not.
@@ -528,13 +611,23 @@ begin
   return query
   with pending as (
     select i.job, i.slot, i.mode, i.cap, l.holder as l_holder, l.fence as l_fence,
-           l.last_slot as l_last_slot, l.acquired_at as l_acquired_at,
+           -- the slot of the run holding the lease (a backfill's, say), not the last scheduled one
+           case when l.token is null or l.run_fence = l.fence then coalesce(l.run_slot, l.last_slot)
+                else coalesce((select r.slot from leasehold.run_log r where r.job = l.name and r.fence = l.fence and r.outcome = 'running'),
+                              l.last_slot) end as l_holder_slot,
+           l.acquired_at as l_acquired_at, l.expires_at as l_expires_at,
            exists (select 1 from leasehold.skips k where k.job = i.job and k.slot = i.slot) as skip_exists,
            case
              when l.name is null then 'unknown-job'
              when l.suspended = 'paused' then 'paused'
              when l.suspended = 'removed' then 'removed'
              when i.slot > now() then 'slot-not-due'
+             -- claimed ahead by a holder that has not started it, and whose lease is not free:
+             -- ask again when the lease expires (a row locked meanwhile: shortly)
+             when i.slot = l.last_slot and i.mode <> 'allow' and l.token is not null and l.holder_key is not null
+                  and l.run_slot = l.last_slot and l.run_fence = l.fence and l.acquired_at < l.run_slot
+                  and l.run_started_at > coalesce(s.started_through, '-infinity')
+               then case when leasehold.is_free(l) then 'holder-committing' else 'held-ahead' end
              when l.last_slot is not null and i.slot <= l.last_slot then 'slot-taken'
              when i.mode = 'exclusive' and i.cap = 0
                   and exists (select 1 from leasehold.skips k where k.job = i.job and k.slot = i.slot) then 'slot-skipped'
@@ -545,14 +638,17 @@ begin
            end as why
       from unnest(p_jobs, p_slots, p_modes, p_caps) with ordinality as i(job, slot, mode, cap, at)
       left join leasehold.leases l on l.name = i.job
+      left join leasehold.worker_starts s on s.holder_key = l.holder_key
      where i.at not in (select k.at from unnest(c_at) k(at))
-       and (p_every or l.name is null or l.suspended is not null or l.last_slot is null or i.slot > l.last_slot)
+       and (p_every or l.name is null or l.suspended is not null or l.last_slot is null or i.slot > l.last_slot
+            or (i.slot = l.last_slot and l.token is not null and l.run_slot = l.last_slot and l.acquired_at < l.run_slot
+                and l.run_started_at > coalesce(s.started_through, '-infinity')))
   ),
   -- held, as the newest row version says under a lock no claim can pass; a row a claimer has
   -- locked (SKIP LOCKED) or that changed meanwhile is reported holder-committing: ask again.
   -- A slot whose skip is recorded already needs no lock (and takes no lock, no xid).
   held as (
-    select p.job, p.slot, p.cap, l.holder, l.fence, l.last_slot, l.acquired_at
+    select p.job, p.slot, p.cap, l.holder, l.fence, p.l_holder_slot as holder_slot, l.acquired_at
       from pending p join leasehold.leases l on l.name = p.job
      where p.why = 'held' and not p.skip_exists
        and (l.last_slot is null or p.slot > l.last_slot)
@@ -561,7 +657,7 @@ begin
   ),
   skipped as (
     insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
-    select h.job, h.slot, h.holder, h.fence, h.last_slot, now() - h.acquired_at, p_holder
+    select h.job, h.slot, h.holder, h.fence, h.holder_slot, now() - h.acquired_at, p_holder
       from held h
     on conflict do nothing
     returning skips.job, skips.slot
@@ -578,17 +674,53 @@ begin
     select p.job, p.slot,
            case when p.why = 'held' and not p.skip_exists and not exists (select 1 from held h where h.job = p.job)
                 then 'holder-committing' else p.why end as why,
-           p.l_holder, p.l_fence, p.l_last_slot, p.l_acquired_at,
+           p.l_holder, p.l_fence, p.l_holder_slot, p.l_acquired_at, p.l_expires_at,
            exists (select 1 from skipped s where s.job = p.job and s.slot = p.slot) as skip_recorded,
            exists (select 1 from buffering b where b.job = p.job and b.slot = p.slot) as buffered
       from pending p
   )
   select a.job, a.slot, false, a.why,
-         null::uuid, null::bigint, null::timestamptz, null::timestamptz,
-         a.l_holder, a.l_fence, a.l_last_slot, a.l_acquired_at,
+         null::uuid, null::bigint, case when a.why = 'held-ahead' then a.l_expires_at end, null::timestamptz,
+         a.l_holder, a.l_fence, a.l_holder_slot, a.l_acquired_at,
          a.skip_recorded, a.buffered, now(), false
     from answered a
    where p_every or a.why not in ('slot-taken', 'slot-skipped', 'held') or a.skip_recorded or a.buffered;
+end $$;
+
+-- start_tick: a worker marks that it starts (or may start) every run it claimed ahead under
+-- liveness key p_holder_key and planned to start at or before p_through (or now, if later),
+-- before starting any of them. True: none of them was claimed again by a peer; false: some may
+-- have been, and each lease is to be checked (renewed) before its run starts.
+create function leasehold.start_tick(p_holder_key bigint, p_through timestamptz) returns boolean
+language plpgsql volatile
+set lock_timeout = '2s'
+as $$
+declare
+  v_new boolean;
+  v_old timestamptz;
+  v_taken timestamptz;
+  v_n integer;
+begin
+  if p_holder_key is null or p_through is null then
+    raise exception 'start_tick: holder_key and through must not be null' using errcode = '22023';
+  end if;
+  perform leasehold.pin_synchronous_commit();
+  insert into leasehold.worker_starts (holder_key, started_through) values (p_holder_key, '-infinity') on conflict do nothing;
+  get diagnostics v_n = row_count;
+  v_new := v_n > 0;
+  select w.started_through, w.taken_through into v_old, v_taken
+    from leasehold.worker_starts w where w.holder_key = p_holder_key for update;
+  update leasehold.worker_starts w
+     set started_through = greatest(w.started_through, p_through, clock_timestamp()), updated_at = now()
+   where w.holder_key = p_holder_key;
+  -- once per key: rows of keys no longer live and unchanged for a week are forgotten (a slot is
+  -- claimed again only within its starting deadline)
+  if v_new then
+    delete from leasehold.worker_starts w
+     where w.updated_at < now() - interval '7 days'
+       and not exists (select 1 from leasehold.worker_keys() k where k.key = w.holder_key);
+  end if;
+  return v_taken is null or v_taken <= v_old;
 end $$;
 
 

@@ -316,6 +316,8 @@ insert into leasehold.access (object, level) values
   ('fork_base', 'owner'),
   ('forks', 'owner'),
   ('grant_access', 'owner'),
+  ('worker_starts', 'owner'),
+  ('start_tick', 'client'),
   ('namespace_prefixes', 'owner'),
   ('in_namespace', 'owner'),
   ('check_namespace', 'owner'),
