@@ -126,6 +126,18 @@ describe('a slot claimed ahead and never started', () => {
     await holder.conn.end();
   });
 
+  it('is never claimed again without a liveness key (liveness off): the lease\'s expiry alone proves no start', async () => {
+    const [peer] = conns as [pg.Client];
+    await register(peer, ['re-no-key']);
+    const slot = await nextSecond(peer);
+    await peer.query(
+      `select * from leasehold.claim_ahead(array['re-no-key'], array[$1::timestamptz], array[1000::bigint], array['exclusive'], array[0], 'holder', null, 5000)`,
+      [slot],
+    );
+    await until(peer, slot.getTime() + 1_100);
+    expect((await claim(peer, 're-no-key', slot)).reason).toBe('slot-taken');
+  });
+
   it('refuses a null key or time', async () => {
     await expect(conns[0]!.query('select leasehold.start_tick(null, now())')).rejects.toMatchObject({ code: '22023' });
     await expect(conns[0]!.query('select leasehold.start_tick(1, null)')).rejects.toMatchObject({ code: '22023' });
