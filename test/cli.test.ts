@@ -63,9 +63,33 @@ describe('leasehold exec', () => {
     const result = await run.done;
     expect(Date.now() - started).toBeLessThan(5_000);
     expect(result.code).toBe(76);
-    expect(result.stderr).toMatch(/lease "stubborn" lost/);
+    expect(result.stderr).toMatch(/lease "stubborn" was force-released by /);
     expect(result.stderr).toMatch(/sending SIGKILL/);
     expect((await rawPool(url, 1).query(`select outcome from leasehold.runs where job = 'stubborn'`)).rows[0]).toEqual({ outcome: 'lost' });
+  });
+
+  it('says who force-released its lease (release --force --by), on stderr and in the history, not the stopped command\'s exit code', async () => {
+    const run = startCli(['exec', '-n', 'taken-away', '--ttl', '3s', '--json', '--', 'sh', '-c', 'echo started; sleep 30'], env);
+    await waitFor(() => run.output().stdout.includes('started'), 15_000, 20);
+    expect((await cli(['release', 'taken-away', '--force', '--yes', '--by', 'alice'], env)).code).toBe(0);
+    const result = await run.done;
+    expect(result.code).toBe(76);
+    const events = result.stderr.trim().split('\n').map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(events.find((e) => e.event === 'lost')).toMatchObject({ releasedBy: expect.stringMatching(/^alice \(database role .+\)$/) });
+    const finished = events.find((e) => e.event === 'finished');
+    expect(finished).toMatchObject({ outcome: 'lost', exitCode: 143 });
+    const { rows } = await rawPool(url, 1).query(`select outcome, error from leasehold.runs where job = 'taken-away'`);
+    expect(rows).toEqual([{ outcome: 'lost', error: 'the lease was force-released by alice' }]);
+    const { rows: actions } = await rawPool(url, 1).query(`select action, actor, detail->>'previous_fence' as fence from leasehold.actions where job = 'taken-away'`);
+    expect(actions).toEqual([{ action: 'force-released', actor: 'alice', fence: '1' }]);
+    // in the human form too
+    const human = startCli(['exec', '-n', 'taken-again', '--ttl', '3s', '--', 'sh', '-c', 'echo started; sleep 30'], env);
+    await waitFor(() => human.output().stdout.includes('started'), 15_000, 20);
+    await cli(['release', 'taken-again', '--force', '--yes', '--by', 'bob'], env);
+    const stopped = await human.done;
+    expect(stopped.stderr).toMatch(/lease "taken-again" was force-released by bob \(database role .+\); stopping the command/);
+    expect(stopped.stderr).toMatch(/"taken-again" lost \(the lease was force-released by bob/);
+    expect(stopped.stderr).not.toMatch(/exit code 143/);
   });
 
   it('passes SIGTERM on to the command and releases the lease', async () => {

@@ -6821,7 +6821,8 @@ insert into leasehold.migrations (version, name, breaking) values (27, '0027_acq
 -- its slot on another worker; a skip names the slot of the run holding the lease.
 --
 -- Additive for callers: claim(), claim_due() and claim_tick() keep their arguments and rows; a
--- new reason, 'held-ahead'; one table and one function (start_tick) are new.
+-- new reason, 'held-ahead'; one table and one function (start_tick) are new; force_release()
+-- takes an optional second argument.
 --
 -- A slot claimed ahead (claim_ahead, schema 22) holds its lease for the lead. A worker killed in
 -- the lead left the slot taken (last_slot) and unrun: the next slot's claim recorded it lost, a
@@ -6838,6 +6839,11 @@ insert into leasehold.migrations (version, name, breaking) values (27, '0027_acq
 --
 -- A lease still held (a paused holder, say) answers 'held-ahead' with the lease's expiry in
 -- expires_at: the worker asks again then, within the slot's starting deadline.
+--
+-- force_release(name, by = null) names who: given, the act is recorded in
+-- leasehold.actions ('force-released'), and the run holding the lease (leasehold exec, run(),
+-- a scheduled run) ends lost with "the lease was force-released by <by>", so that the holder
+-- (leasehold exec) and the history say who, not how the stopped command exited.
 --
 -- A skip caused by a run other than the scheduled one (a backfill, run now, start_run) named the
 -- job's last scheduled slot as the holder's slot: it names the slot of the run holding the lease
@@ -7281,6 +7287,48 @@ begin
    where p_every or a.why not in ('slot-taken', 'slot-skipped', 'held') or a.skip_recorded or a.buffered;
 end $$;
 
+
+-- force_release: as in schema 17, with p_by: who releases (checked like a holder name). Given,
+-- the act is recorded in leasehold.actions, and the run holding the lease ends lost naming p_by.
+drop function leasehold.force_release(text);
+create function leasehold.force_release(p_name text, p_by text default null)
+returns table (released boolean, previous_holder text, previous_fence bigint, fence bigint)
+language plpgsql volatile as $$
+#variable_conflict use_column
+declare
+  old leasehold.leases;
+  r leasehold.leases;
+  v_why text := coalesce('the lease was force-released by ' || p_by, 'the lease was released by force (leasehold.force_release)');
+begin
+  if p_by is not null then
+    perform leasehold.check_holder(p_by);
+  end if;
+  perform leasehold.pin_synchronous_commit();
+  select * into old from leasehold.leases l where l.name = p_name for update;
+  if not found then
+    return query select false, null::text, null::bigint, null::bigint;
+    return;
+  end if;
+  -- the scheduled run in flight on the row, if any, ends with its lease
+  if old.run_slot is not null then
+    perform leasehold.end_runs(array[p_name], null, array[old.run_fence], array['lost'], array[v_why], null);
+  end if;
+  -- and so does a run with a run_log row under the lease (leasehold exec, run()), naming who
+  if p_by is not null and old.token is not null then
+    update leasehold.run_log x set outcome = 'lost', finished_at = now(), error = v_why
+     where x.job = p_name and x.fence = old.fence and x.outcome = 'running';
+  end if;
+  update leasehold.leases l
+     set token = null, expires_at = null, holder_key = null, released_at = now(),
+         fence = leasehold.next_fence(l.fence)
+   where l.name = p_name
+  returning l.* into r;
+  if p_by is not null then
+    perform leasehold.record_action('force-released', p_name, p_by,
+      jsonb_build_object('released', old.token is not null, 'previous_holder', old.holder, 'previous_fence', old.fence, 'fence', r.fence));
+  end if;
+  return query select old.token is not null, old.holder, old.fence, r.fence;
+end $$;
 
 insert into leasehold.access (object, level) values ('worker_starts', 'owner'), ('start_tick', 'client');
 
