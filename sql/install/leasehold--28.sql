@@ -7025,20 +7025,24 @@ begin
                   -- ahead: due within p_ahead, from a lease that is free in the plainest sense
                   else w.claim_slot <= now() + p_ahead and w.claim_slot = w.slot and w.mode in ('exclusive', 'replace')
                        and l.token is null and l.run_slot is null and (l.run_fence = l.fence or l.fence = 0) end
-         and (l.last_slot is null or (w.slot > l.last_slot and w.claim_slot > l.last_slot)
-              -- the slot itself again: claimed ahead (granted before the slot), under a
-              -- liveness key, its run never marked started by its holder (start_tick), and the
-              -- lease free by the usual rule (expired, or its holder gone); a re-claim is never
-              -- a claim ahead. CASE: the column tests first, is_free() last.
-              or (p_ahead is null and w.slot = l.last_slot and w.claim_slot = w.slot and w.mode <> 'allow'
-                  and case when l.token is null or l.holder_key is null or l.run_slot is distinct from l.last_slot
-                                or l.run_fence is distinct from l.fence or l.acquired_at >= l.run_slot
-                                or l.run_started_at <= coalesce(s.started_through, '-infinity') then false
-                           else leasehold.is_free(l) end))
-         -- (a recorded skip under overlap 'skip' is final: step 3 checks it, after this lock)
-         -- a released row is free: is_free() is asked only about a row with a token
-         and (w.mode in ('replace', 'allow') or l.token is null or leasehold.is_free(l))
          and l.suspended is null
+         -- one CASE, so that the slot guard comes first and is_free() is asked last (a slot
+         -- claimed already, the second pass's usual row, asks nothing of the lease)
+         and case
+               when l.last_slot is null or (w.slot > l.last_slot and w.claim_slot > l.last_slot)
+                 -- (a recorded skip under overlap 'skip' is final: step 3 checks it, after this lock)
+                 -- a released row is free: is_free() is asked only about a row with a token
+                 then w.mode in ('replace', 'allow') or l.token is null or leasehold.is_free(l)
+               -- the slot itself again: claimed ahead (granted before the slot), under a
+               -- liveness key, its run never marked started by its holder (start_tick), and the
+               -- lease free by the usual rule (expired, or its holder gone); a re-claim is never
+               -- a claim ahead
+               when p_ahead is not null or w.slot is distinct from l.last_slot or w.claim_slot <> w.slot or w.mode = 'allow'
+                    or l.token is null or l.holder_key is null or l.run_slot is distinct from l.last_slot
+                    or l.run_fence is distinct from l.fence or l.acquired_at >= l.run_slot
+                    or l.run_started_at <= coalesce(s.started_through, '-infinity') then false
+               else leasehold.is_free(l)
+             end
        order by random()
          for update of l skip locked
     ) x;
