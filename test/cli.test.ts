@@ -63,9 +63,33 @@ describe('leasehold exec', () => {
     const result = await run.done;
     expect(Date.now() - started).toBeLessThan(5_000);
     expect(result.code).toBe(76);
-    expect(result.stderr).toMatch(/lease "stubborn" lost/);
+    expect(result.stderr).toMatch(/lease "stubborn" was force-released by /);
     expect(result.stderr).toMatch(/sending SIGKILL/);
     expect((await rawPool(url, 1).query(`select outcome from leasehold.runs where job = 'stubborn'`)).rows[0]).toEqual({ outcome: 'lost' });
+  });
+
+  it('says who force-released its lease (release --force --by), on stderr and in the history, not the stopped command\'s exit code', async () => {
+    const run = startCli(['exec', '-n', 'taken-away', '--ttl', '3s', '--json', '--', 'sh', '-c', 'echo started; sleep 30'], env);
+    await waitFor(() => run.output().stdout.includes('started'), 15_000, 20);
+    expect((await cli(['release', 'taken-away', '--force', '--yes', '--by', 'alice'], env)).code).toBe(0);
+    const result = await run.done;
+    expect(result.code).toBe(76);
+    const events = result.stderr.trim().split('\n').map((line) => JSON.parse(line) as Record<string, unknown>);
+    expect(events.find((e) => e.event === 'lost')).toMatchObject({ releasedBy: expect.stringMatching(/^alice \(database role .+\)$/) });
+    const finished = events.find((e) => e.event === 'finished');
+    expect(finished).toMatchObject({ outcome: 'lost', exitCode: 143 });
+    const { rows } = await rawPool(url, 1).query(`select outcome, error from leasehold.runs where job = 'taken-away'`);
+    expect(rows).toEqual([{ outcome: 'lost', error: 'the lease was force-released by alice' }]);
+    const { rows: actions } = await rawPool(url, 1).query(`select action, actor, detail->>'previous_fence' as fence from leasehold.actions where job = 'taken-away'`);
+    expect(actions).toEqual([{ action: 'force-released', actor: 'alice', fence: '1' }]);
+    // in the human form too
+    const human = startCli(['exec', '-n', 'taken-again', '--ttl', '3s', '--', 'sh', '-c', 'echo started; sleep 30'], env);
+    await waitFor(() => human.output().stdout.includes('started'), 15_000, 20);
+    await cli(['release', 'taken-again', '--force', '--yes', '--by', 'bob'], env);
+    const stopped = await human.done;
+    expect(stopped.stderr).toMatch(/lease "taken-again" was force-released by bob \(database role .+\); stopping the command/);
+    expect(stopped.stderr).toMatch(/"taken-again" lost \(the lease was force-released by bob/);
+    expect(stopped.stderr).not.toMatch(/exit code 143/);
   });
 
   it('passes SIGTERM on to the command and releases the lease', async () => {
@@ -102,8 +126,8 @@ describe('status, runs, schedule preview, migrate', () => {
     expect(human.code).toBe(0);
     const lines = human.stdout.trim().split('\n');
     expect(lines[0]).toMatch(/^2 jobs: 1 running, 0 with an expired lease, 2 failing /);
-    expect(lines[1]).toMatch(/^JOB\s+SCHEDULE\s+STATE\s+HOLDER\s+LEASE AGE\s+LAST RUN\s+OUTCOME\s+P50\s+P95\s+P95\/INTERVAL\s+SKIPS 24H\s+MISSED 24H\s+ATTENTION$/);
-    expect(lines.find((l) => l.startsWith('report'))).toMatch(/report\s+1m\s+running\s+worker-a\s+4\d\.\ds\s+\S+\s+running\s+\S+\s+\S+\s+\d+%\s+3\s+0/);
+    expect(lines[1]).toMatch(/^JOB\s+SCHEDULE\s+STATE\s+HOLDER\s+LEASE AGE\s+LAST RUN\s+OUTCOME\s+P50\s+P95\s+P95\/INTERVAL\s+LATE P95\s+SKIPS 24H\s+MISSED 24H\s+ATTENTION$/);
+    expect(lines.find((l) => l.startsWith('report'))).toMatch(/report\s+1m\s+running\s+worker-a\s+4\d\.\ds\s+\S+\s+running\s+\S+\s+\S+\s+\d+%\s+\d+(\.\d)?m?s\s+3\s+0/);
     expect(lines.find((l) => l.startsWith('cleanup'))).toMatch(/cleanup\s+\*\/5 \* \* \* \* \(Europe\/Berlin\)\s+idle/);
     expect(human.stdout).toMatch(/^warning: p95 duration is \d+% of the interval: "report" is creeping toward overlap$/m);
     const json = JSON.parse((await cli(['status', '--json'], { DATABASE_URL: seededUrl })).stdout) as { jobs: Array<{ job: string; skips24h: number; warning: string | null }> };

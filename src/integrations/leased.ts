@@ -201,7 +201,9 @@ class SlotGuard {
       return this.claim(slot, attempt + 1);
     }
     if (row.reason === 'held' && row.skip_recorded) this.reportSkip(row);
-    const reason: LeasedSkipReason = row.reason === 'unknown-job' || row.reason === 'claimed' || row.reason === 'removed' ? 'error' : row.reason;
+    // (held-ahead: a worker claimed the occurrence ahead of it and has not started it yet)
+    const reason: LeasedSkipReason =
+      row.reason === 'unknown-job' || row.reason === 'claimed' || row.reason === 'removed' ? 'error' : row.reason === 'held-ahead' ? 'slot-taken' : row.reason;
     if (reason === 'slot-not-due' || reason === 'error') {
       this.logger.warn({ event: 'claim:refused', job: this.job.name, slot: slot.toISOString(), reason: row.reason }, `"${this.job.name}" slot ${slot.toISOString()} was not claimed: ${row.reason}`);
     }

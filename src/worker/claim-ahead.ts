@@ -9,9 +9,7 @@
 // tick of fewer jobs counts as a quick one: a small fleet never claims ahead, and a fleet that
 // shrank stops.
 //
-// StartQueue holds the runs claimed ahead until their start (the slot plus the job's jitter),
-// on one timer.
-import type { DatabaseClock } from '../schedule/database-clock.js';
+// StartQueue (start-queue.ts) holds the runs claimed ahead until their start.
 
 export const AUTO_MIN_JOBS = 500;
 export const AUTO_ENGAGE_MS = 50;
@@ -51,73 +49,7 @@ export const STOPPED_BEFORE_START = "the worker was stopping before the run's st
 /** A run claimed ahead: started at its start time, or handed back unstarted. */
 export interface PreparedRun {
   begin(): void;
+  /** begin() after a renewal of the lease (a peer may have taken it over: the renewal then fails and the run is recorded lost, unstarted). */
+  renewThenBegin(): void;
   handBack(why: string): void;
-}
-
-/** Runs claimed ahead, by start time (database time, epoch ms), started on one timer. */
-export class StartQueue {
-  private readonly byStart = new Map<number, PreparedRun[]>();
-  private timer: NodeJS.Timeout | undefined;
-  private armedAt = Infinity;
-
-  constructor(
-    private readonly clock: DatabaseClock,
-    /** A start runs this long after its time on the database-corrected clock, as a tick does. */
-    private readonly marginMs: number,
-  ) {}
-
-  /**
-   * How long after a start's time on the clock's estimate its runs start: the margin, and the
-   * round trip of the clock's best sample (the estimate of the database's time is off by less
-   * than that), so that no run starts before its slot on the database's clock.
-   */
-  private delayMs(): number {
-    return this.marginMs + this.clock.roundTripMs;
-  }
-
-  add(startMs: number, run: PreparedRun): void {
-    const runs = this.byStart.get(startMs);
-    if (runs) runs.push(run);
-    else this.byStart.set(startMs, [run]);
-    if (startMs < this.armedAt) this.arm(startMs);
-  }
-
-  /** The database clock stepped: the timer is set again on the new estimate of its time. */
-  rearm(): void {
-    if (this.armedAt < Infinity) this.arm(this.armedAt);
-  }
-
-  /** Hands back every run not started yet (the worker is stopping). */
-  handBackAll(why: string): void {
-    clearTimeout(this.timer);
-    this.timer = undefined;
-    this.armedAt = Infinity;
-    const runs = [...this.byStart.values()].flat();
-    this.byStart.clear();
-    for (const run of runs) run.handBack(why);
-  }
-
-  private arm(startMs: number): void {
-    clearTimeout(this.timer);
-    this.armedAt = startMs;
-    this.timer = setTimeout(() => this.fire(), Math.max(0, startMs - this.clock.now().getTime() + this.delayMs()));
-  }
-
-  private fire(): void {
-    this.timer = undefined;
-    this.armedAt = Infinity;
-    const now = this.clock.now().getTime() - this.delayMs() + 1;
-    let next = Infinity;
-    const due: PreparedRun[][] = [];
-    for (const [startMs, runs] of this.byStart) {
-      if (startMs <= now) {
-        due.push(runs);
-        this.byStart.delete(startMs);
-      } else if (startMs < next) {
-        next = startMs;
-      }
-    }
-    if (next < Infinity) this.arm(next);
-    for (const runs of due) for (const run of runs) run.begin();
-  }
 }

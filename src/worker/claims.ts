@@ -15,7 +15,7 @@ export interface ClaimRow {
   job: string;
   slot: Date;
   claimed: boolean;
-  reason: 'claimed' | 'held' | 'holder-committing' | 'slot-taken' | 'slot-skipped' | 'slot-not-due' | 'unknown-job' | 'paused' | 'removed';
+  reason: 'claimed' | 'held' | 'held-ahead' | 'holder-committing' | 'slot-taken' | 'slot-skipped' | 'slot-not-due' | 'unknown-job' | 'paused' | 'removed';
   token: string | null;
   fence: string | null;
   expires_at: Date | null;
@@ -125,6 +125,16 @@ export class SchedulerStore {
       batchTimeout(this.runtime.queryTimeoutMs, requests.length),
     );
     return tickRows(rows, requests);
+  }
+
+  /**
+   * Marks that this worker starts the runs it claimed ahead under `holderKey` and planned to
+   * start until `through` (leasehold.start_tick): from then on no peer claims them again. False:
+   * a peer claimed some of them again before the mark; each lease is to be checked first.
+   */
+  async startTick(holderKey: string, through: Date): Promise<boolean> {
+    const { rows } = await this.query<{ untouched: boolean }>('select leasehold.start_tick($1::bigint, $2) as untouched', [holderKey, through]);
+    return rows[0]?.untouched === true;
   }
 
   async finish(

@@ -10,7 +10,7 @@ import type { LeaseholdEmitter } from '../observe/events.js';
 import type { Logger } from '../observe/logger.js';
 import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
 import { fireTime } from '../schedule/jitter.js';
-import { LeadPolicy, StartQueue, STOPPED_BEFORE_START, type ClaimAheadSetting } from './claim-ahead.js';
+import { LeadPolicy, STOPPED_BEFORE_START, type ClaimAheadSetting } from './claim-ahead.js';
 import { ClaimHealth } from './claim-health.js';
 import type { ClaimRequest, ClaimRow, SchedulerStore } from './claims.js';
 import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-steps.js';
@@ -23,6 +23,7 @@ import { NextSlots } from './next-slots.js';
 import { RequestPoller } from './requests.js';
 import { nameHash, PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
 import { MissedSlots, type Follower } from './missed-slots.js';
+import { StartQueue } from './start-queue.js';
 import { advancePast, lookAhead, nextTickAt, planTick } from './tick-plan.js';
 
 const MAX_SLEEP_MS = 30_000;
@@ -107,7 +108,7 @@ export class ClaimEngine {
     this.steps = new StepRecorder(this.store, this.holder, this.logger);
     this.missed = new MissedSlots({ store: this.store, steps: this.steps, events: this.events, logger: this.logger, holder: this.holder });
     this.lead = new LeadPolicy(parts.claimAhead);
-    this.starts = new StartQueue(this.clock, FIRE_MARGIN_MS);
+    this.starts = new StartQueue(this.clock, FIRE_MARGIN_MS, (key, through) => this.store.startTick(key, through));
     this.finisher = new FinishQueue(this.store);
     this.runs = new RunSet({ ...parts, finisher: this.finisher, shutdown: this.shutdown.signal });
     this.peers = new PeerList(() => this.store.liveKeys());
@@ -245,7 +246,7 @@ export class ClaimEngine {
       const run = this.runs.prepare(state, row, holderKey, sentAt, this.runSettled);
       if (run) {
         prepared++;
-        this.starts.add(fireTime(row.slot, state.job.jitterOffsetMs).getTime(), run);
+        this.starts.add(fireTime(row.slot, state.job.jitterOffsetMs).getTime(), run, holderKey, row.slot.getTime());
       }
       if (row.previous_slot) (followers ??= []).push({ job: state.job, previous: row.previous_slot, claimed: row.slot });
     }
@@ -323,6 +324,8 @@ export class ClaimEngine {
         if (row.previous_slot) (followers ??= []).push({ job, previous: row.previous_slot, claimed: row.slot });
       } else if (row.reason === 'held') {
         if (row.skip_recorded) this.reportSkip(job, row);
+      } else if (row.reason === 'held-ahead') {
+        this.askAgainAtExpiry(state, row);
       } else if (row.reason === 'slot-not-due' && (attempt >= RETRY_DELAYS_MS.length || this.clock.now() < row.slot)) {
         // Not due by the database clock, and not just a hair early: the database clock is
         // behind our estimate (it stepped back). Claim it again when it is due on that time.
@@ -386,6 +389,25 @@ export class ClaimEngine {
       reportBackwardStep(this.states, step, this.logger);
     }
     this.schedule();
+  }
+
+  /**
+   * The slot was claimed ahead by a worker that has not started it, and whose lease is still
+   * held (a worker paused in the lead, say): claim it again once that lease has expired, if the
+   * slot is still within its starting deadline and before the job's next slot (whose claim
+   * would take the lease over anyway). If the holder started the run meanwhile, that claim finds
+   * the slot taken.
+   */
+  private askAgainAtExpiry(state: JobState, row: ClaimRow): void {
+    const { job } = state;
+    if (!this.running || !row.expires_at) return;
+    const at = row.expires_at.getTime() + FIRE_MARGIN_MS;
+    if (at - row.slot.getTime() > job.startingDeadlineMs || (state.nextSlot && at >= fireTime(state.nextSlot, job.jitterOffsetMs).getTime())) return;
+    const timer = setTimeout(() => {
+      this.retryTimers.delete(timer);
+      this.claimOrLog([{ job, slot: row.slot }], 'claiming a slot claimed ahead and not started failed');
+    }, Math.max(0, at - this.clock.now().getTime()));
+    this.retryTimers.add(timer);
   }
 
   /** A claim came back "not due": try that slot again when it is due on the database's time. */

@@ -229,11 +229,11 @@ class Run<T = unknown> implements FinishReceiver, PreparedRun {
     }
   }
 
-  /** Too little of the lease was left to start on: renew it once, then begin, which checks it again (a failed renewal lost it). */
-  private async renewThenBegin(lease: Lease): Promise<void> {
+  /** Renews the lease once, then begins, which checks it again (a failed renewal lost it): too little of it was left to start on, or a peer may have taken it over. */
+  renewThenBegin(lease = this.lease): void {
+    if (!lease) return this.begin();
     this.renewedToStart = true;
-    await lease.renew().catch(() => undefined);
-    this.begin();
+    void lease.renew().catch(() => undefined).then(() => this.begin());
   }
 
   /** The slow path: retries, a timeout or a wrapper. Resolves when the handler has ended or was given up. */

@@ -164,6 +164,8 @@ async function runGuarded(
   event({ event: 'started', name: lease.name, fence: lease.fence, pid: child.pid }, `holding "${lease.name}" (fence ${lease.fence}); running ${file}`);
 
   let lost = false;
+  // who force-released the lease (leasehold release --force), looked up once it is lost
+  let releasedBy: Promise<string | null> | undefined;
   const signal = (sig: NodeJS.Signals) => {
     try {
       if (ownGroup && child.pid) process.kill(-child.pid, sig);
@@ -175,8 +177,14 @@ async function runGuarded(
   const stop = (reason: string) => terminate(child, signal, settings.graceMs, reason, event);
   const onLost = () => {
     lost = true;
-    event({ event: 'lost', name: lease.name, fence: lease.fence, reason: lease.lostReason?.reason }, `lease "${lease.name}" lost (${lease.lostReason?.reason}); stopping the command`);
     stop('lease lost');
+    releasedBy = forceReleasedBy(leasehold, lease);
+    void releasedBy.then((by) =>
+      event(
+        { event: 'lost', name: lease.name, fence: lease.fence, reason: lease.lostReason?.reason, ...(by ? { releasedBy: by } : {}) },
+        by ? `lease "${lease.name}" was force-released by ${by}; stopping the command` : `lease "${lease.name}" lost (${lease.lostReason?.reason}); stopping the command`,
+      ),
+    );
   };
   lease.signal.addEventListener('abort', onLost, { once: true });
   const forward = (sig: NodeJS.Signals) => signal(sig);
@@ -195,7 +203,15 @@ async function runGuarded(
 
   const code = exit.error ? 127 : exit.code ?? 128 + (constants.signals[exit.signal as NodeJS.Signals] ?? 0);
   let outcome: HeldRunOutcome = lost ? 'lost' : code === 0 ? 'succeeded' : 'failed';
-  const detail = exit.error ? `could not start ${file}: ${exit.error.message}` : exit.signal ? `killed by ${exit.signal}` : `exit code ${code}`;
+  // a command stopped because its lease was force-released: say by whom, not how it exited
+  const by = releasedBy ? await releasedBy : null;
+  let detail = by
+    ? `the lease was force-released by ${by}`
+    : exit.error
+      ? `could not start ${file}: ${exit.error.message}`
+      : exit.signal
+        ? `killed by ${exit.signal}`
+        : `exit code ${code}`;
   if (exit.error) event({ event: 'error', message: exit.error.message }, `could not start ${file}: ${exit.error.message}`);
   // finish_held_run checks the lease, records the outcome and releases the lease in one
   // statement: a lease force-released between two heartbeats is recorded (and reported) lost
@@ -205,10 +221,33 @@ async function runGuarded(
   if ((finished?.outcome === 'lost' || released === false) && !lost) {
     lost = true;
     outcome = 'lost';
-    event({ event: 'lost', name: lease.name, fence: lease.fence, reason: 'released' }, `lease "${lease.name}" was no longer held when the command finished`);
+    const lateBy = await forceReleasedBy(leasehold, lease);
+    if (lateBy) detail = `the lease was force-released by ${lateBy}`;
+    event(
+      { event: 'lost', name: lease.name, fence: lease.fence, reason: 'released', ...(lateBy ? { releasedBy: lateBy } : {}) },
+      lateBy ? `lease "${lease.name}" was force-released by ${lateBy} before the command finished` : `lease "${lease.name}" was no longer held when the command finished`,
+    );
   }
   event({ event: 'finished', name: lease.name, fence: lease.fence, outcome, exitCode: code }, `"${lease.name}" ${outcome} (${detail})`);
   return lost ? EXIT.lost : code;
+}
+
+/**
+ * Who force-released `lease` (`leasehold release --force --by NAME`, recorded in
+ * leasehold.actions with the lease's fence), as "NAME (database role ROLE)"; null when it was
+ * not force-released that way (or the lookup failed: it only names the cause).
+ */
+async function forceReleasedBy(leasehold: Leasehold, lease: Lease): Promise<string | null> {
+  const db = dbHandle(leasehold.pool, { where: 'the database', timeoutMs: durationSetting(undefined, CLI_CONNECTION.queryTimeout, 'queryTimeout') });
+  const found = await db
+    .query<{ actor: string; db_role: string }>(
+      `select actor, db_role from leasehold.actions
+        where job = $1 and action = 'force-released' and detail->>'previous_fence' = $2 order by id desc limit 1`,
+      [lease.name, String(lease.fence)],
+    )
+    .catch(() => null);
+  const row = found?.rows[0];
+  return row ? `${row.actor} (database role ${row.db_role})` : null;
 }
 
 /** SIGTERM now, SIGKILL after the grace period if it is still running. */

@@ -1,5 +1,7 @@
-// leasehold release NAME --force: the operator override. Frees the lease whoever holds it and
-// bumps the fence, so the old holder's fenced writes fail.
+// leasehold release NAME --force [--by NAME]: the operator override. Frees the lease whoever
+// holds it and bumps the fence, so the old holder's fenced writes fail; who did it is recorded
+// (leasehold.actions), and the run holding the lease ends lost naming them.
+import { userInfo } from 'node:os';
 import { createInterface } from 'node:readline/promises';
 import type { Command } from 'commander';
 import { checkLeaseName } from '../../validate/names.js';
@@ -14,9 +16,10 @@ export function registerRelease(program: Command, io: Io): void {
     .argument('<name>', 'lease (job) name')
     .option('--force', 'required: this takes the lease away from whoever holds it')
     .option('-y, --yes', 'do not ask for confirmation')
+    .option('--by <name>', 'who releases (recorded in leasehold.actions and in the history of the run it stops; default: the OS user)')
     .option('--json', 'print JSON')
     .option('--database-url <url>', 'PostgreSQL URL (default: DATABASE_URL)')
-    .action(async (name: string, options: { force?: boolean; yes?: boolean; json?: boolean; databaseUrl?: string }) => {
+    .action(async (name: string, options: { force?: boolean; yes?: boolean; by?: string; json?: boolean; databaseUrl?: string }) => {
       try {
         checkLeaseName(name);
         if (!options.force) throw new CliError('release takes the lease away from its holder: pass --force to do it.', EXIT.usage);
@@ -40,8 +43,8 @@ export function registerRelease(program: Command, io: Io): void {
             }
           }
           const result = await db.query<{ released: boolean; previous_holder: string | null; previous_fence: string | null; fence: string | null }>(
-            'select * from leasehold.force_release($1)',
-            [name],
+            'select * from leasehold.force_release($1, $2)',
+            [name, options.by ?? osUser()],
           );
           const row = result.rows[0];
           if (options.json) io.out(JSON.stringify({ name, released: row?.released, previousHolder: row?.previous_holder, previousFence: Number(row?.previous_fence), fence: Number(row?.fence) }));
@@ -61,4 +64,13 @@ export function registerRelease(program: Command, io: Io): void {
         report(io, error, options.json === true);
       }
     });
+}
+
+/** The operator's name when --by is not given: the OS user running the command. */
+function osUser(): string {
+  try {
+    return userInfo().username || 'unknown';
+  } catch {
+    return process.env.USER ?? 'unknown'; // no passwd entry for this uid (some containers)
+  }
 }

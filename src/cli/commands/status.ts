@@ -1,6 +1,6 @@
 // leasehold status: a summary line with the fleet's counts, then at most --limit jobs (those
 // that need attention first: expired lease, failed, lost or timed-out runs, skipped or missed slots in
-// 24 h) with schedule, holder, last run, durations against the interval, skips; a warning line
+// 24 h) with schedule, holder, last run, durations against the interval, lateness, skips; a warning line
 // for each listed job creeping toward (or past) overlap; and other leases (taken with
 // acquire(), psql, Python, a shell script) with holder, fence and expiry. Bounded, so it answers
 // quickly however many jobs there are; --all lists everything.
@@ -113,6 +113,8 @@ export function render(jobs: JobStatus[], leases: UnscheduledLease[] = [], atten
           { header: 'P50', drop: true, rank: 0 },
           { header: 'P95', drop: true, rank: 2 },
           { header: 'P95/INTERVAL', short: 'P95/IVL' },
+          // how long after their slots the runs of 24 h started (p95; the jitter offset counts)
+          { header: 'LATE P95', short: 'LATE' },
           { header: 'SKIPS 24H', short: 'SKIPS' },
           { header: 'MISSED 24H', short: 'MISSED' },
           ...(attention ? [{ header: 'ATTENTION', shrink: 9, rank: 1 }] : []),
@@ -128,6 +130,7 @@ export function render(jobs: JobStatus[], leases: UnscheduledLease[] = [], atten
           seconds(job.p50Seconds),
           seconds(job.p95Seconds),
           percent(job.p95IntervalRatio),
+          seconds(job.lateP95Seconds),
           job.skips24h,
           job.missed24h,
           ...(attention ? [attention(job)] : []),
