@@ -316,6 +316,8 @@ insert into leasehold.access (object, level) values
   ('fork_base', 'owner'),
   ('forks', 'owner'),
   ('grant_access', 'owner'),
+  ('reconfirm_leases', 'client'),
+  ('epoch_source', 'reader'),
   ('worker_starts', 'owner'),
   ('start_tick', 'client'),
   ('namespace_prefixes', 'owner'),
