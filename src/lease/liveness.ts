@@ -12,6 +12,7 @@ import { unavailable } from '../db/connect-failure.js';
 import { describeConnection, loginOf } from '../db/connection-url.js';
 import { sendOpening } from '../db/role-timeout.js';
 import type { Logger } from '../observe/logger.js';
+import { endedByServer, restartLike } from './server-restart.js';
 
 export interface LivenessSettings {
   connectionString: string | undefined;
@@ -31,6 +32,18 @@ export interface LivenessSettings {
   logger: Logger;
   /** Called once per dropped session, with the key whose leases are now lost. */
   onLost: (key: string, error: Error) => void;
+  /**
+   * The server ended the session (SQLSTATE 57P01/57P02: a restart, a failover, or a terminate):
+   * the key's leases are suspended, not lost, until onResumed or onLost says what became of them.
+   * `incarnation`: the server incarnation the key was registered on.
+   */
+  onSuspended: (key: string, incarnation: string, error: Error) => void;
+  /**
+   * A new session holds `key` after the server ended `previousKey`'s: take back, on `client`
+   * (which holds `key`'s lock), the leases of `previousKey` that are still ours. Awaited before
+   * the session counts as ready; a throw loses them.
+   */
+  onResumed: (previousKey: string, key: string, client: pg.Client) => Promise<void>;
   onReady: (key: string) => void;
   /** Each ping reads the database clock too: a sample for the step detector (DatabaseClock.observe). */
   onClockSample?: (databaseTime: Date, sent: number, received: number) => void;
@@ -38,13 +51,17 @@ export interface LivenessSettings {
 
 type State =
   | { kind: 'idle' }
-  | { kind: 'ready'; client: pg.Client; key: string; timer: NodeJS.Timeout }
+  | { kind: 'ready'; client: pg.Client; key: string; incarnation: string; timer: NodeJS.Timeout }
   | { kind: 'reconnecting'; timer: NodeJS.Timeout | undefined }
   | { kind: 'closed' };
 
 export class LivenessSession {
   private state: State = { kind: 'idle' };
   private retryDelayMs = 250;
+  /** The key of a session the server ended, whose suspended leases the next session takes back. */
+  private resuming: string | null = null;
+  /** Sessions that received a shutdown notice (57P01/57P02: an immediate shutdown, a crash) before they ended. */
+  private readonly noticed = new WeakSet<pg.Client>();
 
   constructor(private readonly settings: LivenessSettings) {}
 
@@ -70,6 +87,10 @@ export class LivenessSession {
     // Without this listener a server restart would crash the host process.
     client.on('error', (error) => this.drop(client, error));
     client.on('end', () => this.drop(client, new Error('liveness connection ended')));
+    // an immediate shutdown or a crash says so in a notice (WARNING), then closes the socket
+    client.on('notice', (notice) => {
+      if (endedByServer(notice)) this.noticed.add(client);
+    });
     try {
       await client.connect();
       // Let the server notice a vanished host (no FIN, no RST) and free the lock within
@@ -84,10 +105,11 @@ export class LivenessSession {
                 set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', '10000', false)`,
         settings.queryTimeoutMs,
       );
-      const { rows } = await client.query<{ key: string }>(
-        settings.worker ? 'select leasehold.register_worker_liveness()::text as key' : 'select leasehold.register_liveness()::text as key',
+      const { rows } = await client.query<{ key: string; incarnation: string }>(
+        `select leasehold.${settings.worker ? 'register_worker_liveness' : 'register_liveness'}()::text as key, leasehold.incarnation() as incarnation`,
       );
       const key = rows[0]?.key;
+      const incarnation = rows[0]?.incarnation ?? '';
       if (!key) throw new Error('register_liveness returned no key');
       if (!(await holdsKey(client, key, settings.queryTimeoutMs)).ours) {
         throw new Error(
@@ -103,9 +125,18 @@ export class LivenessSession {
         await client.end().catch(() => undefined);
         return;
       }
+      const previous = this.resuming;
+      if (previous !== null) {
+        this.resuming = null;
+        await settings.onResumed(previous, key, client).catch((error: unknown) => settings.onLost(previous, asError(error)));
+      }
+      if (this.closed()) {
+        await client.end().catch(() => undefined);
+        return;
+      }
       const timer = setInterval(() => void this.ping(client), settings.checkIntervalMs);
       timer.unref();
-      this.state = { kind: 'ready', client, key, timer };
+      this.state = { kind: 'ready', client, key, incarnation, timer };
       this.retryDelayMs = 250;
       settings.onReady(key);
     } catch (error) {
@@ -154,28 +185,48 @@ export class LivenessSession {
     this.settings.onLost(key, new Error('liveness session is behind a transaction pooler'));
   }
 
-  /** The session is gone: its key's leases are lost. Reconnect in the background. */
+  /**
+   * The session is gone. Ended by the server (a shutdown's or a terminate's 57P01, a crash's
+   * 57P02): its key's leases are suspended and the next session may take them back; gone any
+   * other way (a ping that failed or timed out: the server may hold the lock a while longer and
+   * then free it for anyone): lost. Reconnect in the background, at once after a server's end.
+   */
   private drop(client: pg.Client, error: Error): void {
     if (this.state.kind !== 'ready' || this.state.client !== client) return;
-    const { key, timer } = this.state;
+    const { key, incarnation, timer } = this.state;
     clearInterval(timer);
     // Close the socket for real: after a timeout the server may still hold the lock, and
     // a half-dead connection must not keep it.
     (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
     client.end().catch(() => undefined);
     this.state = { kind: 'reconnecting', timer: undefined };
-    this.settings.onLost(key, error); // reported (and logged) as the 'liveness:lost' event
+    if (endedByServer(error) || this.noticed.has(client)) {
+      this.resuming = key;
+      this.retryDelayMs = 0;
+      this.settings.onSuspended(key, incarnation, error); // also reported as the 'liveness:lost' event
+    } else {
+      this.settings.onLost(key, error); // reported (and logged) as the 'liveness:lost' event
+    }
     this.scheduleReconnect();
   }
 
   private scheduleReconnect(): void {
     if (this.state.kind !== 'reconnecting') return;
     const delay = this.retryDelayMs;
-    this.retryDelayMs = Math.min(this.retryDelayMs * 2, 10_000);
+    // while leases wait to be taken back, a restarting server is asked every 100 ms
+    this.retryDelayMs = this.resuming === null ? Math.min(Math.max(this.retryDelayMs, 125) * 2, 10_000) : 100;
     const timer = setTimeout(() => {
       if (this.state.kind !== 'reconnecting') return;
       this.connect().catch((error: unknown) => {
         this.settings.logger.debug({ event: 'liveness:retry', err: String(error) }, 'liveness reconnect failed');
+        const previous = this.resuming;
+        // not what a restarting server answers (a timeout, an unknown host, a refused login):
+        // nothing proves that no one can take the suspended leases now
+        if (previous !== null && !restartLike(error)) {
+          this.resuming = null;
+          this.retryDelayMs = 250;
+          this.settings.onLost(previous, asError(error));
+        }
         this.scheduleReconnect();
       });
     }, delay);
@@ -183,9 +234,20 @@ export class LivenessSession {
     this.state = { kind: 'reconnecting', timer };
   }
 
+  /** Read through a method: close() may run while connect() awaits. */
+  private closed(): boolean {
+    return this.state.kind === 'closed';
+  }
+
+  /** The suspended leases of `key` were decided elsewhere (lost): the next session does not take them back. */
+  forget(key: string): void {
+    if (this.resuming === key) this.resuming = null;
+  }
+
   async close(): Promise<void> {
     const state = this.state;
     this.state = { kind: 'closed' };
+    this.resuming = null;
     if (state.kind === 'ready') {
       clearInterval(state.timer);
       state.client.removeAllListeners('end');
@@ -205,4 +267,8 @@ async function holdsKey(client: pg.Client, key: string, timeoutMs: number): Prom
     query_timeout: timeoutMs,
   } as pg.QueryConfig);
   return { ours: rows[0]?.ours === true, databaseTime: rows[0]?.database_time ?? new Date(Number.NaN) };
+}
+
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
 }
