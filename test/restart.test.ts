@@ -2,9 +2,10 @@
 // ended by the server (57P01); its lease row survives, and nobody else can take it before its
 // expiry (advisory locks of an earlier server incarnation prove nothing). So the holder keeps it:
 // its next liveness session takes it back (reconfirm_leases) with the new key, its signal never
-// fires, and a holder that dies afterwards is freed by liveness at once again. A session ended
-// while the server stays up (pg_terminate_backend) is different: anyone may take the lease from
-// that moment, and the holder loses it, as before.
+// fires, and a holder that dies afterwards is freed by liveness at once again. A liveness session
+// ended while the server stays up (pg_terminate_backend) passes its lock to the client's witness
+// session in the same step: nothing is lost. When both are ended on a live server, anyone may
+// take the lease from that moment, and the holder loses it, as before.
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createLeasehold, type Leasehold } from '../src/index.js';
@@ -75,18 +76,44 @@ for (const mode of ['fast', 'immediate'] as const) {
   });
 }
 
-it('loses the lease when its liveness session alone is ended on a live server: anyone may take it at once', async () => {
+async function terminate(applicationNames: string[]): Promise<number> {
+  const admin = new pg.Client({ connectionString: server.connectionString });
+  await admin.connect();
+  try {
+    const { rowCount } = await admin.query('select pg_terminate_backend(pid) from pg_stat_activity where application_name = any ($1)', [applicationNames]);
+    return rowCount ?? 0;
+  } finally {
+    await admin.end();
+  }
+}
+
+it('keeps the lease when its liveness session alone is ended on a live server: its witness holds the lock from that instant', async () => {
   const name = 'terminated-session';
   const first = await leasehold.acquire(name, { ttl: '30s', heartbeat: true });
   if (!first.acquired) throw new Error('expected to acquire');
   const { lease } = first;
-  const admin = new pg.Client({ connectionString: server.connectionString });
-  await admin.connect();
-  try {
-    await admin.query(`select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'leasehold liveness'`);
-  } finally {
-    await admin.end();
+  const key = controlOfLease(lease).grant.holderKey;
+  // the witness waits for the key (liveness-witness.ts)
+  await waitFor(async () => (await terminateCount('leasehold liveness witness')) === 1, 5_000, 50);
+  expect(await terminate(['leasehold liveness'])).toBe(1);
+  // nobody can take it meanwhile: the lock never was free
+  for (let i = 0; i < 20; i++) {
+    const other = await peer.acquire(name, { ttl: '30s' });
+    expect(other.acquired).toBe(false);
   }
+  await waitFor(() => leasehold.acquire(`after-terminate-${Math.random()}`, { ttl: '30s' }).then((r) => r.acquired && controlOfLease(r.lease).grant.holderKey === key), 5_000, 50);
+  expect(lease.lost).toBe(false);
+  expect((await row(name)).holder_alive).toBe(true);
+  await lease.release();
+});
+
+it('loses the lease when the liveness session and its witness are both ended on a live server', async () => {
+  const name = 'terminated-both';
+  const first = await leasehold.acquire(name, { ttl: '30s', heartbeat: true });
+  if (!first.acquired) throw new Error('expected to acquire');
+  const { lease } = first;
+  await waitFor(async () => (await terminateCount('leasehold liveness witness')) === 1, 5_000, 50);
+  expect(await terminate(['leasehold liveness', 'leasehold liveness witness'])).toBe(2);
   await waitFor(() => lease.lost, 5_000);
   expect(lease.lostReason?.reason).toBe('liveness-lost');
   const taken = await waitFor(async () => {
@@ -101,3 +128,14 @@ it('loses the lease when its liveness session alone is ended on a live server: a
     return r.acquired && controlOfLease(r.lease).grant.holderKey !== null;
   }, 15_000, 200);
 });
+
+async function terminateCount(applicationName: string): Promise<number> {
+  const admin = new pg.Client({ connectionString: server.connectionString });
+  await admin.connect();
+  try {
+    const { rows } = await admin.query('select count(*)::int as n from pg_stat_activity where application_name = $1', [applicationName]);
+    return rows[0].n;
+  } finally {
+    await admin.end();
+  }
+}

@@ -12,6 +12,7 @@ import { unavailable } from '../db/connect-failure.js';
 import { describeConnection, loginOf } from '../db/connection-url.js';
 import { sendOpening } from '../db/role-timeout.js';
 import type { Logger } from '../observe/logger.js';
+import { LivenessWitness } from './liveness-witness.js';
 import { endedByServer, restartLike } from './server-restart.js';
 
 export interface LivenessSettings {
@@ -51,7 +52,9 @@ export interface LivenessSettings {
 
 type State =
   | { kind: 'idle' }
-  | { kind: 'ready'; client: pg.Client; key: string; incarnation: string; timer: NodeJS.Timeout }
+  | { kind: 'ready'; client: pg.Client; key: string; incarnation: string; timer: NodeJS.Timeout; witness: LivenessWitness | undefined }
+  /** The server ended the session; its witness says whether it holds the key now. */
+  | { kind: 'handing-over' }
   | { kind: 'reconnecting'; timer: NodeJS.Timeout | undefined }
   | { kind: 'closed' };
 
@@ -84,13 +87,7 @@ export class LivenessSession {
       keepAlive: true,
       keepAliveInitialDelayMillis: 5_000,
     });
-    // Without this listener a server restart would crash the host process.
-    client.on('error', (error) => this.drop(client, error));
-    client.on('end', () => this.drop(client, new Error('liveness connection ended')));
-    // an immediate shutdown or a crash says so in a notice (WARNING), then closes the socket
-    client.on('notice', (notice) => {
-      if (endedByServer(notice)) this.noticed.add(client);
-    });
+    this.listen(client);
     try {
       await client.connect();
       // Let the server notice a vanished host (no FIN, no RST) and free the lock within
@@ -134,9 +131,7 @@ export class LivenessSession {
         await client.end().catch(() => undefined);
         return;
       }
-      const timer = setInterval(() => void this.ping(client), settings.checkIntervalMs);
-      timer.unref();
-      this.state = { kind: 'ready', client, key, incarnation, timer };
+      this.becomeReady(client, key, incarnation);
       this.retryDelayMs = 250;
       settings.onReady(key);
     } catch (error) {
@@ -147,6 +142,75 @@ export class LivenessSession {
         connectTimeoutMs: settings.connectTimeoutMs,
       });
     }
+  }
+
+  private listen(client: pg.Client): void {
+    // Without this listener a server restart would crash the host process.
+    client.on('error', (error) => this.drop(client, error));
+    client.on('end', () => this.drop(client, new Error('liveness connection ended')));
+    // an immediate shutdown or a crash says so in a notice (WARNING), then closes the socket
+    client.on('notice', (notice) => {
+      if (endedByServer(notice)) this.noticed.add(client);
+    });
+  }
+
+  private becomeReady(client: pg.Client, key: string, incarnation: string): void {
+    const timer = setInterval(() => void this.ping(client), this.settings.checkIntervalMs);
+    timer.unref();
+    this.state = { kind: 'ready', client, key, incarnation, timer, witness: undefined };
+    this.armWitness(client, key);
+  }
+
+  /** Starts a witness for the ready session `owner` (liveness-witness.ts); again a second later when one ends. */
+  private armWitness(owner: pg.Client, key: string): void {
+    const { settings } = this;
+    const still = () => this.state.kind === 'ready' && this.state.client === owner;
+    const retry = () => {
+      const timer = setTimeout(() => still() && this.armWitness(owner, key), 1_000);
+      timer.unref();
+    };
+    LivenessWitness.start(
+      { connectionString: settings.connectionString, applicationName: settings.applicationName, connectTimeoutMs: settings.connectTimeoutMs, queryTimeoutMs: settings.queryTimeoutMs },
+      key,
+    ).then(
+      (witness) => {
+        if (this.state.kind !== 'ready' || this.state.client !== owner) return void witness.close();
+        this.state.witness = witness;
+        void witness.outcome.then((outcome) => {
+          if (this.state.kind !== 'ready' || this.state.client !== owner || this.state.witness !== witness) return;
+          if (outcome.kind === 'granted') {
+            // the server freed the lock of `owner` (its end is on its way here): the witness has it
+            const { incarnation, timer } = this.state;
+            clearInterval(timer);
+            owner.removeAllListeners('end');
+            owner.removeAllListeners('error');
+            owner.on('error', () => undefined);
+            (owner as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+            owner.end().catch(() => undefined);
+            this.handOver(outcome.client, key, incarnation);
+          } else {
+            this.state.witness = undefined;
+            retry();
+          }
+        });
+      },
+      (error: unknown) => {
+        settings.logger.debug({ event: 'liveness:witness-retry', err: String(error) }, 'liveness witness could not connect');
+        retry();
+      },
+    );
+  }
+
+  /** The witness holds `key` now: it is the liveness session, under the same key; no lease is touched. */
+  private handOver(client: pg.Client, key: string, incarnation: string): void {
+    client.removeAllListeners('error');
+    client.removeAllListeners('end');
+    client.removeAllListeners('notice');
+    this.listen(client);
+    this.becomeReady(client, key, incarnation);
+    // named as the liveness session it now is (pg_stat_activity, the dashboard's connections)
+    client.query("select set_config('application_name', $1, false)", [`${this.settings.applicationName} liveness`]).catch(() => undefined);
+    this.settings.logger.info({ event: 'liveness:handover' }, 'leasehold liveness session ended by the server; its witness holds the lock now (no lease lost)');
   }
 
   private async ping(client: pg.Client): Promise<void> {
@@ -174,6 +238,7 @@ export class LivenessSession {
   private disable(client: pg.Client, key: string): void {
     if (this.state.kind !== 'ready' || this.state.client !== client) return;
     clearInterval(this.state.timer);
+    void this.state.witness?.close();
     client.removeAllListeners('end');
     client.end().catch(() => undefined);
     this.state = { kind: 'closed' };
@@ -193,14 +258,45 @@ export class LivenessSession {
    */
   private drop(client: pg.Client, error: Error): void {
     if (this.state.kind !== 'ready' || this.state.client !== client) return;
-    const { key, incarnation, timer } = this.state;
+    const { key, incarnation, timer, witness } = this.state;
     clearInterval(timer);
     // Close the socket for real: after a timeout the server may still hold the lock, and
     // a half-dead connection must not keep it.
     (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
     client.end().catch(() => undefined);
+    const byServer = endedByServer(error) || this.noticed.has(client);
+    if (byServer && witness) {
+      // the server ended it: the lock passed to the witness, or the witness was ended too
+      this.state = { kind: 'handing-over' };
+      void this.awaitWitness(witness, key, incarnation, error);
+      return;
+    }
+    void witness?.close();
     this.state = { kind: 'reconnecting', timer: undefined };
-    if (endedByServer(error) || this.noticed.has(client)) {
+    this.decide(byServer, key, incarnation, error);
+  }
+
+  private async awaitWitness(witness: LivenessWitness, key: string, incarnation: string, error: Error): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const outcome = await Promise.race([
+      witness.outcome,
+      new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), Math.min(this.settings.queryTimeoutMs, 2_000)))),
+    ]);
+    clearTimeout(timer);
+    if (this.state.kind !== 'handing-over') {
+      if (outcome?.kind === 'granted') await outcome.client.end().catch(() => undefined);
+      return void witness.close();
+    }
+    if (outcome?.kind === 'granted') return this.handOver(outcome.client, key, incarnation);
+    void witness.close();
+    this.state = { kind: 'reconnecting', timer: undefined };
+    // both ended by the server (a restart, a failover, or both terminated): the leases wait for
+    // the next session's verdict; no word from the witness in time: nothing holds them for us
+    this.decide(outcome !== undefined && outcome.byServer, key, incarnation, error);
+  }
+
+  private decide(byServer: boolean, key: string, incarnation: string, error: Error): void {
+    if (byServer) {
       this.resuming = key;
       this.retryDelayMs = 0;
       this.settings.onSuspended(key, incarnation, error); // also reported as the 'liveness:lost' event
@@ -250,6 +346,7 @@ export class LivenessSession {
     this.resuming = null;
     if (state.kind === 'ready') {
       clearInterval(state.timer);
+      await state.witness?.close();
       state.client.removeAllListeners('end');
       await state.client.end().catch(() => undefined);
     } else if (state.kind === 'reconnecting' && state.timer) {

@@ -38,7 +38,9 @@ export function logEvents(events: LeaseholdEmitter, logger: Logger): () => void 
         : 'leasehold liveness session dropped; its leases are lost',
     ),
   );
-  on(['warn'], 'replication:warning', (report) => logger.warn({ event: 'replication:warning', ...report }, report.warning ?? 'replication warning'));
+  on(['warn'], 'replication:warning', (report) =>
+    logger.warn({ event: 'replication:warning', ...report }, [report.warning, report.epochWarning].filter(Boolean).join('; ') || 'replication warning'),
+  );
   on(['warn'], 'clock:step', (step) => {
     const seconds = `${step.deltaMs > 0 ? '+' : ''}${(step.deltaMs / 1000).toFixed(1)} s`;
     logger.warn(
