@@ -243,7 +243,7 @@ describe('run', () => {
 });
 
 describe('liveness', () => {
-  it('frees the leases of a holder whose liveness session is gone, and the holder sees them lost', async () => {
+  it('frees the leases of a holder whose liveness sessions are gone, and the holder sees them lost', async () => {
     const a = await client(url, { holder: 'mortal' });
     const b = await client(url, { holder: 'heir' });
     const { lease } = held(await a.acquire('liveness', { ttl: '30s' }));
@@ -252,7 +252,9 @@ describe('liveness', () => {
     const lost = new Promise<unknown>((resolve) => lease.signal.addEventListener('abort', () => resolve(lease.signal.reason)));
     const admin = rawPool(url, 1);
     await admin.query(
-      `select pg_terminate_backend(pid) from pg_stat_activity where application_name = 'leasehold liveness'
+      // the liveness session and its witness (waiting for the same lock): ended alone, the liveness
+      // session hands the lock to its witness and nothing is lost (test/restart.test.ts)
+      `select pg_terminate_backend(pid) from pg_stat_activity where application_name like 'leasehold liveness%'
          and pid in (select pid from pg_locks where locktype = 'advisory' and objsubid = 1
                        and ((classid::bigint << 32) | objid::bigint) = $1::bigint)`,
       [holderKeyOf(lease)],
@@ -275,7 +277,7 @@ describe('liveness', () => {
     });
   });
 
-  it('survives every connection being terminated, as in a database restart', async () => {
+  it('loses its leases when every connection is terminated on a live server (the same incarnation), and works on', async () => {
     const a = await client(url, { holder: 'survivor' });
     const { lease } = held(await a.acquire('restart', { ttl: '30s', heartbeat: true, heartbeatInterval: 200 }));
     const admin = rawPool(url, 1);

@@ -41,8 +41,12 @@ export interface EmbeddedPostgres {
   readonly dataDir: string;
   /** The server's postmaster process id, for fault tests. */
   readonly pid: number | undefined;
-  /** Stops the server (fast shutdown: every session is terminated) and starts it again on the same data. */
-  restart(): Promise<void>;
+  /**
+   * Stops the server and starts it again on the same data: `fast` (the default, `pg_ctl restart`'s
+   * mode) terminates every session; `immediate` ends every process at once, without a checkpoint
+   * (the start then recovers from the WAL).
+   */
+  restart(mode?: 'fast' | 'immediate'): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -115,12 +119,13 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     }
   };
   process.on('exit', onExit);
-  const stopServer = async () => {
+  const stopServer = async (mode: 'fast' | 'immediate' = 'fast') => {
     const running = child;
     if (!running || running.exitCode !== null || running.signalCode !== null) return;
     const exited = new Promise<void>((resolve) => running.once('exit', () => resolve()));
-    // SIGINT is a fast shutdown (sessions are terminated); SIGQUIT if that takes too long.
-    running.kill('SIGINT');
+    // SIGINT is a fast shutdown (sessions are terminated), SIGQUIT an immediate one; SIGQUIT if
+    // a fast one takes too long.
+    running.kill(mode === 'fast' ? 'SIGINT' : 'SIGQUIT');
     const timer = setTimeout(() => running.kill('SIGQUIT'), 10_000);
     await exited;
     clearTimeout(timer);
@@ -132,8 +137,8 @@ export async function startEmbeddedPostgres(options: EmbeddedPostgresOptions = {
     get pid() {
       return child?.pid;
     },
-    async restart() {
-      await stopServer();
+    async restart(mode = 'fast') {
+      await stopServer(mode);
       child = await startServer(programs.postgres, ['-D', dataDir, '-p', String(port), ...flags], user, log, options.environment);
     },
     async stop() {

@@ -34,6 +34,7 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   jobs: 'reader',
   check_characters: 'reader',
   epoch: 'reader',
+  epoch_source: 'reader',
   incarnation: 'reader',
   liveness_locks: 'reader',
   worker_keys: 'reader',

@@ -100,6 +100,8 @@ export async function openClient(options: LeaseholdOptions, kind: ClientKind, ha
   }
 
   let liveness: LivenessSession | undefined;
+  /** Keys of sessions the server ended whose leases wait to be taken back. */
+  const suspendedKeys = new Set<string>();
   if (options.liveness !== false) {
     const livenessUrl = typeof options.liveness === 'object' ? options.liveness.connectionString : connectionString;
     liveness = new LivenessSession({
@@ -113,7 +115,26 @@ export async function openClient(options: LeaseholdOptions, kind: ClientKind, ha
       logger,
       onLost: (key, error) => {
         tracker?.livenessLost(key);
+        // a drop that suspended the leases was reported when it happened
+        if (!suspendedKeys.delete(key)) events.emit('liveness:lost', error);
+      },
+      onSuspended: (key, incarnation, error) => {
+        suspendedKeys.add(key);
         events.emit('liveness:lost', error);
+        void tracker?.livenessSuspended(key, incarnation).then((lost) => {
+          if (lost) liveness?.forget(key);
+        });
+      },
+      onResumed: async (previousKey, key, client) => {
+        suspendedKeys.delete(previousKey);
+        if (!tracker) return;
+        const { kept, lost } = await tracker.resumed(previousKey, key, client);
+        if (kept + lost > 0) {
+          logger.info(
+            { event: 'liveness:reconfirmed', kept, lost },
+            `leasehold took back ${kept} lease(s) after the server ended its liveness session (${lost} lost)`,
+          );
+        }
       },
       onReady: (key) => events.emit('liveness:ready', key),
       onClockSample: (databaseTime, sent, received) => clock.observe(databaseTime, sent, received),

@@ -52,6 +52,12 @@ export class LeaseControl implements DeadlineHolder {
   keptSlot = -1;
   beatIntervalMs = 0;
   beatDueAt = 0;
+  /**
+   * The server ended the liveness session this lease was granted under (a restart, a failover):
+   * not lost, not believed either until the new session takes it back (tracker.ts). Meanwhile no
+   * renewal, no start; the local deadline still runs.
+   */
+  private suspension: { settle: () => void; settled: Promise<void> } | undefined;
 
   constructor(
     readonly grant: LeaseGrant,
@@ -83,6 +89,37 @@ export class LeaseControl implements DeadlineHolder {
   info(): LeaseInfo {
     const { name, fence, holder, slot } = this.grant;
     return { name, fence, holder, slot };
+  }
+
+  get suspended(): boolean {
+    return this.suspension !== undefined;
+  }
+
+  /** The liveness session this lease was granted under was ended by the server: wait for its verdict. */
+  suspend(): void {
+    if (this.state !== 'held' || this.suspension) return;
+    let settle = () => {};
+    const settled = new Promise<void>((resolve) => (settle = resolve));
+    this.suspension = { settle, settled };
+  }
+
+  /** Resolves when the lease is no longer suspended (taken back, lost or released). */
+  whenSettled(): Promise<void> {
+    return this.suspension?.settled ?? Promise.resolve();
+  }
+
+  /** The new liveness session `holderKey` took the lease back: held again, until `expiresAt`. */
+  reconfirmed(holderKey: string, expiresAt: Date, sentAt: number, ttlMs: number): void {
+    if (this.state !== 'held') return;
+    this.grant.holderKey = holderKey;
+    this.resume();
+    this.confirmed(expiresAt, sentAt, ttlMs);
+  }
+
+  private resume(): void {
+    const suspension = this.suspension;
+    this.suspension = undefined;
+    suspension?.settle();
   }
 
   /** A renewal sent at `sentAt` (performance.now()) for `ttlMs` was confirmed until `expiresAt`. */
@@ -161,6 +198,7 @@ export class LeaseControl implements DeadlineHolder {
   }
 
   private end(): void {
+    this.resume();
     this.runtime.deadlines.delete(this);
     const onEnd = this.onEnd;
     this.onEnd = undefined;

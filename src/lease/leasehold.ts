@@ -76,7 +76,7 @@ export class Leasehold {
     this.replication = parts.replication;
     const report = parts.replication;
     // after createLeasehold() has resolved, so that listeners added right after it hear it
-    if (report?.warning) setImmediate(() => parts.events.emit('replication:warning', report));
+    if (report?.warning || report?.epochWarning) setImmediate(() => parts.events.emit('replication:warning', report));
     // Without a liveness session nothing reads the database clock between heartbeats, so a
     // step would go unnoticed until then: read it while leases are held, as the ping would.
     if (!parts.liveness) {

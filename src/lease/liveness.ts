@@ -12,6 +12,8 @@ import { unavailable } from '../db/connect-failure.js';
 import { describeConnection, loginOf } from '../db/connection-url.js';
 import { sendOpening } from '../db/role-timeout.js';
 import type { Logger } from '../observe/logger.js';
+import { LivenessWitness } from './liveness-witness.js';
+import { endedByServer, restartLike } from './server-restart.js';
 
 export interface LivenessSettings {
   connectionString: string | undefined;
@@ -31,6 +33,18 @@ export interface LivenessSettings {
   logger: Logger;
   /** Called once per dropped session, with the key whose leases are now lost. */
   onLost: (key: string, error: Error) => void;
+  /**
+   * The server ended the session (SQLSTATE 57P01/57P02: a restart, a failover, or a terminate):
+   * the key's leases are suspended, not lost, until onResumed or onLost says what became of them.
+   * `incarnation`: the server incarnation the key was registered on.
+   */
+  onSuspended: (key: string, incarnation: string, error: Error) => void;
+  /**
+   * A new session holds `key` after the server ended `previousKey`'s: take back, on `client`
+   * (which holds `key`'s lock), the leases of `previousKey` that are still ours. Awaited before
+   * the session counts as ready; a throw loses them.
+   */
+  onResumed: (previousKey: string, key: string, client: pg.Client) => Promise<void>;
   onReady: (key: string) => void;
   /** Each ping reads the database clock too: a sample for the step detector (DatabaseClock.observe). */
   onClockSample?: (databaseTime: Date, sent: number, received: number) => void;
@@ -38,13 +52,19 @@ export interface LivenessSettings {
 
 type State =
   | { kind: 'idle' }
-  | { kind: 'ready'; client: pg.Client; key: string; timer: NodeJS.Timeout }
+  | { kind: 'ready'; client: pg.Client; key: string; incarnation: string; timer: NodeJS.Timeout; witness: LivenessWitness | undefined }
+  /** The server ended the session; its witness says whether it holds the key now. */
+  | { kind: 'handing-over' }
   | { kind: 'reconnecting'; timer: NodeJS.Timeout | undefined }
   | { kind: 'closed' };
 
 export class LivenessSession {
   private state: State = { kind: 'idle' };
   private retryDelayMs = 250;
+  /** The key of a session the server ended, whose suspended leases the next session takes back. */
+  private resuming: string | null = null;
+  /** Sessions that received a shutdown notice (57P01/57P02: an immediate shutdown, a crash) before they ended. */
+  private readonly noticed = new WeakSet<pg.Client>();
 
   constructor(private readonly settings: LivenessSettings) {}
 
@@ -67,9 +87,7 @@ export class LivenessSession {
       keepAlive: true,
       keepAliveInitialDelayMillis: 5_000,
     });
-    // Without this listener a server restart would crash the host process.
-    client.on('error', (error) => this.drop(client, error));
-    client.on('end', () => this.drop(client, new Error('liveness connection ended')));
+    this.listen(client);
     try {
       await client.connect();
       // Let the server notice a vanished host (no FIN, no RST) and free the lock within
@@ -84,10 +102,11 @@ export class LivenessSession {
                 set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', '10000', false)`,
         settings.queryTimeoutMs,
       );
-      const { rows } = await client.query<{ key: string }>(
-        settings.worker ? 'select leasehold.register_liveness(true)::text as key' : 'select leasehold.register_liveness()::text as key',
+      const { rows } = await client.query<{ key: string; incarnation: string }>(
+        `select leasehold.register_liveness(${settings.worker ? 'true' : 'false'})::text as key, leasehold.incarnation() as incarnation`,
       );
       const key = rows[0]?.key;
+      const incarnation = rows[0]?.incarnation ?? '';
       if (!key) throw new Error('register_liveness returned no key');
       if (!(await holdsKey(client, key, settings.queryTimeoutMs)).ours) {
         throw new Error(
@@ -103,9 +122,16 @@ export class LivenessSession {
         await client.end().catch(() => undefined);
         return;
       }
-      const timer = setInterval(() => void this.ping(client), settings.checkIntervalMs);
-      timer.unref();
-      this.state = { kind: 'ready', client, key, timer };
+      const previous = this.resuming;
+      if (previous !== null) {
+        this.resuming = null;
+        await settings.onResumed(previous, key, client).catch((error: unknown) => settings.onLost(previous, asError(error)));
+      }
+      if (this.closed()) {
+        await client.end().catch(() => undefined);
+        return;
+      }
+      this.becomeReady(client, key, incarnation);
       this.retryDelayMs = 250;
       settings.onReady(key);
     } catch (error) {
@@ -116,6 +142,75 @@ export class LivenessSession {
         connectTimeoutMs: settings.connectTimeoutMs,
       });
     }
+  }
+
+  private listen(client: pg.Client): void {
+    // Without this listener a server restart would crash the host process.
+    client.on('error', (error) => this.drop(client, error));
+    client.on('end', () => this.drop(client, new Error('liveness connection ended')));
+    // an immediate shutdown or a crash says so in a notice (WARNING), then closes the socket
+    client.on('notice', (notice) => {
+      if (endedByServer(notice)) this.noticed.add(client);
+    });
+  }
+
+  private becomeReady(client: pg.Client, key: string, incarnation: string): void {
+    const timer = setInterval(() => void this.ping(client), this.settings.checkIntervalMs);
+    timer.unref();
+    this.state = { kind: 'ready', client, key, incarnation, timer, witness: undefined };
+    this.armWitness(client, key);
+  }
+
+  /** Starts a witness for the ready session `owner` (liveness-witness.ts); again a second later when one ends. */
+  private armWitness(owner: pg.Client, key: string): void {
+    const { settings } = this;
+    const still = () => this.state.kind === 'ready' && this.state.client === owner;
+    const retry = () => {
+      const timer = setTimeout(() => still() && this.armWitness(owner, key), 1_000);
+      timer.unref();
+    };
+    LivenessWitness.start(
+      { connectionString: settings.connectionString, applicationName: settings.applicationName, connectTimeoutMs: settings.connectTimeoutMs, queryTimeoutMs: settings.queryTimeoutMs },
+      key,
+    ).then(
+      (witness) => {
+        if (this.state.kind !== 'ready' || this.state.client !== owner) return void witness.close();
+        this.state.witness = witness;
+        void witness.outcome.then((outcome) => {
+          if (this.state.kind !== 'ready' || this.state.client !== owner || this.state.witness !== witness) return;
+          if (outcome.kind === 'granted') {
+            // the server freed the lock of `owner` (its end is on its way here): the witness has it
+            const { incarnation, timer } = this.state;
+            clearInterval(timer);
+            owner.removeAllListeners('end');
+            owner.removeAllListeners('error');
+            owner.on('error', () => undefined);
+            (owner as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
+            owner.end().catch(() => undefined);
+            this.handOver(outcome.client, key, incarnation);
+          } else {
+            this.state.witness = undefined;
+            retry();
+          }
+        });
+      },
+      (error: unknown) => {
+        settings.logger.debug({ event: 'liveness:witness-retry', err: String(error) }, 'liveness witness could not connect');
+        retry();
+      },
+    );
+  }
+
+  /** The witness holds `key` now: it is the liveness session, under the same key; no lease is touched. */
+  private handOver(client: pg.Client, key: string, incarnation: string): void {
+    client.removeAllListeners('error');
+    client.removeAllListeners('end');
+    client.removeAllListeners('notice');
+    this.listen(client);
+    this.becomeReady(client, key, incarnation);
+    // named as the liveness session it now is (pg_stat_activity, the dashboard's connections)
+    client.query("select set_config('application_name', $1, false)", [`${this.settings.applicationName} liveness`]).catch(() => undefined);
+    this.settings.logger.info({ event: 'liveness:handover' }, 'leasehold liveness session ended by the server; its witness holds the lock now (no lease lost)');
   }
 
   private async ping(client: pg.Client): Promise<void> {
@@ -143,6 +238,7 @@ export class LivenessSession {
   private disable(client: pg.Client, key: string): void {
     if (this.state.kind !== 'ready' || this.state.client !== client) return;
     clearInterval(this.state.timer);
+    void this.state.witness?.close();
     client.removeAllListeners('end');
     client.end().catch(() => undefined);
     this.state = { kind: 'closed' };
@@ -154,28 +250,79 @@ export class LivenessSession {
     this.settings.onLost(key, new Error('liveness session is behind a transaction pooler'));
   }
 
-  /** The session is gone: its key's leases are lost. Reconnect in the background. */
+  /**
+   * The session is gone. Ended by the server (a shutdown's or a terminate's 57P01, a crash's
+   * 57P02): its key's leases are suspended and the next session may take them back; gone any
+   * other way (a ping that failed or timed out: the server may hold the lock a while longer and
+   * then free it for anyone): lost. Reconnect in the background, at once after a server's end.
+   */
   private drop(client: pg.Client, error: Error): void {
     if (this.state.kind !== 'ready' || this.state.client !== client) return;
-    const { key, timer } = this.state;
+    const { key, incarnation, timer, witness } = this.state;
     clearInterval(timer);
     // Close the socket for real: after a timeout the server may still hold the lock, and
     // a half-dead connection must not keep it.
     (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
     client.end().catch(() => undefined);
+    const byServer = endedByServer(error) || this.noticed.has(client);
+    if (byServer && witness) {
+      // the server ended it: the lock passed to the witness, or the witness was ended too
+      this.state = { kind: 'handing-over' };
+      void this.awaitWitness(witness, key, incarnation, error);
+      return;
+    }
+    void witness?.close();
     this.state = { kind: 'reconnecting', timer: undefined };
-    this.settings.onLost(key, error); // reported (and logged) as the 'liveness:lost' event
+    this.decide(byServer, key, incarnation, error);
+  }
+
+  private async awaitWitness(witness: LivenessWitness, key: string, incarnation: string, error: Error): Promise<void> {
+    let timer: NodeJS.Timeout | undefined;
+    const outcome = await Promise.race([
+      witness.outcome,
+      new Promise<undefined>((resolve) => (timer = setTimeout(() => resolve(undefined), Math.min(this.settings.queryTimeoutMs, 2_000)))),
+    ]);
+    clearTimeout(timer);
+    if (this.state.kind !== 'handing-over') {
+      if (outcome?.kind === 'granted') await outcome.client.end().catch(() => undefined);
+      return void witness.close();
+    }
+    if (outcome?.kind === 'granted') return this.handOver(outcome.client, key, incarnation);
+    void witness.close();
+    this.state = { kind: 'reconnecting', timer: undefined };
+    // both ended by the server (a restart, a failover, or both terminated): the leases wait for
+    // the next session's verdict; no word from the witness in time: nothing holds them for us
+    this.decide(outcome !== undefined && outcome.byServer, key, incarnation, error);
+  }
+
+  private decide(byServer: boolean, key: string, incarnation: string, error: Error): void {
+    if (byServer) {
+      this.resuming = key;
+      this.retryDelayMs = 0;
+      this.settings.onSuspended(key, incarnation, error); // also reported as the 'liveness:lost' event
+    } else {
+      this.settings.onLost(key, error); // reported (and logged) as the 'liveness:lost' event
+    }
     this.scheduleReconnect();
   }
 
   private scheduleReconnect(): void {
     if (this.state.kind !== 'reconnecting') return;
     const delay = this.retryDelayMs;
-    this.retryDelayMs = Math.min(this.retryDelayMs * 2, 10_000);
+    // while leases wait to be taken back, a restarting server is asked every 100 ms
+    this.retryDelayMs = this.resuming === null ? Math.min(Math.max(this.retryDelayMs, 125) * 2, 10_000) : 100;
     const timer = setTimeout(() => {
       if (this.state.kind !== 'reconnecting') return;
       this.connect().catch((error: unknown) => {
         this.settings.logger.debug({ event: 'liveness:retry', err: String(error) }, 'liveness reconnect failed');
+        const previous = this.resuming;
+        // not what a restarting server answers (a timeout, an unknown host, a refused login):
+        // nothing proves that no one can take the suspended leases now
+        if (previous !== null && !restartLike(error)) {
+          this.resuming = null;
+          this.retryDelayMs = 250;
+          this.settings.onLost(previous, asError(error));
+        }
         this.scheduleReconnect();
       });
     }, delay);
@@ -183,11 +330,23 @@ export class LivenessSession {
     this.state = { kind: 'reconnecting', timer };
   }
 
+  /** Read through a method: close() may run while connect() awaits. */
+  private closed(): boolean {
+    return this.state.kind === 'closed';
+  }
+
+  /** The suspended leases of `key` were decided elsewhere (lost): the next session does not take them back. */
+  forget(key: string): void {
+    if (this.resuming === key) this.resuming = null;
+  }
+
   async close(): Promise<void> {
     const state = this.state;
     this.state = { kind: 'closed' };
+    this.resuming = null;
     if (state.kind === 'ready') {
       clearInterval(state.timer);
+      await state.witness?.close();
       state.client.removeAllListeners('end');
       await state.client.end().catch(() => undefined);
     } else if (state.kind === 'reconnecting' && state.timer) {
@@ -205,4 +364,8 @@ async function holdsKey(client: pg.Client, key: string, timeoutMs: number): Prom
     query_timeout: timeoutMs,
   } as pg.QueryConfig);
   return { ours: rows[0]?.ours === true, databaseTime: rows[0]?.database_time ?? new Date(Number.NaN) };
+}
+
+function asError(error: unknown): Error {
+  return error instanceof Error ? error : new Error(String(error));
 }

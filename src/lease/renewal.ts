@@ -8,6 +8,7 @@ import { isConnectionError, QueryTimeoutError, timedQuery } from '../db/connecti
 import { DatabaseUnavailableError } from '../errors.js';
 import { renewReason, type LeaseControl } from './lease-control.js';
 import type { LeaseRuntime } from './runtime.js';
+import { restartLike } from './server-restart.js';
 
 interface RenewRow {
   renewed: boolean;
@@ -51,6 +52,13 @@ function apply(control: LeaseControl, row: RenewRow | undefined, sentAt: number,
 /** leasehold.renew for one lease. Throws LeaseLostError when the lease is (presumed) lost. */
 export async function renewOne(control: LeaseControl, ttlMs: number): Promise<Date> {
   control.throwIfNotHeld();
+  if (control.suspended) {
+    // its liveness session was ended by the server: the new session's reconfirm_leases decides,
+    // and renews it when it keeps it (a renewal now would believe it without that proof)
+    await control.whenSettled();
+    control.throwIfNotHeld();
+    return control.expiry;
+  }
   const { runtime, grant } = control;
   const sentAt = performance.now();
   let row: RenewRow | undefined;
@@ -85,7 +93,8 @@ export async function renewOne(control: LeaseControl, ttlMs: number): Promise<Da
  * falls back to one renewal per lease, so that only the leases that really failed are lost.
  */
 export async function renewMany(runtime: LeaseRuntime, batch: readonly LeaseControl[]): Promise<void> {
-  const held = batch.filter((control) => control.held);
+  // a suspended lease is renewed by reconfirm_leases, if it is kept (tracker.ts)
+  const held = batch.filter((control) => control.held && !control.suspended);
   if (held.length === 0) return;
   const names: string[] = [];
   const tokens: string[] = [];
@@ -122,6 +131,10 @@ export async function renewMany(runtime: LeaseRuntime, batch: readonly LeaseCont
       await Promise.all(held.map((control) => renewOne(control, control.grant.ttlMs).catch(() => undefined)));
       return;
     }
+    // a restarting server (the session ended by it, refused, reset): the renewal did not happen,
+    // and the leases stay ours until their local deadlines; the next beat tries again, and a
+    // lease whose liveness session the server ended waits for its verdict (tracker.ts)
+    if (!(error instanceof QueryTimeoutError) && restartLike(error)) return;
     for (const control of held) control.markLost(lossOf(error), error);
     return;
   }

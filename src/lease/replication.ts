@@ -15,6 +15,15 @@ export interface ReplicationReport {
   synchronousStandbys: number | null;
   /** Why grants can be lost on failover, or null. */
   warning: string | null;
+  /**
+   * Where leasehold.epoch() reads the WAL timeline on this server (sql/0028): 'wal' (the current
+   * WAL file: a promotion shows at once), 'checkpoint' (the last checkpoint: a promotion shows
+   * after its end-of-recovery checkpoint), 'none' (no timeline: forks of history cannot be told
+   * apart); `detail` names the refused functions. Null when it could not be read.
+   */
+  epochSource: { source: 'wal' | 'checkpoint' | 'none'; detail: string | null } | null;
+  /** What the epoch source weakens, or null ('wal'). */
+  epochWarning: string | null;
 }
 
 interface Row {
@@ -46,6 +55,15 @@ export async function checkReplication(db: pg.ClientBase | pg.Pool): Promise<Rep
   } catch {
     // a restricted role or a proxy that hides the view: say what we know
   }
+  // last: a failing read (a schema before 28) aborts the caller's transaction
+  let epochSource: ReplicationReport['epochSource'] = null;
+  try {
+    const source = await db.query<{ source: 'wal' | 'checkpoint' | 'none'; detail: string | null }>('select source, detail from leasehold.epoch_source()');
+    const r = source.rows[0];
+    if (r) epochSource = { source: r.source, detail: r.detail };
+  } catch {
+    // not readable here: nothing to say
+  }
   return {
     inRecovery: row.in_recovery,
     synchronousCommit: row.synchronous_commit,
@@ -53,7 +71,19 @@ export async function checkReplication(db: pg.ClientBase | pg.Pool): Promise<Rep
     standbys,
     synchronousStandbys,
     warning: replicationWarning(row, standbys),
+    epochSource,
+    epochWarning: epochWarning(epochSource),
   };
+}
+
+function epochWarning(epoch: ReplicationReport['epochSource']): string | null {
+  if (!epoch || epoch.source === 'wal') return null;
+  const why = epoch.detail ? ` (${epoch.detail})` : '';
+  return epoch.source === 'checkpoint'
+    ? `the WAL timeline is read from the last checkpoint, not the current WAL file${why}: for a moment after a promotion ` +
+        '(until its end-of-recovery checkpoint) grants on the promoted server are not told apart from the old primary\'s; see docs/high-availability.md'
+    : `the WAL timeline cannot be read on this server${why}: leasehold cannot tell forks of history apart, so fences are unique only ` +
+        'where a failover loses no acknowledged commit (storage-level replication, or synchronous replication); see docs/high-availability.md';
 }
 
 function replicationWarning(row: Row, standbys: number | null): string | null {

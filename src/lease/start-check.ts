@@ -24,6 +24,8 @@ export function startCheck(lease: Lease): StartCheck {
     control.deadlinePassed();
     return 'lost';
   }
+  // the server ended its liveness session: renew() waits until it is taken back or lost
+  if (control.suspended) return 'renew-first';
   return left < control.grant.ttlMs * START_MARGIN_SHARE ? 'renew-first' : 'start';
 }
 

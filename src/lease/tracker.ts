@@ -7,7 +7,9 @@ import { DenseSet } from './dense-set.js';
 import { Heartbeat } from './heartbeat.js';
 import { LeaseControl, type LeaseGrant } from './lease-control.js';
 import { controlOfLease, leaseOf, type Lease } from './lease.js';
+import { reconfirm, sameIncarnation, type ReconfirmOutcome } from './reconfirm.js';
 import type { LeaseRuntime } from './runtime.js';
+import type pg from 'pg';
 
 export class LeaseTracker {
   /** The leases held now (each control keeps its public Lease: control.lease). */
@@ -73,11 +75,31 @@ export class LeaseTracker {
     return lease;
   }
 
-  /** The liveness session dropped: every lease taken under its key is lost. */
+  /** The liveness session dropped (or its suspended leases could not be taken back): every lease taken under its key is lost. */
   livenessLost(key: string): void {
     for (const control of this.active.snapshot()) {
       if (control.grant.holderKey === key) control.markLost('liveness-lost');
     }
+  }
+
+  /**
+   * The server ended the liveness session `key` (registered on `incarnation`): its leases are
+   * suspended, neither lost nor believed, until the next session takes them back (resumed) or
+   * they are lost. Resolves true when the server is the same run as before (it did not restart:
+   * nobody's lock was kept for the holder, anyone could take the leases), and then they are lost.
+   */
+  async livenessSuspended(key: string, incarnation: string): Promise<boolean> {
+    const suspended = this.active.snapshot().filter((control) => control.grant.holderKey === key);
+    for (const control of suspended) control.suspend();
+    if (suspended.length === 0 || !(await sameIncarnation(this.runtime, incarnation))) return false;
+    this.livenessLost(key);
+    return true;
+  }
+
+  /** A new liveness session (`client`, holding `key`) takes back the suspended leases of `previousKey` that are still ours. */
+  resumed(previousKey: string, key: string, client: pg.Client): Promise<ReconfirmOutcome> {
+    const waiting = this.active.snapshot().filter((control) => control.grant.holderKey === previousKey && control.suspended);
+    return reconfirm(this.runtime, client, key, waiting);
   }
 
   /**

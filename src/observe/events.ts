@@ -32,7 +32,11 @@ export interface LeaseholdEvents {
   'lease:lost': [lease: LeaseInfo, error: LeaseLostError];
   /** A lease was released (released: false when it was no longer ours). */
   'lease:released': [lease: LeaseInfo, released: boolean];
-  /** The liveness session dropped; every lease taken under it is lost. */
+  /**
+   * The liveness session dropped; every lease taken under it is lost, except when the server ended
+   * the session (SQLSTATE 57P01/57P02) and then restarted or failed over: the next session takes
+   * back the leases that are still ours (docs/high-availability.md).
+   */
   'liveness:lost': [error: Error];
   /** At client start: acknowledged grants can be lost on failover, or the server is a standby (once per client). */
   'replication:warning': [report: ReplicationReport];

@@ -4,6 +4,7 @@
 // else listens to builds no payload at all.
 import { skippedSlotFields, type LeaseholdEmitter, type LeaseholdEvents } from './events.js';
 import type { Logger } from './logger.js';
+import { endedByServer } from '../lease/server-restart.js';
 
 type Level = 'debug' | 'info' | 'warn' | 'error';
 
@@ -30,9 +31,16 @@ export function logEvents(events: LeaseholdEmitter, logger: Logger): () => void 
     ),
   );
   on(['warn'], 'liveness:lost', (error) =>
-    logger.warn({ event: 'liveness:lost', err: error.message }, 'leasehold liveness session dropped; its leases are lost'),
+    logger.warn(
+      { event: 'liveness:lost', err: error.message },
+      endedByServer(error)
+        ? 'leasehold liveness session ended by the server; its leases are kept if the server restarted (taken back by the next session), lost otherwise'
+        : 'leasehold liveness session dropped; its leases are lost',
+    ),
   );
-  on(['warn'], 'replication:warning', (report) => logger.warn({ event: 'replication:warning', ...report }, report.warning ?? 'replication warning'));
+  on(['warn'], 'replication:warning', (report) =>
+    logger.warn({ event: 'replication:warning', ...report }, [report.warning, report.epochWarning].filter(Boolean).join('; ') || 'replication warning'),
+  );
   on(['warn'], 'clock:step', (step) => {
     const seconds = `${step.deltaMs > 0 ? '+' : ''}${(step.deltaMs / 1000).toFixed(1)} s`;
     logger.warn(

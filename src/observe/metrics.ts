@@ -49,6 +49,7 @@ export interface LeaseholdMetrics {
  * | lease_acquisitions_total | counter | lease | leases taken |
  * | liveness_losses_total | counter | — | liveness sessions dropped |
  * | replication_grants_can_be_lost | gauge | — | 1 when the client's replication check warned (asynchronous standbys, or a standby) |
+ * | epoch_source_fallback | gauge | — | 1 when the server refuses the WAL functions and leasehold.epoch() reads a weaker source (docs/high-availability.md) |
  * | clock_steps_total | counter | direction | database clock steps this process noticed (forward, backward) |
  * | job_lease_age_seconds | gauge | job | age of the current lease (0 when idle), from the database |
  * | job_duration_interval_ratio | gauge | job | p95 run duration over 24 h ÷ interval |
@@ -84,6 +85,7 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
   const takeovers = new client.Counter({ name: `${prefix}takeovers_total`, help: 'Leases taken from a holder that never released them (expired, crashed, replaced).', labelNames: ['lease'], registers });
   const acquisitions = new client.Counter({ name: `${prefix}lease_acquisitions_total`, help: 'Leases acquired.', labelNames: ['lease'], registers });
   const livenessLosses = new client.Counter({ name: `${prefix}liveness_losses_total`, help: 'Liveness sessions dropped (every lease under one is lost).', registers });
+  const epochFallback = new client.Gauge({ name: `${prefix}epoch_source_fallback`, help: 'At client start: 1 when leasehold.epoch() cannot read the current WAL file (a weaker source; see docs/high-availability.md).', registers });
   const replicationRisk = new client.Gauge({ name: `${prefix}replication_grants_can_be_lost`, help: '1 when the replication check at client start warned that acknowledged grants can be lost on failover.', registers });
   const clockSteps = new client.Counter({ name: `${prefix}clock_steps_total`, help: 'Steps of the database clock noticed by this process (forward steps expire leases).', labelNames: ['direction'], registers });
 
@@ -212,7 +214,10 @@ export function createMetrics(options: MetricsOptions = {}): LeaseholdMetrics {
           if (lease.tookOver) takeovers.inc({ lease: lease.name });
         }),
         source.on('liveness:lost', () => livenessLosses.inc()),
-        source.on('replication:warning', () => replicationRisk.set(1)),
+        source.on('replication:warning', (report) => {
+          if (report.warning) replicationRisk.set(1);
+          if (report.epochWarning) epochFallback.set(1);
+        }),
         source.on('clock:step', (step) => clockSteps.inc({ direction: step.deltaMs > 0 ? 'forward' : 'backward' })),
       ];
       return () => stops.forEach((stop) => stop());

@@ -45,7 +45,8 @@ export function registerStatus(program: Command, io: Io): void {
             text = options.json ? JSON.stringify(toJson(fleet), null, 2) : renderFleet(fleet, width);
           }
           const replication = options.json ? null : db.replication;
-          io.out(replication?.warning ? `${text}\n${wrapLines(`warning: ${inert(replication.warning)}`, width)}` : text);
+          const warnings = [replication?.warning, replication?.epochWarning].filter((w): w is string => Boolean(w));
+          io.out([text, ...warnings.map((w) => wrapLines(`warning: ${inert(w)}`, width))].join('\n'));
           io.exit(EXIT.ok);
         } finally {
           await db.pool.end();
