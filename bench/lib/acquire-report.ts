@@ -147,9 +147,11 @@ export function guaranteesTable(acquire: AcquireResults): Table {
 }
 
 function contestedTable(comparisons: readonly ContestedComparison[]): Table {
-  const row = (comparison: PatternComparison, clients: number): string[] => {
+  const row = (comparison: PatternComparison, clients: number, all: readonly PatternComparison[]): string[] => {
     const { summary } = comparison;
     const classic = summary.pattern === 'classic';
+    const advisory = all.find((p) => p.summary.pattern === 'advisory')?.summary;
+    const cpu = summary.serverCpuUsPerDecision;
     return [
       String(clients),
       summary.pattern,
@@ -162,12 +164,18 @@ function contestedTable(comparisons: readonly ContestedComparison[]): Table {
       integer(summary.wins),
       fixed(summary.roundTripsPerAcquireDecision, 2),
       fixed(summary.roundTripsPerDecision, 2),
+      advisory ? `${Math.round((summary.decisionsPerSecond / advisory.decisionsPerSecond) * 100)} %` : '-',
+      cpu === null ? '-' : fixed(cpu, 0),
+      cpu === null || !advisory?.serverCpuUsPerDecision ? '-' : times(round2(cpu / advisory.serverCpuUsPerDecision)),
     ];
   };
   return {
-    headers: ['clients', 'pattern', 'decisions/s', 'vs classic', 'per round', 'p50 ms', 'p99 ms', 'decisions', 'wins', 'rt/acquire', 'rt/decision'],
-    align: ['r', 'l', 'r', 'r', 'l', 'r', 'r', 'r', 'r', 'r', 'r'],
-    rows: comparisons.flatMap((c) => c.patterns.map((p) => row(p, c.clients))),
+    headers: [
+      'clients', 'pattern', 'decisions/s', 'vs classic', 'per round', 'p50 ms', 'p99 ms', 'decisions', 'wins', 'rt/acquire', 'rt/decision',
+      'rate vs advisory', 'server CPU µs/decision', 'CPU vs advisory',
+    ],
+    align: ['r', 'l', 'r', 'r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
+    rows: comparisons.flatMap((c) => c.patterns.map((p) => row(p, c.clients, c.patterns))),
   };
 }
 
@@ -264,3 +272,5 @@ export function acquireMarkdown(acquire: AcquireResults): string[] {
     '',
   ];
 }
+
+const round2 = (value: number): number => Math.round(value * 100) / 100;

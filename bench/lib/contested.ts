@@ -1,6 +1,7 @@
 // Contested acquire + release: N independent connections race for ONE lock or lease name for a
 // fixed time. Each loops: one claim decision; if it won, release at once. A decision is one
 // acquire call, won or lost. The same loop drives every pattern (pattern.ts).
+import { readFileSync } from 'node:fs';
 import { performance } from 'node:perf_hooks';
 import type { ClaimConnection, ClaimPattern, PatternId } from './pattern.js';
 import { percentileOfSorted, round, sortedCopy } from './stats.js';
@@ -26,6 +27,25 @@ export interface CellResult {
   reasons: Record<string, number>;
   /** Releases that found the token no longer held: would mean two winners overlapped (must be 0). */
   releaseMismatches: number;
+  /** CPU time of the server processes of the cell's connections, from /proc (null: not readable, or Redis). */
+  serverCpuMs: number | null;
+}
+
+// The CPU time (user + system) of local processes, in ms; null when one cannot be read (a
+// remote server). /proc counts in clock ticks of 10 ms: a cell's thousands of decisions make
+// that fine enough per decision.
+function cpuMs(pids: readonly number[]): number | null {
+  if (pids.length === 0) return null;
+  let ticks = 0;
+  try {
+    for (const pid of pids) {
+      const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+      ticks += Number(fields[11]) + Number(fields[12]);
+    }
+  } catch {
+    return null;
+  }
+  return ticks * 10;
 }
 
 /** A cell's result plus its raw latency samples (kept in memory for pooled percentiles). */
@@ -70,6 +90,8 @@ export async function runContestedCell<C extends ClaimConnection>(options: {
     let releaseRoundTrips = 0;
     let releaseMismatches = 0;
 
+    const pids = sessions.flatMap((session) => (session.serverPid === undefined ? [] : [session.serverPid]));
+    const cpuBefore = cpuMs(pids);
     const started = performance.now();
     const deadline = started + options.seconds * 1000;
     await Promise.all(
@@ -97,6 +119,7 @@ export async function runContestedCell<C extends ClaimConnection>(options: {
       }),
     );
     const elapsedSeconds = (performance.now() - started) / 1000;
+    const cpuAfter = cpuMs(pids);
 
     const sorted = sortedCopy(latencies);
     return {
@@ -118,6 +141,7 @@ export async function runContestedCell<C extends ClaimConnection>(options: {
         },
         reasons,
         releaseMismatches,
+        serverCpuMs: cpuBefore === null || cpuAfter === null ? null : cpuAfter - cpuBefore,
       },
     };
   } finally {
@@ -142,6 +166,8 @@ export interface PatternSummary {
   roundTripsPerDecision: number;
   reasons: Record<string, number>;
   releaseMismatches: number;
+  /** Server CPU µs per decision (the connections' backends, from /proc), or null when not measured. */
+  serverCpuUsPerDecision: number | null;
 }
 
 export interface PatternComparison {
@@ -199,6 +225,9 @@ function summarize(runs: readonly CellRun[]): PatternSummary {
     roundTripsPerDecision: round((acquireRoundTrips + sum((r) => r.releaseRoundTrips)) / decisions, 3),
     reasons,
     releaseMismatches: sum((r) => r.releaseMismatches),
+    serverCpuUsPerDecision: runs.some((run) => run.result.serverCpuMs === null)
+      ? null
+      : round((sum((r) => r.serverCpuMs ?? 0) * 1000) / decisions, 1),
   };
 }
 

@@ -22,6 +22,8 @@ export interface ClaimConnection {
   roundTrips: number;
   /** Set when the connection reported an asynchronous error (it is then unusable). */
   failure: Error | undefined;
+  /** The server process of a PostgreSQL connection (its CPU time is read from /proc), if any. */
+  readonly serverPid?: number | undefined;
   close(): Promise<void>;
 }
 

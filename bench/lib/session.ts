@@ -11,6 +11,11 @@ export class Session {
 
   private constructor(readonly client: pg.Client) {}
 
+  /** The backend serving this connection (BackendKeyData), for its CPU time in /proc. */
+  get serverPid(): number | undefined {
+    return (this.client as unknown as { processID?: number }).processID ?? undefined;
+  }
+
   static async open(connectionString: string, applicationName: string): Promise<Session> {
     const client = new pg.Client({ connectionString, application_name: applicationName });
     const session = new Session(client);
