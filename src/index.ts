@@ -1,5 +1,5 @@
 // leasehold: durable, fenced job leases on PostgreSQL.
-export { createLeasehold, describeSkip, Leasehold, type LeaseholdOptions } from './lease/leasehold.js';
+export { createLeasehold, describeSkip, Leasehold, type LeaseholdOptions } from './client/leasehold.js';
 export { Lease, type TransactionOptions } from './lease/lease.js';
 export { JobControl } from './control/job-control.js';
 export type { BackfillOptions, BackfillResult, RunNowOptions, RunRequest, WaitForRequestOptions } from './control/manual-runs.js';
@@ -9,7 +9,7 @@ export { ScheduleDefinitionError, type DataJobContext, type DataJobHandler } fro
 export type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './lease/types.js';
 export { MAX_TTL_MS, MIN_TTL_MS } from './lease/limits.js';
 export { FenceRangeError } from './lease/fence.js';
-export type { ReplicationReport } from './lease/replication.js';
+export type { ReplicationReport } from './db/replication.js';
 export {
   ClosedError,
   DatabaseReadOnlyError,
@@ -46,9 +46,9 @@ export {
   type JobOptions,
   type OverlapPolicy,
   type RunTrigger,
-} from './worker/job.js';
+} from './job/job.js';
 export type { HandlerWrapper, RunReport } from './worker/execute-run.js';
-export { RUN_OUTCOMES, type RunOutcome, type RunState } from './worker/run-outcomes.js';
+export { RUN_OUTCOMES, type RunOutcome, type RunState } from './job/run-outcomes.js';
 export { leased, type LeasedFunction, type LeasedOptions, type LeasedResult, type LeasedSkipReason } from './integrations/leased.js';
 export { parseSchedule, slotsBetween, type Schedule, type ScheduleSpec } from './schedule/schedule.js';
 export {
@@ -65,9 +65,9 @@ export {
   type TimelineRun,
   type TimelineSkip,
   type UnscheduledLease,
-} from './observe/status.js';
-export { createMetrics, type EventSource, type LeaseholdMetrics, type MetricsOptions } from './observe/metrics.js';
-export { workerHealth, type HealthCheck, type HealthReport, type WorkerHealth } from './observe/health.js';
-export type { EndpointReply } from './observe/http-endpoint.js';
+} from './monitor/status.js';
+export { createMetrics, type EventSource, type LeaseholdMetrics, type MetricsOptions } from './monitor/metrics.js';
+export { workerHealth, type HealthCheck, type HealthReport, type WorkerHealth } from './monitor/health.js';
+export type { EndpointReply } from './monitor/http-endpoint.js';
 export { startDashboard } from './dashboard/lazy.js';
 export type { Dashboard, DashboardOptions, MetricsSource } from './dashboard/server.js';

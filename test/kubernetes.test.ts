@@ -16,7 +16,7 @@ import { parseDuration } from '../src/validate/duration.js';
 import { startCli, type CliProcess } from './support/cli.js';
 import { client, freshDatabase, rawPool, waitFor } from './support/db.js';
 import { trackerOf } from '../src/lease/tracker.js';
-import { HEALTH_PATHS } from '../src/observe/health.js';
+import { HEALTH_PATHS } from '../src/monitor/health.js';
 
 const EXAMPLES = fileURLToPath(new URL('../examples/kubernetes/', import.meta.url));
 let url: string;

@@ -12,7 +12,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
 import { createMetrics, startDashboard, startWorker, type JobOptions } from '../src/index.js';
-import { serveMetrics } from '../src/observe/metrics.js';
+import { serveMetrics } from '../src/monitor/metrics.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { client, freshDatabase, rawPool, waitFor } from './support/db.js';
 import { documentedMetricNames, metricNamesIn, parseExposition, type Sample } from './support/exposition.js';

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { InvalidArgumentError, PermissionDeniedError, startWorker, type Leasehold } from '../src/index.js';
 import { silentLogger } from '../src/observe/logger.js';
-import { jobPage } from '../src/dashboard/queries.js';
+import { jobPage } from '../src/monitor/queries.js';
 import { cli } from './support/cli.js';
 import { client } from './support/db.js';
 import { leaseholdAs, outcome, pool, ROLE, urlAs, usePrivilegeFixture } from './support/privileges.js';

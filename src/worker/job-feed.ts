@@ -13,7 +13,7 @@ import type { Logger } from '../observe/logger.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import { MAX_MISSED_RECORDED, planStart } from './catch-up.js';
 import type { ClaimRequest, SchedulerStore } from './claims.js';
-import { defineJob, type CatchUpPolicy, type JobContext, type JobDefinition, type OverlapPolicy } from './job.js';
+import { defineJob, type CatchUpPolicy, type JobContext, type JobDefinition, type OverlapPolicy } from '../job/job.js';
 import type { JobState } from './runs.js';
 
 /** The context of a data job's run: a code job's, plus its handler name and stored payload. */
