@@ -26,7 +26,7 @@ const LAYERS: string[][] = [
   ['testing/', 'testing.ts'],
   ['demo/'],
   ['cli/'],
-  ['index.ts', 'opentelemetry.ts'],
+  ['index.ts', 'schema.ts', 'opentelemetry.ts'],
 ];
 
 interface Import {
