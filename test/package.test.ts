@@ -125,15 +125,17 @@ afterAll(async () => {
 });
 
 describe('the tarball', () => {
-  it('holds both builds with their declarations and no source maps without sources', async () => {
+  it('holds both builds with their declarations; the ES build has maps with their sources, the CommonJS copy none', async () => {
     const installed = join(esmDir, 'node_modules/leasehold');
     for (const file of ['dist/index.js', 'dist/index.d.ts', 'dist/cjs/index.js', 'dist/cjs/index.d.ts', 'dist/cjs/testing.js', 'dist/nestjs/index.js', 'dist/nestjs/index.d.ts', 'dist/cjs/nestjs/index.js', 'dist/cjs/nestjs/index.d.ts', 'dist/cli/main.js', 'sql']) {
       expect(existsSync(join(installed, file)), file).toBe(true);
     }
     expect(JSON.parse(readFileSync(join(installed, 'dist/cjs/package.json'), 'utf8'))).toEqual({ type: 'commonjs' });
     expect(existsSync(join(installed, 'src'))).toBe(false);
-    const maps = (await readdir(join(installed, 'dist'), { recursive: true })).filter((file) => file.endsWith('.map'));
-    expect(maps.length).toBeGreaterThan(10);
+    const files = await readdir(join(installed, 'dist'), { recursive: true });
+    const maps = files.filter((file) => file.endsWith('.map'));
+    // one map for each ES module (each with its sources: the package's only copy of them)
+    expect(maps.sort()).toEqual(files.filter((file) => file.endsWith('.js') && !file.startsWith('cjs')).map((file) => `${file}.map`).sort());
     for (const map of maps) {
       const parsed = JSON.parse(readFileSync(join(installed, 'dist', map), 'utf8')) as { sources: string[]; sourcesContent?: unknown[] };
       expect(parsed.sourcesContent?.length, map).toBe(parsed.sources.length);
@@ -161,9 +163,9 @@ describe('the tarball', () => {
     expect(missing).toEqual([]);
   });
 
-  it('public declarations reach no `any` and nothing of the CLI or demo', () => {
+  it('public declarations reach no `any` and nothing of the CLI or demo, and are the only ones shipped', () => {
     const dist = join(esmDir, 'node_modules/leasehold/dist');
-    // Every declaration file reachable from the two entry points.
+    // Every declaration file reachable from the entry points.
     const reached = new Set<string>();
     const queue = ENTRY_TYPES.map((types) => types.replace(/^\.\/dist\//, ''));
     while (queue.length > 0) {
@@ -171,9 +173,13 @@ describe('the tarball', () => {
       if (reached.has(file)) continue;
       reached.add(file);
       const text = readFileSync(join(dist, file), 'utf8');
-      for (const [, target] of text.matchAll(/from '(\.[^']+)\.js'/g)) queue.push(join(file, '..', `${target}.d.ts`));
+      for (const [, target] of text.matchAll(/(?:from |import\()['"](\.[^'"]+)\.js['"]/g)) queue.push(join(file, '..', `${target}.d.ts`));
     }
     expect(reached.size).toBeGreaterThan(10);
+    // no other declarations are shipped, and the CommonJS build has the same ones
+    const declarations = (base: string) => readdirSync(base, { recursive: true, encoding: 'utf8' }).filter((file) => file.endsWith('.d.ts') && !file.startsWith('cjs')).sort();
+    expect(declarations(dist)).toEqual([...reached].sort());
+    expect(declarations(join(dist, 'cjs'))).toEqual([...reached].sort());
     for (const file of reached) {
       expect(file, file).not.toMatch(/^(cli|demo)\//);
       const text = readFileSync(join(dist, file), 'utf8');
