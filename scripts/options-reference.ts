@@ -9,9 +9,10 @@ import ts from 'typescript';
 import { DASHBOARD_DEFAULTS } from '../src/dashboard/defaults.js';
 import { CONTROL_DEFAULTS } from '../src/control/defaults.js';
 import { ACQUIRE_DEFAULTS, BACKFILL_DEFAULTS, LEASEHOLD_DEFAULTS, REQUEST_WAIT_DEFAULTS, TRANSACTION_DEFAULTS } from '../src/lease/defaults.js';
-import { READ_DEFAULTS } from '../src/observe/defaults.js';
+import { READ_DEFAULTS } from '../src/monitor/defaults.js';
 import { formatDuration } from '../src/validate/duration.js';
-import { JOB_DEFAULTS, WORKER_DEFAULTS } from '../src/worker/defaults.js';
+import { JOB_DEFAULTS } from '../src/job/defaults.js';
+import { WORKER_DEFAULTS } from '../src/worker/defaults.js';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 
@@ -138,7 +139,7 @@ export function renderOptionsReference(): string {
 function createProgram(): ts.Program {
   const configFile = ts.readConfigFile(`${ROOT}tsconfig.json`, ts.sys.readFile);
   const { options } = ts.parseJsonConfigFileContent(configFile.config, ts.sys, ROOT);
-  const roots = ['src/index.ts', 'src/testing.ts', 'src/opentelemetry.ts', 'src/nestjs/index.ts'].map((file) => `${ROOT}${file}`);
+  const roots = ['src/index.ts', 'src/testing.ts', 'src/opentelemetry.ts', 'src/nestjs/index.ts', 'src/dashboard/index.ts', 'src/monitor/index.ts', 'src/control/index.ts', 'src/schema.ts', 'src/errors.ts'].map((file) => `${ROOT}${file}`);
   return ts.createProgram(roots, { ...options, noEmit: true });
 }
 

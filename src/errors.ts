@@ -1,5 +1,5 @@
-// Typed errors. Every error carries a stable `code` for programs and a message that says
-// what to do for people. `instanceof` works across duplicate installs of the package
+// Typed errors, all of them (`leasehold/errors`; the root exports the few a caller catches).
+// Every error carries a stable `code` for programs and a message that says what to do for people. `instanceof` works across duplicate installs of the package
 // (two copies in node_modules) because it checks a global symbol brand, not the prototype.
 
 const BRAND = Symbol.for('leasehold.error');
@@ -266,5 +266,27 @@ export class RunTimeoutError extends LeaseholdError {
     this.slot = slot;
     this.fence = fence;
     this.timeoutMs = timeoutMs;
+  }
+}
+
+/** A fence too large to be an exact JavaScript number. */
+export class FenceRangeError extends LeaseholdError {
+  readonly fence: string;
+  constructor(fence: string) {
+    super(
+      'FENCE_RANGE',
+      `Fence ${fence} is beyond 2^53 and cannot be an exact JavaScript number; leasehold's own fences stay below it ` +
+        'until 2298, so a fence this large was written outside its functions (docs/high-availability.md).',
+    );
+    this.fence = fence;
+  }
+}
+
+/** A stored definition this worker cannot run (it names the job); logged once per revision, then skipped. */
+export class ScheduleDefinitionError extends LeaseholdError {
+  readonly job: string;
+  constructor(job: string, message: string, options?: { cause?: unknown }) {
+    super('INVALID_ARGUMENT', `schedule "${job}" cannot be run by this worker: ${message}`, options);
+    this.job = job;
   }
 }

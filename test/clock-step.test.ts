@@ -3,7 +3,8 @@
 // The database clock is the authority: a +1 h step expires every lease at once and jumps over
 // 3,600 slots that never existed; a -30 s step must not stop scheduling.
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createLeasehold, createMetrics, startWorker, type Leasehold, type Logger, type Worker } from '../src/index.js';
+import { createLeasehold, startWorker, type Leasehold, type Logger, type Worker } from '../src/index.js';
+import { createMetrics } from '../src/monitor/index.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/db/embedded.js';
 import { findLibfaketime, SteppedClock } from '../src/testing/faketime.js';
 import { sleep, waitFor } from './support/db.js';

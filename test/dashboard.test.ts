@@ -6,7 +6,7 @@ import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDashboard, type Dashboard } from '../src/dashboard/server.js';
 import { InvalidArgumentError } from '../src/errors.js';
-import { nextRun, scheduleNote, storedSchedule } from '../src/dashboard/schedule-text.js';
+import { nextRun, scheduleNote, storedSchedule } from '../src/schedule/schedule-text.js';
 import { cli } from './support/cli.js';
 import { client, freshDatabase, rawPool, sleep } from './support/db.js';
 import { seedHistory } from './support/seed.js';

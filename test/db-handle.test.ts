@@ -10,7 +10,7 @@ import { dbHandle } from '../src/db/handle.js';
 import { inTransaction } from '../src/db/transaction.js';
 import { DatabaseUnavailableError, InvalidArgumentError } from '../src/errors.js';
 import { silentLogger } from '../src/observe/logger.js';
-import { jobHistory, jobStatus, unscheduledLeases } from '../src/observe/status.js';
+import { jobHistory, jobStatus, unscheduledLeases } from '../src/monitor/status.js';
 import { startWorker } from '../src/worker/worker.js';
 import { client, connections, freshDatabase, rawPool, waitFor } from './support/db.js';
 

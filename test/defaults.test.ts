@@ -8,9 +8,10 @@ import { buildProgram } from '../src/cli/program.js';
 import { DASHBOARD_CLI_DEFAULTS, EXEC_DEFAULTS, RUNS_DEFAULTS, SCHEDULE_DEFAULTS, WORKER_CLI_DEFAULTS } from '../src/cli/defaults.js';
 import { DASHBOARD_DEFAULTS } from '../src/dashboard/defaults.js';
 import { ACQUIRE_DEFAULTS, BACKFILL_DEFAULTS, LEASEHOLD_DEFAULTS, REQUEST_WAIT_DEFAULTS } from '../src/lease/defaults.js';
-import { READ_DEFAULTS } from '../src/observe/defaults.js';
+import { READ_DEFAULTS } from '../src/monitor/defaults.js';
 import { formatDuration } from '../src/validate/duration.js';
-import { JOB_DEFAULTS, WORKER_DEFAULTS } from '../src/worker/defaults.js';
+import { JOB_DEFAULTS } from '../src/job/defaults.js';
+import { WORKER_DEFAULTS } from '../src/worker/defaults.js';
 import { CONTROL_DEFAULTS } from '../src/control/defaults.js';
 
 type Literal = string | number | boolean;
@@ -53,7 +54,7 @@ const LITERAL = /^(?:'[^']*'|-?\d[\d_.]*|true|false)(?=$|[\s;(,])/;
 // Each public options type, the file it is declared in, and its table (option -> default).
 const TABLES: Array<{ file: string; type: string; defaults: Record<string, Literal> }> = [
   {
-    file: 'lease/leasehold.ts',
+    file: 'lease/types.ts',
     type: 'LeaseholdOptions',
     defaults: {
       queryTimeout: LEASEHOLD_DEFAULTS.queryTimeout.default,
@@ -91,7 +92,7 @@ const TABLES: Array<{ file: string; type: string; defaults: Record<string, Liter
   },
   { file: 'control/pause.ts', type: 'PauseOptions', defaults: { stopRunning: CONTROL_DEFAULTS.stopRunning.default } },
   {
-    file: 'worker/job.ts',
+    file: 'job/job.ts',
     type: 'JobOptions',
     defaults: {
       ttl: JOB_DEFAULTS.ttl.default,
@@ -114,7 +115,7 @@ const TABLES: Array<{ file: string; type: string; defaults: Record<string, Liter
       maxConcurrentQueries: DASHBOARD_DEFAULTS.maxConcurrentQueries.default,
     },
   },
-  { file: 'observe/status.ts', type: 'ReadOptions', defaults: { timeout: READ_DEFAULTS.timeout.default } },
+  { file: 'monitor/status.ts', type: 'ReadOptions', defaults: { timeout: READ_DEFAULTS.timeout.default } },
 ];
 
 /** Where the documented defaults and the table disagree, one line each. */

@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, expect, inject, it } from 'vitest';
 
-const MAIN = fileURLToPath(new URL('../src/demo/main.ts', import.meta.url));
+const MAIN = fileURLToPath(new URL('../src/cli/demo-main.ts', import.meta.url));
 const TSX = fileURLToPath(new URL('../node_modules/tsx/dist/esm/index.mjs', import.meta.url));
 
 let child: ReturnType<typeof spawn> | undefined;

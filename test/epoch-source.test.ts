@@ -7,7 +7,8 @@
 // report (leasehold.replication.epochSource) and the gauge leasehold_epoch_source_fallback.
 import pg from 'pg';
 import { afterAll, beforeAll, expect, it } from 'vitest';
-import { createLeasehold, createMetrics, type Leasehold } from '../src/index.js';
+import { createLeasehold, type Leasehold } from '../src/index.js';
+import { createMetrics } from '../src/monitor/index.js';
 import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/db/embedded.js';
 import type { Logger } from '../src/observe/logger.js';
 

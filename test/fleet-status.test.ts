@@ -4,8 +4,8 @@
 // history older than 24 h, and leases without a job. For every limit the same counts, the same
 // jobs in the same order, each under its most urgent reason, with that reason's latest time.
 import { beforeAll, describe, expect, it } from 'vitest';
-import { fleetStatus, type AttentionReason } from '../src/observe/fleet-status.js';
-import { jobStatus } from '../src/observe/status.js';
+import { fleetStatus, type AttentionReason } from '../src/monitor/fleet-status.js';
+import { jobStatus } from '../src/monitor/status.js';
 import { client, freshDatabase, rawPool } from './support/db.js';
 
 let url: string;

@@ -1,5 +1,5 @@
 // The TypeScript in docs/integrations.md type-checks, strict, against the sources (as
-// `leasehold` and `leasehold/nestjs`), with the scheduler packages it names: the NestJS
+// `leasehold` and its entry points), with the scheduler packages it names: the NestJS
 // examples with experimentalDecorators as Nest projects compile, the others as they are.
 import { execFile } from 'node:child_process';
 import { readFileSync } from 'node:fs';
@@ -11,6 +11,13 @@ import { describe, expect, it } from 'vitest';
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));
 const doc = readFileSync(join(ROOT, 'docs/integrations.md'), 'utf8');
+
+/** Each entry point of package.json's "exports" (`leasehold`, `leasehold/monitor`, …) as its source file, for tsconfig `paths`. */
+const ENTRY_SOURCES = Object.fromEntries(
+  Object.entries(JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')).exports as Record<string, string | { import: { default: string } }>)
+    .filter((entry): entry is [string, { import: { default: string } }] => typeof entry[1] !== 'string')
+    .map(([subpath, target]) => [subpath.replace(/^\./, 'leasehold'), [target.import.default.replace(/^\.\/dist\//, '../../src/').replace(/\.js$/, '.ts')]]),
+);
 
 /** The ```ts blocks of the section under `## heading`. */
 function blocks(heading: string): string[] {
@@ -29,7 +36,7 @@ async function typeCheck(files: Record<string, string>, decorators: boolean): Pr
       compilerOptions: {
         noEmit: true,
         experimentalDecorators: decorators,
-        paths: { leasehold: ['../../src/index.ts'], 'leasehold/nestjs': ['../../src/nestjs/index.ts'], 'leasehold/opentelemetry': ['../../src/opentelemetry.ts'] },
+        paths: ENTRY_SOURCES,
       },
       include: [],
       files: Object.keys(files),

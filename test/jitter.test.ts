@@ -8,7 +8,7 @@ import { fireTime, jitterKey, jitterOffsetMs, jobClock } from '../src/schedule/j
 import { parseSchedule, slotsBetween, type Schedule } from '../src/schedule/schedule.js';
 import { planStart } from '../src/worker/catch-up.js';
 import type { SchedulerStore } from '../src/worker/claims.js';
-import { defineJob } from '../src/worker/job.js';
+import { defineJob } from '../src/job/job.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { cli } from './support/cli.js';
 import { client, freshDatabase, rawPool } from './support/db.js';

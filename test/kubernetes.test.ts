@@ -10,13 +10,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
 import { buildProgram } from '../src/cli/program.js';
 import { EXIT } from '../src/cli/exit-codes.js';
-import { startWorker, workerHealth } from '../src/index.js';
+import { startWorker } from '../src/index.js';
+import { workerHealth } from '../src/monitor/index.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { parseDuration } from '../src/validate/duration.js';
 import { startCli, type CliProcess } from './support/cli.js';
 import { client, freshDatabase, rawPool, waitFor } from './support/db.js';
 import { trackerOf } from '../src/lease/tracker.js';
-import { HEALTH_PATHS } from '../src/observe/health.js';
+import { HEALTH_PATHS } from '../src/monitor/health.js';
 
 const EXAMPLES = fileURLToPath(new URL('../examples/kubernetes/', import.meta.url));
 let url: string;

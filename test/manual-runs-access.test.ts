@@ -3,7 +3,8 @@
 // does either. And the CLI commands (`leasehold run-now`, `leasehold backfill`) with their exit codes.
 import { afterAll, describe, expect, it } from 'vitest';
 import type pg from 'pg';
-import { createLeasehold, PermissionDeniedError, startWorker, type Leasehold, type Worker } from '../src/index.js';
+import { createLeasehold, startWorker, type Leasehold, type Worker } from '../src/index.js';
+import { PermissionDeniedError } from '../src/errors.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { cli } from './support/cli.js';
 import { outcome, pool, ROLE, urlAs, usePrivilegeFixture } from './support/privileges.js';

@@ -5,7 +5,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fileURLToPath } from 'node:url';
 import { setTimeout as sleep } from 'node:timers/promises';
-import type { Leasehold, RunRequest } from '../src/index.js';
+import type { Leasehold } from '../src/index.js';
+import type { RunRequest } from '../src/control/index.js';
 import { client, freshDatabase, rawPool } from './support/db.js';
 import { handlerLines, startFixture, type JsonLinesProcess, type Line } from './support/processes.js';
 

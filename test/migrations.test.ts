@@ -1,7 +1,9 @@
 // Schema migrations: concurrent starts, version checks, refusal of a newer schema.
 import { describe, expect, it, onTestFinished } from 'vitest';
 import pg from 'pg';
-import { createLeasehold, latestVersion, migrate, migrations, SchemaVersionError } from '../src/index.js';
+import { createLeasehold } from '../src/index.js';
+import { SchemaVersionError } from '../src/errors.js';
+import { latestVersion, migrate, migrations } from '../src/schema.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { client, freshDatabase, rawPool } from './support/db.js';
 

@@ -8,7 +8,8 @@ import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { inspect } from 'node:util';
 import { LEVEL_OF } from '../src/db/permissions.js';
-import { createLeasehold, latestVersion, migrate } from '../src/index.js';
+import { createLeasehold } from '../src/index.js';
+import { latestVersion, migrate } from '../src/schema.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { emptyDatabase, insecureFunctions, installedDatabase, leaseholdAs, outcome, pool, ROLE, searchPathAttack, urlAs, usePrivilegeFixture } from './support/privileges.js';
 

@@ -1,10 +1,10 @@
-// Reads at fleet scale (sql/baseline/5_reads.sql, src/observe/fleet-status.ts): what they return, not
+// Reads at fleet scale (sql/baseline/5_reads.sql, src/monitor/fleet-status.ts): what they return, not
 // how fast (speed is `npm run bench -- reads`). job_status keeps its columns and values,
 // recent_history equals the newest rows of run_history, prune_history deletes in bounded
 // batches, and `leasehold status` prints a summary and a bounded, attention-first list.
 import { readFileSync } from 'node:fs';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { fleetStatus } from '../src/observe/fleet-status.js';
+import { fleetStatus } from '../src/monitor/fleet-status.js';
 import { client, freshDatabase, rawPool } from './support/db.js';
 import { cli } from './support/cli.js';
 import { seedHistory } from './support/seed.js';

@@ -1,4 +1,4 @@
-// A slot claimed ahead and never started (sql/0028_reclaim_unstarted.sql): a peer claims it
+// A slot claimed ahead and never started (sql/baseline/2_scheduler.sql): a peer claims it
 // again at its slot when the lease is free (holder gone, or expired) and the holder never marked
 // its start (start_tick); a mark keeps it the holder's; a live holder's unmarked slot is answered
 // 'held-ahead' with the lease's expiry; a holder whose slot was taken learns it at its next

@@ -1,5 +1,5 @@
 // A slot claimed ahead whose holder is gone before its start runs at its slot on a peer, each
-// slot once (src/worker/start-queue.ts, sql/0028_reclaim_unstarted.sql). Real worker processes,
+// slot once (src/worker/start-queue.ts, sql/baseline/1_leases.sql). Real worker processes,
 // both claiming ahead: one is killed (SIGKILL) or stopped (SIGSTOP) in the lead of a slot it
 // claimed; the other runs that slot, and a stopped worker that resumes never runs it too.
 import { setTimeout as sleep } from 'node:timers/promises';

@@ -14,7 +14,7 @@ beforeAll(async () => {
   url = await freshDatabase();
   const setup = new pg.Client({ connectionString: url });
   await setup.connect();
-  const { migrate } = await import('../src/index.js');
+  const { migrate } = await import('../src/schema.js');
   const pool = new pg.Pool({ connectionString: url, max: 1 });
   await migrate(pool);
   await pool.end();

@@ -2,7 +2,7 @@
 // (log line, event, metric, `leasehold status` line) when a standby streams asynchronously.
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createMetrics } from '../src/index.js';
+import { createMetrics } from '../src/monitor/index.js';
 import type { Logger } from '../src/observe/logger.js';
 import { client, freshDatabase, waitFor } from './support/db.js';
 import { cli } from './support/cli.js';

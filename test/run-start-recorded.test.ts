@@ -3,7 +3,8 @@
 // and the start, as a long garbage collection would) is recorded with its late start, so that
 // started_at - slot is the run's real lateness.
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { createMetrics, jobStatus, startWorker, type Worker } from '../src/index.js';
+import { startWorker, type Worker } from '../src/index.js';
+import { createMetrics, jobStatus } from '../src/monitor/index.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { freshDatabase, rawPool, waitFor, client } from './support/db.js';
 

@@ -4,9 +4,10 @@
 import { performance } from 'node:perf_hooks';
 import { describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { InvalidArgumentError, PermissionDeniedError, startWorker, type Leasehold } from '../src/index.js';
+import { InvalidArgumentError, startWorker, type Leasehold } from '../src/index.js';
+import { PermissionDeniedError } from '../src/errors.js';
 import { silentLogger } from '../src/observe/logger.js';
-import { jobPage } from '../src/dashboard/queries.js';
+import { jobPage } from '../src/monitor/queries.js';
 import { cli } from './support/cli.js';
 import { client } from './support/db.js';
 import { leaseholdAs, outcome, pool, ROLE, urlAs, usePrivilegeFixture } from './support/privileges.js';

@@ -3,7 +3,7 @@
 // where a peer's claim is in flight), and custom plans for the batch functions.
 import { beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
-import { RUN_OUTCOMES } from '../src/worker/run-outcomes.js';
+import { RUN_OUTCOMES } from '../src/job/run-outcomes.js';
 import { client, connections, freshDatabase, waitFor } from './support/db.js';
 
 let url: string;

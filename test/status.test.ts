@@ -1,6 +1,6 @@
 // The operator's read models over a seeded history.
 import { beforeAll, describe, expect, it } from 'vitest';
-import { creepWarning, jobHistory, jobStatus, unscheduledLeases } from '../src/observe/status.js';
+import { creepWarning, jobHistory, jobStatus, unscheduledLeases } from '../src/monitor/status.js';
 import { seconds } from '../src/cli/format.js';
 import { startWorker } from '../src/worker/worker.js';
 import { silentLogger } from '../src/observe/logger.js';

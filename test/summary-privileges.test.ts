@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { describe, expect, it } from 'vitest';
-import { fleetSummary } from '../src/dashboard/queries.js';
+import { fleetSummary } from '../src/monitor/queries.js';
 import { startWorker } from '../src/index.js';
 import { silentLogger } from '../src/observe/logger.js';
 import { waitFor } from './support/db.js';

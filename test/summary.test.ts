@@ -6,8 +6,8 @@
 // TRUNCATE (repaired by refresh_run_counts()).
 import pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { fleetSummary } from '../src/dashboard/queries.js';
-import { CREEP_WARNING_RATIO } from '../src/observe/status.js';
+import { fleetSummary } from '../src/monitor/queries.js';
+import { CREEP_WARNING_RATIO } from '../src/monitor/status.js';
 import { client, connections, freshDatabase, rawPool } from './support/db.js';
 
 let url: string;

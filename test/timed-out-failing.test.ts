@@ -7,8 +7,9 @@
 import http from 'node:http';
 import type pg from 'pg';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createMetrics, startDashboard } from '../src/index.js';
-import { fleetSummary, jobPage } from '../src/dashboard/queries.js';
+import { createMetrics } from '../src/monitor/index.js';
+import { startDashboard } from '../src/dashboard/index.js';
+import { fleetSummary, jobPage } from '../src/monitor/queries.js';
 import { cli } from './support/cli.js';
 import { pool, ROLE, urlAs, usePrivilegeFixture } from './support/privileges.js';
 

@@ -9,11 +9,11 @@ import {
   OutcomeUnknownError,
   silentLogger,
   startWorker,
-  TransactionControlError,
   TransactionFailedError,
   type Lease,
   type Leasehold,
 } from '../src/index.js';
+import { TransactionControlError } from '../src/errors.js';
 import { client, freshDatabase, rawPool, sleep } from './support/db.js';
 
 let url: string;

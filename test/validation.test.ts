@@ -3,13 +3,12 @@ import { beforeAll, describe, expect, it } from 'vitest';
 import {
   createLeasehold,
   DatabaseUnavailableError,
-  formatDuration,
   InvalidArgumentError,
   LeaseholdError,
   LeaseLostError,
-  parseDuration,
   type Leasehold,
 } from '../src/index.js';
+import { formatDuration, parseDuration } from '../src/validate/duration.js';
 import { freePort } from '../src/db/embedded.js';
 import { silentLogger, stderrLogger, type Logger } from '../src/observe/logger.js';
 import { childLogger } from '../src/observe/child-logger.js';

@@ -4,7 +4,7 @@ import { connectAndCheck } from '../db/connect-check.js';
 import { createOwnedPool, describeConnection } from '../db/connection.js';
 import { checkConnectionString } from '../db/connection-url.js';
 import { dbHandle, type DbHandle } from '../db/handle.js';
-import type { ReplicationReport } from '../lease/replication.js';
+import type { ReplicationReport } from '../db/replication.js';
 import { permissionDenied } from '../db/permissions.js';
 import { readOnlyRefusal } from '../db/read-only.js';
 import { DatabaseUnavailableError, InvalidArgumentError, LeaseholdError, PermissionDeniedError, SchemaVersionError } from '../errors.js';

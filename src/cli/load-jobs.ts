@@ -7,7 +7,7 @@ import { existsSync } from 'node:fs';
 import { extname, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { DataJobHandler } from '../worker/job-feed.js';
-import type { JobDefinition, JobOptions } from '../worker/job.js';
+import type { JobDefinition, JobOptions } from '../job/job.js';
 import { CliError } from './context.js';
 import { EXIT } from './exit-codes.js';
 

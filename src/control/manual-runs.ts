@@ -7,13 +7,13 @@
 import type { Queryable } from '../db/handle.js';
 import { InvalidArgumentError } from '../errors.js';
 import { BACKFILL_DEFAULTS, REQUEST_WAIT_DEFAULTS } from '../lease/defaults.js';
-import { storedSchedule } from '../dashboard/schedule-text.js';
+import { storedSchedule } from '../schedule/schedule-text.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import type { Duration } from '../validate/duration.js';
 import { checkHolder, checkLeaseName } from '../validate/names.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { durationSetting, integerSetting } from '../validate/settings.js';
-import type { RunOutcome } from '../worker/run-outcomes.js';
+import type { RunOutcome } from '../job/run-outcomes.js';
 
 export interface RunNowOptions {
   /** Who asks (a person or a program: 'alice', 'billing-api'): recorded with the request and in leasehold.actions. 1–200 characters. */

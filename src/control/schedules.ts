@@ -9,7 +9,7 @@ import type { Duration } from '../validate/duration.js';
 import { checkHolder, checkLeaseName, checkScheduleName } from '../validate/names.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { checkZoneName } from '../validate/timezone.js';
-import { defineJob, describeCatchUp, type CatchUpPolicy, type JobDefinition, type OverlapPolicy } from '../worker/job.js';
+import { defineJob, describeCatchUp, type CatchUpPolicy, type JobDefinition, type OverlapPolicy } from '../job/job.js';
 import { CONTROL_DEFAULTS } from './defaults.js';
 import type { StoredJobRow } from './job-row.js';
 import { payloadJson } from './payload.js';

@@ -1,7 +1,7 @@
 // The first page of the job table rendered on the server, so the page is useful at first paint
 // and without JavaScript. Mirrors the script's table (same test hooks); times are UTC here,
 // the script redraws them in the browser's time zone.
-import type { JobStatus } from '../observe/status.js';
+import type { JobStatus } from '../monitor/status.js';
 
 export type JobRow = JobStatus & { nextRunAt: Date | null; scheduleNote: string | null };
 

@@ -23,11 +23,11 @@ import { formatDuration, type Duration } from '../validate/duration.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { durationSetting, integerSetting } from '../validate/settings.js';
 import { DASHBOARD_DEFAULTS, DASHBOARD_LIMITS } from './defaults.js';
-import { CREEP_WARNING_RATIO, jobHistory, jobTimeline } from '../observe/status.js';
+import { CREEP_WARNING_RATIO, jobHistory, jobTimeline } from '../monitor/status.js';
 import { API_HEADER, checkSameOrigin, choiceParam, HttpError, jobListParam, jobParam, Limiter, numberParam, onlyParams, searchParam } from './guard.js';
 import { dashboardPage, type PageData } from './page.js';
-import { fleetSummary, JOB_FILTERS, jobPage, liveWorkers, type FleetSummary, type LiveWorker } from './queries.js';
-import { nextRun, scheduleNote, storedSchedule } from './schedule-text.js';
+import { fleetSummary, JOB_FILTERS, jobPage, liveWorkers, type FleetSummary, type LiveWorker } from '../monitor/queries.js';
+import { nextRun, scheduleNote, storedSchedule } from '../schedule/schedule-text.js';
 import { MAX_TIMELINE_JOBS, timelinesFor } from './timelines.js';
 
 /** What /metrics serves: a prom-client Registry, or createMetrics()'s result. */

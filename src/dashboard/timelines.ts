@@ -1,9 +1,9 @@
 // Timelines for the jobs one page of the table shows: runs, skips and missed slots of up to
 // MAX_TIMELINE_JOBS named jobs over a window, with a row cap per kind. Same shapes as
-// jobTimeline() in observe/status.ts, which serves one job or all.
+// jobTimeline() in monitor/status.ts, which serves one job or all.
 import type { Queryable } from '../db/handle.js';
-import type { JobTimeline } from '../observe/status.js';
-import { toJobTimeline, type MissedRow, type RunRow, type SkipRow } from '../observe/timeline-rows.js';
+import type { JobTimeline } from '../monitor/status.js';
+import { toJobTimeline, type MissedRow, type RunRow, type SkipRow } from '../monitor/timeline-rows.js';
 
 export const MAX_TIMELINE_JOBS = 100;
 

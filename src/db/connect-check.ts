@@ -4,7 +4,7 @@
 // writes, settings that do not suit the protocol pin the pool), the schema migrated or checked,
 // the connecting role, and the replication report. Through the handle, so every statement has
 // its timeout.
-import { checkReplication, type ReplicationReport } from '../lease/replication.js';
+import { checkReplication, type ReplicationReport } from './replication.js';
 import type { DbHandle } from './handle.js';
 import { checkSchema, migrate } from './migrations.js';
 import { pin } from './pinned.js';

@@ -6,7 +6,7 @@ import { rmSync } from 'node:fs';
 import { dirname } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { EmbeddedPostgres } from '../db/embedded.js';
-import type { Leasehold } from '../lease/leasehold.js';
+import type { Leasehold } from '../client/leasehold.js';
 import { within } from './helpers.js';
 import { StoryError, type EventLog, type WorkerProcess } from './processes.js';
 import type { Story } from './story.js';

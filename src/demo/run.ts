@@ -22,7 +22,7 @@
 import type pg from 'pg';
 import { checkConnectionString } from '../db/connection-url.js';
 import { startEmbeddedPostgres } from '../db/embedded.js';
-import { createLeasehold } from '../lease/leasehold.js';
+import { createLeasehold } from '../client/leasehold.js';
 import { silentLogger } from '../observe/logger.js';
 import { createTestDatabase } from '../testing.js';
 import { DemoClock } from './clock.js';

@@ -13,7 +13,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { LeaseLostError } from '../errors.js';
 import { silentLogger } from '../observe/logger.js';
-import type { JobContext } from '../worker/job.js';
+import type { JobContext } from '../job/job.js';
 import { startWorker, type Worker } from '../worker/worker.js';
 import { EVENT_JSON } from '../testing/events.js';
 import { serveCommands, writeLine } from '../testing/json-lines.js';

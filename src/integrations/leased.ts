@@ -7,7 +7,7 @@
 import { performance } from 'node:perf_hooks';
 import { setTimeout as delay } from 'node:timers/promises';
 import { InvalidArgumentError, ShutdownError } from '../errors.js';
-import type { Leasehold } from '../lease/leasehold.js';
+import type { Leasehold } from '../client/leasehold.js';
 import type { Logger } from '../observe/logger.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import { formatDuration, parseBoundedDuration, parseDuration, type Duration } from '../validate/duration.js';
@@ -15,7 +15,7 @@ import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { SchedulerStore, type ClaimRow } from '../worker/claims.js';
 import { executeRunToReport, type RunEnvironment, type RunOutcome } from '../worker/execute-run.js';
 import { FinishQueue } from '../worker/finish-queue.js';
-import { defineJob, type JobContext, type JobDefinition, type JobOptions } from '../worker/job.js';
+import { defineJob, type JobContext, type JobDefinition, type JobOptions } from '../job/job.js';
 import { defaultToleranceMs, occurrenceFor } from './occurrence.js';
 import { trackerOf, type LeaseTracker } from '../lease/tracker.js';
 

@@ -17,10 +17,10 @@ import { checkHolder } from '../validate/names.js';
 import { checkOptionKeys } from '../validate/options.js';
 import { durationSetting, integerSetting } from '../validate/settings.js';
 import { LEASEHOLD_DEFAULTS } from './defaults.js';
-import type { LeaseholdOptions } from './leasehold.js';
+import type { LeaseholdOptions } from './types.js';
 import { LivenessSession } from './liveness.js';
 import { LEASEHOLD_OPTION_KEYS } from './option-keys.js';
-import type { ReplicationReport } from './replication.js';
+import type { ReplicationReport } from '../db/replication.js';
 import { LeaseTracker } from './tracker.js';
 import { Deadlines } from './deadlines.js';
 

@@ -2,7 +2,7 @@
 // leasehold.next_fence (milliseconds since 2020 times 1024) stay below 2^53 until 2298, so a number is exact.
 // Past that a fence is refused loudly rather than rounded (a rounded fence could name, or
 // collide with, another acquisition's idempotency key).
-import { LeaseholdError } from '../errors.js';
+import { FenceRangeError } from '../errors.js';
 
 /** A fence from PostgreSQL (int8 text) as an exact number. */
 export function parseFence(value: string | number | bigint): number {
@@ -11,17 +11,4 @@ export function parseFence(value: string | number | bigint): number {
     throw new FenceRangeError(String(value));
   }
   return fence;
-}
-
-/** A fence too large to be an exact JavaScript number. */
-export class FenceRangeError extends LeaseholdError {
-  readonly fence: string;
-  constructor(fence: string) {
-    super(
-      'FENCE_RANGE',
-      `Fence ${fence} is beyond 2^53 and cannot be an exact JavaScript number; leasehold's own fences stay below it ` +
-        'until 2298, so a fence this large was written outside its functions (docs/high-availability.md).',
-    );
-    this.fence = fence;
-  }
 }

@@ -11,7 +11,7 @@
 // holds no granted lock, so liveness_locks() and worker_keys() do not list the witness.
 import pg from 'pg';
 import { sendOpening } from '../db/role-timeout.js';
-import { endedByServer } from './server-restart.js';
+import { endedByServer } from '../db/server-restart.js';
 
 export type WitnessOutcome =
   /** The lock passed to the witness: the liveness session is gone on the server, the key lives on here. */

@@ -13,7 +13,7 @@ import { describeConnection, loginOf } from '../db/connection-url.js';
 import { sendOpening } from '../db/role-timeout.js';
 import type { Logger } from '../observe/logger.js';
 import { LivenessWitness } from './liveness-witness.js';
-import { endedByServer, restartLike } from './server-restart.js';
+import { endedByServer, restartLike } from '../db/server-restart.js';
 
 export interface LivenessSettings {
   connectionString: string | undefined;

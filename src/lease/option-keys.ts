@@ -1,6 +1,6 @@
 // The valid keys of the lease client's options objects, for checkOptionKeys().
 import { optionKeys } from '../validate/options.js';
-import type { LeaseholdOptions } from './leasehold.js';
+import type { LeaseholdOptions } from './types.js';
 import type { TransactionOptions } from './lease.js';
 import type { AcquireOptions, RunOptions } from './types.js';
 

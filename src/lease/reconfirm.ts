@@ -1,7 +1,7 @@
 // Taking leases back after the server ended the liveness session they were granted under (a
 // restart, a failover): leasehold.reconfirm_leases, on the new session, keeps each lease that
 // is still ours and whose liveness evidence belongs to an earlier server incarnation, and
-// records the new key with it (sql/0028_reconfirm_after_restart.sql). Every other lease is lost,
+// records the new key with it (sql/baseline/1_leases.sql). Every other lease is lost,
 // as a dropped session's leases always were.
 import { performance } from 'node:perf_hooks';
 import type pg from 'pg';

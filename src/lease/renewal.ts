@@ -8,7 +8,7 @@ import { isConnectionError, QueryTimeoutError, timedQuery } from '../db/connecti
 import { DatabaseUnavailableError } from '../errors.js';
 import { renewReason, type LeaseControl } from './lease-control.js';
 import type { LeaseRuntime } from './runtime.js';
-import { restartLike } from './server-restart.js';
+import { restartLike } from '../db/server-restart.js';
 
 interface RenewRow {
   renewed: boolean;

@@ -1,4 +1,6 @@
 import type pg from 'pg';
+import type { ConnectionOptions } from '../db/connection.js';
+import type { Logger } from '../observe/logger.js';
 import type { Duration } from '../validate/duration.js';
 import type { LeaseLostError } from '../errors.js';
 import type { Lease } from './lease.js';
@@ -93,4 +95,27 @@ export interface LeaseStatus {
   holderAlive: boolean | null;
   lastSlot: Date | null;
   releasedAt: Date | null;
+}
+
+export interface LeaseholdOptions extends ConnectionOptions {
+  /** How this process names itself in leases and skips. @default `${hostname}:${pid}:${random}` */
+  holder?: string | undefined;
+  /**
+   * The liveness session: a dedicated direct connection whose advisory lock frees this
+   * process's leases at once when it dies. `false` turns it off (then only the TTL frees
+   * the leases of a crashed holder); `{ connectionString }` points it at a direct server
+   * address when lease calls go through a transaction-mode pooler.
+   * @default true
+   */
+  liveness?: boolean | { connectionString: string } | undefined;
+  /** Apply pending migrations on connect (under an advisory lock). With false, a schema that is not exactly current is an error. @default true */
+  migrate?: boolean | undefined;
+  /** Timeout for every library statement. Keep it well under your TTLs. @default '5s' */
+  queryTimeout?: Duration | undefined;
+  /** Timeout for opening a connection. @default '5s' */
+  connectTimeout?: Duration | undefined;
+  /** Connections for fenced transactions when the library creates the pool. @default 10 */
+  poolSize?: number | undefined;
+  /** pino-compatible logger. @default JSON lines on stderr, warnings and errors only */
+  logger?: Logger | undefined;
 }

@@ -1,7 +1,7 @@
 // The running job's context for code the method calls, without passing it down: inject
 // LeaseContext and read `current` (AsyncLocalStorage, so concurrent runs do not mix).
 import { Injectable } from '@nestjs/common';
-import type { JobContext } from '../worker/job.js';
+import type { JobContext } from '../job/job.js';
 import { contextStorage as storage } from './registry.js';
 
 export class LeaseContext {

@@ -1,7 +1,7 @@
 // The method decorators: @Leased() beside an @nestjs/schedule @Cron()/@Interval(), and
 // @LeaseholdJob() for methods that leasehold's own scheduler runs. Both only record options;
 // the explorer (explorer.ts) binds them to the client when the application starts.
-import type { JobContext, JobOptions } from '../worker/job.js';
+import type { JobContext, JobOptions } from '../job/job.js';
 import type { LeasedOptions, LeasedResult } from '../integrations/leased.js';
 import { boundGuards, JOB_KEY, LEASED_KEY, metadata, type LeasedMetadata } from './registry.js';
 

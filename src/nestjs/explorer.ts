@@ -8,8 +8,8 @@
 import { Inject, Injectable, type BeforeApplicationShutdown, type OnApplicationBootstrap, type OnModuleInit } from '@nestjs/common';
 import { DiscoveryService, MetadataScanner } from '@nestjs/core';
 import { leased, type LeasedFunction, type LeasedOptions } from '../integrations/leased.js';
-import type { Leasehold } from '../lease/leasehold.js';
-import type { JobContext, JobOptions } from '../worker/job.js';
+import type { Leasehold } from '../client/leasehold.js';
+import type { JobContext, JobOptions } from '../job/job.js';
 import { startWorker, type Worker } from '../worker/worker.js';
 import type { LeaseholdJobOptions } from './decorators.js';
 import { boundGuards, JOB_KEY, LEASED_KEY, metadata, withContext, type LeasedMetadata } from './registry.js';

@@ -2,7 +2,7 @@
 // @Leased() or @LeaseholdJob() on its methods and inject the client or LeaseContext.
 import { Module, type DynamicModule, type InjectionToken, type LoggerService, type ModuleMetadata, type OptionalFactoryDependency } from '@nestjs/common';
 import { DiscoveryModule } from '@nestjs/core';
-import { createLeasehold, Leasehold, type LeaseholdOptions } from '../lease/leasehold.js';
+import { createLeasehold, Leasehold, type LeaseholdOptions } from '../client/leasehold.js';
 import { LEASEHOLD_OPTION_KEYS } from '../lease/option-keys.js';
 import type { Logger } from '../observe/logger.js';
 import type { Duration } from '../validate/duration.js';

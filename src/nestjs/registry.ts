@@ -2,10 +2,10 @@
 // from leasehold/nestjs): metadata keys, the guards bound to instances, the running context.
 import { AsyncLocalStorage } from 'node:async_hooks';
 import type { LeasedResult } from '../integrations/leased.js';
-import type { LeaseholdOptions } from '../lease/leasehold.js';
+import type { LeaseholdOptions } from '../client/leasehold.js';
 import type { Logger } from '../observe/logger.js';
 import type { Duration } from '../validate/duration.js';
-import type { JobContext } from '../worker/job.js';
+import type { JobContext } from '../job/job.js';
 import type { LeasedMethodOptions } from './decorators.js';
 
 // Strings: they live on the method function, where @nestjs/schedule reads its own.

@@ -3,7 +3,7 @@
 import { EventEmitter } from 'node:events';
 import type { Logger } from './logger.js';
 import type { LeaseholdError, LeaseLostError } from '../errors.js';
-import type { ReplicationReport } from '../lease/replication.js';
+import type { ReplicationReport } from '../db/replication.js';
 
 export interface LeaseInfo {
   name: string;

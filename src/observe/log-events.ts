@@ -4,7 +4,7 @@
 // else listens to builds no payload at all.
 import { skippedSlotFields, type LeaseholdEmitter, type LeaseholdEvents } from './events.js';
 import type { Logger } from './logger.js';
-import { endedByServer } from '../lease/server-restart.js';
+import { endedByServer } from '../db/server-restart.js';
 
 type Level = 'debug' | 'info' | 'warn' | 'error';
 

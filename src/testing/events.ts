@@ -2,7 +2,7 @@
 // reports them as JSON lines (test fixtures, the demo's workers, the fault suite's workers):
 // dates as ISO strings, errors by reason and message, lease events by lease `name`, run and
 // slot events by `job`. Built on the public events API (EventSource), nothing internal.
-import type { EventSource } from '../observe/metrics.js';
+import type { EventSource } from '../monitor/metrics.js';
 import { skippedSlotFields, type LeaseholdEvents } from '../observe/events.js';
 
 export type EventFields = Record<string, string | number | boolean | null | string[]>;

@@ -1,5 +1,5 @@
-// The shape of the defaults-and-limits tables (src/lease/defaults.ts, src/worker/defaults.ts,
-// src/dashboard/defaults.ts, src/cli/defaults.ts): each setting's default next to its bounds, so
+// The shape of the defaults-and-limits tables (src/lease/defaults.ts, src/job/defaults.ts,
+// src/worker/defaults.ts, src/dashboard/defaults.ts, src/cli/defaults.ts): each setting's default next to its bounds, so
 // the code that applies them, the CLI's help and the JSDoc `@default`s read one value.
 import { InvalidArgumentError } from '../errors.js';
 import { parseBoundedDuration, type Duration } from './duration.js';

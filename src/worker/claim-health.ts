@@ -2,7 +2,7 @@
 // as it always was. Claims that keep failing for a reason no retry cures — the server is
 // read-only, or the role lacks a grant — make the worker failing from the third in a row: the
 // `worker:failing` event with the typed error (logged at error level: it says what to fix),
-// `Worker.failure`, and failing health probes (src/observe/health.ts), so that an orchestrator
+// `Worker.failure`, and failing health probes (src/monitor/health.ts), so that an orchestrator
 // restarts the worker, whose start then refuses with the same error, instead of it running
 // nothing and logging a line a tick forever. While failing, the per-claim line is written once a
 // minute; the next claim that succeeds ends it (`worker:recovered`).

@@ -3,8 +3,8 @@
 import { numberArrayLiteral, textArrayLiteral, timestampArrayLiteral } from '../db/array-literal.js';
 import { timedQuery } from '../db/connection.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
-import { claimMode, describeCatchUp, type JobDefinition } from './job.js';
-import type { RunOutcome } from './run-outcomes.js';
+import { claimMode, describeCatchUp, type JobDefinition } from '../job/job.js';
+import type { RunOutcome } from '../job/run-outcomes.js';
 
 export interface ClaimRequest {
   job: JobDefinition;

@@ -11,7 +11,7 @@ import type { ClockStep } from '../schedule/database-clock.js';
 import { jobClock } from '../schedule/jitter.js';
 import type { Schedule } from '../schedule/schedule.js';
 import type { ClaimRequest, SchedulerStore } from './claims.js';
-import type { JobDefinition } from './job.js';
+import type { JobDefinition } from '../job/job.js';
 
 interface JobState {
   job: JobDefinition;

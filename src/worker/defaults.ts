@@ -1,8 +1,7 @@
-// Defaults and limits of startWorker() and of job definitions (defineJob). One table: the code
-// applies these values, the JSDoc `@default`s on WorkerOptions and JobOptions state them
+// Defaults and limits of startWorker() (those of job definitions are in src/job/defaults.ts).
+// One table: the code applies these values, the JSDoc `@default`s on WorkerOptions state them
 // (test/defaults.test.ts checks that they agree), and `leasehold worker --help` shows them.
-import { MAX_TTL_MS, MIN_TTL_MS } from '../lease/limits.js';
-import type { DurationSetting, IntegerSetting } from '../validate/settings.js';
+import type { DurationSetting } from '../validate/settings.js';
 
 const DAY = 86_400_000;
 
@@ -16,24 +15,4 @@ export const WORKER_DEFAULTS = {
   scheduleRefresh: { default: '1s', minMs: 50, maxMs: 60_000 } satisfies DurationSetting,
   /** How far ahead of a slot a worker may claim it: 'auto' (claim-ahead.ts), or a lead within these bounds ('0ms': never). */
   claimAhead: { default: 'auto', minMs: 0, maxMs: 10_000 },
-} as const;
-
-/** Job options (defineJob, or the objects in startWorker({ jobs })). */
-export const JOB_DEFAULTS = {
-  ttl: { default: '30s', minMs: MIN_TTL_MS, maxMs: MAX_TTL_MS } satisfies DurationSetting,
-  /** A scheduled job heartbeats every ttl/3, so its TTL is at least this (the lease's own minimum is lower). */
-  scheduledTtlMinMs: 300,
-  overlap: { default: 'skip' },
-  bufferLimit: { default: 10, min: 1, max: 1000 } satisfies IntegerSetting,
-  catchUp: { default: 'latest' },
-  /** `catchUp: { all: n }`: the bounds of n. */
-  catchUpAll: { min: 1, max: 1000 },
-  /** Default: the schedule's interval, at most `capMs`. */
-  startingDeadline: { capMs: 3_600_000, minMs: 1, maxMs: 366 * DAY },
-  /** 0: none; also below the schedule's interval and the job's startingDeadline (job.ts). */
-  jitter: { default: '0ms', minMs: 0, maxMs: DAY },
-  retryAttempts: { default: 1, min: 1, max: 100 } satisfies IntegerSetting,
-  retryDelay: { default: '1s', minMs: 1, maxMs: MAX_TTL_MS } satisfies DurationSetting,
-  /** None by default; the bounds are leasehold.set_job_timeouts()'s (sql/baseline/2_scheduler.sql). */
-  timeout: { minMs: 1, maxMs: 366 * DAY },
 } as const;

@@ -15,7 +15,7 @@ import { ClaimHealth } from './claim-health.js';
 import type { ClaimRequest, ClaimRow, SchedulerStore } from './claims.js';
 import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-steps.js';
 import { FinishQueue } from './finish-queue.js';
-import type { JobDefinition } from './job.js';
+import type { JobDefinition } from '../job/job.js';
 import { dataJobSettings } from './job-feed.js';
 import { RunSet, type JobState } from './runs.js';
 import type { RunReport } from './execute-run.js';

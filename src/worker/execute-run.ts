@@ -22,9 +22,9 @@ import type { Logger } from '../observe/logger.js';
 import { STOPPED_BEFORE_START, type PreparedRun } from './claim-ahead.js';
 import type { ClaimRow } from './claims.js';
 import type { FinishItem, FinishQueue, FinishReceiver, FinishResult } from './finish-queue.js';
-import type { JobContext, JobDefinition, RunTrigger } from './job.js';
+import type { JobContext, JobDefinition, RunTrigger } from '../job/job.js';
 import { ABANDONED, describeError, pause, refusedForTimeout, RunDeadline, runSignal } from './run-deadline.js';
-import type { RunOutcome } from './run-outcomes.js';
+import type { RunOutcome } from '../job/run-outcomes.js';
 
 export type { RunOutcome };
 

@@ -6,7 +6,7 @@
 // ended can wait a few hundred milliseconds; their leases are released then.
 import { performance } from 'node:perf_hooks';
 import type { SchedulerStore } from './claims.js';
-import type { RunOutcome } from './run-outcomes.js';
+import type { RunOutcome } from '../job/run-outcomes.js';
 
 export interface FinishRequest {
   job: string;

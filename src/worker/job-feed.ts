@@ -7,13 +7,13 @@
 // only spares the workers claims they would lose, and applies catch-up on resume.
 import { storedScheduleSpec, type StoredJobRow } from '../control/job-row.js';
 import { timedQuery } from '../db/connection.js';
-import { LeaseholdError } from '../errors.js';
+import { ScheduleDefinitionError } from '../errors.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import type { Logger } from '../observe/logger.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import { MAX_MISSED_RECORDED, planStart } from './catch-up.js';
 import type { ClaimRequest, SchedulerStore } from './claims.js';
-import { defineJob, type CatchUpPolicy, type JobContext, type JobDefinition, type OverlapPolicy } from './job.js';
+import { defineJob, type CatchUpPolicy, type JobContext, type JobDefinition, type OverlapPolicy } from '../job/job.js';
 import type { JobState } from './runs.js';
 
 /** The context of a data job's run: a code job's, plus its handler name and stored payload. */
@@ -26,15 +26,6 @@ export interface DataJobContext<Payload = unknown> extends JobContext {
 
 /** A handler of data jobs, registered by name: `startWorker({ handlers: { 'sync-customer': fn } })`. */
 export type DataJobHandler = (context: DataJobContext) => Promise<unknown>;
-
-/** A stored definition this worker cannot run (it names the job); logged once per revision, then skipped. */
-export class ScheduleDefinitionError extends LeaseholdError {
-  readonly job: string;
-  constructor(job: string, message: string, options?: { cause?: unknown }) {
-    super('INVALID_ARGUMENT', `schedule "${job}" cannot be run by this worker: ${message}`, options);
-    this.job = job;
-  }
-}
 
 /** What the worker stores for each data job beyond its JobDefinition (timeout and jitter are applied by their options). */
 export interface DataJobSettings {

@@ -7,7 +7,7 @@ import { slotsBetween } from '../schedule/schedule.js';
 import { MAX_MISSED_RECORDED } from './catch-up.js';
 import type { SchedulerStore } from './claims.js';
 import type { StepRecorder } from './clock-steps.js';
-import type { JobDefinition } from './job.js';
+import type { JobDefinition } from '../job/job.js';
 import { NextSlots } from './next-slots.js';
 
 /** A claimed slot of a job that had a claimed slot before: `previous`. */

@@ -9,7 +9,7 @@ import { timedQuery } from '../db/connection.js';
 import type { LeaseTracker } from '../lease/tracker.js';
 import type { Logger } from '../observe/logger.js';
 import type { ClaimRow } from './claims.js';
-import type { JobDefinition } from './job.js';
+import type { JobDefinition } from '../job/job.js';
 import type { JobState, RunSet } from './runs.js';
 
 /**

@@ -4,7 +4,7 @@
 import { performance } from 'node:perf_hooks';
 import { LeaseLostError, RunTimeoutError, ShutdownError } from '../errors.js';
 import type { Lease } from '../lease/lease.js';
-import type { JobDefinition } from './job.js';
+import type { JobDefinition } from '../job/job.js';
 
 /** The database refused the lease's fence because the run's timeout passed (assert_lease's DETAIL). */
 export function refusedForTimeout(lease: Lease): boolean {

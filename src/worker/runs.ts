@@ -8,7 +8,7 @@ import type { ClaimRow, SchedulerStore } from './claims.js';
 import type { PreparedRun } from './claim-ahead.js';
 import { prepareRun, type HandlerWrapper, type RunEnvironment, type RunReport, type RunWatcher } from './execute-run.js';
 import type { FinishQueue } from './finish-queue.js';
-import type { JobDefinition } from './job.js';
+import type { JobDefinition } from '../job/job.js';
 
 export interface JobState {
   job: JobDefinition;

@@ -1,6 +1,6 @@
 // The runs a worker claimed ahead, waiting for their start (the slot plus the job's jitter) on
 // one timer. Shortly before the first of them starts, the worker marks in the database that it
-// starts them (leasehold.start_tick, sql/0028_reclaim_unstarted.sql): a peer claims a slot
+// starts them (leasehold.start_tick, sql/baseline/2_scheduler.sql): a peer claims a slot
 // claimed ahead again only while its holder has not marked it and the lease is free (the holder
 // died, or its lease expired in a pause). So a holder killed in the lead leaves its slots to a
 // peer, and a mark always comes before any handler it covers: each slot runs at most once.

@@ -2,7 +2,7 @@
 // handle: the claim loop is engine.ts, the runs in progress runs.ts, the periodic chores
 // housekeeping.ts; this file starts them and stops them in order.
 import { InvalidArgumentError, ShutdownError, type LeaseholdError } from '../errors.js';
-import { openLeasehold, type Leasehold, type LeaseholdOptions } from '../lease/leasehold.js';
+import { openLeasehold, type Leasehold, type LeaseholdOptions } from '../client/leasehold.js';
 import { trackerOf } from '../lease/tracker.js';
 import type { LeaseholdEvents } from '../observe/events.js';
 import type { DatabaseClock } from '../schedule/database-clock.js';
@@ -17,7 +17,7 @@ import { ClaimEngine } from './engine.js';
 import type { HandlerWrapper } from './execute-run.js';
 import { startHousekeeping } from './housekeeping.js';
 import { watchUnhandled } from './unhandled.js';
-import { defineJob, type JobDefinition, type JobOptions } from './job.js';
+import { defineJob, type JobDefinition, type JobOptions } from '../job/job.js';
 import { JobFeed, type DataJobHandler } from './job-feed.js';
 import { checkHolder } from '../validate/names.js';
 import { stopOnSignals } from './signals.js';

@@ -5,7 +5,8 @@
 import { afterAll, beforeAll, inject } from 'vitest';
 import pg from 'pg';
 import { randomUUID } from 'node:crypto';
-import { createLeasehold, migrate, type Leasehold } from '../../src/index.js';
+import { createLeasehold, type Leasehold } from '../../src/index.js';
+import { migrate } from '../../src/schema.js';
 import { silentLogger } from '../../src/observe/logger.js';
 import { createTestDatabase } from '../../src/testing.js';
 

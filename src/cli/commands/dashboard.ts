@@ -2,7 +2,7 @@
 // /metrics for Prometheus. Read-only; binds to 127.0.0.1 unless --host says otherwise.
 import type { Command } from 'commander';
 import { startDashboard } from '../../dashboard/server.js';
-import { createMetrics } from '../../observe/metrics.js';
+import { createMetrics } from '../../monitor/metrics.js';
 import { durationSetting } from '../../validate/settings.js';
 import { CliError, databaseUrl, integerFlag, openDatabase, report, type Io } from '../context.js';
 import { DASHBOARD_CLI_DEFAULTS, range, shown } from '../defaults.js';

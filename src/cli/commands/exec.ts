@@ -6,7 +6,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { constants } from 'node:os';
 import type { Command } from 'commander';
 import { dbHandle } from '../../db/handle.js';
-import { createLeasehold, describeSkip, type Leasehold } from '../../lease/leasehold.js';
+import { createLeasehold, describeSkip, type Leasehold } from '../../client/leasehold.js';
 import type { Lease } from '../../lease/lease.js';
 import { releasedRemotely } from '../../lease/tracker.js';
 import type { NotAcquired } from '../../lease/types.js';

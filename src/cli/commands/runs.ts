@@ -1,7 +1,7 @@
 // leasehold runs NAME: a job's runs, skips and missed slots, newest first.
 import type { Command } from 'commander';
 import type { DbHandle } from '../../db/handle.js';
-import { jobHistory, type HistoryEntry } from '../../observe/status.js';
+import { jobHistory, type HistoryEntry } from '../../monitor/status.js';
 import { CliError, databaseUrl, integerFlag, openDatabase, report, type Io } from '../context.js';
 import { RUNS_DEFAULTS, shown } from '../defaults.js';
 import { inert, seconds, time } from '../format.js';

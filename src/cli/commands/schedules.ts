@@ -2,7 +2,7 @@
 // validation and SQL functions as leasehold.control; client level for define and remove).
 import type { Command } from 'commander';
 import { defineSchedule, listSchedules, removeSchedule, type ScheduleOptions } from '../../control/schedules.js';
-import type { OverlapPolicy } from '../../worker/job.js';
+import type { OverlapPolicy } from '../../job/job.js';
 import { CliError, databaseUrl, integerFlag, openDatabase, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
 import { inert } from '../format.js';

@@ -5,8 +5,8 @@
 // acquire(), psql, Python, a shell script) with holder, fence and expiry. Bounded, so it answers
 // quickly however many jobs there are; --all lists everything.
 import type { Command } from 'commander';
-import { fleetStatus, type FleetCounts, type FleetStatus } from '../../observe/fleet-status.js';
-import { jobStatus, unscheduledLeases, type JobStatus, type UnscheduledLease } from '../../observe/status.js';
+import { fleetStatus, type FleetCounts, type FleetStatus } from '../../monitor/fleet-status.js';
+import { jobStatus, unscheduledLeases, type JobStatus, type UnscheduledLease } from '../../monitor/status.js';
 import { CliError, databaseUrl, integerFlag, openDatabase, report, type Io } from '../context.js';
 import { STATUS_DEFAULTS, shown } from '../defaults.js';
 import { inert, percent, seconds, time } from '../format.js';

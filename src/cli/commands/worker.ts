@@ -1,9 +1,9 @@
 // leasehold worker ./jobs.js: start the runtime for the jobs a module exports (see
 // ../load-jobs.ts for the accepted shapes: job options or defineJob() results).
 import type { Command } from 'commander';
-import { HEALTH_PATHS, workerHealth } from '../../observe/health.js';
-import { serveEndpoints, type EndpointServer } from '../../observe/http-endpoint.js';
-import { createMetrics, serveMetrics, type MetricsServer } from '../../observe/metrics.js';
+import { HEALTH_PATHS, workerHealth } from '../../monitor/health.js';
+import { serveEndpoints, type EndpointServer } from '../../monitor/http-endpoint.js';
+import { createMetrics, serveMetrics, type MetricsServer } from '../../monitor/metrics.js';
 import { startWorker } from '../../worker/worker.js';
 import { databaseUrl, integerFlag, processIo, report, type Io } from '../context.js';
 import { range, shown, WORKER_CLI_DEFAULTS } from '../defaults.js';

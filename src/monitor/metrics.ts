@@ -3,8 +3,8 @@
 import { createRequire } from 'node:module';
 import type client from 'prom-client';
 import type pg from 'pg';
-import { fleetSummary, liveWorkers, type FleetSummary } from '../dashboard/queries.js';
-import type { LeaseholdEvents } from './events.js';
+import { fleetSummary, liveWorkers, type FleetSummary } from './queries.js';
+import type { LeaseholdEvents } from '../observe/events.js';
 import { serveEndpoints, type EndpointReply } from './http-endpoint.js';
 import { jobStatus, reader, type JobStatus } from './status.js';
 

@@ -16,7 +16,7 @@ export interface ReplicationReport {
   /** Why grants can be lost on failover, or null. */
   warning: string | null;
   /**
-   * Where leasehold.epoch() reads the WAL timeline on this server (sql/0028): 'wal' (the current
+   * Where leasehold.epoch() reads the WAL timeline on this server (sql/baseline/1_leases.sql): 'wal' (the current
    * WAL file: a promotion shows at once), 'checkpoint' (the last checkpoint: a promotion shows
    * after its end-of-recovery checkpoint), 'none' (no timeline: forks of history cannot be told
    * apart); `detail` names the refused functions. Null when it could not be read.

@@ -2,7 +2,7 @@
 // summaries are single aggregates, the job table is read a page at a time (per-job figures
 // through index lookups for that page only), timelines only for the jobs a page shows.
 import type { Queryable } from '../db/handle.js';
-import { CREEP_WARNING_RATIO, toJobStatus, type JobStatus, type JobStatusRow } from '../observe/status.js';
+import { CREEP_WARNING_RATIO, toJobStatus, type JobStatus, type JobStatusRow } from './status.js';
 
 export type JobFilter = 'all' | 'running' | 'expired' | 'failing' | 'creeping' | 'paused';
 export const JOB_FILTERS: readonly JobFilter[] = ['all', 'running', 'expired', 'failing', 'creeping', 'paused'];

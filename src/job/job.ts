@@ -11,7 +11,6 @@ import { JOB_DEFAULTS } from './defaults.js';
 import { checkLeaseName } from '../validate/names.js';
 import { checkOptionKeys, hasUnknownKey, optionKeys } from '../validate/options.js';
 
-export const OVERLAP_POLICIES = ['skip', 'buffer-one', 'buffer-all', 'replace', 'allow'] as const;
 /**
  * What happens when a slot comes due while the previous run still holds the lease:
  * - `skip`: the new slot does not run; the skip is recorded once, naming the holder.
@@ -22,7 +21,12 @@ export const OVERLAP_POLICIES = ['skip', 'buffer-one', 'buffer-all', 'replace', 
  *   writes are refused.
  * - `allow`: no lease; runs may overlap (each slot still runs once across the fleet).
  */
-export type OverlapPolicy = (typeof OVERLAP_POLICIES)[number];
+export type OverlapPolicy = 'skip' | 'buffer-one' | 'buffer-all' | 'replace' | 'allow';
+
+// Every policy, in the order above. The type is spelled out rather than derived from the list so
+// that the published one reads plainly; a Record holds the list to it.
+const EVERY_POLICY: Record<OverlapPolicy, true> = { skip: true, 'buffer-one': true, 'buffer-all': true, replace: true, allow: true };
+export const OVERLAP_POLICIES = Object.keys(EVERY_POLICY) as readonly OverlapPolicy[];
 
 /**
  * Which missed slots run after all workers were down:

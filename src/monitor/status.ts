@@ -1,7 +1,7 @@
 // Read models for operators: the job table (leasehold.job_status) and a job's history
 // (leasehold.run_history). Shared by the CLI, the dashboard and metrics.
 import type pg from 'pg';
-import type { RunState } from '../worker/run-outcomes.js';
+import type { RunState } from '../job/run-outcomes.js';
 import { queryable, type Queryable } from '../db/handle.js';
 import type { Duration } from '../validate/duration.js';
 import { durationSetting } from '../validate/settings.js';

@@ -1,7 +1,7 @@
 // What the table says about a schedule: the next slot, and cron steps that do not divide their
 // field's range said plainly (`*/7` in the minute field runs at 0,7,…,56 and then again at 0:
 // the gap across the hour is 4 minutes, not 7).
-import { parseSchedule, type Schedule } from '../schedule/schedule.js';
+import { parseSchedule, type Schedule } from './schedule.js';
 
 /** A stored schedule ('90s' for every, a cron pattern otherwise), or null if it no longer parses. */
 export function storedSchedule(schedule: string, timezone: string | null): Schedule | null {

@@ -1,58 +1,33 @@
-// The lease client: turns the SQL functions into typed calls. Every decision is made by the
-// database. Opening it (pools, schema, liveness) is in connect.ts; the leases it holds, their
-// shared heartbeat and what happens to all of them at once are in tracker.ts.
+// The client a user holds (createLeasehold): the lease calls turned into typed methods, and
+// `control` for jobs as data. Every decision is made by the database. It sits above lease/ and
+// control/ so that neither knows of the other: opening it (pools, schema, liveness) is in
+// lease/connect.ts; the leases it holds, their shared heartbeat and what happens to all of them
+// at once are in lease/tracker.ts.
 import type pg from 'pg';
-import { timedQuery, type ConnectionOptions } from '../db/connection.js';
+import { timedQuery } from '../db/connection.js';
 import { jobControl, type JobControl } from '../control/job-control.js';
 import { ClosedError, InvalidArgumentError, LeaseLostError } from '../errors.js';
 import type { LeaseholdEvents } from '../observe/events.js';
-import type { Logger } from '../observe/logger.js';
-import { parseBoundedDuration, type Duration } from '../validate/duration.js';
+import { parseBoundedDuration } from '../validate/duration.js';
 import { checkLeaseName } from '../validate/names.js';
 import { checkOptionKeys } from '../validate/options.js';
-import { callAcquire, type AcquireRow } from './acquire-call.js';
-import { openClient, type ClientKind, type ClientParts } from './connect.js';
-import { describeSkip, translateSqlError } from './describe-skip.js';
-import { parseFence } from './fence.js';
-import type { Lease } from './lease.js';
-import { ACQUIRE_DEFAULTS } from './defaults.js';
-import { ACQUIRE_OPTION_KEYS, RUN_OPTION_KEYS } from './option-keys.js';
-import type { ReplicationReport } from './replication.js';
-import { runRecorder } from './run-history.js';
-import { readyToStart } from './start-check.js';
-import type { LeaseRuntime } from './runtime.js';
-import { attachTracker, releasedRemotely, type LeaseTracker } from './tracker.js';
-import type { AcquireOptions, AcquireResult, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './types.js';
+import { callAcquire, type AcquireRow } from '../lease/acquire-call.js';
+import { openClient, type ClientKind, type ClientParts } from '../lease/connect.js';
+import { describeSkip, translateSqlError } from '../lease/describe-skip.js';
+import { parseFence } from '../lease/fence.js';
+import type { Lease } from '../lease/lease.js';
+import { ACQUIRE_DEFAULTS } from '../lease/defaults.js';
+import { ACQUIRE_OPTION_KEYS, RUN_OPTION_KEYS } from '../lease/option-keys.js';
+import type { ReplicationReport } from '../db/replication.js';
+import { runRecorder } from '../lease/run-history.js';
+import { readyToStart } from '../lease/start-check.js';
+import type { LeaseRuntime } from '../lease/runtime.js';
+import { attachTracker, releasedRemotely, type LeaseTracker } from '../lease/tracker.js';
+import type { AcquireOptions, AcquireResult, LeaseholdOptions, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from '../lease/types.js';
 
-export { describeSkip } from './describe-skip.js';
+export { describeSkip } from '../lease/describe-skip.js';
+export type { LeaseholdOptions } from '../lease/types.js';
 
-export interface LeaseholdOptions extends ConnectionOptions {
-  /** How this process names itself in leases and skips. @default `${hostname}:${pid}:${random}` */
-  holder?: string | undefined;
-  /**
-   * The liveness session: a dedicated direct connection whose advisory lock frees this
-   * process's leases at once when it dies. `false` turns it off (then only the TTL frees
-   * the leases of a crashed holder); `{ connectionString }` points it at a direct server
-   * address when lease calls go through a transaction-mode pooler.
-   * @default true
-   */
-  liveness?: boolean | { connectionString: string } | undefined;
-  /**
-   * Apply pending migrations on connect (under an advisory lock); a current schema is only read,
-   * so a role without CREATE starts. With false, an older schema is a SchemaVersionError. A newer
-   * schema is accepted either way unless a newer migration is breaking.
-   * @default true
-   */
-  migrate?: boolean | undefined;
-  /** Timeout for every library statement (renewals use at most ttl/3, acquire at most the TTL). Keep it well under your TTLs. @default '5s' */
-  queryTimeout?: Duration | undefined;
-  /** Timeout for opening a connection. @default '5s' */
-  connectTimeout?: Duration | undefined;
-  /** Connections for fenced transactions when the library creates the pool. @default 10 */
-  poolSize?: number | undefined;
-  /** pino-compatible logger; `LEASEHOLD_LOG_LEVEL` sets the default logger's level. @default JSON lines on stderr, warnings and errors only */
-  logger?: Logger | undefined;
-}
 
 // Set by Leasehold's static block: the one way to make a client (createLeasehold).
 let construct: (parts: ClientParts) => Leasehold;
