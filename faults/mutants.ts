@@ -62,7 +62,7 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
     { fn: 'holds_lease', pattern: /\s+and l\.epoch = leasehold\.epoch\(\)/, replacement: '' },
   ],
   'liveness-any-incarnation': [
-    { fn: 'is_free', pattern: /when l\.holder_incarnation is not distinct from leasehold\.incarnation\(\) then/, replacement: 'when true then' },
+    { fn: 'is_free', pattern: /when l\.holder_incarnation is not distinct from leasehold\.server_incarnation\(\) then/, replacement: 'when true then' },
   ],
   // the guard in claim(): both the
   // slot asked for and the slot claimed (an older buffered one) must be after the last claimed

@@ -170,7 +170,7 @@ describe('status, runs, schedule preview, migrate', () => {
     const empty = await freshDatabase();
     const dry = await cli(['migrate', '--dry-run'], { DATABASE_URL: empty });
     expect(dry.code).toBe(0);
-    expect(dry.stdout).toMatch(/^-- 0001_leases\n/m);
+    expect(dry.stdout).toMatch(/^-- baseline \(breaking\)\n/m);
     expect(dry.stdout).toContain('create function leasehold.acquire(');
     expect((await rawPool(empty, 1).query(`select to_regnamespace('leasehold') as s`)).rows[0].s).toBeNull();
     const applied = await cli(['migrate'], { DATABASE_URL: empty });

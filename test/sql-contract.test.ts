@@ -173,7 +173,7 @@ describe('claim()', () => {
 });
 
 describe('the batch functions', () => {
-  const BATCH = ['claim', 'end_runs', 'finish_runs', 'register_jobs'];
+  const BATCH = ['claim', 'finish_runs', 'register_jobs'];
 
   it('plan each call for its own arrays (plan_cache_mode = force_custom_plan) without JIT, next to the pinned search_path', async () => {
     const [c] = conns as [pg.Client];
