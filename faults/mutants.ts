@@ -67,7 +67,9 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   // the guard in claim(): both the
   // slot asked for and the slot claimed (an older buffered one) must be after the last claimed
   'slot-guard-off': [
-    { fn: 'claim', pattern: /\s+and \(l\.last_slot is null or \(w\.slot > l\.last_slot and w\.claim_slot > l\.last_slot\)\)/, replacement: '' },
+    { fn: 'claim', pattern: /when l\.last_slot is null or \(w\.slot > l\.last_slot and w\.claim_slot > l\.last_slot\)/, replacement: 'when true' },
+    // (and a slot claimed again is then a plain claim, not the re-claim of one claimed ahead)
+    { fn: 'claim', pattern: /l\.last_slot is not distinct from w\.claim_slot as reclaim/, replacement: 'false as reclaim' },
   ],
 };
 

@@ -25,9 +25,9 @@ const register = (c: pg.Client, jobs: string[]) =>
 /** A worker's own connection: its liveness key, and a claim ahead of `slot` under it (ttl in ms). */
 async function holderOf(job: string, slot: Date, ttlMs = 30_000): Promise<{ conn: pg.Client; key: string; fence: string; token: string }> {
   const conn = (await connections(url, 1))[0]!;
-  const key = (await conn.query<{ key: string }>('select leasehold.register_worker_liveness()::text as key')).rows[0]!.key;
+  const key = (await conn.query<{ key: string }>('select leasehold.register_liveness(true)::text as key')).rows[0]!.key;
   const { rows } = await conn.query<{ fence: string; token: string }>(
-    `select fence, token from leasehold.claim_ahead(array[$1], array[$2::timestamptz], array[$3::bigint], array['exclusive'], array[0], 'holder', $4::bigint, 5000)`,
+    `select fence, token from leasehold.claim(array[$1], array[$2::timestamptz], array[$3::bigint], array['exclusive'], array[0], 'holder', $4::bigint, false, 5000)`,
     [job, slot, ttlMs, key],
   );
   expect(rows).toHaveLength(1);
@@ -38,8 +38,7 @@ type ClaimRow = { claimed: boolean; reason: string; took_over: boolean; token: s
 const claim = async (c: pg.Client, job: string, slot: Date, holder = 'peer') =>
   (
     await c.query<ClaimRow>(
-      `select claimed, reason, took_over, token, fence, expires_at, holder, holder_slot from leasehold.claim(
-         array[row($1, $2::timestamptz, interval '30 seconds', 'exclusive', 0)::leasehold.slot_claim], $3)`,
+      `select claimed, reason, took_over, token, fence, expires_at, holder, holder_slot from leasehold.claim(array[$1::text], array[$2::timestamptz::timestamptz], array[(extract(epoch from interval '30 seconds'::interval) * 1000)::bigint], array['exclusive'::text], array[0::int], $3, null, true)`,
       [job, slot, holder],
     )
   ).rows[0]!;
@@ -95,15 +94,15 @@ describe('a slot claimed ahead and never started', () => {
     expect([row.claimed, row.reason, row.holder, row.holder_slot?.getTime()]).toEqual([false, 'held-ahead', 'holder', slot.getTime()]);
     const { rows } = await peer.query<{ expires_at: Date }>(`select expires_at from leasehold.leases where name = 're-live'`);
     expect(row.expires_at?.getTime()).toBe(rows[0]!.expires_at.getTime());
-    // claim_tick (the worker's) gives that row too, not only claim()
+    // the worker's call (only the rows to act on) gives that row too
     const tick = await peer.query<{ reason: string }>(
-      `select reason from leasehold.claim_tick(array['re-live'], array[$1::timestamptz], array[30000::bigint], array['exclusive'], array[0], 'peer')`,
+      `select reason from leasehold.claim(array['re-live'], array[$1::timestamptz], array[30000::bigint], array['exclusive'], array[0], 'peer')`,
       [slot],
     );
     expect(tick.rows.map((r) => r.reason)).toEqual(['held-ahead']);
     await holder.conn.query('select leasehold.start_tick($1::bigint, $2)', [holder.key, slot]);
     expect((await claim(peer, 're-live', slot)).reason).toBe('slot-taken');
-    await holder.conn.query(`select leasehold.finish_run('re-live', $1, $2, 'succeeded')`, [holder.fence, holder.token]);
+    await holder.conn.query(`select leasehold.finish_runs(array['re-live'::text], array[$1::bigint], array[$2::uuid], array['succeeded'::text], array[null::text], array[1::int])`, [holder.fence, holder.token]);
     await holder.conn.end();
   });
 
@@ -131,7 +130,7 @@ describe('a slot claimed ahead and never started', () => {
     await register(peer, ['re-no-key']);
     const slot = await nextSecond(peer);
     await peer.query(
-      `select * from leasehold.claim_ahead(array['re-no-key'], array[$1::timestamptz], array[1000::bigint], array['exclusive'], array[0], 'holder', null, 5000)`,
+      `select * from leasehold.claim(array['re-no-key'], array[$1::timestamptz], array[1000::bigint], array['exclusive'], array[0], 'holder', null, false, 5000)`,
       [slot],
     );
     await until(peer, slot.getTime() + 1_100);
@@ -151,7 +150,7 @@ describe('a skip caused by a backfill run', () => {
     const now = await databaseNow(a);
     const scheduled = new Date(Math.floor(now / 60_000) * 60_000 - 120_000);
     const first = await claim(a, 'bf-skip', scheduled, 'worker-a');
-    await a.query(`select leasehold.finish_run('bf-skip', $1, $2, 'succeeded')`, [first.fence, first.token]);
+    await a.query(`select leasehold.finish_runs(array['bf-skip'::text], array[$1::bigint], array[$2::uuid], array['succeeded'::text], array[null::text], array[1::int])`, [first.fence, first.token]);
     const backfilled = new Date(scheduled.getTime() - 600_000);
     await a.query(`select * from leasehold.request_backfill('bf-skip', array[$1::timestamptz], 'alice')`, [backfilled]);
     const { rows: requests } = await a.query<{ claimed: boolean; slot: Date }>(`select claimed, slot from leasehold.claim_requests(array['bf-skip'], 'worker-a')`);

@@ -70,7 +70,7 @@ async function job(name: string, intervalMs: number): Promise<void> {
 async function finished(db: pg.Pool | pg.Client, name: string, runs: Array<{ ago: number; took: number; outcome?: string }>): Promise<void> {
   await db.query(
     `insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome)
-     select $1, now() - r.ago * interval '1 second', 1000000 + nextval('leasehold.runs_id_seq'), 'test',
+     select $1, now() - r.ago * interval '1 second', 1000000 + nextval('leasehold.run_log_id_seq'), 'test',
             now() - r.ago * interval '1 second', now() - (r.ago - r.took) * interval '1 second', r.outcome
        from unnest($2::float8[], $3::float8[], $4::text[]) r(ago, took, outcome)`,
     [name, runs.map((r) => r.ago), runs.map((r) => r.took), runs.map((r) => r.outcome ?? 'succeeded')],

@@ -31,7 +31,7 @@ async function job(name: string): Promise<void> {
 async function runs(name: string, outcome: string, agoMinutes: number[]): Promise<void> {
   await owner.query(
     `insert into leasehold.run_log (job, slot, fence, holder, started_at, finished_at, outcome, error)
-     select $1, now() - a * interval '1 minute', 1000 + nextval('leasehold.runs_id_seq'), 'w',
+     select $1, now() - a * interval '1 minute', 1000 + nextval('leasehold.run_log_id_seq'), 'w',
             now() - a * interval '1 minute', now() - a * interval '1 minute' + interval '1 second', $2,
             case when $2 = 'timed-out' then 'run exceeded its timeout of 500 ms' end
        from unnest($3::int[]) a`,
