@@ -143,6 +143,17 @@ describe('fault checker (g), (h) on synthetic histories', () => {
     expect(g(input(history, [failover], db))).toContain('two-believers');
   });
 
+  it('counts, for the failover table, the ms of two believers and the slots started twice', () => {
+    const start = (worker: string, fence: number, mono: number): HistoryLine => ({ type: 'start', worker, job: 'j', slot: '2026-01-01T00:00:01.000Z', fence, plannedMs: 10, mono, wall: 0 });
+    const history = [grant('w1', 5, T - 900), start('w1', 5, T - 890), grant('w2', 6, T + 1_000), start('w2', 6, T + 1_010), ended('w1', 5, T + 1_500), ended('w2', 6, T + 2_000)];
+    const counts = check(input(history, [failover])).counts.ha;
+    expect(counts.twoBelieversMs).toBe(500);
+    expect(counts.slotsStartedTwice).toBe(1);
+    // an end logged within 100 ms after the next grant: the acknowledgement of the release that let it in
+    const handover = [grant('w1', 5, T - 900), grant('w2', 6, T + 1_000), ended('w1', 5, T + 1_050)];
+    expect(check(input(handover, [])).counts.ha.twoBelieversMs).toBe(0);
+  });
+
   it('(g) flags an accepted probe with a released token', () => {
     const probe: HistoryLine = { type: 'probe', worker: 'w1', job: 'j', fence: 5, status: 'accepted', reason: null, endedMono: T - 300, mono: T + 900 };
     expect(g(input([grant('w1', 5, T - 900), ended('w1', 5, T - 300), probe], [failover]))).toContain('released-token-accepted');
