@@ -14,7 +14,7 @@
 //
 // Each node's connect_address (what replicas stream from) is such a proxy; HAProxy and the
 // REST checks use the node's own port. Timings: ttl 8 s, loop_wait 1 s, retry_timeout 3 s.
-import { chownSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { chownSync, existsSync, mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import { freePort } from '../../src/db/embedded.js';
@@ -30,7 +30,7 @@ const TTL_S = 8;
 /** The programs this topology needs, or why it cannot be built here (the tests skip with it). */
 export function patroniMissing(): string | undefined {
   const missing = ['patroni', 'etcd', 'haproxy'].filter((p) => !findProgram(p));
-  if (!findProgram('pg_basebackup', [PG_BINDIR])) missing.push(`${PG_BINDIR}/pg_basebackup`);
+  for (const program of ['postgres', 'pg_basebackup', 'pg_rewind']) if (!existsSync(join(PG_BINDIR, program))) missing.push(join(PG_BINDIR, program));
   if (missing.length) return `${missing.join(', ')} not installed (Debian packages patroni, etcd-server, haproxy, postgresql-15)`;
   const user = serverUser();
   return typeof user === 'string' ? user : undefined;

@@ -11,7 +11,7 @@
 // Synchronous: the standby in the replication quorum (pg_auto_failover's default; the primary
 // stops waiting for it when the monitor sees it gone: wait_primary). Asynchronous: the standby
 // created with --replication-quorum false. The monitor's health checks run every second.
-import { mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import pg from 'pg';
 import { freePort } from '../../src/db/embedded.js';
@@ -36,7 +36,7 @@ const MONITOR_SETTINGS: Record<string, string> = {
 export function autoFailoverMissing(): string | undefined {
   const missing: string[] = [];
   if (!findProgram('pg_autoctl')) missing.push('pg_autoctl');
-  if (!findProgram('pg_ctl', [PG_BINDIR])) missing.push(`${PG_BINDIR}/pg_ctl`);
+  for (const program of ['postgres', 'pg_ctl', 'pg_basebackup']) if (!existsSync(join(PG_BINDIR, program))) missing.push(join(PG_BINDIR, program));
   if (missing.length) return `${missing.join(', ')} not installed (Debian package postgresql-15-auto-failover)`;
   const user = serverUser();
   return typeof user === 'string' ? user : undefined;
