@@ -30,6 +30,15 @@ export interface HaCounts {
   catchUpSlotsMissed: number;
   /** Stale-token probes: refused (as they must be), failed (no answer), accepted (violations). */
   probes: { refused: number; failed: number; accepted: number; afterFailover: number };
+  /**
+   * For the failover table (docs/high-availability.md): ms during which a worker was granted a
+   * lease while another still believed it held it (its run neither ended nor lost, its process
+   * up), summed over such pairs; an end logged within SLACK_MS of the next grant is not counted
+   * (the end line follows the acknowledged release).
+   */
+  twoBelieversMs: number;
+  /** Slots started by two runs (different worker or fence), whatever replication lost. */
+  slotsStartedTwice: number;
 }
 
 type Grant = Extract<HistoryLine, { type: 'grant' }>;
@@ -41,7 +50,7 @@ export function checkFailoverAndClock(input: CheckInput, violate: (property: HaP
   const { history, faults, processes, db, config } = input;
   const failovers = faults.filter((f) => f.kind === 'failover').sort((a, b) => a.t0 - b.t0);
   const steps = faults.filter((f) => f.kind === 'clock-step').sort((a, b) => a.t0 - b.t0);
-  const counts: HaCounts = { failovers: failovers.length, clockSteps: { forward: 0, backward: 0 }, grantsAcrossFailovers: 0, backwardStepsChecked: 0, catchUpSlotsMissed: 0, probes: { refused: 0, failed: 0, accepted: 0, afterFailover: 0 } };
+  const counts: HaCounts = { failovers: failovers.length, clockSteps: { forward: 0, backward: 0 }, grantsAcrossFailovers: 0, backwardStepsChecked: 0, catchUpSlotsMissed: 0, probes: { refused: 0, failed: 0, accepted: 0, afterFailover: 0 }, twoBelieversMs: 0, slotsStartedTwice: 0 };
   const grants = history.filter((l): l is Grant => l.type === 'grant').sort((a, b) => a.mono - b.mono);
 
   // ---- (g) fences never repeat, never go back -------------------------------------------
@@ -111,6 +120,30 @@ export function checkFailoverAndClock(input: CheckInput, violate: (property: HaP
       }
     }
   }
+
+  // ---- the failover table's counts, over the whole run ------------------------------------
+  const believedUntil = (p: Grant) => Math.min(over.get(runKey(p.worker, p.job, p.fence)) ?? config.stopAt, exitedAt.get(p.worker) ?? config.stopAt, config.stopAt);
+  const byJob = new Map<string, Grant[]>();
+  for (const g of grants) byJob.set(g.job, [...(byJob.get(g.job) ?? []), g]);
+  for (const list of byJob.values()) {
+    for (let i = 0; i < list.length; i++) {
+      const p = list[i] as Grant;
+      const until = believedUntil(p);
+      for (let j = i + 1; j < list.length && (list[j] as Grant).mono < until; j++) {
+        const g = list[j] as Grant;
+        if (g.worker === p.worker || until - g.mono <= SLACK_MS) continue;
+        counts.twoBelieversMs += Math.min(until, believedUntil(g)) - g.mono;
+      }
+    }
+  }
+  counts.twoBelieversMs = Math.round(counts.twoBelieversMs);
+  const startedBy = new Map<string, Set<string>>();
+  for (const line of history) {
+    if (line.type !== 'start') continue;
+    const key = `${line.job}|${line.slot}`;
+    startedBy.set(key, (startedBy.get(key) ?? new Set()).add(`${line.worker}|${line.fence}`));
+  }
+  for (const runs of startedBy.values()) counts.slotsStartedTwice += runs.size - 1;
 
   // ---- (h) clock steps --------------------------------------------------------------------
   const maxEvery = Math.max(...config.jobs.map((j) => j.everyMs));

@@ -131,6 +131,8 @@ export interface CheckResult {
   violations: Violation[];
   violationCount: number;
   byProperty: Record<Property, number>;
+  /** Violations by kind (all of them, also beyond the listed ones). */
+  byKind: Record<string, number>;
   /** Findings of a kind listed in KNOWN_LIBRARY_ISSUES: reported, not counted as violations. */
   knownIssues: KnownIssue[];
 }
@@ -151,6 +153,7 @@ export function check(input: CheckInput): CheckResult {
   const violations: Violation[] = [];
   const byProperty: Record<Property, number> = { a: 0, b: 0, c: 0, d: 0, e: 0, f: 0, g: 0, h: 0 };
   const known = new Map<string, KnownIssue>();
+  const byKind: Record<string, number> = {};
   let violationCount = 0;
   const violate = (property: Property, kind: string, message: string) => {
     const description = KNOWN_LIBRARY_ISSUES[kind];
@@ -163,6 +166,7 @@ export function check(input: CheckInput): CheckResult {
     }
     violationCount++;
     byProperty[property]++;
+    byKind[kind] = (byKind[kind] ?? 0) + 1;
     if (violations.length < MAX_LISTED) violations.push({ property, kind, message });
   };
 
@@ -192,7 +196,7 @@ export function check(input: CheckInput): CheckResult {
     stalls,
     ha,
   };
-  return { counts, violations, violationCount, byProperty, knownIssues: [...known.values()] };
+  return { counts, violations, violationCount, byProperty, byKind, knownIssues: [...known.values()] };
 }
 
 /** A short human-readable summary of a check. */

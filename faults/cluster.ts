@@ -12,6 +12,7 @@ import { mono, sleep } from './common.js';
 import { FaultProxy } from './proxy.js';
 import { findBinaries, type PgServer } from './pg-server.js';
 import { ClusterTemplate, type ReplicationMode } from './replication.js';
+import type { FailoverHow, FailoverStep, FailoverTopology } from './topology.js';
 
 export interface HaClusterOptions {
   replication: ReplicationMode;
@@ -21,15 +22,8 @@ export interface HaClusterOptions {
   prepare: (url: string) => Promise<void>;
 }
 
-export interface FailoverReport {
-  how: 'kill' | 'freeze';
-  /** Replication held back before the primary went away (asynchronous mode), ms. */
-  holdBackMs: number;
-  /** From the primary going away to the proxies pointing at the promoted standby (probes included), ms. */
-  promotedMs: number;
-}
-
-export class HaCluster {
+export class HaCluster implements FailoverTopology {
+  readonly supports: readonly FailoverHow[] = ['kill', 'freeze', 'double'];
   /** Every client's address: the admin connection's proxy, and the workers' (see follow()). */
   private readonly proxies: FaultProxy[] = [];
   private replicationProxy: FaultProxy | undefined;
@@ -79,6 +73,11 @@ export class HaCluster {
     return this.primary.port;
   }
 
+  /** The workers' proxies connect to the primary itself, and are moved at each failover. */
+  get upstreamPort(): number {
+    return this.primary.port;
+  }
+
   get clockSteps(): boolean {
     return this.clock !== undefined;
   }
@@ -89,10 +88,14 @@ export class HaCluster {
   }
 
   /**
-   * Fails over to the standby and builds the next one. Returns when the clients can reach the
-   * new primary (`promoted`), and the promise `rebuilt` settles when the next standby streams.
+   * Fails over to the standby (`double`: twice in a row, see failoverTwice). Returns when the
+   * clients can reach the new primary; rebuildStandby() then builds the next standby.
+   * params of each step: how, holdBackMs (replication held back before the primary went away,
+   * asynchronous mode), promotedMs (from the primary going away to the proxies moved, probes included).
    */
-  async failover(how: 'kill' | 'freeze', holdBackMs: number, beforeMove?: (primaryUrl: string, from: number) => Promise<void>): Promise<FailoverReport> {
+  async failover(how: FailoverHow, holdBackMs: number, beforeMove?: (primaryUrl: string, from: number) => Promise<void>): Promise<FailoverStep[]> {
+    if (how === 'double') return this.failoverTwice(beforeMove);
+    if (how !== 'kill' && how !== 'freeze') throw new Error(`the suite's own cluster cannot fail over by ${how}`);
     const standby = this.standby;
     if (!standby) throw new Error('no standby to fail over to');
     const old = this.primary;
@@ -115,9 +118,33 @@ export class HaCluster {
     this.standby = undefined;
     // a frozen old primary stays frozen (its clients' connections silent) until the next
     // standby is built; then it is killed while still stopped, never thawed
+    if (this.fenced && this.fenced !== old) await this.fenced.kill();
     this.fenced = old;
     await this.replicationProxy?.close();
-    return { how, holdBackMs: held, promotedMs };
+    return [{ t0: from, t1: mono(), params: { how, holdBackMs: held, promotedMs } }];
+  }
+
+  /**
+   * Two promotions in a row (issue: two failovers hand out one fence twice): a second standby of
+   * the primary, then the primary killed and the first standby promoted; the clients work on it
+   * for `dwellMs`; it is killed before the second standby followed it (that one still streams
+   * from the dead primary), and the second is promoted. Both promoted servers are on the same
+   * timeline number, each on its own fork of history; what the first acknowledged is lost.
+   */
+  private async failoverTwice(beforeMove: ((primaryUrl: string, from: number) => Promise<void>) | undefined, dwellMs = 2_000): Promise<FailoverStep[]> {
+    const spareProxy = new FaultProxy(this.primary.port);
+    await spareProxy.listen();
+    const spare = await this.template.standbyOf(this.primary, spareProxy, `spare${++this.generation}`, 'spare');
+    const [first] = await this.failover('kill', 0, beforeMove);
+    await sleep(dwellMs);
+    this.standby = spare;
+    this.replicationProxy = spareProxy;
+    const [second] = await this.failover('kill', 0, beforeMove);
+    if (!first || !second) throw new Error('a promotion of the two did not happen');
+    return [
+      { ...first, params: { ...first.params, how: 'double-first' } },
+      { ...second, params: { ...second.params, how: 'double-second' } },
+    ];
   }
 
   /** A fresh standby of the current primary; in synchronous mode, commits wait for it again. */

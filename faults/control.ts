@@ -3,11 +3,11 @@
 import type pg from 'pg';
 import type { EmbeddedPostgres } from '../src/testing.js';
 import { probeDatabaseClock } from '../src/testing/database-clock.js';
-import type { HaCluster } from './cluster.js';
 import { sleep, type HistoryLine, type Rng } from './common.js';
 import type { ClusterControl, WorkerView } from './nemesis.js';
 import type { FaultProxy, ProxyMode } from './proxy.js';
 import { probeDeadTokens } from './test-database.js';
+import type { FailoverTopology } from './topology.js';
 import type { FaultWorker } from './worker-process.js';
 
 /** What the control acts on: the run's current workers, their proxies and its database. */
@@ -16,7 +16,7 @@ export interface RunHandles {
   current: Map<number, FaultWorker>;
   proxies: FaultProxy[];
   admin: pg.Pool;
-  cluster: HaCluster | undefined;
+  cluster: FailoverTopology | undefined;
   embedded: EmbeddedPostgres | null;
   holdBackMs: number;
   rng: Rng;
@@ -82,10 +82,10 @@ return {
       return victim.application_name;
     },
     failover: async (how) => {
-      if (!run.cluster) return null;
+      if (!run.cluster?.supports.includes(how)) return null;
       const owned = run.cluster;
-      const report = await owned.failover(how, run.holdBackMs, (url, from) => probeDeadTokens(url, from, run.history));
-      return { params: { ...report }, rebuild: () => owned.rebuildStandby() };
+      const steps = await owned.failover(how, run.holdBackMs, (url, from) => probeDeadTokens(url, from, run.history));
+      return { steps, rebuild: () => owned.rebuildStandby() };
     },
     stepClock: async (seconds) => {
       if (!run.cluster?.clockSteps) return null;

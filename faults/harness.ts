@@ -17,6 +17,7 @@ import { Nemesis } from './nemesis.js';
 import { FaultProxy } from './proxy.js';
 import { describeMutant, type SuiteOptions, type SuiteReport } from './suite-options.js';
 import { installTestSchema, snapshot } from './test-database.js';
+import type { FailoverTopology } from './topology.js';
 import { FaultWorker } from './worker-process.js';
 
 export { preset, type HaSetup, type SuiteOptions, type SuiteReport, type Tier } from './suite-options.js';
@@ -77,11 +78,14 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
       await pool.end();
     }
   };
-  let cluster: HaCluster | undefined;
+  let cluster: FailoverTopology | undefined;
   let db: { url: string; drop: () => Promise<void> };
-  if (options.ha) {
-    // the template is prepared once; both servers are copies of it
-    cluster = await HaCluster.create({ replication: options.ha.replication, libfaketime: haLibfaketime, prepare });
+  if (options.ha || options.topology) {
+    // the suite's own cluster: the template is prepared once, both servers are copies of it;
+    // a topology of packages prepares its first primary
+    cluster = options.ha
+      ? await HaCluster.create({ replication: options.ha.replication, libfaketime: haLibfaketime, prepare })
+      : await (options.topology as NonNullable<SuiteOptions['topology']>)(prepare);
     const owned = cluster;
     db = { url: owned.url, drop: () => owned.close() };
   } else {
@@ -92,7 +96,7 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
   try {
     if (!cluster) await prepare(db.url);
     const dbUrl = new URL(db.url);
-    const upstreamPort = cluster ? cluster.primaryPort : Number(dbUrl.port || 5432);
+    const upstreamPort = cluster ? cluster.upstreamPort : Number(dbUrl.port || 5432);
     for (let i = 0; i < options.workers; i++) {
       const proxy = new FaultProxy(upstreamPort, dbUrl.hostname === 'localhost' ? '127.0.0.1' : dbUrl.hostname);
       await proxy.listen();
@@ -119,7 +123,7 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
         LEASEHOLD_LOG_LEVEL: 'warn',
       };
       // stale-token probes, timed to land after a failover that lost the run's release
-      if (options.ha) env.PROBE_MS = '300,1500';
+      if (cluster) env.PROBE_MS = '300,1500';
       if (skewed && libfaketime) Object.assign(env, fakeClockEnv(libfaketime, '+5m'));
       const proc = new FaultWorker(index, name, env, skewed, history);
       processes.push(proc);
@@ -218,6 +222,7 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
       counts: result.counts,
       violationCount: result.violationCount,
       byProperty: result.byProperty,
+      byKind: result.byKind,
       violations: result.violations,
       knownIssues: result.knownIssues,
       summary,
@@ -225,7 +230,7 @@ export async function runFaultSuite(options: SuiteOptions): Promise<SuiteReport>
     };
     if (options.resultsDir) {
       await mkdir(options.resultsDir, { recursive: true });
-      const base = `${options.tier}${options.mutant ? `-${options.mutant}` : ''}-seed${options.seed}`;
+      const base = `${options.label ?? options.tier}${options.mutant ? `-${options.mutant}` : ''}-seed${options.seed}`;
       const file = `${options.resultsDir.replace(/\/$/, '')}/${base}.json`;
       report.reportFile = file;
       await writeFile(file, `${JSON.stringify(report, null, 2)}\n`);

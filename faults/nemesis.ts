@@ -8,6 +8,7 @@
 // original run.
 import { mono, sleep, type FaultKind, type FaultRecord, type Rng } from './common.js';
 import type { ProxyMode } from './proxy.js';
+import type { FailoverHow, FailoverStep } from './topology.js';
 
 export interface WorkerView {
   index: number;
@@ -29,10 +30,11 @@ export interface ClusterControl {
   /** Restarts the database server, or returns false when it cannot (external server). */
   restartDatabase(mode: 'fast' | 'crash'): Promise<boolean>;
   /**
-   * Fails over to the standby (the primary killed or frozen), or returns null when there is none.
-   * `rebuild` builds the next standby (not part of the fault's interval: the service is up).
+   * Fails over (one promotion, or two for `double`), or returns null when the database cannot
+   * fail over that way. `rebuild` builds the next standby (not part of the fault's interval: the
+   * service is up).
    */
-  failover(how: 'kill' | 'freeze'): Promise<{ params: FaultRecord['params']; rebuild: () => Promise<number> } | null>;
+  failover(how: FailoverHow): Promise<{ steps: FailoverStep[]; rebuild: () => Promise<number> } | null>;
   /** Steps the database clock by `seconds`; returns the database time (epoch ms) just before and after, or null when it cannot. */
   stepClock(seconds: number): Promise<{ fromDb: number; toDb: number } | null>;
 }
@@ -52,6 +54,10 @@ export interface NemesisOptions {
   restartEveryRounds: number;
   /** Forward clock steps, minutes (the backward step is always 30 s). */
   stepMinutes?: [number, number];
+  /** The ways to fail over, taken in turn; unset: killed or frozen at random (the suite's own cluster). */
+  failovers?: FailoverHow[];
+  /** Stop after this many faults (a topology's scenario: one or two failovers). */
+  limit?: number;
   /**
    * The run's first fault, whatever the seed: a short run whose one decisive fault came last
    * would see it cut short by the end of the run (the mutant tier's long pause).
@@ -64,6 +70,8 @@ export class Nemesis {
   readonly notes: string[] = [];
   private nextId = 1;
   private lastStep: 'back' | 'forward' | null = null;
+  private injected = 0;
+  private failoverTurn = 0;
 
   constructor(
     private readonly control: ClusterControl,
@@ -75,7 +83,7 @@ export class Nemesis {
   async run(until: number, stopped: () => boolean = () => false): Promise<void> {
     let bag: FaultKind[] = [];
     let round = 0;
-    while (!stopped() && mono() < until - 300) {
+    while (!stopped() && mono() < until - 300 && this.injected < (this.options.limit ?? Number.POSITIVE_INFINITY)) {
       if (bag.length === 0) {
         round++;
         const kinds = this.options.kinds.filter((k) => k !== 'skew' && (k !== 'restart' || (round - 1) % this.options.restartEveryRounds === 0));
@@ -86,6 +94,8 @@ export class Nemesis {
       }
       const kind = bag.shift() as FaultKind;
       await this.inject(kind, until);
+      this.injected++;
+      if (this.injected >= (this.options.limit ?? Number.POSITIVE_INFINITY)) break;
       await sleep(this.rng.between(...this.options.gapMs));
     }
   }
@@ -112,15 +122,16 @@ export class Nemesis {
     const { options, rng, control } = this;
     const capped = (range: [number, number]) => Math.max(200, Math.min(rng.between(...range), until - mono() - 200));
     if (kind === 'failover') {
-      const t0 = mono();
-      const done = await control.failover(rng.next() < 0.5 ? 'kill' : 'freeze');
+      const list = options.failovers;
+      const how = list?.length ? (list[this.failoverTurn++ % list.length] as FailoverHow) : rng.next() < 0.5 ? 'kill' : 'freeze';
+      const done = await control.failover(how);
       if (!done) {
         if (!this.notes.includes('failover')) this.notes.push('failover');
         return;
       }
-      const t1 = mono();
-      const rebuildMs = await done.rebuild();
-      this.record('failover', null, t0, t1, { ...done.params, rebuildMs });
+      // the last fault of a limited plan leaves the cluster as it is: the run drains and ends
+      const rebuildMs = this.injected + 1 >= (options.limit ?? Number.POSITIVE_INFINITY) ? 0 : await done.rebuild();
+      done.steps.forEach((step, i) => this.record('failover', null, step.t0, step.t1, { ...step.params, ...(i === done.steps.length - 1 ? { rebuildMs } : {}) }));
       return;
     }
     if (kind === 'clock-step') {

@@ -151,12 +151,12 @@ export class ClusterTemplate {
   }
 
   /** Makes a data directory a standby streaming from `port` through the slot 'standby'. */
-  private configureStandby(dataDir: string, port: number): void {
+  private configureStandby(dataDir: string, port: number, slot = 'standby'): void {
     writeFileSync(
       join(dataDir, 'postgresql.auto.conf'),
       `primary_conninfo = 'host=127.0.0.1 port=${port} user=postgres application_name=standby'\n` +
         // once promoted it has no standby of its own: it must not wait for one
-        `primary_slot_name = 'standby'\nsynchronous_standby_names = ''\n`,
+        `primary_slot_name = '${slot}'\nsynchronous_standby_names = ''\n`,
     );
     writeFileSync(join(dataDir, 'standby.signal'), '');
     if (this.user) for (const file of ['postgresql.auto.conf', 'standby.signal']) chownSync(join(dataDir, file), this.user.uid, this.user.gid);
@@ -167,16 +167,16 @@ export class ClusterTemplate {
    * with the low-level backup API: pg_backup_start, a copy of the live data directory (files
    * that change or vanish meanwhile are repaired by replaying WAL from the backup's start),
    * pg_backup_stop, whose label file goes into the copy. WAL comes by streaming, from the slot
-   * 'standby' created on the primary before the backup starts (so it is kept).
+   * 'standby' (or `slot`) created on the primary before the backup starts (so it is kept).
    */
-  async standbyOf(primary: PgServer, replicationProxy: FaultProxy, name: string): Promise<PgServer> {
+  async standbyOf(primary: PgServer, replicationProxy: FaultProxy, name: string, slot = 'standby'): Promise<PgServer> {
     const dataDir = join(this.tempDir(), name);
     const client = new pg.Client({ connectionString: primary.url(), connectionTimeoutMillis: 10_000 });
     client.on('error', () => undefined);
     await client.connect();
     try {
-      await client.query(`select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = 'standby' and not active`);
-      await client.query(`select pg_create_physical_replication_slot('standby', true)`);
+      await client.query(`select pg_drop_replication_slot(slot_name) from pg_replication_slots where slot_name = $1 and not active`, [slot]);
+      await client.query(`select pg_create_physical_replication_slot($1, true)`, [slot]);
       await client.query(`select pg_backup_start('standby', true)`);
       await copyLive(primary.dataDir, dataDir);
       const { rows } = await client.query<{ labelfile: string }>('select labelfile from pg_backup_stop(false)');
@@ -185,7 +185,7 @@ export class ClusterTemplate {
       await client.end().catch(() => undefined);
     }
     if (this.user) spawnSync('chown', ['-R', `${this.user.uid}:${this.user.gid}`, dataDir]);
-    this.configureStandby(dataDir, replicationProxy.port);
+    this.configureStandby(dataDir, replicationProxy.port, slot);
     const standby = new PgServer(name, dataDir, await freePort(), this.binaries, this.user, this.environment);
     await standby.start();
     await waitForCatchUp(primary, standby, 30_000);

@@ -1,5 +1,6 @@
 // npm run faults -- [--tier ci|soak|ha] [--seed N] [--seconds N] [--workers N] [--mutant NAME] [--no-skew]
-//                    [--replication sync|async]
+//                    [--replication sync|async] [--failovers kill,freeze,double]
+// npm run faults -- --tier patroni|pg-auto-failover [--scenario kill,switchover,...|ci] [--sync on|off] [--mutant NAME]
 //
 // Runs the fault suite on a PostgreSQL server of its own (embedded, so that it can restart
 // it), or on DATABASE_URL's server (then without database restarts), prints the report and
@@ -12,6 +13,9 @@ import { startEmbeddedPostgres, type EmbeddedPostgres } from '../src/testing.js'
 import { MUTANTS, type MutantName } from './common.js';
 import { FAILOVER_MUTANTS, type FailoverMutantName } from './mutants.js';
 import { preset, RESULTS_DIR, runFaultSuite, type Tier } from './harness.js';
+import { runTopologyTier } from './topologies/cli.js';
+import { TOPOLOGIES, type TopologyName } from './topologies/index.js';
+import type { FailoverHow } from './topology.js';
 
 const { values } = parseArgs({
   options: {
@@ -22,6 +26,9 @@ const { values } = parseArgs({
     mutant: { type: 'string' },
     'no-skew': { type: 'boolean', default: false },
     replication: { type: 'string' },
+    failovers: { type: 'string' },
+    scenario: { type: 'string' },
+    sync: { type: 'string' },
     help: { type: 'boolean', default: false },
   },
 });
@@ -32,6 +39,8 @@ if (values.help) {
       'usage: npm run faults -- [--tier ci|soak|ha] [--seed N] [--seconds N] [--workers N] [--mutant NAME] [--no-skew] [--replication sync|async]',
       `  --mutant: one of ${MUTANTS.join(', ')}, or "all" (a short aimed run per mutant; each must find violations)`,
       `  --tier ha: failovers and clock steps on a primary + standby of its own; --mutant one of ${FAILOVER_MUTANTS.join(', ')} or all`,
+      '  --tier ha --failovers kill,freeze,double: the ways to fail over, in turn (default: killed or frozen at random; double: two promotions in a row)',
+      `  --tier patroni|pg-auto-failover: the topology's scenarios (faults/topologies/), --scenario e.g. kill,switchover or ci, --sync on|off; --mutant one of ${FAILOVER_MUTANTS.join(', ')}`,
       '  DATABASE_URL: use that server instead of an embedded one (database restarts are then skipped)',
       '',
     ].join('\n'),
@@ -40,6 +49,15 @@ if (values.help) {
 }
 
 const tier = values.tier as string;
+if ((TOPOLOGIES as readonly string[]).includes(tier)) {
+  const mutant = values.mutant;
+  if (mutant !== undefined && !(FAILOVER_MUTANTS as readonly string[]).includes(mutant)) {
+    process.stderr.write(`--mutant must be one of ${FAILOVER_MUTANTS.join(', ')} (got ${mutant})\n`);
+    process.exit(2);
+  }
+  const seed = values.seed !== undefined ? Number(values.seed) : Math.floor(Math.random() * 1_000_000);
+  process.exit(await runTopologyTier({ topology: tier as TopologyName, scenario: values.scenario, sync: values.sync, mutant: mutant as FailoverMutantName | undefined, seed }));
+}
 // 'mutant' alone: the mutation tier's aimed plan against the unbroken library (a control: must pass)
 if (tier !== 'ci' && tier !== 'soak' && tier !== 'mutant' && tier !== 'ha') {
   process.stderr.write(`--tier must be ci, soak, mutant or ha (got ${tier})\n`);
@@ -76,9 +94,11 @@ try {
       ? [{ tier: tier as Tier, mutant: null }]
       : (mutantArg === 'all' ? [...(mutants as readonly Mutant[])] : [mutantArg as Mutant]).map((mutant) => ({ tier: ha ? ('ha' as const) : ('mutant' as const), mutant }));
   for (const run of runs) {
-    // a failover mutant's run: failovers only (each one loses the commits of its hold-back)
-    const kinds = run.tier === 'ha' && run.mutant ? (['failover'] as const) : undefined;
-    const settings = preset(run.tier, { seconds: positive(values.seconds), workers: positive(values.workers), kinds: kinds ? [...kinds] : undefined });
+    // a failover mutant's run: failovers only (each one loses the commits of its hold-back);
+    // fence-by-timeline's: two promotions in a row (two forks of one timeline number)
+    const kinds = run.tier === 'ha' && (run.mutant || values.failovers) ? (['failover'] as const) : undefined;
+    const failovers = values.failovers?.split(',') ?? (run.mutant === 'fence-by-timeline' ? ['double'] : undefined);
+    const settings = preset(run.tier, { seconds: positive(values.seconds), workers: positive(values.workers), kinds: kinds ? [...kinds] : undefined, failovers: failovers as FailoverHow[] | undefined });
     const report = await runFaultSuite({
       tier: run.tier,
       seed,

@@ -6,8 +6,9 @@ import { FAULT_KINDS, HA_FAULT_KINDS, type FaultKind, type FaultRecord, type Job
 import { FAILOVER_MUTANT_DESCRIPTIONS, MUTANT_DESCRIPTIONS, type FailoverMutantName } from './mutants.js';
 import type { NemesisOptions } from './nemesis.js';
 import type { ReplicationMode } from './replication.js';
+import type { FailoverHow, FailoverTopology } from './topology.js';
 
-export type Tier = 'ci' | 'soak' | 'mutant' | 'ha';
+export type Tier = 'ci' | 'soak' | 'mutant' | 'ha' | 'patroni' | 'pg-auto-failover';
 
 /** The replicated tier's database: a primary and a streaming standby of its own. */
 export interface HaSetup {
@@ -18,6 +19,8 @@ export interface HaSetup {
 
 export interface SuiteOptions {
   tier: Tier;
+  /** The results files' name (default: the tier's), e.g. a topology's scenario. */
+  label?: string;
   seed: number;
   /** How long the nemesis runs. */
   seconds: number;
@@ -36,6 +39,8 @@ export interface SuiteOptions {
   server: { url: string; embedded: EmbeddedPostgres | null };
   /** A primary + standby of the suite's own instead of `server` (failover and clock-step faults). */
   ha?: HaSetup | null;
+  /** Or a topology of production tools (faults/topologies/), built and prepared by this function. */
+  topology?: ((prepare: (url: string) => Promise<void>) => Promise<FailoverTopology>) | null;
   /** Run the last worker with its wall clock 5 minutes ahead (libfaketime). */
   skew: boolean;
   /** Where to write the JSON report (and history); null: nowhere. */
@@ -62,6 +67,7 @@ export interface SuiteReport {
   counts: CheckResult['counts'];
   violationCount: number;
   byProperty: CheckResult['byProperty'];
+  byKind: CheckResult['byKind'];
   violations: Violation[];
   knownIssues: KnownIssue[];
   summary: string;
@@ -71,7 +77,7 @@ export interface SuiteReport {
 /** The presets: CI tier, soak tier, and the short mutation runs. */
 export function preset(
   tier: Tier,
-  overrides: { seconds?: number | undefined; workers?: number | undefined; kinds?: FaultKind[] | undefined } = {},
+  overrides: { seconds?: number | undefined; workers?: number | undefined; kinds?: FaultKind[] | undefined; failovers?: FailoverHow[] | undefined } = {},
 ): Pick<SuiteOptions, 'seconds' | 'workers' | 'jobs' | 'ttlMs' | 'boundMs' | 'nemesis' | 'warmupMs' | 'drainMs'> {
   const ttlMs = 2_000;
   const boundMs = 1_500;
@@ -116,7 +122,22 @@ export function preset(
       jobs: failoversOnly
         ? [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 400), job('creep', 1_000, 600, 1_800), job('long-a', 2_000, 900, 1_900), job('long-b', 2_000, 1_200, 2_600)]
         : [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 400), job('creep', 1_000, 200, 1_800), job('slow', 2_000, 500, 3_000)],
-      nemesis: { kinds: overrides.kinds ?? ['failover', 'clock-step', 'kill', 'failover', 'clock-step'], ttlMs, pauseMs: [0, 0], blackholeMs: [0, 0], dropMs: [0, 0], gapMs: [1_500, 3_000], holderBias: 0.75, livenessBias: 0, restartEveryRounds: 1, stepMinutes: [2, 5] },
+      nemesis: { kinds: overrides.kinds ?? ['failover', 'clock-step', 'kill', 'failover', 'clock-step'], ...(overrides.failovers ? { failovers: overrides.failovers } : {}), ttlMs, pauseMs: [0, 0], blackholeMs: [0, 0], dropMs: [0, 0], gapMs: [1_500, 3_000], holderBias: 0.75, livenessBias: 0, restartEveryRounds: 1, stepMinutes: [2, 5] },
+    };
+  }
+  if (tier === 'patroni' || tier === 'pg-auto-failover') {
+    // A topology of production tools (faults/topologies/): its scenario's failovers only, each
+    // waited for (Patroni needs its ttl of 8 s to fail over a dead leader), with the replicated
+    // tier's workload.
+    return {
+      seconds: overrides.seconds ?? 300,
+      workers: overrides.workers ?? 3,
+      warmupMs: 2_000,
+      drainMs: ttlMs + 2_500,
+      ttlMs,
+      boundMs,
+      jobs: [job('instant', 1_000, 0, 15), job('fast', 1_000, 30, 400), job('creep', 1_000, 200, 1_800), job('slow', 2_000, 500, 3_000)],
+      nemesis: { kinds: ['failover'], ttlMs, pauseMs: [0, 0], blackholeMs: [0, 0], dropMs: [0, 0], gapMs: [1_500, 2_500], holderBias: 0.75, livenessBias: 0, restartEveryRounds: 1 },
     };
   }
   if (tier === 'mutant') {

@@ -5,6 +5,9 @@ import type { DbSnapshot } from '../checker.js';
 import type { HistoryLine } from '../common.js';
 import { overlaps, push, type CheckContext, type Violate } from './context.js';
 
+/** The protocol functions' lock_timeout (2 s), and 5 ms for the clock reads. */
+const LOCK_WAIT_MS = 2_005;
+
 export function checkSkips(ctx: CheckContext, violate: Violate) {
   const { db, config, faults, backMs, toMono, iso, own, global, processByWorker, skipLines, skipLogs, slotKey, runByFence, steppedBack, outputsBySlot } = ctx;
   // A holder stopped (SIGSTOP) renews nothing: its lease expires at most one ttl after the
@@ -32,9 +35,12 @@ export function checkSkips(ctx: CheckContext, violate: Violate) {
       violate('d', 'skip-holder-wrong', `${s.job} slot ${iso(s.slot)}: skip names ${s.holder} (slot ${iso(s.holderSlot)}) but fence ${s.holderFence} is ${run.holder}'s run of slot ${iso(run.slot)}`);
     } else if (steppedBack(run)) {
       // the database repeated times during that run: its times cannot be compared with the skip's
-    } else if (run.startedAt > s.recordedAt + 5 || (run.finishedAt !== null && run.finishedAt < s.recordedAt - 2_500)) {
+    } else if (run.startedAt > s.recordedAt + LOCK_WAIT_MS || (run.finishedAt !== null && run.finishedAt < s.recordedAt - 2_500)) {
       // (2.5 s: finish_run's own lock_timeout; a claim may read the lease as held while the
-      // holder's release is committing)
+      // holder's release is committing. recorded_at is now(), the start of the recorder's
+      // transaction, which then may wait for the lease row's lock, held by the holder's claim,
+      // up to its lock_timeout: the claim's started_at, read after that lock, may come later;
+      // seen in a burst of takeovers right after a failover)
       violate('d', 'skip-holder-not-running', `${s.job} slot ${iso(s.slot)}: skipped at ${iso(s.recordedAt)} for ${s.holder}'s fence ${s.holderFence}, which ran ${iso(run.startedAt)}–${iso(run.finishedAt)}`);
     } else {
       const pause = expiredWhileStopped(s.job, s.holder, toMono(s.recordedAt));
