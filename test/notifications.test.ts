@@ -6,7 +6,7 @@
 import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Leasehold } from '../src/index.js';
-import { client, freshDatabase, rawPool, sleep, waitFor } from './support/db.js';
+import { client, connections, freshDatabase, rawPool, sleep, waitFor } from './support/db.js';
 import { findPgBouncer, startPgBouncer, type PgBouncer } from './support/pgbouncer.js';
 import { JsonLinesProcess, type Line } from './support/processes.js';
 
@@ -41,6 +41,26 @@ async function statements(proc: JsonLinesProcess): Promise<{ total: number; bySt
 }
 
 describe('notifications of changes', () => {
+  it('the SQL announces writes of jobs and new requests on leasehold_changes, once per transaction (docs/sql-api.md)', async () => {
+    const [listener] = await connections(url, 1);
+    const payloads: string[] = [];
+    listener!.on('notification', (message) => {
+      if (message.channel === 'leasehold_changes') payloads.push(message.payload ?? '');
+    });
+    await listener!.query('listen leasehold_changes');
+    const sql = rawPool(url, 2);
+    await sql.query("select leasehold.define_schedule('sql-echo', 'echo', 'test', p_every => interval '1 hour')");
+    await waitFor(() => payloads.length === 1);
+    await sql.query("select * from leasehold.pause_job('sql-echo', 'test')");
+    await sql.query("select leasehold.run_now('sql-echo', 'test')");
+    await sql.query("select * from leasehold.request_backfill('sql-echo', array[now() - interval '3 hours', now() - interval '2 hours'], 'test')");
+    await waitFor(() => payloads.length === 4);
+    // a transaction of several writes: one notification of each kind
+    await sql.query("begin; select * from leasehold.resume_job('sql-echo', 'test'); select leasehold.run_now('sql-echo', 'test'); select leasehold.run_now('sql-echo', 'test'); commit");
+    await sleep(300);
+    expect(payloads).toEqual(['jobs', 'jobs', 'requests', 'requests', 'jobs', 'requests']);
+  });
+
   it('an idle worker that listens sends a few statements in 10 s, one that polls dozens; stopping closes the listening connection', async () => {
     const [listening, polling] = await Promise.all([startWorker('idle-listen'), startWorker('idle-poll', { NOTIFICATIONS: '0' })]);
     await listening.waitFor(notifications(true), 10_000);
@@ -68,9 +88,13 @@ describe('notifications of changes', () => {
     await sleep(500);
 
     let t0 = Date.now();
-    await lh.control.runNow('push-listen', { by: 'test' });
-    const ran = await fast.waitFor(since(t0, (l) => l.event === 'handler' && l.trigger === 'manual'), 10_000);
+    await Promise.all([lh.control.runNow('push-listen', { by: 'test' }), lh.control.runNow('push-poll', { by: 'test' })]);
+    const [ran, ranPolled] = await Promise.all([
+      fast.waitFor(since(t0, (l) => l.event === 'handler' && l.trigger === 'manual'), 10_000),
+      slow.waitFor(since(t0, (l) => l.event === 'handler' && l.trigger === 'manual'), 10_000),
+    ]);
     const runNowMs = Number(ran.at) - t0;
+    const runNowPolledMs = Number(ranPolled.at) - t0;
 
     const pausedAt = Date.now();
     await Promise.all([lh.control.pause('push-listen', { by: 'test' }), lh.control.pause('push-poll', { by: 'test' })]);
@@ -83,7 +107,7 @@ describe('notifications of changes', () => {
     await lh.control.define({ name: 'pushed-echo', handler: 'echo', by: 'test', every: '1h' });
     const added = await fast.waitFor(since(t0, (l) => l.event === 'schedule:added' && l.job === 'pushed-echo'), 10_000);
     console.info(
-      `listening worker: run-now ${runNowMs} ms, pause ${Number(pausedFast.at) - pausedAt} ms, definition ${Number(added.at) - t0} ms; polling worker (1 s): pause ${Number(pausedSlow.at) - pausedAt} ms`,
+      `listening worker: run-now ${runNowMs} ms, pause ${Number(pausedFast.at) - pausedAt} ms, definition ${Number(added.at) - t0} ms; polling worker: run-now ${runNowPolledMs} ms, pause ${Number(pausedSlow.at) - pausedAt} ms`,
     );
 
     // the server ends the listening connection: polling at once, listening again after a while
@@ -115,6 +139,17 @@ describe('through PgBouncer (pool_mode = transaction)', () => {
     await lh.control.pause('pooled-poll', { by: 'test' });
     await worker.waitFor(since(t0, (l) => l.event === 'job:paused'), 5_000);
     expect(worker.lines.some(notifications(true))).toBe(false);
+    await worker.send({ cmd: 'stop' });
+  }, 40_000);
+
+  it.skipIf(!BINARY)(`with liveness on a direct connection the worker listens there, and a pause reaches it at once${missing}`, async () => {
+    const worker = await startWorker('pooled-listen', { LIVENESS_URL: url, REFRESH: '60s' }, bouncer!.url());
+    await worker.waitFor(notifications(true), 10_000);
+    await sleep(500);
+    const t0 = Date.now();
+    await lh.control.pause('pooled-listen', { by: 'test' });
+    // its next poll is 60 s away: only the notification brings the pause this soon
+    await worker.waitFor(since(t0, (l) => l.event === 'job:paused'), 10_000);
     await worker.send({ cmd: 'stop' });
   }, 40_000);
 });

@@ -44,8 +44,8 @@ export class ChangeListener {
   private running = false;
   private timer: NodeJS.Timeout | undefined;
   private retryMs = RETRY_MIN_MS;
-  /** The probe awaited, and what to call when it arrives. */
-  private probe: { payload: string; arrived: () => void } | undefined;
+  /** The probe awaited, and what settles its wait (true: it arrived). */
+  private probe: { payload: string; settle: (arrived: boolean) => void } | undefined;
   /** Whether the current streak of failures was logged. */
   private reported = false;
   private attempt: Promise<void> | undefined;
@@ -64,6 +64,7 @@ export class ChangeListener {
   async stop(): Promise<void> {
     this.running = false;
     clearTimeout(this.timer);
+    this.probe?.settle(false);
     await this.attempt;
     await this.drop();
   }
@@ -119,7 +120,7 @@ export class ChangeListener {
     const payload = `probe:${randomBytes(6).toString('hex')}`;
     let timer: NodeJS.Timeout | undefined;
     const arrived = new Promise<boolean>((resolve) => {
-      this.probe = { payload, arrived: () => resolve(true) };
+      this.probe = { payload, settle: resolve };
       timer = setTimeout(() => resolve(false), PROBE_WAIT_MS);
     });
     try {
@@ -135,7 +136,7 @@ export class ChangeListener {
   }
 
   private received(payload: string): void {
-    if (this.probe?.payload === payload) return this.probe.arrived();
+    if (this.probe?.payload === payload) return this.probe.settle(true);
     // another worker's probe, or a payload of a later version: nothing to read
     if (!this.listening) return;
     if (payload === 'jobs' || payload === 'requests') this.parts.onChange(payload);
