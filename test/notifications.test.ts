@@ -117,6 +117,21 @@ describe('notifications of changes', () => {
     await fast.waitFor(since(t0, notifications(true)), 20_000);
     await Promise.all([fast.send({ cmd: 'stop' }), slow.send({ cmd: 'stop' })]);
   }, 60_000);
+
+  it('a run-now waiting for a lease held elsewhere starts soon after its release: with a request pending the worker looks every 500 ms', async () => {
+    const worker = await startWorker('wait-listen', { OVERLAP: 'buffer-one' });
+    await worker.waitFor(notifications(true), 10_000);
+    const held = await lh.acquire('wait-listen', { ttl: '60s' });
+    if (!held.acquired) throw new Error('the test could not take the lease');
+    await lh.control.runNow('wait-listen', { by: 'test' });
+    await sleep(1_500); // the worker saw the request, and the lease held
+    expect(worker.lines.some((l) => l.event === 'handler')).toBe(false);
+    const t0 = Date.now();
+    await held.lease.release();
+    // nothing announces a release: the next look, 500 ms on, not the 30 s fallback
+    await worker.waitFor(since(t0, (l) => l.event === 'handler' && l.trigger === 'manual'), 10_000);
+    await worker.send({ cmd: 'stop' });
+  }, 40_000);
 });
 
 describe('through PgBouncer (pool_mode = transaction)', () => {
