@@ -74,6 +74,7 @@ const TABLES: Array<{ file: string; type: string; defaults: Record<string, Liter
     defaults: {
       shutdownGrace: WORKER_DEFAULTS.shutdownGrace.default,
       handleSignals: WORKER_DEFAULTS.handleSignals.default,
+      notifications: WORKER_DEFAULTS.notifications.default,
       historyRetention: WORKER_DEFAULTS.historyRetention.default,
       clockSyncInterval: WORKER_DEFAULTS.clockSyncInterval.default,
       scheduleRefresh: WORKER_DEFAULTS.scheduleRefresh.default,

@@ -103,6 +103,19 @@ begin
   return new;
 end $$;
 
+-- notify_changes: tells the listening workers that leasehold.jobs (a definition, pause, resume or
+-- removal) or leasehold.run_requests (run now, backfill) changed, with the table's name
+-- (tg_argv[0]) as the payload on channel leasehold_changes. A statement trigger: one
+-- notification per statement, and PostgreSQL folds equal ones of a transaction into one, sent
+-- at commit. The workers read the changes themselves (schedule_changes, the pending requests);
+-- the payload carries no data, so any role may listen.
+create function leasehold.notify_changes() returns trigger
+language plpgsql volatile as $$
+begin
+  perform pg_notify('leasehold_changes', tg_argv[0]);
+  return null;
+end $$;
+
 -- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept,
 -- or null. 'UTC', or Area/Location[/Sub] with an area of the tz database (the backward-compatible
 -- US, Canada, Brazil, Chile and Mexico included; not posix/ or right/, the copies of the database
@@ -775,3 +788,4 @@ language sql stable as $$
 $$;
 
 create trigger jobs_revision BEFORE INSERT OR UPDATE ON leasehold.jobs FOR EACH ROW EXECUTE FUNCTION leasehold.jobs_revision();
+create trigger jobs_notify AFTER INSERT OR UPDATE ON leasehold.jobs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.notify_changes('jobs');

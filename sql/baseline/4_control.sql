@@ -50,6 +50,8 @@ comment on table leasehold.run_requests is
 create unique index run_requests_backfill_slot on leasehold.run_requests (job, slot) WHERE (kind = 'backfill'::text);
 create index run_requests_job_at on leasehold.run_requests (job, requested_at DESC);
 create index run_requests_pending on leasehold.run_requests (job, id) WHERE (state = 'pending'::text);
+-- a new request reaches the listening workers at once (notify_changes, 2_scheduler.sql)
+create trigger run_requests_notify AFTER INSERT ON leasehold.run_requests FOR EACH STATEMENT EXECUTE FUNCTION leasehold.notify_changes('requests');
 
 -- record_action: one row per act. p_by is checked like a holder name (1-200 characters, no
 -- control or invisible characters): it ends up in logs and on the dashboard.

@@ -335,6 +335,7 @@ insert into leasehold.access (object, level) values
   ('liveness_incarnation', 'owner'),
   ('mark_slow_runs', 'owner'),
   ('next_fence', 'owner'),
+  ('notify_changes', 'owner'),
   ('pin_synchronous_commit', 'owner'),
   ('record_action', 'owner'),
   ('release_matching', 'owner'),

@@ -1052,6 +1052,19 @@ begin
   return new;
 end $$;
 
+-- notify_changes: tells the listening workers that leasehold.jobs (a definition, pause, resume or
+-- removal) or leasehold.run_requests (run now, backfill) changed, with the table's name
+-- (tg_argv[0]) as the payload on channel leasehold_changes. A statement trigger: one
+-- notification per statement, and PostgreSQL folds equal ones of a transaction into one, sent
+-- at commit. The workers read the changes themselves (schedule_changes, the pending requests);
+-- the payload carries no data, so any role may listen.
+create function leasehold.notify_changes() returns trigger
+language plpgsql volatile as $$
+begin
+  perform pg_notify('leasehold_changes', tg_argv[0]);
+  return null;
+end $$;
+
 -- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept,
 -- or null. 'UTC', or Area/Location[/Sub] with an area of the tz database (the backward-compatible
 -- US, Canada, Brazil, Chile and Mexico included; not posix/ or right/, the copies of the database
@@ -1724,6 +1737,7 @@ language sql stable as $$
 $$;
 
 create trigger jobs_revision BEFORE INSERT OR UPDATE ON leasehold.jobs FOR EACH ROW EXECUTE FUNCTION leasehold.jobs_revision();
+create trigger jobs_notify AFTER INSERT OR UPDATE ON leasehold.jobs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.notify_changes('jobs');
 
 -- sql/baseline/3_history.sql
 -- leasehold schema, part 3 of 6: run history.
@@ -2187,6 +2201,8 @@ comment on table leasehold.run_requests is
 create unique index run_requests_backfill_slot on leasehold.run_requests (job, slot) WHERE (kind = 'backfill'::text);
 create index run_requests_job_at on leasehold.run_requests (job, requested_at DESC);
 create index run_requests_pending on leasehold.run_requests (job, id) WHERE (state = 'pending'::text);
+-- a new request reaches the listening workers at once (notify_changes, 2_scheduler.sql)
+create trigger run_requests_notify AFTER INSERT ON leasehold.run_requests FOR EACH STATEMENT EXECUTE FUNCTION leasehold.notify_changes('requests');
 
 -- record_action: one row per act. p_by is checked like a holder name (1-200 characters, no
 -- control or invisible characters): it ends up in logs and on the dashboard.
@@ -3512,6 +3528,7 @@ insert into leasehold.access (object, level) values
   ('liveness_incarnation', 'owner'),
   ('mark_slow_runs', 'owner'),
   ('next_fence', 'owner'),
+  ('notify_changes', 'owner'),
   ('pin_synchronous_commit', 'owner'),
   ('record_action', 'owner'),
   ('release_matching', 'owner'),
@@ -3554,7 +3571,7 @@ insert into leasehold.access (object, level) values
   ('unhandled_schedules', 'reader'),
   ('worker_keys', 'reader');
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'fea01c5b436e585350a8085d94c23f42a3212222d38c1ba631bb5d477fbdfbac');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '3a39a9ac3853456e0fe18653f941048c3211b23af47025f3d97df15594b042ca');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

@@ -9,6 +9,8 @@ const DAY = 86_400_000;
 export const WORKER_DEFAULTS = {
   shutdownGrace: { default: '30s', minMs: 1, maxMs: DAY } satisfies DurationSetting,
   handleSignals: { default: true },
+  /** Whether the worker listens for changes (LISTEN/NOTIFY) instead of polling for them often. */
+  notifications: { default: true },
   historyRetention: { default: '30d', minMs: 60_000, maxMs: 3_650 * DAY } satisfies DurationSetting,
   clockSyncInterval: { default: '5m', minMs: 1_000, maxMs: DAY } satisfies DurationSetting,
   /** How often the worker reads schedule changes (jobs defined as data, pause and resume). */

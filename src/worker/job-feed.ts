@@ -12,6 +12,7 @@ import type { LeaseRuntime } from '../lease/runtime.js';
 import type { Logger } from '../observe/logger.js';
 import { slotsBetween } from '../schedule/schedule.js';
 import { MAX_MISSED_RECORDED, planStart } from './catch-up.js';
+import { NOTIFIED_POLL_MS } from './change-listener.js';
 import type { ClaimRequest, SchedulerStore } from './claims.js';
 import { defineJob, type CatchUpPolicy, type JobContext, type JobDefinition, type OverlapPolicy } from '../job/job.js';
 import type { JobState } from './runs.js';
@@ -89,6 +90,10 @@ export class JobFeed {
   private readonly reported = new Map<string, number>();
   private failing = false;
   private readonly handlerNames: string[];
+  /** Changes arrive as notifications (change-listener.ts): the polls are the slow fallback. */
+  private notified = false;
+  /** A poke came while a refresh ran: refresh again right after it. */
+  private again = false;
 
   constructor(private readonly parts: JobFeedParts) {
     this.handlerNames = Object.keys(parts.handlers);
@@ -136,7 +141,7 @@ export class JobFeed {
     return { jobs, lastSlots };
   }
 
-  /** Follows changes from now on, every refreshMs. */
+  /** Follows changes from now on, every refreshMs (or when notified, setNotified). */
   start(target: FeedTarget): void {
     this.target = target;
     this.running = true;
@@ -149,14 +154,30 @@ export class JobFeed {
     await this.polling?.catch(() => undefined);
   }
 
-  private arm(): void {
+  /** Refreshes now (a notification came, or listening began or ended). */
+  poke(): void {
     if (!this.running) return;
+    if (this.polling) this.again = true;
+    else this.arm(0);
+  }
+
+  /** While notified, a refresh every NOTIFIED_POLL_MS (at least refreshMs) heals a lost notification. */
+  setNotified(notified: boolean): void {
+    this.notified = notified;
+  }
+
+  private arm(ms = this.notified ? Math.max(this.parts.refreshMs, NOTIFIED_POLL_MS) : this.parts.refreshMs): void {
+    if (!this.running) return;
+    clearTimeout(this.timer);
     this.timer = setTimeout(() => {
       this.polling = this.poll().finally(() => {
         this.polling = undefined;
-        this.arm();
+        const now = this.again;
+        this.again = false;
+        if (now) this.arm(0);
+        else this.arm();
       });
-    }, this.parts.refreshMs);
+    }, ms);
   }
 
   /** One refresh: applies every change since the last revision seen. */

@@ -1,5 +1,6 @@
 // Run-now and backfill requests (leasehold.run_requests, sql/baseline/4_control.sql): the worker
-// looks for pending requests of its jobs every REQUEST_POLL_MS with one cheap statement (an
+// looks for pending requests of its jobs when notified of one (change-listener.ts), else every
+// REQUEST_POLL_MS, with one cheap statement (an
 // index over pending requests only, empty almost always), and when there are some, takes them
 // with leasehold.claim_requests(), which decides each under the job's lease row lock by the
 // job's overlap policy. A claimed request runs through the same machinery as a scheduled slot
@@ -7,6 +8,7 @@
 import { performance } from 'node:perf_hooks';
 import { timedQuery } from '../db/connection.js';
 import type { LeaseTracker } from '../lease/tracker.js';
+import { NOTIFIED_POLL_MS } from './change-listener.js';
 import type { Logger } from '../observe/logger.js';
 import type { ClaimRow } from './claims.js';
 import type { JobDefinition } from '../job/job.js';
@@ -54,12 +56,16 @@ export class RequestPoller {
   private polling: Promise<void> | null = null;
   private again = false;
   private running = false;
+  /** New requests arrive as notifications (change-listener.ts): the probe is the slow fallback. */
+  private notified = false;
+  /** Requests of this worker's jobs were pending at the last look (waiting for a lease: nothing notifies its release). */
+  private pending = false;
 
   constructor(private readonly parts: RequestParts) {}
 
   start(): void {
     this.running = true;
-    this.arm(REQUEST_POLL_MS);
+    this.arm(this.periodMs);
   }
 
   /** Stops looking and waits for a look in flight. */
@@ -69,7 +75,20 @@ export class RequestPoller {
     await this.polling;
   }
 
-  /** Looks again now (a request's run ended: a buffered run now or the next backfill slot may start). */
+  /**
+   * While notified, a look every NOTIFIED_POLL_MS heals a lost notification; while requests of
+   * this worker's jobs are pending (waiting for a lease held elsewhere) it still looks every
+   * REQUEST_POLL_MS.
+   */
+  setNotified(notified: boolean): void {
+    this.notified = notified;
+  }
+
+  private get periodMs(): number {
+    return this.notified && !this.pending ? NOTIFIED_POLL_MS : REQUEST_POLL_MS;
+  }
+
+  /** Looks again now (a request's run ended: a buffered run now or the next backfill slot may start; a notification). */
   poke(): void {
     if (!this.running) return;
     if (this.polling) this.again = true;
@@ -84,7 +103,7 @@ export class RequestPoller {
         if (!this.running) return;
         const now = this.again;
         this.again = false;
-        this.arm(now ? 0 : REQUEST_POLL_MS);
+        this.arm(now ? 0 : this.periodMs);
       });
     }, ms);
   }
@@ -102,6 +121,7 @@ export class RequestPoller {
         runtime.where,
       );
       const jobs = probe.rows.map((row) => row.job).filter((job) => this.parts.stateOf(job) !== undefined);
+      this.pending = jobs.length > 0;
       if (jobs.length === 0 || !this.running) return;
       const holderKey = tracker.livenessKey();
       const sentAt = performance.now();

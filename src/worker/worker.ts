@@ -19,6 +19,7 @@ import { startHousekeeping } from './housekeeping.js';
 import { watchUnhandled } from './unhandled.js';
 import { defineJob, type JobDefinition, type JobOptions } from '../job/job.js';
 import { JobFeed, type DataJobHandler } from './job-feed.js';
+import { listenerFor, type ChangeListener } from './listen-for-changes.js';
 import { checkHolder } from '../validate/names.js';
 import { stopOnSignals } from './signals.js';
 import { LEASEHOLD_OPTION_KEYS } from '../lease/option-keys.js';
@@ -32,8 +33,17 @@ export interface WorkerOptions extends Omit<LeaseholdOptions, 'logger'> {
    * The worker runs every stored schedule that names one of them, and follows changes at run time.
    */
   handlers?: Readonly<Record<string, DataJobHandler>> | undefined;
-  /** How often a worker with `handlers` asks for changed schedules (and every worker for paused jobs). @default '1s' */
+  /** How often a worker with `handlers` asks for changed schedules (and every worker for paused jobs) while it is not notified of them. @default '1s' */
   scheduleRefresh?: Duration | undefined;
+  /**
+   * Listen for schedule changes, pauses and run-now requests (LISTEN/NOTIFY on a direct
+   * connection of its own: the liveness connection string, else the main one; not with only a
+   * `pool`): they reach the worker in milliseconds, and an idle worker polls only every 30 s.
+   * Where notifications do not arrive (a transaction-pooling PgBouncer) the worker finds out and
+   * polls (`scheduleRefresh`, 500 ms for requests). false: always poll.
+   * @default true
+   */
+  notifications?: boolean | undefined;
   /** How long stop() (or SIGTERM/SIGINT) waits for running handlers after aborting them; those still running are then recorded `aborted`. @default '30s' */
   shutdownGrace?: Duration | undefined;
   /** Stop on SIGTERM and SIGINT (a second signal exits at once, with code 143 or 130). @default true */
@@ -58,6 +68,8 @@ interface WorkerParts {
   leasehold: Leasehold;
   engine: ClaimEngine;
   feed: JobFeed;
+  /** Notifications of changes (absent: polling only). */
+  listener: ChangeListener | undefined;
   store: SchedulerStore;
   clock: DatabaseClock;
   logger: Logger;
@@ -177,6 +189,7 @@ export class Worker {
       `worker stopping: ${engine.runs.size} run(s) in progress, waiting up to ${graceMs} ms for them`,
     );
     engine.shutdown.abort(new ShutdownError());
+    await this.#parts.listener?.stop();
     await this.#parts.feed.stop();
     await engine.stopClaiming();
     let graceTimer: NodeJS.Timeout | undefined;
@@ -225,6 +238,7 @@ export class Worker {
     );
     engine.start(catchUp);
     feed.start(engine);
+    this.#parts.listener?.start();
   }
 }
 /**
@@ -267,7 +281,8 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     const data = await feed.load();
     for (const [name, slot] of data.lastSlots) lastSlots.set(name, slot);
     const engine = new ClaimEngine({ tracker, store, clock, events: runtime.events, logger, holder: leasehold.holder, claimAhead }, [...jobs, ...data.jobs]);
-    const worker = construct({ leasehold, engine, feed, store, clock, logger, graceMs });
+    const listener = listenerFor(options, { runtime, logger, feed, requests: engine.requests });
+    const worker = construct({ leasehold, engine, feed, listener, store, clock, logger, graceMs });
     logger.info(
       { event: 'worker:started', holder: leasehold.holder, jobs: jobs.length, dataJobs: data.jobs.length, clockOffsetMs: Math.round(clock.localOffsetMs()) },
       `worker ${leasehold.holder} started with ${jobs.length} job(s) from code and ${data.jobs.length} defined as data`,
@@ -286,6 +301,7 @@ const WORKER_OPTION_KEYS = [
     jobs: true,
     handlers: true,
     scheduleRefresh: true,
+    notifications: true,
     shutdownGrace: true,
     handleSignals: true,
     historyRetention: true,
