@@ -4,7 +4,7 @@ import { configDefaults, defineConfig } from 'vitest/config';
 // fresh projects, the published declarations, the docs' examples type-checked. They run in the
 // embedded pass; under DATABASE_URL (a second pass against your own server, as .ci/run does)
 // they would only repeat it, so they are left out unless LEASEHOLD_ALL_SUITES=1.
-const PACKAGE_ONLY = ['test/package.test.ts', 'test/public-types.test.ts', 'test/integrations-docs.test.ts'];
+const PACKAGE_ONLY = ['test/package/package.test.ts', 'test/package/public-types.test.ts', 'test/integrations/integrations-docs.test.ts'];
 const secondPass = !!process.env.DATABASE_URL && process.env.LEASEHOLD_ALL_SUITES !== '1';
 
 export default defineConfig({

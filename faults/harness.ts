@@ -1,6 +1,6 @@
 // The fault suite's driver: a fresh database, one fault proxy per worker, W worker processes,
 // the nemesis, then a database snapshot and the checker. Used by faults/run.ts (the CLI) and
-// test/faults.test.ts (the CI tier).
+// test/ha/faults.test.ts (the CI tier).
 import { mkdir, writeFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import pg from 'pg';

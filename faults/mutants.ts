@@ -11,7 +11,7 @@ import type { MutantName } from './common.js';
 
 /**
  * Mutants of the failover rules. They change nothing without a promotion, so the fault suite's
- * runs on one server cannot catch them; its replicated tier (test/faults-ha.test.ts) and the
+ * runs on one server cannot catch them; its replicated tier (test/ha/faults-ha.test.ts) and the
  * promotion tests must.
  */
 export const FAILOVER_MUTANTS = ['fence-without-epoch', 'fence-by-timeline', 'epoch-not-checked', 'liveness-any-incarnation'] as const;

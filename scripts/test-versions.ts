@@ -17,17 +17,19 @@ import { MAJORS_PLATFORM, OTHER_MAJORS, programsOfMajor } from '../test/support/
 // integrations, and the suites that spend most of their time starting CLI processes (cli,
 // install-script, schedules).
 const FILES = [
-  'test/sql-contract.test.ts',
-  'test/sql-api.test.ts',
-  'test/protocol.test.ts',
-  'test/client.test.ts',
-  'test/scheduler.test.ts',
-  'test/history-once.test.ts',
-  'test/long-durations.test.ts',
-  'test/migrations.test.ts',
-  'test/privileges-schema.test.ts',
-  'test/schedule-definition-checks.test.ts',
-  'test/epoch.test.ts',
+  'test/sql/contract.test.ts',
+  'test/sql/sql-api-docs.test.ts',
+  'test/lease/protocol.test.ts',
+  'test/lease/client.test.ts',
+  'test/scheduler/worker.test.ts',
+  'test/scheduler/run-history.test.ts',
+  'test/scheduler/long-durations.test.ts',
+  'test/sql/migrations.test.ts',
+  'test/sql/privileges-schema.test.ts',
+  'test/control/schedule-definition-checks.test.ts',
+  'test/ha/epoch.test.ts',
+  'test/sql/schema-baseline.test.ts',
+  'test/sql/service-boundaries.test.ts',
 ];
 
 const ROOT = fileURLToPath(new URL('../', import.meta.url));

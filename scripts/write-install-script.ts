@@ -1,6 +1,6 @@
 // Writes sql/install/leasehold--N.sql, the complete install script of the current schema
 // version N, from the migrations, and removes the scripts of older versions (one install
-// script ships: the current one). test/install-script.test.ts fails when it is out of date.
+// script ships: the current one). test/sql/install-script.test.ts fails when it is out of date.
 import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { installScript, latestVersion } from '../src/db/migrations.js';
 

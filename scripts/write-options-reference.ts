@@ -1,5 +1,5 @@
 // Writes docs/options.md from the defaults tables and the option types' JSDoc
-// (scripts/options-reference.ts). test/options-reference.test.ts fails when it is out of date.
+// (scripts/options-reference.ts). test/package/options-reference.test.ts fails when it is out of date.
 import { writeFileSync } from 'node:fs';
 import { renderOptionsReference } from './options-reference.js';
 

@@ -1,7 +1,7 @@
 // The fault suite on a failover topology of production tools: which scenarios each topology
 // has, and one scenario's run (the suite's workers and checker, the nemesis failing over only
 // in that scenario's way). Used by faults/run.ts (--tier patroni | pg-auto-failover) and the
-// tests test/faults-patroni.test.ts and test/faults-pg-auto-failover.test.ts.
+// tests test/ha/faults-patroni.test.ts and test/ha/faults-pg-auto-failover.test.ts.
 import { runFaultSuite, preset } from '../harness.js';
 import type { FailoverMutantName } from '../mutants.js';
 import type { SuiteOptions, SuiteReport } from '../suite-options.js';

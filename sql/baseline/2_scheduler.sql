@@ -121,7 +121,7 @@ end $$;
 -- US, Canada, Brazil, Chile and Mexico included; not posix/ or right/, the copies of the database
 -- that PostgreSQL also finds in a system zoneinfo directory), known to this server. Both engines
 -- look names up ignoring case, so only the area's spelling and the initials are checked. Every
--- name of Intl.supportedValuesOf('timeZone') has this form (test/schedule-definition-checks.test.ts).
+-- name of Intl.supportedValuesOf('timeZone') has this form (test/control/schedule-definition-checks.test.ts).
 create function leasehold.timezone_problem(p_timezone text) returns text
 language plpgsql stable as $$
 begin

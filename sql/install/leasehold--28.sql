@@ -1070,7 +1070,7 @@ end $$;
 -- US, Canada, Brazil, Chile and Mexico included; not posix/ or right/, the copies of the database
 -- that PostgreSQL also finds in a system zoneinfo directory), known to this server. Both engines
 -- look names up ignoring case, so only the area's spelling and the initials are checked. Every
--- name of Intl.supportedValuesOf('timeZone') has this form (test/schedule-definition-checks.test.ts).
+-- name of Intl.supportedValuesOf('timeZone') has this form (test/control/schedule-definition-checks.test.ts).
 create function leasehold.timezone_problem(p_timezone text) returns text
 language plpgsql stable as $$
 begin
@@ -3571,7 +3571,7 @@ insert into leasehold.access (object, level) values
   ('unhandled_schedules', 'reader'),
   ('worker_keys', 'reader');
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '3a39a9ac3853456e0fe18653f941048c3211b23af47025f3d97df15594b042ca');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '35bc1506f130440066558f00fd3e0169d1f98d5e9998871609d6301c99b29c84');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

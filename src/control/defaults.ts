@@ -1,7 +1,7 @@
 // Defaults and limits of leasehold.control (schedules defined at run time, pause and resume).
 // The SQL functions (sql/baseline/4_control.sql, sql/baseline/4_control.sql) check the same bounds
 // for callers that bypass the client; the JSDoc `@default`s on ScheduleOptions state these
-// values (test/defaults.test.ts).
+// values (test/package/defaults.test.ts).
 const DAY = 86_400_000;
 
 export const CONTROL_DEFAULTS = {

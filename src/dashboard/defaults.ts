@@ -1,6 +1,6 @@
 // Defaults and limits of the dashboard (startDashboard, `leasehold dashboard`). One table: the
 // server applies these values, the JSDoc `@default`s on DashboardOptions state them
-// (test/defaults.test.ts checks that they agree), and `leasehold dashboard --help` shows them.
+// (test/package/defaults.test.ts checks that they agree), and `leasehold dashboard --help` shows them.
 import type { DurationSetting, IntegerSetting } from '../validate/settings.js';
 
 export const DASHBOARD_DEFAULTS = {

@@ -1,6 +1,6 @@
 // A refused privilege (SQLSTATE 42501) becomes a PermissionDeniedError that names the grant to
 // add. Which level includes which object is decided by the schema (table leasehold.access);
-// this copy only picks the words of the message, and test/privileges-schema.test.ts checks that it
+// this copy only picks the words of the message, and test/sql/privileges-schema.test.ts checks that it
 // matches the schema's.
 import { PermissionDeniedError } from '../errors.js';
 

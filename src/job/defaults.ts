@@ -1,6 +1,6 @@
 // Defaults and limits of job definitions (defineJob, the objects in startWorker({ jobs }), and
 // jobs defined as data). One table: the code applies these values, the JSDoc `@default`s on
-// JobOptions state them (test/defaults.test.ts checks that they agree), and `leasehold worker
+// JobOptions state them (test/package/defaults.test.ts checks that they agree), and `leasehold worker
 // --help` shows them.
 import { MAX_TTL_MS, MIN_TTL_MS } from '../lease/limits.js';
 import type { DurationSetting, IntegerSetting } from '../validate/settings.js';

@@ -1,5 +1,5 @@
 // The outcomes of a scheduled run: the database's leasehold.run_outcomes() (which the runs
-// table's check and the finish functions read), mirrored for the types; test/sql-contract.test.ts
+// table's check and the finish functions read), mirrored for the types; test/sql/contract.test.ts
 // checks that the two lists agree. The type is spelled out rather than derived from the list so
 // that the published one reads plainly; a Record holds the list to it, in this order.
 

@@ -1,6 +1,6 @@
 // Defaults and limits of the lease client (createLeasehold, acquire, run, Lease.transaction).
 // One table: the code applies these values, the JSDoc `@default`s on the option types state them
-// (test/defaults.test.ts checks that they agree), and the CLI's help shows them.
+// (test/package/defaults.test.ts checks that they agree), and the CLI's help shows them.
 import type { DurationSetting, IntegerSetting } from '../validate/settings.js';
 import { MAX_TTL_MS, MIN_TTL_MS } from './limits.js';
 

@@ -1,5 +1,5 @@
 // Defaults and limits of the read models (jobStatus, jobHistory, jobTimeline, unscheduledLeases).
-// test/defaults.test.ts checks the JSDoc `@default` of ReadOptions against this table.
+// test/package/defaults.test.ts checks the JSDoc `@default` of ReadOptions against this table.
 import type { DurationSetting } from '../validate/settings.js';
 
 export const READ_DEFAULTS = {

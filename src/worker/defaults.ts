@@ -1,6 +1,6 @@
 // Defaults and limits of startWorker() (those of job definitions are in src/job/defaults.ts).
 // One table: the code applies these values, the JSDoc `@default`s on WorkerOptions state them
-// (test/defaults.test.ts checks that they agree), and `leasehold worker --help` shows them.
+// (test/package/defaults.test.ts checks that they agree), and `leasehold worker --help` shows them.
 import type { DurationSetting } from '../validate/settings.js';
 
 const DAY = 86_400_000;

@@ -1,0 +1,126 @@
+// Services that share one database (docs/security.md, "Services in one database"): real login
+// roles, two services at the client level, an operator, a reader and a role with nothing. With
+// namespaces (leasehold grant ROLE --as client --namespace app1:) every act of one service on the
+// other's names is refused with 42501; without them (the whole schema, one service per
+// database) a job still belongs to the login role that registered or defined it: another
+// client can neither change, remove nor run it, nor take its run-now and backfill requests.
+// Every change is audited with the real login role. A mutant without the boundary check fails.
+import { describe, expect, it } from 'vitest';
+import pg from 'pg';
+import { installMutantFunction } from '../support/service-boundaries.js';
+import { installedDatabase, outcome, pool, ROLE, usePrivilegeFixture } from '../support/privileges.js';
+
+let url: string;
+let owner: pg.Pool;
+usePrivilegeFixture((fixture) => ({ url, owner } = fixture));
+
+const PAST = `now() - interval '1 second'`;
+const claimOf = (job: string) =>
+  `select claimed, reason from leasehold.claim(array['${job}'], array[${PAST}], array[30000::bigint], array['exclusive'], array[0], 'w', null, true)`;
+
+/** Every act of the control surface and the lease protocol on `job` (a code job) and `data` (a data job). */
+const acts = (job: string, data: string): Array<[string, string]> => [
+  ['acquire', `select * from leasehold.acquire('${job}', '30 seconds', 'thief')`],
+  ['record_skip', `select leasehold.record_skip('${job}', 'thief')`],
+  ['register_jobs', `select * from leasehold.register_jobs(array['${job}'], array['0 0 1 1 *'], array[null::text], array[null::bigint], array[300::bigint], array['skip'], array['none'], 'forged')`],
+  ['set_job_timeouts', `select leasehold.set_job_timeouts(array['${job}'], array[300::bigint])`],
+  ['claim', claimOf(job)],
+  ['enqueue_slots', `select leasehold.enqueue_slots('${job}', array[${PAST}])`],
+  ['record_missed_slots', `select * from leasehold.record_missed_slots(array['${job}'], array[${PAST}], 'forged', 'thief')`],
+  ['claim_requests', `select * from leasehold.claim_requests(array['${job}'], 'thief')`],
+  ['define_schedule', `select * from leasehold.define_schedule(p_name => '${data}', p_handler => 'export', p_by => 'thief', p_every => '1 second', p_payload => '{"action":"delete-all"}')`],
+  ['remove_schedule', `select leasehold.remove_schedule('${data}', 'thief')`],
+];
+
+describe('with namespaces: two services in one database', () => {
+  it('refuses every act of one service on the other\'s names (42501), allows each its own, and hides the other\'s schedules', async () => {
+    const db = await installedDatabase();
+    for (const [role, prefix] of [[ROLE.app1, 'app1:'], [ROLE.app2, 'app2:']] as const) {
+      await db.owner.query(`select leasehold.grant_access($1, 'client', $2)`, [role, prefix]);
+    }
+    await db.owner.query(`select leasehold.grant_access($1, 'operator'), leasehold.grant_access($2, 'reader')`, [ROLE.operator, ROLE.reader]);
+    const [app1, app2] = [pool(db.url, ROLE.app1), pool(db.url, ROLE.app2)];
+    // each service's own acts work
+    for (const [name, sql] of acts('app1:report', 'app1:data')) expect(await outcome(app1, sql), `app1 ${name}`).toBe('ok');
+    for (const [name, sql] of acts('app2:report', 'app2:data')) expect(await outcome(app2, sql), `app2 ${name}`).toBe('ok');
+    // and none across the boundary
+    for (const [name, sql] of acts('app1:report', 'app1:data')) expect(await outcome(app2, sql), `app2 ${name} on app1`).toBe('42501');
+    const refused = await app2.query(`select * from leasehold.acquire('app1:report', '30 seconds', 'thief')`).catch((e: Error) => e);
+    expect((refused as Error).message).toMatch(/may not act on "app1:report": it is bound to the namespace app2:/);
+    // app2's schedule with app1's handler name never reaches app1's workers
+    await app2.query(`select * from leasehold.define_schedule(p_name => 'app2:evil', p_handler => 'export', p_by => 'app2', p_every => '1 second')`);
+    const seen = await app1.query<{ name: string }>(`select name from leasehold.schedule_snapshot(array['export'])`);
+    expect(seen.rows.map((r) => r.name)).not.toContain('app2:evil');
+    // the operator (whole schema) acts on both; the reader and a role with nothing act on neither
+    const operator = pool(db.url, ROLE.operator);
+    expect(await outcome(operator, `select * from leasehold.pause_job('app1:report', 'ops', 'vendor outage')`)).toBe('ok');
+    expect(await outcome(operator, `select * from leasehold.pause_job('app2:report', 'ops', 'vendor outage')`)).toBe('ok');
+    for (const role of [ROLE.reader, ROLE.bare]) {
+      expect(await outcome(pool(db.url, role), `select * from leasehold.acquire('app1:x', '30 seconds', 'r')`), role).toBe('42501');
+    }
+  });
+
+  it('a mutant without the namespace check lets one service take the other\'s lease (the test above would fail)', async () => {
+    const db = await installedDatabase();
+    await db.owner.query(`select leasehold.grant_access($1, 'client', 'app1:'), leasehold.grant_access($2, 'client', 'app2:')`, [ROLE.app1, ROLE.app2]);
+    const app2 = pool(db.url, ROLE.app2);
+    expect(await outcome(app2, `select * from leasehold.acquire('app1:report', '30 seconds', 'thief')`)).toBe('42501');
+    await installMutantFunction(db.owner, 'check_namespace(text[])', 'begin end');
+    expect(await outcome(app2, `select * from leasehold.acquire('app1:report', '30 seconds', 'thief')`)).toBe('ok');
+  });
+});
+
+describe('without namespaces: a job belongs to the role that registered or defined it', () => {
+  it('another client can neither change, remove nor run it, nor take its requests; the operator can act; all audited by login role', async () => {
+    const [app1, app2, operator] = [pool(url, ROLE.app1), pool(url, ROLE.app2), pool(url, ROLE.operator)];
+    await app1.query(`select * from leasehold.register_jobs(array['report'], array['* * * * *'], array[null::text], array[60000::bigint], array[30000::bigint], array['skip'], array['none'], 'app1-worker')`);
+    await app1.query(`select * from leasehold.define_schedule(p_name => 'nightly-export', p_handler => 'export', p_by => 'app1', p_cron => '0 3 * * *')`);
+    for (const [name, sql] of [
+      ['register_jobs', `select * from leasehold.register_jobs(array['report'], array['0 0 1 1 *'], array[null::text], array[null::bigint], array[300::bigint], array['skip'], array['none'], 'app1')`],
+      ['set_job_timeouts', `select leasehold.set_job_timeouts(array['report'], array[300::bigint])`],
+      ['remove_schedule', `select leasehold.remove_schedule('nightly-export', 'app2')`],
+      ['define_schedule', `select * from leasehold.define_schedule(p_name => 'nightly-export', p_handler => 'export', p_by => 'app2', p_every => '1 second')`],
+    ] as const) {
+      expect(await outcome(app2, sql), name).toBe('42501');
+    }
+    const definition = (await owner.query(`select schedule, ttl_ms, registered_by from leasehold.jobs where name = 'report'`)).rows[0];
+    expect(definition).toEqual({ schedule: '* * * * *', ttl_ms: '30000', registered_by: 'app1-worker' });
+
+    // a schedule app2 defines with app1's handler name is not app1's workers' business
+    await app2.query(`select * from leasehold.define_schedule(p_name => 'app2-evil', p_handler => 'export', p_by => 'app2', p_every => '1 second', p_payload => '{"customer":"victim-42"}')`);
+    const feed = await app1.query<{ name: string }>(`select name from leasehold.schedule_changes(0, array['export'])`);
+    expect(feed.rows.map((r) => r.name)).toContain('nightly-export');
+    expect(feed.rows.map((r) => r.name)).not.toContain('app2-evil');
+
+    // the operator's run now is taken by app1's worker only
+    await operator.query(`select leasehold.run_now('report', 'ops')`);
+    expect((await app2.query(`select * from leasehold.claim_requests(array['report'], 'app2-worker')`)).rows).toEqual([]);
+    const taken = await app1.query<{ claimed: boolean }>(`select claimed from leasehold.claim_requests(array['report'], 'app1-worker')`);
+    expect(taken.rows.map((r) => r.claimed)).toEqual([true]);
+
+    // the audit names the login role of every change, whatever name the caller gave
+    await app1.query(`select * from leasehold.register_jobs(array['report'], array['*/5 * * * *'], array[null::text], array[300000::bigint], array[30000::bigint], array['skip'], array['none'], 'anyone')`);
+    await app1.query(`select leasehold.set_job_timeouts(array['report'], array[60000::bigint])`);
+    const audit = await owner.query<{ action: string; db_role: string }>(
+      `select action, db_role from leasehold.actions where job in ('report', 'nightly-export', 'app2-evil') order by id`,
+    );
+    expect(audit.rows).toEqual([
+      { action: 'schedule-defined', db_role: ROLE.app1 },
+      { action: 'schedule-defined', db_role: ROLE.app2 },
+      { action: 'run-now', db_role: ROLE.operator },
+      { action: 'request-claimed', db_role: ROLE.app1 },
+      { action: 'job-changed', db_role: ROLE.app1 },
+      { action: 'timeout-changed', db_role: ROLE.app1 },
+    ]);
+  });
+
+  it('a paused job runs no occurrence by any path: acquire with its slot is declined as paused', async () => {
+    const app1 = pool(url, ROLE.app1);
+    await app1.query(`select * from leasehold.register_jobs(array['paused-job'], array['* * * * *'], array[null::text], array[60000::bigint], array[30000::bigint], array['skip'], array['none'], 'app1')`);
+    await pool(url, ROLE.operator).query(`select * from leasehold.pause_job('paused-job', 'ops', 'maintenance')`);
+    const { rows } = await app1.query(`select acquired, reason from leasehold.acquire('paused-job', '30 seconds', 'app1', null, ${PAST})`);
+    expect(rows[0]).toEqual({ acquired: false, reason: 'paused' });
+    expect((await owner.query(`select last_slot from leasehold.leases where name = 'paused-job'`)).rows[0].last_slot).toBeNull();
+    expect((await app1.query(claimOf('paused-job'))).rows[0]).toEqual({ claimed: false, reason: 'paused' });
+  });
+});
