@@ -51,6 +51,10 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
 export function permissionDenied(error: unknown, role: string): PermissionDeniedError | undefined {
   if (!(error instanceof Error) || (error as { code?: unknown }).code !== '42501') return undefined;
   if (error instanceof PermissionDeniedError) return error;
+  // a boundary between services (a namespace, a job another role owns): the grant is not what is missing
+  if (/may not (?:act on|change job) /.test(error.message)) {
+    return new PermissionDeniedError(role, 'client', `${error.message} (see docs/security.md, "Services in one database").`, { cause: error });
+  }
   // "permission denied for function acquire", "... for view job_status", "... for schema leasehold"
   const object = /permission denied for \w+ (?:leasehold\.)?"?([\w]+)"?/.exec(error.message)?.[1] ?? 'leasehold';
   const level = LEVEL_OF[object] ?? 'client';

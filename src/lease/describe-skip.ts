@@ -1,5 +1,6 @@
 // Words for a declined acquisition, and the client-side meaning of the protocol's SQLSTATEs.
 import { InvalidArgumentError } from '../errors.js';
+import { permissionDenied } from '../db/permissions.js';
 import type { NotAcquired } from './types.js';
 
 /** One readable line for a skip: who holds the lease, since when, until when. */
@@ -29,5 +30,7 @@ export function translateSqlError(error: unknown): unknown {
   if (code && code in SQL_ERRORS) {
     return new InvalidArgumentError(SQL_ERRORS[code] as string, (error as Error).message);
   }
+  // a missing grant, or a name outside the role's namespace: typed, naming the role
+  if (code === '42501') return permissionDenied(error, /role "([^"]+)"/.exec((error as Error).message)?.[1] ?? 'this role') ?? error;
   return error;
 }

@@ -8,7 +8,8 @@
 import { describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { installMutantFunction } from '../support/service-boundaries.js';
-import { installedDatabase, outcome, pool, ROLE, usePrivilegeFixture } from '../support/privileges.js';
+import { installedDatabase, leaseholdAs, outcome, pool, ROLE, usePrivilegeFixture } from '../support/privileges.js';
+import { PermissionDeniedError } from '../../src/errors.js';
 
 let url: string;
 let owner: pg.Pool;
@@ -47,6 +48,11 @@ describe('with namespaces: two services in one database', () => {
     for (const [name, sql] of acts('app1:report', 'app1:data')) expect(await outcome(app2, sql), `app2 ${name} on app1`).toBe('42501');
     const refused = await app2.query(`select * from leasehold.acquire('app1:report', '30 seconds', 'thief')`).catch((e: Error) => e);
     expect((refused as Error).message).toMatch(/may not act on "app1:report": it is bound to the namespace app2:/);
+    // the TypeScript client: a typed error that says so, not a raw 42501
+    const client = await leaseholdAs(db.url, ROLE.app2);
+    const typed = await client.acquire('app1:report', { ttl: '30s' }).catch((e: unknown) => e);
+    expect(typed).toBeInstanceOf(PermissionDeniedError);
+    expect((typed as Error).message).toMatch(/may not act on "app1:report".*Services in one database/);
     // app2's schedule with app1's handler name never reaches app1's workers
     await app2.query(`select * from leasehold.define_schedule(p_name => 'app2:evil', p_handler => 'export', p_by => 'app2', p_every => '1 second')`);
     const seen = await app1.query<{ name: string }>(`select name from leasehold.schedule_snapshot(array['export'])`);
