@@ -479,7 +479,7 @@ begin
   end if;
   -- only the job's own workers take its requests: the jobs of another role are not the caller's
   p_jobs := array(select j.name from leasehold.jobs j
-                   where j.name = any (p_jobs) and (j.owner_role is null or j.owner_role = session_user::text or leasehold.may_act_as(j.owner_role)));
+                   where j.name = any (p_jobs) and leasehold.may_act_as(j.owner_role));
   perform leasehold.pin_synchronous_commit();
   for v in
     select q.id, q.job, q.kind, q.slot, q.requested_by, j.overlap, j.ttl_ms
@@ -613,7 +613,7 @@ language sql stable as $$
    where j.revision > coalesce(p_after_revision, 0) and j.removed_at is null
      and ((j.source = 'data' and j.handler = any (p_handlers)) or j.paused_at is not null)
      and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
-     and (j.owner_role is null or j.owner_role = session_user::text or leasehold.may_act_as(j.owner_role))
+     and leasehold.may_act_as(j.owner_role)
    order by j.revision
    limit greatest(1, least(coalesce(p_limit, 1000), 10000));
 $$;
@@ -638,7 +638,7 @@ language sql stable as $$
     from leasehold.jobs j
    where j.revision > coalesce(p_after_revision, 0)
      and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
-     and (j.owner_role is null or j.owner_role = session_user::text or leasehold.may_act_as(j.owner_role))
+     and leasehold.may_act_as(j.owner_role)
    order by j.revision
    limit greatest(1, least(coalesce(p_limit, 1000), 10000));
 $$;

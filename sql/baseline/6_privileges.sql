@@ -54,8 +54,7 @@ comment on table leasehold.namespaces is
 create function leasehold.namespace_prefixes() returns text[]
 language sql stable as $$
   select case when not exists (select 1 from leasehold.namespaces) then null
-              when (select r.rolsuper or r.oid = n.nspowner from pg_roles r, pg_namespace n
-                     where r.rolname = session_user and n.nspname = 'leasehold') then null
+              when leasehold.acting_role() is null then null
               else (select array_agg(s.prefix order by s.prefix) from leasehold.namespaces s
                      where s.role = session_user::text
                         or (to_regrole(quote_ident(s.role)) is not null
@@ -111,8 +110,7 @@ declare
   v_owner text;
 begin
   select j.name, j.owner_role into v_job, v_owner
-    from leasehold.jobs j where j.name = any (p_names) and j.owner_role is not null and j.owner_role <> session_user::text
-     and not leasehold.may_act_as(j.owner_role)
+    from leasehold.jobs j where j.name = any (p_names) and not leasehold.may_act_as(j.owner_role)
    limit 1;
   if found then
     raise exception 'role "%" may not change job "%": it belongs to role "%"', session_user, v_job, v_owner

@@ -2630,7 +2630,7 @@ begin
   end if;
   -- only the job's own workers take its requests: the jobs of another role are not the caller's
   p_jobs := array(select j.name from leasehold.jobs j
-                   where j.name = any (p_jobs) and (j.owner_role is null or j.owner_role = session_user::text or leasehold.may_act_as(j.owner_role)));
+                   where j.name = any (p_jobs) and leasehold.may_act_as(j.owner_role));
   perform leasehold.pin_synchronous_commit();
   for v in
     select q.id, q.job, q.kind, q.slot, q.requested_by, j.overlap, j.ttl_ms
@@ -2764,7 +2764,7 @@ language sql stable as $$
    where j.revision > coalesce(p_after_revision, 0) and j.removed_at is null
      and ((j.source = 'data' and j.handler = any (p_handlers)) or j.paused_at is not null)
      and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
-     and (j.owner_role is null or j.owner_role = session_user::text or leasehold.may_act_as(j.owner_role))
+     and leasehold.may_act_as(j.owner_role)
    order by j.revision
    limit greatest(1, least(coalesce(p_limit, 1000), 10000));
 $$;
@@ -2789,7 +2789,7 @@ language sql stable as $$
     from leasehold.jobs j
    where j.revision > coalesce(p_after_revision, 0)
      and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
-     and (j.owner_role is null or j.owner_role = session_user::text or leasehold.may_act_as(j.owner_role))
+     and leasehold.may_act_as(j.owner_role)
    order by j.revision
    limit greatest(1, least(coalesce(p_limit, 1000), 10000));
 $$;
@@ -3247,8 +3247,7 @@ comment on table leasehold.namespaces is
 create function leasehold.namespace_prefixes() returns text[]
 language sql stable as $$
   select case when not exists (select 1 from leasehold.namespaces) then null
-              when (select r.rolsuper or r.oid = n.nspowner from pg_roles r, pg_namespace n
-                     where r.rolname = session_user and n.nspname = 'leasehold') then null
+              when leasehold.acting_role() is null then null
               else (select array_agg(s.prefix order by s.prefix) from leasehold.namespaces s
                      where s.role = session_user::text
                         or (to_regrole(quote_ident(s.role)) is not null
@@ -3304,8 +3303,7 @@ declare
   v_owner text;
 begin
   select j.name, j.owner_role into v_job, v_owner
-    from leasehold.jobs j where j.name = any (p_names) and j.owner_role is not null and j.owner_role <> session_user::text
-     and not leasehold.may_act_as(j.owner_role)
+    from leasehold.jobs j where j.name = any (p_names) and not leasehold.may_act_as(j.owner_role)
    limit 1;
   if found then
     raise exception 'role "%" may not change job "%": it belongs to role "%"', session_user, v_job, v_owner
@@ -3571,7 +3569,7 @@ insert into leasehold.access (object, level) values
   ('unhandled_schedules', 'reader'),
   ('worker_keys', 'reader');
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '35bc1506f130440066558f00fd3e0169d1f98d5e9998871609d6301c99b29c84');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '4b99476f309a80a563e56bae2a30d3d0ee57a6a957132626df05585af42c2ac7');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
