@@ -23,7 +23,9 @@ export {
   LeaseholdError,
   LeaseLostError,
   OutcomeUnknownError,
+  PermissionDeniedError,
   RunTimeoutError,
+  SchemaVersionError,
   ShutdownError,
   TransactionFailedError,
 } from './errors.js';

@@ -29,7 +29,7 @@ const ALLOWED: Record<string, string[]> = {
     'parseSchedule', 'slotsBetween', 'Schedule', 'ScheduleSpec',
     'LeaseholdEvents', 'LeaseInfo', 'SkipInfo', 'silentLogger', 'stderrLogger', 'Logger', 'LogLevel', 'JobLogger', 'JobLogFn', 'Duration',
     'LeaseholdError', 'InvalidArgumentError', 'LeaseLostError', 'DatabaseUnavailableError', 'OutcomeUnknownError', 'TransactionFailedError',
-    'RunTimeoutError', 'ShutdownError',
+    'RunTimeoutError', 'ShutdownError', 'PermissionDeniedError', 'SchemaVersionError',
   ],
   './errors': [
     'LeaseholdError', 'LeaseholdErrorCode', 'InvalidArgumentError', 'LeaseLostError', 'LeaseLostReason', 'SchemaVersionError', 'PermissionDeniedError',
