@@ -39,6 +39,21 @@ export function createOwnedPool(connectionString: string | undefined, settings: 
   return pool;
 }
 
+/**
+ * A dedicated direct session the library keeps open (liveness, its witness, the worker's
+ * LISTEN): TCP keepalive from 5 s, so a vanished server is noticed by the socket, not only by
+ * the next statement. The caller adds its 'error' and 'end' listeners before connecting.
+ */
+export function createDirectClient(connectionString: string | undefined, applicationName: string, connectTimeoutMs: number): pg.Client {
+  return new pg.Client({
+    connectionString,
+    application_name: applicationName,
+    connectionTimeoutMillis: connectTimeoutMs,
+    keepAlive: true,
+    keepAliveInitialDelayMillis: 5_000,
+  });
+}
+
 const CONNECTION_ERROR_CODES = new Set(['57P01', '57P02', '57P03', '08000', '08003', '08006', '08001', '08004']);
 
 /** True for errors that mean "the server is unreachable or the connection broke". */

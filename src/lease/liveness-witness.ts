@@ -9,7 +9,8 @@
 //
 // A dead client's sockets close, the witness's wait with them: takeover stays immediate. The wait
 // holds no granted lock, so liveness_locks() and worker_keys() do not list the witness.
-import pg from 'pg';
+import type pg from 'pg';
+import { createDirectClient } from '../db/connection.js';
 import { sendOpening } from '../db/role-timeout.js';
 import { endedByServer } from '../db/server-restart.js';
 
@@ -45,13 +46,7 @@ export class LivenessWitness {
 
   /** Connects and starts waiting for `key`; throws when the server cannot be reached. */
   static async start(settings: WitnessSettings, key: string): Promise<LivenessWitness> {
-    const client = new pg.Client({
-      connectionString: settings.connectionString,
-      application_name: `${settings.applicationName} liveness witness`,
-      connectionTimeoutMillis: settings.connectTimeoutMs,
-      keepAlive: true,
-      keepAliveInitialDelayMillis: 5_000,
-    });
+    const client = createDirectClient(settings.connectionString, `${settings.applicationName} liveness witness`, settings.connectTimeoutMs);
     const witness = new LivenessWitness(client);
     try {
       await client.connect();

@@ -7,7 +7,8 @@
 // It needs a direct connection (a transaction-mode pooler such as PgBouncer would hand the
 // lock's session to someone else), so it can be pointed at its own URL or turned off.
 import { performance } from 'node:perf_hooks';
-import pg from 'pg';
+import type pg from 'pg';
+import { createDirectClient } from '../db/connection.js';
 import { unavailable } from '../db/connect-failure.js';
 import { describeConnection, loginOf } from '../db/connection-url.js';
 import { sendOpening } from '../db/role-timeout.js';
@@ -80,13 +81,7 @@ export class LivenessSession {
 
   private async connect(): Promise<void> {
     const { settings } = this;
-    const client = new pg.Client({
-      connectionString: settings.connectionString,
-      application_name: `${settings.applicationName} liveness`,
-      connectionTimeoutMillis: settings.connectTimeoutMs,
-      keepAlive: true,
-      keepAliveInitialDelayMillis: 5_000,
-    });
+    const client = createDirectClient(settings.connectionString, `${settings.applicationName} liveness`, settings.connectTimeoutMs);
     this.listen(client);
     try {
       await client.connect();

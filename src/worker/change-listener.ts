@@ -10,8 +10,8 @@
 // start and every NOTIFIED_POLL_MS after. When it does not, or the connection fails, the worker
 // polls as before and tries again later, with backoff.
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
-import { timedQuery } from '../db/connection.js';
+import type pg from 'pg';
+import { createDirectClient, timedQuery } from '../db/connection.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import type { Logger } from '../observe/logger.js';
 
@@ -72,13 +72,7 @@ export class ChangeListener {
   /** Connects, LISTENs and proves delivery; on success checks again every NOTIFIED_POLL_MS. */
   private async listen(): Promise<void> {
     const { connectionString, connectTimeoutMs } = this.parts;
-    const client = new pg.Client({
-      connectionString,
-      application_name: 'leasehold notifications',
-      connectionTimeoutMillis: connectTimeoutMs,
-      keepAlive: true,
-      keepAliveInitialDelayMillis: 5_000,
-    });
+    const client = createDirectClient(connectionString, 'leasehold notifications', connectTimeoutMs);
     this.client = client;
     client.on('notification', (message) => this.received(message.payload ?? ''));
     client.on('error', (error) => this.failed(client, `the connection failed: ${error.message}`));
