@@ -7,6 +7,12 @@
 // failover, every session of the client terminated) the witness ends too, and the leases wait
 // for the next session's verdict (liveness.ts, reconfirm.ts).
 //
+// The grant proves that no instant passed with the key free only if the witness was already
+// waiting when the liveness session ended. A witness that connects after the lock has gone (its
+// session ended unnoticed, every session terminated at once) is granted the free key at once:
+// so a witness counts only once the liveness session has seen it waiting in pg_locks
+// (confirmWaiting), and a grant before that loses the leases instead of carrying them on.
+//
 // A dead client's sockets close, the witness's wait with them: takeover stays immediate. The wait
 // holds no granted lock, so liveness_locks() and worker_keys() do not list the witness.
 import type pg from 'pg';
@@ -33,8 +39,15 @@ export class LivenessWitness {
   private settle!: (outcome: WitnessOutcome) => void;
   private noticed = false;
   private settled = false;
+  /** Seen waiting for the key by the liveness session: from then on a grant leaves no gap. */
+  private waitingSeen = false;
+  private holds = false;
 
-  private constructor(private readonly client: pg.Client) {
+  private constructor(
+    private readonly client: pg.Client,
+    /** The witness's backend, to find its wait in pg_locks. */
+    private pid = 0,
+  ) {
     this.outcome = new Promise((resolve) => (this.settle = resolve));
     const ended = (error: Error) => this.finish({ kind: 'ended', error, byServer: this.noticed || endedByServer(error) });
     client.on('error', ended);
@@ -59,6 +72,8 @@ export class LivenessWitness {
                 set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', '10000', false)`,
         settings.queryTimeoutMs,
       );
+      const { rows } = await client.query<{ pid: number }>('select pg_backend_pid() as pid');
+      witness.pid = rows[0]?.pid ?? 0;
     } catch (error) {
       witness.settled = true;
       client.removeAllListeners('end');
@@ -66,10 +81,45 @@ export class LivenessWitness {
       throw error;
     }
     client.query('select pg_advisory_lock($1::bigint)', [key]).then(
-      () => witness.finish({ kind: 'granted', client }),
+      () => {
+        witness.holds = true;
+        witness.finish({ kind: 'granted', client });
+      },
       (error: unknown) => witness.finish({ kind: 'ended', error: error instanceof Error ? error : new Error(String(error)), byServer: witness.noticed || endedByServer(error) }),
     );
     return witness;
+  }
+
+  /** The witness holds the key (granted), whether or not that proves anything. */
+  get granted(): boolean {
+    return this.holds;
+  }
+
+  /** Whether a grant now would prove an unbroken hold: the liveness session saw this witness waiting. */
+  get confirmed(): boolean {
+    return this.waitingSeen;
+  }
+
+  /**
+   * Asks, on the liveness session `owner` (which holds the key), until the witness's wait shows in
+   * pg_locks; resolves whether it did within `timeoutMs`. A waiting lock request leaves the queue
+   * only by being granted or by its session ending, so once seen, a grant is a hand-over.
+   */
+  async confirmWaiting(owner: pg.Client, key: string, timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    while (!this.settled) {
+      const { rows } = await owner.query<{ waiting: boolean }>({
+        text: `select exists (select 1 from pg_locks k
+                               where k.locktype = 'advisory' and k.objsubid = 1 and not k.granted and k.pid = $1
+                                 and ((k.classid::bigint << 32) | k.objid::bigint) = $2::bigint) as waiting`,
+        values: [this.pid, key],
+        query_timeout: timeoutMs,
+      } as pg.QueryConfig);
+      if (rows[0]?.waiting === true) return (this.waitingSeen = true);
+      if (Date.now() >= deadline) return false;
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+    return false;
   }
 
   private finish(outcome: WitnessOutcome): void {

@@ -167,9 +167,18 @@ export class LivenessSession {
     LivenessWitness.start(
       { connectionString: settings.connectionString, applicationName: settings.applicationName, connectTimeoutMs: settings.connectTimeoutMs, queryTimeoutMs: settings.queryTimeoutMs },
       key,
-    ).then(
-      (witness) => {
-        if (this.state.kind !== 'ready' || this.state.client !== owner) return void witness.close();
+    )
+      .then(async (witness) => {
+        // counted only once this session has seen it waiting (liveness-witness.ts)
+        const seen = still() && (await witness.confirmWaiting(owner, key, settings.queryTimeoutMs).catch(() => false));
+        if (!seen || this.state.kind !== 'ready' || this.state.client !== owner) {
+          // granted without being seen waiting: the key was free, so the session's lock is gone
+          // (ended unnoticed) and anyone may have taken its leases: lost, then the key let go
+          if (witness.granted && still()) this.drop(owner, new Error('the liveness lock was found free'));
+          void witness.close();
+          if (still()) retry();
+          return;
+        }
         this.state.witness = witness;
         void witness.outcome.then((outcome) => {
           if (this.state.kind !== 'ready' || this.state.client !== owner || this.state.witness !== witness) return;
@@ -188,12 +197,11 @@ export class LivenessSession {
             retry();
           }
         });
-      },
-      (error: unknown) => {
+      })
+      .catch((error: unknown) => {
         settings.logger.debug({ event: 'liveness:witness-retry', err: String(error) }, 'liveness witness could not connect');
         retry();
-      },
-    );
+      });
   }
 
   /** The witness holds `key` now: it is the liveness session, under the same key; no lease is touched. */
