@@ -72,9 +72,14 @@ $$;
 create function leasehold.check_namespace(p_names text[]) returns void
 language plpgsql stable as $$
 declare
-  v_prefixes text[] := leasehold.namespace_prefixes();
+  v_prefixes text[];
   v_outside text;
 begin
+  -- no namespace at all (most installations): one probe with a cached plan, on every acquire
+  if not exists (select 1 from leasehold.namespaces) then
+    return;
+  end if;
+  v_prefixes := leasehold.namespace_prefixes();
   if v_prefixes is null then
     return;
   end if;
@@ -346,6 +351,7 @@ insert into leasehold.access (object, level) values
   ('worker_key_tag', 'owner'),
   ('actions', 'reader'),
   ('breaking_since', 'reader'),
+  ('bad_characters', 'owner'),
   ('check_characters', 'owner'),
   ('check_holder', 'owner'),
   ('check_name', 'owner'),

@@ -115,11 +115,18 @@ create table leasehold.skips (
 );
 create index skips_recorded_brin on leasehold.skips using brin (recorded_at) WITH (pages_per_range='32');
 
--- check_characters: describes the first character a name or holder must not contain, or null.
--- Refused: C0/C1 controls and line separators, bidirectional controls (they reorder what a
--- terminal or page shows: 'invoice\u202Egnp.exe' renders as 'invoiceexe.png') and invisible
--- format characters (zero-width space, joiners, BOM, fillers, tags: 'pay\u200Bments' would look
--- like 'payments'). Positions count code points from 0, as the TypeScript client does.
+-- bad_characters: the characters a name, holder or operator's text must not contain, as one
+-- regular-expression class: C0/C1 controls and line separators, bidirectional controls (they
+-- reorder what a terminal or page shows: 'invoice\u202Egnp.exe' renders as 'invoiceexe.png')
+-- and invisible format characters (zero-width space, joiners, BOM, fillers, tags:
+-- 'pay\u200Bments' would look like 'payments'). Immutable, so callers get it as a constant.
+create function leasehold.bad_characters() returns text
+language sql immutable as $$
+  select '[\u0001-\u001f\u007f-\u009f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f]'::text;
+$$;
+
+-- check_characters: describes the first bad character of p_text, or null. Positions count code
+-- points from 0, as the TypeScript client does.
 create function leasehold.check_characters(p_text text) returns text
 language sql immutable strict as $$
   select format('U+%s, %s, at position %s',
@@ -130,18 +137,15 @@ language sql immutable strict as $$
                   else 'an invisible character'
                 end,
                 strpos(p_text, m.c) - 1)
-    from (select substring(p_text from
-            '[\u0001-\u001f\u007f-\u009f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f]'
-          ) as c) m
+    from (select substring(p_text from leasehold.bad_characters()) as c) m
    where m.c is not null;
 $$;
 
 -- Argument checks shared by every entry point, so psql, Python and TypeScript callers get
--- the same answer with the same SQLSTATE.
+-- the same answer with the same SQLSTATE. The hot path tests the pattern in plpgsql (a cached
+-- expression); check_characters, planned per call, only describes a refusal.
 create function leasehold.check_name(p_name text) returns void
 language plpgsql immutable as $$
-declare
-  v_bad text := leasehold.check_characters(p_name);
 begin
   if p_name is null or char_length(p_name) = 0 then
     raise exception 'lease name must not be empty'
@@ -151,23 +155,21 @@ begin
     raise exception 'lease name must be 1-200 characters (got %)', char_length(p_name)
       using errcode = 'LH001', hint = 'Use a shorter name.';
   end if;
-  if v_bad is not null then
-    raise exception 'lease name must not contain control, bidirectional or invisible characters (found %)', v_bad
+  if p_name ~ leasehold.bad_characters() then
+    raise exception 'lease name must not contain control, bidirectional or invisible characters (found %)', leasehold.check_characters(p_name)
       using errcode = 'LH001', hint = 'Remove the character: names are shown to operators and must read as they are.';
   end if;
 end $$;
 
 create function leasehold.check_holder(p_holder text) returns void
 language plpgsql immutable as $$
-declare
-  v_bad text := leasehold.check_characters(p_holder);
 begin
   if p_holder is null or char_length(p_holder) = 0 or char_length(p_holder) > 200 then
     raise exception 'holder must be 1-200 characters (got %)', coalesce(char_length(p_holder), 0)
       using errcode = 'LH004', hint = 'Use something like host:pid.';
   end if;
-  if v_bad is not null then
-    raise exception 'holder must not contain control, bidirectional or invisible characters (found %)', v_bad
+  if p_holder ~ leasehold.bad_characters() then
+    raise exception 'holder must not contain control, bidirectional or invisible characters (found %)', leasehold.check_characters(p_holder)
       using errcode = 'LH004', hint = 'Use something like host:pid.';
   end if;
 end $$;
@@ -309,14 +311,15 @@ language sql volatile as $$
 $$;
 
 create function leasehold.holder_gone(p_key bigint) returns boolean
-language sql volatile as $$
-  select case
-    when p_key is null then false
-    when pg_try_advisory_xact_lock_shared(p_key) then not exists (
-      select 1 from leasehold.liveness_locks() k where k.pid = pg_backend_pid() and k.key = p_key)
-    else false
-  end;
-$$;
+language plpgsql volatile as $$
+begin
+  -- plpgsql, not sql: its plans are cached for the session (a sql body with a subquery is
+  -- planned again in every transaction that calls it, on every declined acquire)
+  if p_key is null or not pg_try_advisory_xact_lock_shared(p_key) then
+    return false;
+  end if;
+  return not exists (select 1 from leasehold.liveness_locks() k where k.pid = pg_backend_pid() and k.key = p_key);
+end $$;
 
 -- The tag of worker liveness keys (bits 47-62); 'LH'. Private: the two functions below use it.
 create function leasehold.worker_key_tag() returns bigint
@@ -341,11 +344,15 @@ language sql volatile as $$
 $$;
 
 -- fences_after: the one rule for every new fence (next_fence, fence_after, every claim).
+-- (plpgsql: a sql body with a FROM is planned again in every transaction, every grant)
 create function leasehold.fences_after(p_old bigint[], p_epoch integer) returns bigint[]
-language sql volatile as $$
-  select coalesce(array_agg(greatest(coalesce(o.old, 0) + 1, b.base) order by o.n), '{}')
-    from (select leasehold.fork_base(p_epoch) as base) b, unnest(p_old) with ordinality as o(old, n);
-$$;
+language plpgsql volatile as $$
+declare
+  v_base bigint := leasehold.fork_base(p_epoch);
+begin
+  return (select coalesce(array_agg(greatest(coalesce(o.old, 0) + 1, v_base) order by o.n), '{}')
+            from unnest(p_old) with ordinality as o(old, n));
+end $$;
 
 -- is_free: the one rule for "anyone may take this lease now".
 --   * never held or released;
@@ -358,9 +365,8 @@ create function leasehold.is_free(l leasehold.leases) returns boolean
 language sql volatile as $$
   select case
     when l.token is null then true
-    when l.epoch is not distinct from leasehold.epoch() and l.expires_at <= now() then true
-    when l.epoch is distinct from leasehold.epoch()
-         and l.expires_at + coalesce(l.ttl, interval '0') <= now() then true
+    when case when l.epoch is not distinct from leasehold.epoch() then l.expires_at <= now()
+              else l.expires_at + coalesce(l.ttl, interval '0') <= now() end then true
     when l.holder_incarnation is not distinct from leasehold.server_incarnation() then leasehold.holder_gone(l.holder_key)
     else false
   end;
@@ -371,10 +377,12 @@ $$;
 -- synchronous standby has it. Transaction-local, so it still holds at COMMIT (a function's
 -- SET clause would be reverted on return, before the commit).
 create function leasehold.pin_synchronous_commit() returns void
-language sql volatile as $$
-  select set_config('synchronous_commit', 'on', true)
-   where current_setting('synchronous_commit') not in ('on', 'remote_write', 'remote_apply');
-$$;
+language plpgsql volatile as $$
+begin
+  if current_setting('synchronous_commit') not in ('on', 'remote_write', 'remote_apply') then
+    perform set_config('synchronous_commit', 'on', true);
+  end if;
+end $$;
 
 -- register_liveness: run once on the holder's dedicated session. Takes a session-level
 -- advisory lock on a fresh random key and returns it; pass the key to acquire. When the
@@ -410,11 +418,13 @@ end $$;
 -- Why this shape (measured, see docs/design.md): the losing path must write nothing. A
 -- SELECT ... FOR UPDATE whose WHERE is false locks nothing, takes no transaction id and
 -- writes no WAL; INSERT ... ON CONFLICT DO UPDATE would lock the row on every losing call.
--- SKIP LOCKED makes racing acquirers lose at once instead of queueing, and makes a lease
--- whose holder is inside a fenced transaction (FOR KEY SHARE) report 'holder-committing'.
+-- A row locked by someone else is first skipped (SKIP LOCKED). When it is free by the rules
+-- but locked, the caller waits up to 50 ms for the locker (a concurrent acquirer, or an expired
+-- holder's fenced transaction, FOR KEY SHARE) and decides on what it left: held (the answer
+-- names the winner, since when), or free (the caller takes it). Still locked after that:
+-- 'holder-committing' or 'being-acquired'. The wait takes no row lock unless it wins.
 -- A winner that takes over a lease with a scheduled run in flight on it records that run as
--- lost, as a claim does. A loser that finds the row locked by a concurrent winner waits up to
--- 50 ms for its commit, so that it can name the winner (who holds the lease, since when).
+-- lost, as a claim does.
 create function leasehold.acquire(
   p_name       text,
   p_ttl        interval,
@@ -446,6 +456,10 @@ declare
   previous_run_slot timestamptz;
   previous_run_fence bigint;
   key_share_free boolean;
+  acquiring boolean;
+  -- the class of the acquirers' advisory locks ('LH'); the lock's second half is hashtext(name)
+  acquirers constant integer := 19528;
+  saved_lock_timeout text := current_setting('lock_timeout');
   why text;
 begin
   perform leasehold.check_namespace(array[p_name]);
@@ -488,14 +502,56 @@ begin
     end if;
   end if;
 
-  select l.name, l.token, l.run_slot, l.run_fence into candidate, previous_token, previous_run_slot, previous_run_fence
-    from leasehold.leases l
-   where l.name = p_name
-     and leasehold.is_free(l)
-     and (p_slot is null or ((l.last_slot is null or p_slot > l.last_slot) and p_slot <= now()))
-     for update skip locked;
+  -- One acquirer at a time per name says so with a transaction-level advisory lock (the two-int
+  -- form, apart from liveness keys). The others wait up to 50 ms for its commit on that lock,
+  -- which takes no transaction id and writes nothing (a wait on the row would lock it), and then
+  -- name the winner; a winner slower than that leaves them 'being-acquired'.
+  acquiring := pg_try_advisory_xact_lock(acquirers, hashtext(p_name));
+  if not acquiring then
+    begin
+      perform set_config('lock_timeout', '50ms', true);
+      perform pg_advisory_lock_shared(acquirers, hashtext(p_name));
+      perform pg_advisory_unlock_shared(acquirers, hashtext(p_name));
+      perform set_config('lock_timeout', saved_lock_timeout, true);
+      -- it rolled back, or released already: try once more
+      acquiring := pg_try_advisory_xact_lock(acquirers, hashtext(p_name));
+    exception when lock_not_available then
+      null;
+    end;
+  end if;
 
-  if found then
+  if acquiring then
+    -- The lock that decides is the row's: free by the rules and not locked (a holder's fenced
+    -- transaction holds FOR KEY SHARE, a claim, renewal or release FOR UPDATE).
+    select l.name, l.token, l.run_slot, l.run_fence into candidate, previous_token, previous_run_slot, previous_run_fence
+      from leasehold.leases l
+     where l.name = p_name
+       and leasehold.is_free(l)
+       and (p_slot is null or ((l.last_slot is null or p_slot > l.last_slot) and p_slot <= now()))
+       for update skip locked;
+    if not found and not exists (select 1 from leasehold.leases l where l.name = p_name) then
+      if p_slot is not null and p_slot > now() then
+        return query select false, null::uuid, 0::bigint, null::timestamptz, null::text,
+                            null::timestamptz, null::timestamptz, 'slot-not-due'::text, now(), false;
+        return;
+      end if;
+      -- First use of this name. A creator that does not hold the advisory lock (an older client)
+      -- is resolved by the primary key: one inserts, the other reports it below.
+      insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at,
+                                        last_slot, ttl, epoch, holder_incarnation)
+      values (p_name, coalesce(p_token, gen_random_uuid()), leasehold.next_fence(0), p_holder, p_holder_key,
+              now(), now() + p_ttl, p_slot, p_ttl, leasehold.epoch(), leasehold.liveness_incarnation(p_holder_key))
+      on conflict (name) do nothing
+      returning l.* into r;
+      if found then
+        return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
+                            r.last_slot, 'acquired'::text, now(), false;
+        return;
+      end if;
+    end if;
+  end if;
+
+  if candidate is not null then
     if previous_run_slot is not null then
       perform leasehold.end_runs(array[p_name], null, array[previous_run_fence], array['lost'],
                                  array['lease taken over by ' || p_holder], null);
@@ -514,51 +570,14 @@ begin
     return;
   end if;
 
+  -- Lost. Free by the rules, yet locked, while this call held the acquirers' lock: find out by
+  -- whom. A fenced transaction holds FOR KEY SHARE, which a KEY SHARE probe passes; a claim,
+  -- renewal or release holds FOR UPDATE, which it does not. (A rare path: the probe locks.)
   select * into r from leasehold.leases l where l.name = p_name;
-  if not found then
-    if p_slot is not null and p_slot > now() then
-      return query select false, null::uuid, 0::bigint, null::timestamptz, null::text,
-                          null::timestamptz, null::timestamptz, 'slot-not-due'::text, now(), false;
-      return;
-    end if;
-    -- First use of this name. Concurrent creators are resolved by the primary key: one
-    -- inserts, the others do nothing and report the winner below.
-    insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at,
-                                      last_slot, ttl, epoch, holder_incarnation)
-    values (p_name, coalesce(p_token, gen_random_uuid()), leasehold.next_fence(0), p_holder, p_holder_key,
-            now(), now() + p_ttl, p_slot, p_ttl, leasehold.epoch(), leasehold.liveness_incarnation(p_holder_key))
-    on conflict (name) do nothing
-    returning l.* into r;
-    if found then
-      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
-                          r.last_slot, 'acquired'::text, now(), false;
-      return;
-    end if;
-  end if;
-
-  -- Lost. When the row is free by the rules but was locked, find out by whom before
-  -- reading it: a fenced transaction holds FOR KEY SHARE (which a KEY SHARE probe passes),
-  -- a concurrent acquirer holds FOR UPDATE (which it does not). Read the row after the
-  -- probe, so an acquirer that committed meanwhile is reported as the holder.
-  select * into r from leasehold.leases l where l.name = p_name;
-  if leasehold.is_free(r) and (p_slot is null or r.last_slot is null or p_slot > r.last_slot) then
+  if acquiring and found and leasehold.is_free(r) and (p_slot is null or r.last_slot is null or p_slot > r.last_slot) then
     perform 1 from leasehold.leases l where l.name = p_name for key share skip locked;
     key_share_free := found;
     select * into r from leasehold.leases l where l.name = p_name;
-  end if;
-
-  -- Locked by another acquirer taking it right now: wait a few milliseconds for its commit, so
-  -- that the one that skips learns who holds the lease and since when. A winner slower than
-  -- that (or one that rolls back) leaves it 'being-acquired', naming nobody: the row would
-  -- still name the previous holder.
-  if key_share_free is false then
-    begin
-      perform set_config('lock_timeout', '50ms', true);
-      perform 1 from leasehold.leases l where l.name = p_name for key share;
-      select * into r from leasehold.leases l where l.name = p_name;
-    exception when lock_not_available then
-      null;
-    end;
   end if;
 
   -- Our own first attempt may have committed since the token check at the top: adopt it.
@@ -576,14 +595,14 @@ begin
       when p_slot is not null and p_slot > now() then 'slot-not-due'
       when p_slot is not null and r.last_slot is not null and p_slot <= r.last_slot then 'slot-taken'
       when not leasehold.is_free(r) then 'held'
-      -- free by the rules but locked by another acquirer taking it right now: the row
-      -- still names the previous holder, which must not be reported
-      when key_share_free is false then 'being-acquired'
       -- locked by its holder's fenced transaction, which is committing
-      else 'holder-committing'
+      when key_share_free then 'holder-committing'
+      -- free by the rules but being taken right now by another acquirer (or a claim): the row
+      -- still names the previous holder, which must not be reported
+      else 'being-acquired'
     end;
   if why = 'being-acquired' then
-    return query select false, null::uuid, r.fence, null::timestamptz, null::text, null::timestamptz,
+    return query select false, null::uuid, coalesce(r.fence, 0), null::timestamptz, null::text, null::timestamptz,
                         r.last_slot, why, now(), false;
   else
     return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at,
@@ -760,12 +779,22 @@ begin
 end $$;
 
 create function leasehold.release(p_name text, p_token uuid) returns boolean
-language sql volatile
+language plpgsql volatile
 set lock_timeout = '2s'
 as $$
-  select leasehold.pin_synchronous_commit();
-  select exists (select 1 from leasehold.release_matching(array[p_name], array[p_token]));
-$$;
+begin
+  perform leasehold.pin_synchronous_commit();
+  -- A lease with no scheduled run in flight (acquire()'s, an exec guard's): one update, without
+  -- end_runs' batch statement (planned per call) and its history triggers (which fire per
+  -- statement even when it records nothing). The columns are those end_runs clears.
+  update leasehold.leases l
+     set token = null, expires_at = null, holder_key = null, released_at = now()
+   where l.name = p_name and l.token = p_token and l.run_slot is null;
+  if found then
+    return true;
+  end if;
+  return exists (select 1 from leasehold.release_matching(array[p_name], array[p_token]));
+end $$;
 
 -- release_matching: the one rule by which a lease is released: only for its current token.
 -- A late release from an old holder matches nothing and changes nothing. Returns the names
@@ -3265,9 +3294,14 @@ $$;
 create function leasehold.check_namespace(p_names text[]) returns void
 language plpgsql stable as $$
 declare
-  v_prefixes text[] := leasehold.namespace_prefixes();
+  v_prefixes text[];
   v_outside text;
 begin
+  -- no namespace at all (most installations): one probe with a cached plan, on every acquire
+  if not exists (select 1 from leasehold.namespaces) then
+    return;
+  end if;
+  v_prefixes := leasehold.namespace_prefixes();
   if v_prefixes is null then
     return;
   end if;
@@ -3539,6 +3573,7 @@ insert into leasehold.access (object, level) values
   ('worker_key_tag', 'owner'),
   ('actions', 'reader'),
   ('breaking_since', 'reader'),
+  ('bad_characters', 'owner'),
   ('check_characters', 'owner'),
   ('check_holder', 'owner'),
   ('check_name', 'owner'),
@@ -3569,7 +3604,7 @@ insert into leasehold.access (object, level) values
   ('unhandled_schedules', 'reader'),
   ('worker_keys', 'reader');
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '4b99476f309a80a563e56bae2a30d3d0ee57a6a957132626df05585af42c2ac7');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '6a39954a8869d02a3dcb56f76c8c158ff3ebb75d8c51046e0ee972d762cb930d');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

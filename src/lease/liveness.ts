@@ -170,7 +170,13 @@ export class LivenessSession {
     )
       .then(async (witness) => {
         // counted only once this session has seen it waiting (liveness-witness.ts)
-        const seen = still() && (await witness.confirmWaiting(owner, key, settings.queryTimeoutMs).catch(() => false));
+        const seen =
+          still() &&
+          (await witness.confirmWaiting(owner, key, settings.queryTimeoutMs).catch((error: unknown) => {
+            // the server's 57P01 went to this query; the session's own end then says only "terminated"
+            if (endedByServer(error)) this.noticed.add(owner);
+            return false;
+          }));
         if (!seen || this.state.kind !== 'ready' || this.state.client !== owner) {
           // granted without being seen waiting: the key was free, so the session's lock is gone
           // (ended unnoticed) and anyone may have taken its leases: lost, then the key let go
@@ -212,7 +218,9 @@ export class LivenessSession {
     this.listen(client);
     this.becomeReady(client, key, incarnation);
     // named as the liveness session it now is (pg_stat_activity, the dashboard's connections)
-    client.query("select set_config('application_name', $1, false)", [`${this.settings.applicationName} liveness`]).catch(() => undefined);
+    client.query("select set_config('application_name', $1, false)", [`${this.settings.applicationName} liveness`]).catch((error: unknown) => {
+      if (endedByServer(error)) this.noticed.add(client);
+    });
     this.settings.logger.info({ event: 'liveness:handover' }, 'leasehold liveness session ended by the server; its witness holds the lock now (no lease lost)');
   }
 
@@ -268,6 +276,7 @@ export class LivenessSession {
     (client as unknown as { connection?: { stream?: { destroy(): void } } }).connection?.stream?.destroy();
     client.end().catch(() => undefined);
     const byServer = endedByServer(error) || this.noticed.has(client);
+    this.settings.logger.debug({ event: 'liveness:dropped', err: String(error), byServer, witness: witness !== undefined }, 'liveness session dropped');
     if (byServer && witness) {
       // the server ended it: the lock passed to the witness, or the witness was ended too
       this.state = { kind: 'handing-over' };

@@ -9,7 +9,7 @@ export const MAX_HOLDER_LENGTH = 200;
 
 // Characters that hide or disguise text in logs, terminals and pages: C0/C1 controls and line
 // separators, bidirectional controls, and invisible format characters (zero-width space and
-// joiners, BOM, fillers, tags). Keep in step with leasehold.check_characters in sql/baseline/1_leases.sql.
+// joiners, BOM, fillers, tags). Keep in step with leasehold.bad_characters in sql/baseline/1_leases.sql.
 const UNSAFE =
   /[\u0000-\u001f\u007f-\u009f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\u{e0000}-\u{e007f}]/u;
 const BIDI = /[\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/u;
