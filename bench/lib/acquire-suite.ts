@@ -40,11 +40,15 @@ interface Contender {
 
 async function contender<C extends ClaimConnection>(pattern: ClaimPattern<C>, open: (label: string) => Promise<C>): Promise<Contender> {
   const admin = await open(`bench-admin-${pattern.id}`);
+  const walPosition =
+    admin instanceof Session
+      ? async () => Number((await admin.query<{ b: string }>("select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::text as b"))[0]?.b)
+      : undefined;
   return {
     info: patternInfo(pattern),
     table: pattern.table,
     reset: () => pattern.prepare(admin, CONTESTED_NAME),
-    cell: (clients, seconds, round) => runContestedCell({ pattern, open, name: CONTESTED_NAME, clients, seconds, round }),
+    cell: (clients, seconds, round) => runContestedCell({ pattern, open, name: CONTESTED_NAME, clients, seconds, round, walPosition }),
     close: () => admin.close(),
   };
 }

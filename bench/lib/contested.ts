@@ -29,6 +29,8 @@ export interface CellResult {
   releaseMismatches: number;
   /** CPU time of the server processes of the cell's connections, from /proc (null: not readable, or Redis). */
   serverCpuMs: number | null;
+  /** WAL the server wrote during the cell, grants and releases included (null: Redis). */
+  walBytes: number | null;
 }
 
 // The CPU time (user + system) of local processes, in ms; null when one cannot be read (a
@@ -78,6 +80,8 @@ export async function runContestedCell<C extends ClaimConnection>(options: {
   clients: number;
   seconds: number;
   round: number;
+  /** The server's WAL position in bytes (PostgreSQL patterns): the cell's WAL is the difference. */
+  walPosition?: (() => Promise<number>) | undefined;
 }): Promise<CellRun> {
   const { pattern, name, clients } = options;
   const sessions = await openConnections(clients, (index) => options.open(`bench-${pattern.id}-${index}`));
@@ -91,6 +95,7 @@ export async function runContestedCell<C extends ClaimConnection>(options: {
     let releaseMismatches = 0;
 
     const pids = sessions.flatMap((session) => (session.serverPid === undefined ? [] : [session.serverPid]));
+    const walBefore = await options.walPosition?.();
     const cpuBefore = cpuMs(pids);
     const started = performance.now();
     const deadline = started + options.seconds * 1000;
@@ -120,6 +125,7 @@ export async function runContestedCell<C extends ClaimConnection>(options: {
     );
     const elapsedSeconds = (performance.now() - started) / 1000;
     const cpuAfter = cpuMs(pids);
+    const walAfter = await options.walPosition?.();
 
     const sorted = sortedCopy(latencies);
     return {
@@ -142,6 +148,7 @@ export async function runContestedCell<C extends ClaimConnection>(options: {
         reasons,
         releaseMismatches,
         serverCpuMs: cpuBefore === null || cpuAfter === null ? null : cpuAfter - cpuBefore,
+        walBytes: walBefore === undefined || walAfter === undefined ? null : walAfter - walBefore,
       },
     };
   } finally {
@@ -168,6 +175,8 @@ export interface PatternSummary {
   releaseMismatches: number;
   /** Server CPU µs per decision (the connections' backends, from /proc), or null when not measured. */
   serverCpuUsPerDecision: number | null;
+  /** WAL bytes per decision, winners' grants and releases included (null: Redis). */
+  walBytesPerDecision: number | null;
 }
 
 export interface PatternComparison {
@@ -228,6 +237,7 @@ function summarize(runs: readonly CellRun[]): PatternSummary {
     serverCpuUsPerDecision: runs.some((run) => run.result.serverCpuMs === null)
       ? null
       : round((sum((r) => r.serverCpuMs ?? 0) * 1000) / decisions, 1),
+    walBytesPerDecision: runs.some((run) => run.result.walBytes === null) ? null : round(sum((r) => r.walBytes ?? 0) / decisions, 1),
   };
 }
 

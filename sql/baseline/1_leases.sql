@@ -474,23 +474,20 @@ begin
     end if;
   end if;
 
-  -- One acquirer at a time per name says so with a transaction-level advisory lock (the two-int
-  -- form, apart from liveness keys). The others wait up to 50 ms for its commit on that lock,
-  -- which takes no transaction id and writes nothing (a wait on the row would lock it), and then
-  -- name the winner; a winner slower than that leaves them 'being-acquired'.
-  acquiring := pg_try_advisory_xact_lock(acquirers, hashtext(p_name));
-  if not acquiring then
-    begin
-      perform set_config('lock_timeout', '50ms', true);
-      perform pg_advisory_lock_shared(acquirers, hashtext(p_name));
-      perform pg_advisory_unlock_shared(acquirers, hashtext(p_name));
-      perform set_config('lock_timeout', saved_lock_timeout, true);
-      -- it rolled back, or released already: try once more
-      acquiring := pg_try_advisory_xact_lock(acquirers, hashtext(p_name));
-    exception when lock_not_available then
-      null;
-    end;
-  end if;
+  -- The acquirers of one name take turns on a transaction-level advisory lock (the two-int form,
+  -- apart from liveness keys), waiting at most 50 ms. The wait takes no transaction id and writes
+  -- nothing (a wait on the row would lock the winner's new version); a turn that comes after a
+  -- winner committed finds the row held and names it. A winner slower than that leaves the
+  -- others 'being-acquired'. (A try-lock with a shared-lock wait starves: the waiters' brief
+  -- shared holds keep every next try failing.)
+  begin
+    perform set_config('lock_timeout', '50ms', true);
+    perform pg_advisory_xact_lock(acquirers, hashtext(p_name));
+    perform set_config('lock_timeout', saved_lock_timeout, true);
+    acquiring := true;
+  exception when lock_not_available then
+    acquiring := false;
+  end;
 
   if acquiring then
     -- The lock that decides is the row's: free by the rules and not locked (a holder's fenced
