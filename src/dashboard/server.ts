@@ -12,8 +12,9 @@
 //   GET /healthz                   200 when the database answers, 503 otherwise
 //   /api/session, /login, /logout, POST /api/actions/NAME   people and their acts (action-routes.ts)
 //
-// Only GET and HEAD, but for the acts of the `actions` option. /api/* answers only requests carrying the page's header (see guard.ts);
-// bad parameters are 400 with a plain message; database work is capped (Limiter, 503 beyond).
+// Only GET and HEAD, but for the acts of the `actions` option. /api/* answers only requests
+// carrying the page's header (see guard.ts); bad parameters are 400 with a plain message;
+// database work is capped (Limiter, 503 beyond).
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pg from 'pg';
