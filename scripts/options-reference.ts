@@ -6,7 +6,7 @@
 import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import ts from 'typescript';
-import { DASHBOARD_DEFAULTS } from '../src/dashboard/defaults.js';
+import { DASHBOARD_ACTION_DEFAULTS, DASHBOARD_DEFAULTS } from '../src/dashboard/defaults.js';
 import { CONTROL_DEFAULTS } from '../src/control/defaults.js';
 import { ACQUIRE_DEFAULTS, BACKFILL_DEFAULTS, LEASEHOLD_DEFAULTS, REQUEST_WAIT_DEFAULTS, TRANSACTION_DEFAULTS } from '../src/lease/defaults.js';
 import { READ_DEFAULTS } from '../src/monitor/defaults.js';
@@ -87,6 +87,13 @@ export const SECTIONS: readonly Section[] = [
   { heading: 'leasehold.control.backfill(job, options)', type: 'BackfillOptions', settings: BACKFILL_DEFAULTS },
   { heading: 'leasehold.control.waitForRequest(id, options)', type: 'WaitForRequestOptions', settings: REQUEST_WAIT_DEFAULTS },
   { heading: 'startDashboard(options)', type: 'DashboardOptions', settings: DASHBOARD_DEFAULTS },
+  {
+    heading: 'startDashboard actions',
+    type: 'DashboardActionsOptions',
+    settings: { sessionTtl: DASHBOARD_ACTION_DEFAULTS.sessionTtl, secureCookie: DASHBOARD_ACTION_DEFAULTS.secureCookie },
+    intro: 'the `actions` of `startDashboard()`: who may act on jobs from the page ([dashboard.md](dashboard.md#actions)).',
+  },
+  { heading: 'startDashboard actions.proxy', type: 'DashboardProxyOptions', settings: { userHeader: DASHBOARD_ACTION_DEFAULTS.userHeader } },
   {
     heading: 'Read models',
     type: 'ReadOptions',

@@ -2,7 +2,7 @@
 // and bounds from here (commander shows the defaults in --help), and reuse the library's tables
 // where a flag sets a library option (src/lease/defaults.ts, src/worker/defaults.ts,
 // src/dashboard/defaults.ts), so a default is written once.
-import { DASHBOARD_DEFAULTS } from '../dashboard/defaults.js';
+import { DASHBOARD_ACTION_DEFAULTS, DASHBOARD_DEFAULTS } from '../dashboard/defaults.js';
 import { ACQUIRE_DEFAULTS } from '../lease/defaults.js';
 import { formatDuration } from '../validate/duration.js';
 import type { DurationSetting, IntegerSetting } from '../validate/settings.js';
@@ -42,6 +42,8 @@ export const DASHBOARD_CLI_DEFAULTS = {
   host: DASHBOARD_DEFAULTS.host,
   refresh: DASHBOARD_DEFAULTS.refresh,
   queryTimeout: DASHBOARD_DEFAULTS.queryTimeout,
+  sessionTtl: DASHBOARD_ACTION_DEFAULTS.sessionTtl,
+  userHeader: DASHBOARD_ACTION_DEFAULTS.userHeader,
 } as const;
 
 export const RUNS_DEFAULTS = {

@@ -1,2 +1,5 @@
-// `leasehold/dashboard`: the read-only dashboard, served from your process (docs/dashboard.md).
+// `leasehold/dashboard`: the dashboard, served from your process (docs/dashboard.md): read-only,
+// or with actions for the people it knows (docs/dashboard.md, "Actions").
 export { startDashboard, type Dashboard, type DashboardOptions, type MetricsSource } from './server.js';
+export type { DashboardActionsOptions, DashboardProxyOptions } from './action-options.js';
+export { hashPassword, type DashboardUser } from './passwords.js';

@@ -13,6 +13,10 @@ import { createHash } from 'node:crypto';
 import { renderFirstPage, type PageData } from './render.js';
 import { SCRIPT } from './script.js';
 import { STYLE } from './style.js';
+import { STYLE_ACTIONS } from './style-actions.js';
+
+// the acts' styles (style-actions.ts) ride with the page's: one inline stylesheet, one hash
+const PAGE_STYLE = STYLE + STYLE_ACTIONS;
 
 export type { PageData } from './render.js';
 
@@ -109,7 +113,7 @@ export interface DashboardPage {
 const CSP = [
   `default-src 'none'`,
   `script-src ${cspHash(SCRIPT)}`,
-  `style-src ${cspHash(STYLE)}`,
+  `style-src ${cspHash(PAGE_STYLE)}`,
   `connect-src 'self'`,
   `img-src 'self' data:`,
   `base-uri 'none'`,
@@ -123,7 +127,7 @@ export function dashboardPage(options: { refreshMs?: number; pageSize?: number; 
   const pageSize = Math.round(options.pageSize ?? 50);
   const html =
     `<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<meta name="viewport" content="width=device-width, initial-scale=1">\n` +
-    `<title>leasehold dashboard</title>\n<link rel="icon" href="${FAVICON}">\n<style>${STYLE}</style>\n</head>\n` +
+    `<title>leasehold dashboard</title>\n<link rel="icon" href="${FAVICON}">\n<style>${PAGE_STYLE}</style>\n</head>\n` +
     `<body data-refresh-ms="${refreshMs}" data-page-size="${pageSize}">${body(options.data)}\n<script>${SCRIPT}</script>\n</body>\n</html>\n`;
   return { html, contentSecurityPolicy: CSP };
 }

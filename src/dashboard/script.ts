@@ -1,6 +1,7 @@
 // Page script, part 4: state, the refresh loop and the controls. One refresh at a time: the
 // next starts only after the previous one's requests and drawing finished (marks
 // lh-refresh-start / lh-refresh-end in the Performance timeline say when).
+import { SCRIPT_ACTIONS } from './script-actions.js';
 import { SCRIPT_FORMAT } from './script-format.js';
 import { SCRIPT_TABLE } from './script-table.js';
 import { SCRIPT_TIMELINE } from './script-timeline.js';
@@ -115,4 +116,4 @@ const SCRIPT_MAIN = String.raw`
   refresh();
 `;
 
-export const SCRIPT = `(function () {\n  'use strict';${SCRIPT_FORMAT}${SCRIPT_TABLE}${SCRIPT_TIMELINE}${SCRIPT_MAIN}})();\n`;
+export const SCRIPT = `(function () {\n  'use strict';${SCRIPT_FORMAT}${SCRIPT_TABLE}${SCRIPT_TIMELINE}${SCRIPT_MAIN}${SCRIPT_ACTIONS}})();\n`;

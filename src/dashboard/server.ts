@@ -10,9 +10,11 @@
 //   GET /api/runs?job=&limit=      a job's newest runs, skips and missed slots
 //   GET /metrics                   registry.metrics() with its content type; 404 without a registry
 //   GET /healthz                   200 when the database answers, 503 otherwise
+//   /api/session, /login, /logout, POST /api/actions/NAME   people and their acts (action-routes.ts)
 //
-// Only GET and HEAD. /api/* answers only requests carrying the page's header (see guard.ts);
-// bad parameters are 400 with a plain message; database work is capped (Limiter, 503 beyond).
+// Only GET and HEAD, but for the acts of the `actions` option. /api/* answers only requests
+// carrying the page's header (see guard.ts); bad parameters are 400 with a plain message;
+// database work is capped (Limiter, 503 beyond).
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type pg from 'pg';
@@ -29,6 +31,8 @@ import { dashboardPage, type PageData } from './page.js';
 import { fleetSummary, JOB_FILTERS, jobPage, liveWorkers, type FleetSummary, type LiveWorker } from '../monitor/queries.js';
 import { nextRun, scheduleNote, storedSchedule } from '../schedule/schedule-text.js';
 import { MAX_TIMELINE_JOBS, timelinesFor } from './timelines.js';
+import { resolveActions, type DashboardActionsOptions } from './action-options.js';
+import { actionRoutes } from './action-routes.js';
 
 /** What /metrics serves: a prom-client Registry, or createMetrics()'s result. */
 export interface MetricsSource {
@@ -61,6 +65,12 @@ export interface DashboardOptions {
   queryTimeout?: Duration | undefined;
   /** Database-backed requests served at once; more are answered 503 with Retry-After. @default 4 */
   maxConcurrentQueries?: number | undefined;
+  /**
+   * Lets people the dashboard knows pause, resume, run now, backfill and force-release jobs (the
+   * pool's role then needs the `operator` grant). Without it the dashboard is read-only.
+   * @default read-only
+   */
+  actions?: DashboardActionsOptions | undefined;
 }
 
 export interface Dashboard {
@@ -81,6 +91,7 @@ const OPTION_KEYS = optionKeys<DashboardOptions>({
   allowedHosts: true,
   queryTimeout: true,
   maxConcurrentQueries: true,
+  actions: true,
 });
 
 export async function startDashboard(options: DashboardOptions): Promise<Dashboard> {
@@ -90,6 +101,7 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
   const refreshMs = durationSetting(options.refresh, DASHBOARD_DEFAULTS.refresh, 'refresh');
   const queryTimeoutMs = durationSetting(options.queryTimeout, DASHBOARD_DEFAULTS.queryTimeout, 'queryTimeout');
   const maxConcurrent = integerSetting(options.maxConcurrentQueries, DASHBOARD_DEFAULTS.maxConcurrentQueries, 'maxConcurrentQueries');
+  const actionConfig = resolveActions(options.actions);
   const { pool, metricsRegistry } = options;
   const loopbackOnly = isLoopback(host);
   const allowedHosts = new Set((options.allowedHosts ?? []).map((h) => h.toLowerCase()));
@@ -218,6 +230,11 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     if (loopbackOnly && !hostAllowed(req.headers.host, allowedHosts)) {
       throw new HttpError(403, `host ${JSON.stringify(req.headers.host ?? '')} is not allowed: open the dashboard as http://127.0.0.1 or http://localhost, or list the name in allowedHosts`);
     }
+    const acted = await controls.route(req, url);
+    if (acted) {
+      send(res, acted.status, acted.contentType, acted.body, acted.headers);
+      return;
+    }
     if (req.method !== 'GET' && req.method !== 'HEAD') {
       throw new HttpError(405, `the dashboard is read-only: ${req.method ?? 'this method'} is not allowed (GET or HEAD)`, { Allow: 'GET, HEAD' });
     }
@@ -258,6 +275,13 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         throw new HttpError(404, `not found: ${url.pathname.slice(0, 200)}`);
     }
   }
+
+  const controls = actionRoutes(actionConfig, { db, timed });
+  // the role must be able to take every act it offers: said at start, not at the first click
+  await controls.prepare().catch((error: unknown) => {
+    if (guardPool) pool.off('error', onPoolError);
+    throw error;
+  });
 
   const server = http.createServer((req, res) => {
     route(req, res).catch((error: unknown) => {

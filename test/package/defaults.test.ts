@@ -6,7 +6,7 @@ import ts from 'typescript';
 import { describe, expect, it } from 'vitest';
 import { buildProgram } from '../../src/cli/program.js';
 import { DASHBOARD_CLI_DEFAULTS, EXEC_DEFAULTS, RUNS_DEFAULTS, SCHEDULE_DEFAULTS, WORKER_CLI_DEFAULTS } from '../../src/cli/defaults.js';
-import { DASHBOARD_DEFAULTS } from '../../src/dashboard/defaults.js';
+import { DASHBOARD_ACTION_DEFAULTS, DASHBOARD_DEFAULTS } from '../../src/dashboard/defaults.js';
 import { ACQUIRE_DEFAULTS, BACKFILL_DEFAULTS, LEASEHOLD_DEFAULTS, REQUEST_WAIT_DEFAULTS } from '../../src/lease/defaults.js';
 import { READ_DEFAULTS } from '../../src/monitor/defaults.js';
 import { formatDuration } from '../../src/validate/duration.js';
@@ -116,6 +116,12 @@ const TABLES: Array<{ file: string; type: string; defaults: Record<string, Liter
       maxConcurrentQueries: DASHBOARD_DEFAULTS.maxConcurrentQueries.default,
     },
   },
+  {
+    file: 'dashboard/action-options.ts',
+    type: 'DashboardActionsOptions',
+    defaults: { sessionTtl: DASHBOARD_ACTION_DEFAULTS.sessionTtl.default, secureCookie: DASHBOARD_ACTION_DEFAULTS.secureCookie.default },
+  },
+  { file: 'dashboard/action-options.ts', type: 'DashboardProxyOptions', defaults: { userHeader: DASHBOARD_ACTION_DEFAULTS.userHeader.default } },
   { file: 'monitor/status.ts', type: 'ReadOptions', defaults: { timeout: READ_DEFAULTS.timeout.default } },
 ];
 
@@ -216,6 +222,8 @@ describe('the CLI help shows the tables’ defaults and bounds', () => {
     expectDefault(text, '--refresh', DASHBOARD_DEFAULTS.refresh.default);
     expectDefault(text, '--query-timeout', DASHBOARD_DEFAULTS.queryTimeout.default);
     expect(DASHBOARD_CLI_DEFAULTS.refresh).toBe(DASHBOARD_DEFAULTS.refresh);
+    expectDefault(text, '--session-ttl', DASHBOARD_ACTION_DEFAULTS.sessionTtl.default);
+    expectDefault(text, '--user-header', DASHBOARD_ACTION_DEFAULTS.userHeader.default);
   });
 
   it('runs and schedule preview', () => {

@@ -45,7 +45,7 @@ const ALLOWED: Record<string, string[]> = {
     'TimelineSkip', 'TimelineMissed', 'UnscheduledLease', 'ReadOptions', 'createMetrics', 'EventSource', 'LeaseholdMetrics', 'MetricsOptions',
     'workerHealth', 'HealthCheck', 'HealthReport', 'WorkerHealth', 'EndpointReply',
   ],
-  './dashboard': ['startDashboard', 'Dashboard', 'DashboardOptions', 'MetricsSource'],
+  './dashboard': ['startDashboard', 'Dashboard', 'DashboardOptions', 'MetricsSource', 'DashboardActionsOptions', 'DashboardProxyOptions', 'DashboardUser', 'hashPassword'],
   './schema': ['migrate', 'migrations', 'latestVersion', 'schemaVersion', 'checkSchema', 'installScript', 'Migration', 'MigrationResult'],
   './opentelemetry': ['InstrumentOptions', 'Instrumentable', 'instrument'],
   './nestjs': [
