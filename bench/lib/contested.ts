@@ -36,7 +36,7 @@ export interface CellResult {
 // The CPU time (user + system) of local processes, in ms; null when one cannot be read (a
 // remote server). /proc counts in clock ticks of 10 ms: a cell's thousands of decisions make
 // that fine enough per decision.
-function cpuMs(pids: readonly number[]): number | null {
+export function cpuMs(pids: readonly number[]): number | null {
   if (pids.length === 0) return null;
   let ticks = 0;
   try {

@@ -4,7 +4,8 @@
 //             as the worker does and, after about as long as that took, the rest; only rows to
 //             act on come back, the run in flight stays on its lease row
 //   baseline  a plain batched UPDATE ... FOR UPDATE SKIP LOCKED of last_slot, returning names:
-//             the floor of one statement per worker (no tokens, no runs rows, no skips)
+//             the floor of one statement per worker (no tokens, no runs rows, no skips), then
+//             one history INSERT and one release UPDATE per job: the minimum of a whole tick
 // Each worker is its own connection with its own liveness session; they share this process's
 // event loop (as parsing goes, that is closer to W workers on fewer cores than on W cores).
 // Per round: tick -> the last claimed row in JavaScript; each claimed row's arrival after the
@@ -12,6 +13,7 @@
 // returned; and, from the database, that every job has exactly one run of the slot.
 import { performance } from 'node:perf_hooks';
 import { nameHash } from '../../src/worker/shares.js';
+import { cpuMs } from './contested.js';
 import { Session } from './session.js';
 import { median, percentileOfSorted, round, sleep, sortedCopy } from './stats.js';
 
@@ -36,12 +38,30 @@ export interface TickRound {
   /** Jobs with exactly one claim of the slot (must be `jobs`), and with more than one (must be 0). */
   exactlyOnce: number;
   doubled: number;
+  /**
+   * The whole tick on the database: the claims and then each run's finish (leasehold: claim() and
+   * finish_runs() as the worker sends them; baseline: the plain claim, one history INSERT and one
+   * release UPDATE per job, in one statement each per worker). CPU of the workers' backends
+   * (from /proc, null when not readable) and WAL written, per job.
+   */
+  cpuUsPerJob: number | null;
+  walBytesPerJob: number;
 }
 
 /** The worker's claim (src/worker/claims.ts), every column parsed. */
 const TICK = `select * from leasehold.claim($1::text[], array_fill($2::timestamptz, array[cardinality($1::text[])]),
   array_fill(30000::bigint, array[cardinality($1::text[])]), array_fill('exclusive'::text, array[cardinality($1::text[])]),
   array_fill(0, array[cardinality($1::text[])]), $3, $4::bigint)`;
+
+/** The baseline's history and release: one INSERT into a plain table and one UPDATE per job. */
+const BASELINE_FINISH = `with done as (
+    insert into bench_tick_history (job, slot, holder, started_at, finished_at, outcome)
+    select x, $2, $3, now(), now(), 'succeeded' from unnest($1::text[]) x returning job)
+  update leasehold.leases l set holder = null where l.name in (select job from done)`;
+
+const FINISH = `select count(*) from leasehold.finish_runs($1::text[], $2::bigint[], $3::uuid[],
+  array_fill('succeeded'::text, array[cardinality($1::text[])]), array_fill(null::text, array[cardinality($1::text[])]),
+  array_fill(1, array[cardinality($1::text[])]))`;
 
 const BASELINE = `update leasehold.leases l set last_slot = $2, holder = $3
    where l.name in (select x.name from leasehold.leases x
@@ -69,6 +89,8 @@ export async function prepareTick(url: string, jobs: number, workers: number): P
       [part, part.length],
     );
   }
+  await admin.execute(`create table if not exists bench_tick_history (id bigserial primary key, job text not null, slot timestamptz,
+    holder text, started_at timestamptz, finished_at timestamptz, outcome text)`);
   const claimers: Claimer[] = [];
   for (let w = 0; w < workers; w++) {
     const liveness = await Session.open(url, `bench-tick-${w} liveness`);
@@ -96,6 +118,10 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
   const [now] = await admin.query<{ ms: string }>(`select (extract(epoch from now()) * 1000)::bigint::text as ms`);
   const slot = new Date(Number((now as { ms: string }).ms) - 1);
   const keys = claimers.map((c) => c.key).sort();
+  const pids = await Promise.all(claimers.map(async (c) => Number((await c.session.query<{ pid: number }>('select pg_backend_pid() as pid'))[0]?.pid)));
+  const walBefore = await walPosition(admin);
+  const cpuBefore = cpuMs(pids);
+  const finishes: Array<Promise<unknown>> = [];
   const arrivals: number[] = [];
   const statementMs: number[] = [];
   let rowsReturned = 0;
@@ -112,6 +138,13 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
     if (process.env.BENCH_TICK_TRACE) console.error(`[trace] ${path} ${claimer.holder} ${fn} ${list.length} jobs: sent ${(sent - t0).toFixed(1)} back ${(back - t0).toFixed(1)} ms, ${rows.length} rows`);
     rowsReturned += rows.length;
     for (const row of rows) if (fn === 'baseline' || (row as { claimed: boolean }).claimed) arrivals.push(back - t0);
+    // the runs end at once (the handlers do nothing): one finishing statement per claim, as the worker batches them
+    if (fn === 'baseline') {
+      finishes.push(claimer.session.execute(BASELINE_FINISH, [(rows as Array<{ name: string }>).map((r) => r.name), slot, claimer.holder]));
+    } else {
+      const won = (rows as Array<{ claimed: boolean; job: string; fence: string; token: string }>).filter((r) => r.claimed);
+      if (won.length > 0) finishes.push(claimer.session.query(FINISH, [won.map((r) => r.job), won.map((r) => r.fence), won.map((r) => r.token)]));
+    }
     return back - sent;
   };
   await Promise.all(
@@ -127,6 +160,9 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
       return call(claimer, fn, others);
     }),
   );
+  await Promise.all(finishes);
+  const cpuAfter = cpuMs(pids);
+  const walBytes = (await walPosition(admin)) - walBefore;
   const [check] = await admin.query<{ once: number; doubled: number }>(
     path === 'baseline'
       ? `select count(*) filter (where last_slot = $2)::int as once, 0 as doubled from leasehold.leases where name = any($1::text[])`
@@ -149,5 +185,13 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
     claimed: arrivals.length,
     exactlyOnce: check?.once ?? 0,
     doubled: check?.doubled ?? 0,
+    cpuUsPerJob: cpuBefore === null || cpuAfter === null ? null : round(((cpuAfter - cpuBefore) * 1000) / names.length, 1),
+    walBytesPerJob: round(walBytes / names.length, 1),
   };
 }
+
+async function walPosition(admin: Session): Promise<number> {
+  const [row] = await admin.query<{ b: string }>("select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::text as b");
+  return Number(row?.b);
+}
+

@@ -48,7 +48,8 @@ export async function measureTickSuite(url: string, settings: TickSuiteSettings,
           progress(
             `  ${path.padEnd(8)} last claim ${result.lastClaimMs} ms, rows p50/p99 ${result.startP50Ms}/${result.startP99Ms} ms, ` +
               `statement median ${result.statementMedianMs} ms (max ${result.statementMaxMs}), ${result.rowsReturned} rows back, ` +
-              `exactly once ${result.exactlyOnce}/${jobs}, doubled ${result.doubled}`,
+              `exactly once ${result.exactlyOnce}/${jobs}, doubled ${result.doubled}; ` +
+              `database CPU ${result.cpuUsPerJob ?? '-'} µs/job, WAL ${result.walBytesPerJob} B/job (claim and finish)`,
           );
         }
       }
@@ -78,6 +79,8 @@ function medians(result: TickSuiteResult): Map<string, TickRound> {
         rowsReturned: pick('rowsReturned'),
         exactlyOnce: Math.min(...of.map((r) => r.exactlyOnce)),
         doubled: Math.max(...of.map((r) => r.doubled)),
+        cpuUsPerJob: of.some((r) => r.cpuUsPerJob === null) ? null : pick('cpuUsPerJob'),
+        walBytesPerJob: pick('walBytesPerJob'),
       });
     }
   }
@@ -102,12 +105,19 @@ export function tickTable(result: TickSuiteResult): Table {
         String(r.rowsReturned),
         `${r.exactlyOnce}${r.doubled ? ` (${r.doubled} doubled)` : ''}`,
         ratio(r.lastClaimMs, m.get(`${jobs}:baseline`)?.lastClaimMs),
+        r.cpuUsPerJob === null ? '-' : String(r.cpuUsPerJob),
+        r.cpuUsPerJob === null ? '-' : ratio(r.cpuUsPerJob, m.get(`${jobs}:baseline`)?.cpuUsPerJob ?? undefined),
+        String(r.walBytesPerJob),
+        ratio(r.walBytesPerJob, m.get(`${jobs}:baseline`)?.walBytesPerJob),
       ]);
     }
   }
   return {
-    headers: ['jobs', 'path', 'tick -> last claim ms', 'claimed row p50 / p99 ms', 'claim statement ms (median)', 'rows returned', 'exactly once', 'vs baseline'],
-    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r'],
+    headers: [
+      'jobs', 'path', 'tick -> last claim ms', 'claimed row p50 / p99 ms', 'claim statement ms (median)', 'rows returned', 'exactly once', 'vs baseline',
+      'database CPU µs/job (claim + finish)', 'CPU vs baseline', 'WAL B/job', 'WAL vs baseline',
+    ],
+    align: ['r', 'l', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r', 'r'],
     rows,
   };
 }
