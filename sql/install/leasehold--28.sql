@@ -3535,7 +3535,6 @@ insert into leasehold.access (object, level) values
   ('run_timed_out', 'owner'),
   ('secure_schema', 'owner'),
   ('timezone_problem', 'owner'),
-  ('worker_handlers', 'owner'),
   ('worker_key_tag', 'owner'),
   ('actions', 'reader'),
   ('breaking_since', 'reader'),
@@ -3567,9 +3566,10 @@ insert into leasehold.access (object, level) values
   ('skips', 'reader'),
   ('slow_runs', 'reader'),
   ('unhandled_schedules', 'reader'),
+  ('worker_handlers', 'reader'),
   ('worker_keys', 'reader');
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '4b99476f309a80a563e56bae2a30d3d0ee57a6a957132626df05585af42c2ac7');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'bd10fc0c5cd17aeafd5d6c99cae7791ff22a1846aa5d7f55f8b8d82937ce7301');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

@@ -13,6 +13,7 @@ import { createHash } from 'node:crypto';
 import { renderFirstPage, type PageData } from './render.js';
 import { SCRIPT } from './script.js';
 import { STYLE } from './style.js';
+import { TRENDS_CARD, TRENDS_STYLE } from './trends-card.js';
 
 export type { PageData } from './render.js';
 
@@ -77,6 +78,7 @@ function body(data: PageData | undefined): string {
     <div id="timelines" class="timelines" data-testid="timelines"></div>
     <div id="truncated" class="notice" hidden>Showing the newest 3,000 runs, skips and missed slots of this window; older ones are left out.</div>
   </section>
+${TRENDS_CARD}
   <section class="card">
     <div class="card-head"><h2>Workers</h2><span class="hint" id="workers-count"></span><span class="hint">live liveness sessions on this database and the leases held under each</span></div>
     <div class="workers" id="workers" data-testid="workers"></div>
@@ -106,10 +108,12 @@ export interface DashboardPage {
   contentSecurityPolicy: string;
 }
 
+const PAGE_STYLE = STYLE + TRENDS_STYLE;
+
 const CSP = [
   `default-src 'none'`,
   `script-src ${cspHash(SCRIPT)}`,
-  `style-src ${cspHash(STYLE)}`,
+  `style-src ${cspHash(PAGE_STYLE)}`,
   `connect-src 'self'`,
   `img-src 'self' data:`,
   `base-uri 'none'`,
@@ -123,7 +127,7 @@ export function dashboardPage(options: { refreshMs?: number; pageSize?: number; 
   const pageSize = Math.round(options.pageSize ?? 50);
   const html =
     `<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<meta name="viewport" content="width=device-width, initial-scale=1">\n` +
-    `<title>leasehold dashboard</title>\n<link rel="icon" href="${FAVICON}">\n<style>${STYLE}</style>\n</head>\n` +
+    `<title>leasehold dashboard</title>\n<link rel="icon" href="${FAVICON}">\n<style>${PAGE_STYLE}</style>\n</head>\n` +
     `<body data-refresh-ms="${refreshMs}" data-page-size="${pageSize}">${body(options.data)}\n<script>${SCRIPT}</script>\n</body>\n</html>\n`;
   return { html, contentSecurityPolicy: CSP };
 }

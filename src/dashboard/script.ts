@@ -1,9 +1,11 @@
 // Page script, part 4: state, the refresh loop and the controls. One refresh at a time: the
 // next starts only after the previous one's requests and drawing finished (marks
 // lh-refresh-start / lh-refresh-end in the Performance timeline say when).
+import { SCRIPT_CHARTS } from './script-charts.js';
 import { SCRIPT_FORMAT } from './script-format.js';
 import { SCRIPT_TABLE } from './script-table.js';
 import { SCRIPT_TIMELINE } from './script-timeline.js';
+import { SCRIPT_TRENDS } from './script-trends.js';
 
 const SCRIPT_MAIN = String.raw`
   var REFRESH_MS = Number(document.body.getAttribute('data-refresh-ms')) || 5000;
@@ -48,6 +50,8 @@ const SCRIPT_MAIN = String.raw`
         return renderTimelines(page, r[2]);
       });
     }).then(function () {
+      return maybeTrends(false); // after the others: no more requests at once than before
+    }).then(function () {
       state.updatedAt = new Date(); state.error = null;
       renderStatus();
     }, function (error) {
@@ -75,7 +79,7 @@ const SCRIPT_MAIN = String.raw`
     } else { dot.className = 'dot ok'; banner.hidden = true; }
   }
 
-  var buttons = document.querySelectorAll('.range button');
+  var buttons = document.querySelectorAll('.range button[data-hours]');
   function markRange() { Array.prototype.forEach.call(buttons, function (b) { b.setAttribute('aria-pressed', String(Number(b.getAttribute('data-hours')) === state.hours)); }); }
   Array.prototype.forEach.call(buttons, function (b) {
     b.addEventListener('click', function () {
@@ -115,4 +119,4 @@ const SCRIPT_MAIN = String.raw`
   refresh();
 `;
 
-export const SCRIPT = `(function () {\n  'use strict';${SCRIPT_FORMAT}${SCRIPT_TABLE}${SCRIPT_TIMELINE}${SCRIPT_MAIN}})();\n`;
+export const SCRIPT = `(function () {\n  'use strict';${SCRIPT_FORMAT}${SCRIPT_TABLE}${SCRIPT_TIMELINE}${SCRIPT_CHARTS}${SCRIPT_TRENDS}${SCRIPT_MAIN}})();\n`;
