@@ -62,17 +62,16 @@ export const SCRIPT_CHARTS = String.raw`
     }
     o.series.forEach(function (s) {
       if (s.bars) return;
-      var d = '', pen = 'M', points = 0;
+      // a bucket without runs has no value, not zero: the line joins the buckets that have one,
+      // and each value is also a dot while they are few enough to tell apart
+      var d = '', points = [];
       s.values.forEach(function (v, k) {
-        if (v === null || v === undefined) { pen = 'M'; return; }
-        d += pen + xOf(k).toFixed(1) + ' ' + yOf(v).toFixed(1) + ' '; pen = 'L'; points++;
+        if (v === null || v === undefined) return;
+        d += (points.length ? 'L' : 'M') + xOf(k).toFixed(1) + ' ' + yOf(v).toFixed(1) + ' ';
+        points.push([xOf(k), yOf(v)]);
       });
-      append(svg, sv('path', { d: d || 'M0 0', fill: 'none', stroke: s.color, 'stroke-width': s.width || 2, 'stroke-dasharray': s.dash || null, 'stroke-linejoin': 'round', 'data-series': s.name, 'data-points': points }));
-      // a lone value between gaps is a dot, not an invisible zero-length line
-      s.values.forEach(function (v, k) {
-        var alone = v !== null && v !== undefined && (k === 0 || s.values[k - 1] === null) && (k === n - 1 || s.values[k + 1] === null);
-        if (alone) append(svg, sv('circle', { cx: xOf(k), cy: yOf(v), r: 2.5, fill: s.color }));
-      });
+      append(svg, sv('path', { d: d || 'M0 0', fill: 'none', stroke: s.color, 'stroke-width': s.width || 2, 'stroke-dasharray': s.dash || null, 'stroke-linejoin': 'round', 'data-series': s.name, 'data-points': points.length }));
+      if (points.length <= plotW / 10) points.forEach(function (p) { append(svg, sv('circle', { cx: p[0], cy: p[1], r: 2.2, fill: s.color })); });
     });
     var cursor = sv('line', { y1: PAD_T, y2: PAD_T + plotH, stroke: '#1d2433', 'stroke-opacity': 0.5, visibility: 'hidden' });
     append(svg, cursor);

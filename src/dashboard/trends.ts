@@ -15,6 +15,8 @@ export function trendsEndpoint(db: Queryable, timed: <T>(work: () => Promise<T>)
     const job = jobParam(params, 'job');
     const hours = numberParam(params, 'hours', 1, 0.25, job ? DASHBOARD_LIMITS.historyHours : DASHBOARD_LIMITS.fleetHistoryHours);
     if (job) return { hours, ...(await timed(() => jobTrends(db, job, hours))) };
+    // one entry per window asked for in the last FLEET_TTL_MS: a client varying `hours` cannot grow it
+    for (const [key, entry] of fleet) if (Date.now() - entry.at > FLEET_TTL_MS) fleet.delete(key);
     let cached = fleet.get(hours);
     if (!cached || Date.now() - cached.at > FLEET_TTL_MS) {
       const value = timed(() => fleetTrends(db, hours));

@@ -19,7 +19,7 @@ const STEPS_S = [15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10_800, 21_60
 /** A job's newest runs read for one chart at most. */
 export const JOB_ROW_LIMIT = 100_000;
 /** Runs the fleet's lateness and holder shares are computed from, about. */
-export const SAMPLE_ROWS = 50_000;
+export const SAMPLE_ROWS = 20_000;
 /** A scheduled run is late when it started this long after its slot (plus the job's jitter). */
 export const LATE_AFTER_MS = 1_000;
 /** Holders named in `holders`; the others are summed as '(others)'. */

@@ -74,6 +74,8 @@ describe.skipIf(!haveChromium)(
         expect(await page.getByTestId('timelines').locator('svg[data-job]').count()).toBe(50);
         await page.getByTestId('chart-workers').waitFor({ timeout: 10_000 });
         expect(await page.getByTestId('summary-workers').innerText()).toMatch(/^worker-\d [\d,]+ of [\d,]+ \(\d+%\)/);
+        // 24 h of 380,000 runs: lateness and shares from a sample, and the charts say so
+        expect(await page.locator('[data-chart="workers"] figcaption').innerText()).toMatch(/^Runs by worker · from the runs of [\d,]+ of 10,005 jobs$/);
         expect(await table.locator('tr[data-job="fleet-00001"] [data-testid="failures"]').innerText()).toMatch(/^\d+ of 1,?4\d\d · \d+%$/);
 
         // the next page, from the server

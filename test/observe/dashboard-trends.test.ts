@@ -122,6 +122,10 @@ describe.skipIf(!haveChromium)(haveChromium ? 'the trends charts in a browser' :
       const stacks = await page.getByTestId('chart-workers').locator('g[data-series] rect').evaluateAll((rects) => rects.reduce((n, r) => n + Number(r.getAttribute('data-value')), 0));
       expect(stacks).toBe(37);
       expect(Number(await page.getByTestId('chart-lateness').locator('path[data-series="max"]').getAttribute('data-points'))).toBeGreaterThan(3);
+      // laggard's two late starts, 5 s after their slots, are the two longest in the table of values
+      const maxima = await page.getByTestId('values-lateness').locator('tbody tr td:nth-child(4)').allTextContents(); // closed: text, not rendered
+      expect(maxima.filter((v) => v === '5.0s')).toHaveLength(2);
+      expect(maxima.filter((v) => v !== '5.0s').every((v) => v === '1.0s' || v === '500 ms')).toBe(true);
       expect(page.url()).not.toContain('hours'); // the trends' range is not the timeline's
       expect(await page.getByTestId('error').isHidden()).toBe(true);
 
