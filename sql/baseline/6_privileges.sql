@@ -347,7 +347,6 @@ insert into leasehold.access (object, level) values
   ('run_timed_out', 'owner'),
   ('secure_schema', 'owner'),
   ('timezone_problem', 'owner'),
-  ('worker_handlers', 'owner'),
   ('worker_key_tag', 'owner'),
   ('actions', 'reader'),
   ('breaking_since', 'reader'),
@@ -380,4 +379,5 @@ insert into leasehold.access (object, level) values
   ('skips', 'reader'),
   ('slow_runs', 'reader'),
   ('unhandled_schedules', 'reader'),
+  ('worker_handlers', 'reader'),
   ('worker_keys', 'reader');

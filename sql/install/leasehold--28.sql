@@ -3566,7 +3566,6 @@ insert into leasehold.access (object, level) values
   ('run_timed_out', 'owner'),
   ('secure_schema', 'owner'),
   ('timezone_problem', 'owner'),
-  ('worker_handlers', 'owner'),
   ('worker_key_tag', 'owner'),
   ('actions', 'reader'),
   ('breaking_since', 'reader'),
@@ -3599,9 +3598,10 @@ insert into leasehold.access (object, level) values
   ('skips', 'reader'),
   ('slow_runs', 'reader'),
   ('unhandled_schedules', 'reader'),
+  ('worker_handlers', 'reader'),
   ('worker_keys', 'reader');
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '771f3175ef2e77039292affd6504cf9f2cbf82631851341384ef482571f099ac');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'b99b07a37877d2aad4a7735ac520f877d57806e2669c1dc8c613712c1ec34744');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

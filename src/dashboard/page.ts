@@ -14,9 +14,7 @@ import { renderFirstPage, type PageData } from './render.js';
 import { SCRIPT } from './script.js';
 import { STYLE } from './style.js';
 import { STYLE_ACTIONS } from './style-actions.js';
-
-// the acts' styles (style-actions.ts) ride with the page's: one inline stylesheet, one hash
-const PAGE_STYLE = STYLE + STYLE_ACTIONS;
+import { TRENDS_CARD, TRENDS_STYLE } from './trends-card.js';
 
 export type { PageData } from './render.js';
 
@@ -81,6 +79,7 @@ function body(data: PageData | undefined): string {
     <div id="timelines" class="timelines" data-testid="timelines"></div>
     <div id="truncated" class="notice" hidden>Showing the newest 3,000 runs, skips and missed slots of this window; older ones are left out.</div>
   </section>
+${TRENDS_CARD}
   <section class="card">
     <div class="card-head"><h2>Workers</h2><span class="hint" id="workers-count"></span><span class="hint">live liveness sessions on this database and the leases held under each</span></div>
     <div class="workers" id="workers" data-testid="workers"></div>
@@ -109,6 +108,9 @@ export interface DashboardPage {
   /** Allows exactly the page's own inline script and style, and requests to its own origin. */
   contentSecurityPolicy: string;
 }
+
+// the trends' and the acts' styles ride with the page's: one inline stylesheet, one hash
+const PAGE_STYLE = STYLE + TRENDS_STYLE + STYLE_ACTIONS;
 
 const CSP = [
   `default-src 'none'`,

@@ -22,9 +22,11 @@ export const SCRIPT_TABLE = String.raw`
     document.getElementById('workers-count').textContent = w.total + (w.total === 1 ? ' live session' : ' live sessions');
     if (!w.workers.length) { append(box, el('p', { class: 'empty', text: 'No live worker sessions: no process holds a liveness session on this database.' })); return; }
     w.workers.forEach(function (k) {
-      var who = k.holders.length ? k.holders : ['(no lease held)'];
+      // a worker's registered name first (also when idle), then the holders of the leases under it
+      var who = (k.holder ? [k.holder] : []).concat(k.holders.filter(function (h) { return h !== k.holder; }));
+      if (!who.length) who = ['(unnamed session)'];
       var card = el('div', { class: 'worker', 'data-testid': 'worker', title: 'backend pid ' + k.pid + (k.client ? ' from ' + k.client : '') + (k.since ? ' since ' + fmtDateTime(time(k.since)) : '') });
-      append(card, [el('b', null, visible(who.join(', '))), ' · ' + k.leases + (k.leases === 1 ? ' lease' : ' leases') + (k.since ? ' · up ' + fmtSeconds((Date.now() - time(k.since)) / 1000) : '')]);
+      append(card, [el('b', null, visible(who.join(', '))), ' · ' + (k.leases ? k.leases + (k.leases === 1 ? ' lease' : ' leases') : 'idle, no lease held') + (k.since ? ' · up ' + fmtSeconds((Date.now() - time(k.since)) / 1000) : '')]);
       box.appendChild(card);
     });
     if (w.total > w.workers.length) append(box, el('span', { class: 'small', text: 'and ' + (w.total - w.workers.length) + ' more' }));

@@ -12,7 +12,7 @@ export const SCRIPT_TIMELINE = String.raw`
     if (!tipBox) { tipBox = el('div', { class: 'tooltip', role: 'tooltip' }); document.body.appendChild(tipBox); }
     tipBox.textContent = plain(text);
     tipBox.hidden = false;
-    tipBox.style.left = Math.min(e.clientX + 12, window.innerWidth - 430) + 'px';
+    tipBox.style.left = Math.max(4, Math.min(e.clientX + 12, window.innerWidth - tipBox.offsetWidth - 8)) + 'px';
     tipBox.style.top = (e.clientY + 14) + 'px';
   });
 
@@ -30,7 +30,7 @@ export const SCRIPT_TIMELINE = String.raw`
     return out;
   }
 
-  function drawAxis(box, width, plotW, from, now, x) {
+  function drawAxis(box, width, plotW, from, now, x, note) {
     var axis = sv('svg', { width: width, height: 22, 'data-testid': 'timeline-axis' });
     alignedTicks(from, now, axisStep(now - from, plotW)).forEach(function (t) {
       var px = x(t);
@@ -39,7 +39,7 @@ export const SCRIPT_TIMELINE = String.raw`
     });
     append(axis, sv('text', { x: plotW, y: 12, 'text-anchor': 'end', fill: '#1d2433', text: 'now ' + fmtShort(now) }));
     append(axis, sv('line', { x1: 0, x2: plotW, y1: 21.5, y2: 21.5, stroke: '#e4e7ec' }));
-    box.appendChild(el('div', { class: 'lane-row axis' }, [el('div'), el('div', { class: 'axis' }, axis)]));
+    box.appendChild(el('div', { class: 'lane-row axis' }, [el('div', { class: 'small window-note', 'data-testid': 'window-note', text: note || '' }), el('div', { class: 'axis' }, axis)]));
   }
 
   function drawLane(j, data, width, plotW, from, now, x) {
@@ -52,8 +52,9 @@ export const SCRIPT_TIMELINE = String.raw`
       lanesEnd[lane] = Math.max(lanesEnd[lane] || 0, end);
       var x0 = x(start), x1 = Math.max(x(end), x0 + 3), prev = marks[marks.length - 1];
       // runs that would share a pixel with the previous mark of the same outcome join it
-      if (prev && prev.lane === lane && prev.outcome === r.outcome && x0 <= prev.x1 + 1) { prev.x1 = Math.max(prev.x1, x1); prev.runs.push(r); return; }
-      marks.push({ lane: lane, outcome: r.outcome, x0: x0, x1: x1, runs: [r], start: start, end: end });
+      var trig = r.trigger || 'schedule';
+      if (prev && prev.lane === lane && prev.outcome === r.outcome && prev.trigger === trig && x0 <= prev.x1 + 1) { prev.x1 = Math.max(prev.x1, x1); prev.runs.push(r); return; }
+      marks.push({ lane: lane, outcome: r.outcome, trigger: trig, x0: x0, x1: x1, runs: [r], start: start, end: end });
     });
     var lanes = Math.max(1, lanesEnd.length), MARK_H = 14, LANE_H = 18, GAP = 3, RULER_H = 14;
     var bandTop = MARK_H, bandH = lanes * LANE_H + (lanes - 1) * GAP;
@@ -78,16 +79,19 @@ export const SCRIPT_TIMELINE = String.raw`
     append(svg, ig);
     marks.forEach(function (m) {
       var y = bandTop + m.lane * (LANE_H + GAP), r = m.runs[0];
+      // a backfill runs a past slot and a run now has no slot of its own: neither is late
+      var onSchedule = m.trigger === 'schedule', asked = m.trigger === 'backfill' ? 'backfill of slot ' + fmtDateTime(time(r.slot)) : 'run now';
       var tip = m.runs.length > 1
         ? j.job + ' · ' + m.runs.length + ' ' + m.outcome + ' runs from ' + fmtClock(time(r.startedAt)) + ' to ' + fmtClock(time(m.runs[m.runs.length - 1].startedAt)) + ' (zoom in to see each)'
         : [j.job + ' · ' + r.outcome + (r.finishedAt ? '' : ' (running)'), 'slot ' + fmtDateTime(time(r.slot)),
-           'started ' + fmtClock(m.start) + ' (' + fmtSeconds(Math.max(0, time(r.startedAt) - time(r.slot)) / 1000) + ' after its slot)' + (r.finishedAt ? ', finished ' + fmtClock(m.end) : ''),
+           onSchedule ? 'started ' + fmtClock(m.start) + ' (' + fmtSeconds(Math.max(0, time(r.startedAt) - time(r.slot)) / 1000) + ' after its slot)' + (r.finishedAt ? ', finished ' + fmtClock(m.end) : '')
+             : asked + ', started ' + fmtClock(m.start) + (r.finishedAt ? ', finished ' + fmtClock(m.end) : ''),
            'duration ' + fmtSeconds((m.end - m.start) / 1000) + (interval ? ' = ' + pct((m.end - m.start) / interval) + ' of the ' + fmtInterval(interval) + ' interval' : ''),
            'holder ' + r.holder + ' · fence ' + r.fence + (r.attempts > 1 ? ' · ' + r.attempts + ' attempts' : '')].concat(r.error ? [r.error] : []).join('\n');
-      append(svg, withTip(sv('rect', { class: 'run', 'data-kind': 'run', 'data-outcome': m.outcome, 'data-fence': r.fence, 'data-runs': m.runs.length,
+      append(svg, withTip(sv('rect', { class: 'run' + (onSchedule ? '' : ' requested'), 'data-kind': 'run', 'data-outcome': m.outcome, 'data-trigger': m.trigger, 'data-fence': r.fence, 'data-runs': m.runs.length,
         x: m.x0, y: y, width: m.x1 - m.x0, height: LANE_H, rx: 2, fill: COLORS[m.outcome] || '#98a2b3' }), tip));
       var slotT = time(r.slot);
-      if (m.runs.length === 1 && interval > 0 && m.end > slotT + interval) {
+      if (onSchedule && m.runs.length === 1 && interval > 0 && m.end > slotT + interval) {
         var ox = x(slotT + interval);
         if (m.x1 - ox >= 1) append(svg, withTip(sv('rect', { class: 'run', 'data-kind': 'overrun', x: ox, y: y, width: m.x1 - ox, height: LANE_H, fill: 'url(#lh-stripes-overrun)', stroke: '#b42323', 'stroke-width': 1 }),
           j.job + ': this run passed its next slot by ' + fmtSeconds((m.end - slotT - interval) / 1000) + ' (interval ' + fmtInterval(interval) + ')'));
@@ -119,11 +123,29 @@ export const SCRIPT_TIMELINE = String.raw`
     ]);
   }
 
+  // The first run, skip or missed slot of the window, when the window holds all of them.
+  function historyStart(hist) {
+    if (hist.truncated) return null;
+    var first = null;
+    hist.runs.forEach(function (r) { var t = time(r.startedAt); if (first === null || t < first) first = t; });
+    hist.skips.concat(hist.missed).forEach(function (s) { var t = time(s.slot); if (first === null || t < first) first = t; });
+    return first;
+  }
+
   // Resolves when every lane is drawn.
   function renderTimelines(page, hist) {
     var box = document.getElementById('timelines');
-    var now = time(hist.now), from = time(hist.since);
-    var width = Math.max(300, box.clientWidth - LABEL_W), plotW = width - 8;
+    var now = time(hist.now), from = time(hist.since), note = '';
+    // history younger than the window: start the axis at its first entry, not at a sliver
+    var first = historyStart(hist);
+    if (first !== null && first - from > (now - from) / 4) {
+      from = Math.min(now - 5 * 60e3, first - Math.max(30e3, (now - first) / 20));
+      note = 'nothing before ' + fmtShort(first);
+    }
+    // narrow screens: each lane's label above its chart
+    var stacked = box.clientWidth < 640;
+    box.classList.toggle('stacked', stacked);
+    var width = Math.max(160, box.clientWidth - (stacked ? 0 : LABEL_W)), plotW = width - 8;
     var x = function (t) { return Math.max(0, Math.min(plotW, (t - from) / (now - from) * plotW)); };
     var byJob = {};
     function bucket(name) { return byJob[name] || (byJob[name] = { runs: [], skips: [], missed: [] }); }
@@ -132,7 +154,7 @@ export const SCRIPT_TIMELINE = String.raw`
     hist.missed.forEach(function (m) { bucket(m.job).missed.push(m); });
     // lanes are replaced in place, a few per task, so that no single task lays out all of them
     var axis = el('div');
-    drawAxis(axis, width, plotW, from, now, x);
+    drawAxis(axis, width, plotW, from, now, x, note);
     if (box.firstChild) box.replaceChild(axis.firstChild, box.firstChild); else box.appendChild(axis.firstChild);
     var jobs = page.jobs.slice(), at = 1;
     return new Promise(function (resolve) {

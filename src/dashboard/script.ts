@@ -2,9 +2,11 @@
 // next starts only after the previous one's requests and drawing finished (marks
 // lh-refresh-start / lh-refresh-end in the Performance timeline say when).
 import { SCRIPT_ACTIONS } from './script-actions.js';
+import { SCRIPT_CHARTS } from './script-charts.js';
 import { SCRIPT_FORMAT } from './script-format.js';
 import { SCRIPT_TABLE } from './script-table.js';
 import { SCRIPT_TIMELINE } from './script-timeline.js';
+import { SCRIPT_TRENDS } from './script-trends.js';
 
 const SCRIPT_MAIN = String.raw`
   var REFRESH_MS = Number(document.body.getAttribute('data-refresh-ms')) || 5000;
@@ -49,6 +51,8 @@ const SCRIPT_MAIN = String.raw`
         return renderTimelines(page, r[2]);
       });
     }).then(function () {
+      return maybeTrends(false); // after the others: no more requests at once than before
+    }).then(function () {
       state.updatedAt = new Date(); state.error = null;
       renderStatus();
     }, function (error) {
@@ -76,7 +80,7 @@ const SCRIPT_MAIN = String.raw`
     } else { dot.className = 'dot ok'; banner.hidden = true; }
   }
 
-  var buttons = document.querySelectorAll('.range button');
+  var buttons = document.querySelectorAll('.range button[data-hours]');
   function markRange() { Array.prototype.forEach.call(buttons, function (b) { b.setAttribute('aria-pressed', String(Number(b.getAttribute('data-hours')) === state.hours)); }); }
   Array.prototype.forEach.call(buttons, function (b) {
     b.addEventListener('click', function () {
@@ -116,4 +120,4 @@ const SCRIPT_MAIN = String.raw`
   refresh();
 `;
 
-export const SCRIPT = `(function () {\n  'use strict';${SCRIPT_FORMAT}${SCRIPT_TABLE}${SCRIPT_TIMELINE}${SCRIPT_MAIN}${SCRIPT_ACTIONS}})();\n`;
+export const SCRIPT = `(function () {\n  'use strict';${SCRIPT_FORMAT}${SCRIPT_TABLE}${SCRIPT_TIMELINE}${SCRIPT_CHARTS}${SCRIPT_TRENDS}${SCRIPT_MAIN}${SCRIPT_ACTIONS}})();\n`;

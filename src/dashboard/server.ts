@@ -8,6 +8,7 @@
 //   GET /api/timelines?job=…&hours=            runs, skips and missed slots of the named jobs (≤ 100)
 //   GET /api/history?job=&hours=   one job's (or, up to 24 h, every job's) runs, skips and missed slots
 //   GET /api/runs?job=&limit=      a job's newest runs, skips and missed slots
+//   GET /api/trends?hours=&job=    a job's or the fleet's runs over time, in buckets (trends.ts)
 //   GET /metrics                   registry.metrics() with its content type; 404 without a registry
 //   GET /healthz                   200 when the database answers, 503 otherwise
 //   /api/session, /login, /logout, POST /api/actions/NAME   people and their acts (action-routes.ts)
@@ -33,6 +34,8 @@ import { nextRun, scheduleNote, storedSchedule } from '../schedule/schedule-text
 import { MAX_TIMELINE_JOBS, timelinesFor } from './timelines.js';
 import { resolveActions, type DashboardActionsOptions } from './action-options.js';
 import { actionRoutes } from './action-routes.js';
+import { trendsEndpoint } from './trends.js';
+import { withScheduleInterval } from './job-interval.js';
 
 /** What /metrics serves: a prom-client Registry, or createMetrics()'s result. */
 export interface MetricsSource {
@@ -150,17 +153,18 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
     return summaryCache.value;
   };
 
+  const trends = trendsEndpoint(db, timed);
+
   async function jobsPage(params: URLSearchParams, light = false) {
     const offset = numberParam(params, 'offset', 0, 0, 1_000_000, true);
     const limit = numberParam(params, 'limit', 50, 1, MAX_PAGE_SIZE, true);
     const search = searchParam(params, 'q');
     const filter = choiceParam(params, 'filter', JOB_FILTERS, 'all');
     const page = await timed(() => jobPage(db, { offset, limit, filter, light, ...(search ? { search } : {}) }));
-    const jobs = page.jobs.map((job) => ({
-      ...job,
-      nextRunAt: nextRun(storedSchedule(job.schedule, job.timezone), page.now, job.lastSlot),
-      scheduleNote: scheduleNote(job.schedule),
-    }));
+    const jobs = page.jobs.map((job) => {
+      const schedule = storedSchedule(job.schedule, job.timezone);
+      return { ...withScheduleInterval(job, schedule), nextRunAt: nextRun(schedule, page.now, job.lastSlot), scheduleNote: scheduleNote(job.schedule) };
+    });
     return { now: page.now, warningRatio: CREEP_WARNING_RATIO, total: page.total, offset, limit, filter, q: search ?? null, partial: light, jobs };
   }
 
@@ -193,6 +197,8 @@ export async function startDashboard(options: DashboardOptions): Promise<Dashboa
         const limit = numberParam(params, 'limit', 50, 1, 500, true);
         return { job, entries: await timed(() => jobHistory(pool, { job, limit, timeout: queryTimeoutMs })) };
       }
+      case '/api/trends':
+        return trends(params);
       default:
         throw new HttpError(404, `not found: ${path}`);
     }

@@ -8,7 +8,7 @@ export const STYLE = String.raw`
 html, body { margin: 0; background: var(--bg); color: var(--ink); }
 body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif; }
 code, .mono { font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, "Liberation Mono", monospace; font-size: 12.5px; }
-header.top { display: flex; align-items: center; gap: 24px; padding: 14px 28px; background: var(--card); border-bottom: 1px solid var(--line); }
+header.top { display: flex; flex-wrap: wrap; align-items: center; gap: 8px 24px; padding: 14px 28px; background: var(--card); border-bottom: 1px solid var(--line); }
 .brand { font-weight: 650; font-size: 17px; letter-spacing: -0.01em; display: flex; align-items: center; gap: 8px; }
 .brand .mark { width: 14px; height: 14px; border-radius: 3px; background: linear-gradient(135deg, #2f6fde, #1f9d55); display: inline-block; }
 .brand .sub { color: var(--muted); font-weight: 500; }
@@ -22,7 +22,8 @@ header.top { display: flex; align-items: center; gap: 24px; padding: 14px 28px; 
 .dot.error { background: var(--fail); }
 .badge { border: 1px solid var(--line); border-radius: 999px; padding: 1px 8px; font-size: 12px; color: var(--muted); }
 .banner { margin: 16px 28px 0; padding: 10px 14px; border-radius: 8px; background: var(--danger-bg); color: #8a1f1f; border: 1px solid #f5c2c2; }
-main { padding: 20px 28px 8px; display: grid; gap: 20px; }
+/* minmax(0, 1fr): a wide table scrolls inside its card instead of widening the page */
+main { padding: 20px 28px 8px; display: grid; grid-template-columns: minmax(0, 1fr); gap: 20px; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 10px; padding: 16px 18px; box-shadow: 0 1px 2px rgba(16, 24, 40, 0.04); }
 .card-head { display: flex; align-items: center; gap: 12px; margin-bottom: 10px; }
 .card-head h2 { font-size: 15px; margin: 0; font-weight: 650; }
@@ -93,7 +94,6 @@ footer a { color: var(--muted); }
 table.jobs { table-layout: fixed; min-width: 1100px; }
 table.jobs td { overflow-wrap: anywhere; }
 table.jobs col:nth-child(1) { width: 11%; } table.jobs col:nth-child(2) { width: 11%; } table.jobs col:nth-child(3) { width: 6%; } table.jobs col:nth-child(4) { width: 7%; } table.jobs col:nth-child(5) { width: 8%; } table.jobs col:nth-child(6) { width: 6%; } table.jobs col:nth-child(7) { width: 11%; } table.jobs col:nth-child(8) { width: 9%; } table.jobs col:nth-child(9) { width: 8%; } table.jobs col:nth-child(10) { width: 10%; } table.jobs col:nth-child(11) { width: 6%; } table.jobs col:nth-child(12) { width: 7%; }
-.lane-row:not(.axis) { content-visibility: auto; contain-intrinsic-size: auto 62px; }
 .pager { display: flex; align-items: center; gap: 10px; margin: 0 0 10px; flex-wrap: wrap; }
 .pager input[type=search] { font: inherit; font-size: 13px; padding: 4px 8px; border: 1px solid var(--line); border-radius: 6px; min-width: 200px; }
 .pager select, .pager button { font: inherit; font-size: 13px; padding: 4px 10px; border: 1px solid var(--line); border-radius: 6px; background: var(--card); cursor: pointer; }
@@ -109,6 +109,25 @@ table.jobs tbody tr[aria-selected="true"] td { background: #eef4ff; }
 table.runs { width: 100%; border-collapse: collapse; font-size: 13px; }
 table.runs th, table.runs td { text-align: left; padding: 4px 8px; border-bottom: 1px solid var(--line); }
 table.runs th { font-size: 12px; color: var(--muted); font-weight: 600; }
-.tooltip { position: fixed; z-index: 10; pointer-events: none; background: #1d2433; color: #fff; font-size: 12px; padding: 6px 8px; border-radius: 6px; white-space: pre-wrap; max-width: 420px; }
+.tooltip { position: fixed; z-index: 10; pointer-events: none; background: #1d2433; color: #fff; font-size: 12px; padding: 6px 8px; border-radius: 6px; white-space: pre-wrap; max-width: min(420px, calc(100vw - 16px)); }
+svg rect.run.requested { stroke: #1d2433; stroke-width: 1; stroke-dasharray: 3 2; }
+.window-note { align-self: end; padding: 0 12px 4px 2px; }
+/* narrow screens: the timeline's labels above their lanes (the script sets .stacked), the header wraps */
+.timelines.stacked .lane-row { grid-template-columns: minmax(0, 1fr); }
+.timelines.stacked .lane-label { padding: 6px 0 0; }
+.timelines.stacked .lane-label .small { display: inline; margin-left: 8px; }
+.timelines.stacked .window-note { padding: 0; }
+@media (max-width: 640px) {
+  header.top { padding: 10px 12px; gap: 4px 12px; }
+  .summary { order: 3; flex-basis: 100%; font-size: 13px; }
+  .status { white-space: normal; flex-wrap: wrap; }
+  .banner { margin: 12px 12px 0; }
+  main { padding: 12px 8px 6px; gap: 12px; }
+  .card { padding: 12px 10px; }
+  .card-head { flex-wrap: wrap; gap: 4px 12px; }
+  .pager input[type=search] { min-width: 0; flex: 1 1 140px; }
+  footer { padding: 8px 12px 20px; }
+  noscript p { margin: 12px 12px 0; }
+}
 noscript p { margin: 12px 28px 0; color: #9a6700; }
 `;

@@ -16,7 +16,7 @@ export async function timelinesFor(db: Queryable, jobs: string[], hours: number,
   const [runs, skips, missed] = await Promise.all([
     db.query<RunRow>(
       // per job through runs_job_started; a run open since before the window is still drawn
-      `select r.job, r.slot, r.fence, r.holder, r.started_at, r.finished_at, r.outcome, r.error, r.attempts
+      `select r.job, r.slot, r.fence, r.holder, r.started_at, r.finished_at, r.outcome, r.error, r.attempts, r.trigger
          from unnest($1::text[]) as n(job)
          cross join lateral (
            select * from leasehold.runs r

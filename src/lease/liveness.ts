@@ -110,7 +110,8 @@ export class LivenessSession {
         );
       }
       const { handlers } = settings;
-      if (settings.worker && handlers && handlers.names.length > 0) {
+      // every worker, with or without handlers: its holder name is what a dashboard shows for it
+      if (settings.worker && handlers) {
         await client.query('select leasehold.register_worker_handlers($1::bigint, $2, $3::text[])', [key, handlers.holder, handlers.names]);
       }
       if (this.state.kind === 'closed') {

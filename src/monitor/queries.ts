@@ -165,6 +165,8 @@ export interface LiveWorker {
   /** Client address, when the dashboard's role may see it. */
   client: string | null;
   since: Date | null;
+  /** The holder name a scheduler worker registered for this session (null for other clients). */
+  holder: string | null;
   /** Holder names of the leases held under this session, and how many. */
   holders: string[];
   leases: number;
@@ -180,6 +182,7 @@ export async function liveWorkers(db: Queryable, limit = 200): Promise<{ workers
     application: string;
     client: string | null;
     since: Date | null;
+    holder: string | null;
     holders: string[] | null;
     leases: number;
     total: number;
@@ -190,6 +193,7 @@ export async function liveWorkers(db: Queryable, limit = 200): Promise<{ workers
         where a.application_name like '%liveness'
      )
      select s.pid, s.application, s.client, s.since,
+            (select w.holder from leasehold.worker_handlers w where w.worker_key = s.key) as holder,
             array(select distinct l.holder from leasehold.lease_status l where l.holder_key = s.key and l.state <> 'free' and l.holder is not null order by 1 limit 5) as holders,
             (select count(*) from leasehold.lease_status l where l.holder_key = s.key and l.state <> 'free')::int as leases,
             (select count(*) from sessions)::int as total
@@ -200,6 +204,6 @@ export async function liveWorkers(db: Queryable, limit = 200): Promise<{ workers
   );
   return {
     total: rows[0]?.total ?? 0,
-    workers: rows.map((r) => ({ pid: r.pid, application: r.application, client: r.client, since: r.since, holders: r.holders ?? [], leases: r.leases })),
+    workers: rows.map((r) => ({ pid: r.pid, application: r.application, client: r.client, since: r.since, holder: r.holder, holders: r.holders ?? [], leases: r.leases })),
   };
 }

@@ -1,6 +1,7 @@
 // Read models for operators: the job table (leasehold.job_status) and a job's history
 // (leasehold.run_history). Shared by the CLI, the dashboard and metrics.
 import type pg from 'pg';
+import type { RunTrigger } from '../job/job.js';
 import type { RunState } from '../job/run-outcomes.js';
 import { queryable, type Queryable } from '../db/handle.js';
 import type { Duration } from '../validate/duration.js';
@@ -276,6 +277,8 @@ export interface TimelineRun {
   outcome: RunState;
   error: string | null;
   attempts: number;
+  /** What started it: its schedule, a run now (`manual`) or a backfill of a past slot. */
+  trigger: RunTrigger;
 }
 
 export interface TimelineSkip {
@@ -336,7 +339,7 @@ export async function jobTimeline(
     q.query<RunRow>(
       // A run that started more than a day before the window and is still open is 'running'
       // (found through runs_running); everything else is found through runs_job_started.
-      `select job, slot, fence, holder, started_at, finished_at, outcome, error, attempts
+      `select job, slot, fence, holder, started_at, finished_at, outcome, error, attempts, trigger
          from leasehold.runs
         where ($1::text is null or job = $1)
           and started_at <= $3

@@ -13,6 +13,7 @@ export interface RunRow {
   outcome: TimelineRun['outcome'];
   error: string | null;
   attempts: number;
+  trigger: TimelineRun['trigger'];
 }
 
 export interface SkipRow {
@@ -44,6 +45,7 @@ export const toTimelineRun = (row: RunRow): TimelineRun => ({
   outcome: row.outcome,
   error: row.error,
   attempts: row.attempts,
+  trigger: row.trigger,
 });
 
 export const toTimelineSkip = (row: SkipRow): TimelineSkip => ({

@@ -8,6 +8,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDashboard, type Dashboard } from '../../src/dashboard/server.js';
 import { client, freshDatabase, rawPool } from '../support/db.js';
 import { FLEET_SIZE, seedFleet } from '../support/fleet.js';
+import { fleetTrends, jobTrends, SAMPLE_ROWS } from '../../src/monitor/trends.js';
+import type { Queryable } from '../../src/db/handle.js';
 import { haveChromium, launchChromium, NO_CHROMIUM } from '../support/browser.js';
 
 
@@ -70,6 +72,10 @@ describe.skipIf(!haveChromium)(
         expect(await page.evaluate<number>(`document.getElementsByTagName('*').length`)).toBeLessThan(20_000);
         expect(await table.locator('tbody tr').count()).toBe(50);
         expect(await page.getByTestId('timelines').locator('svg[data-job]').count()).toBe(50);
+        await page.getByTestId('chart-workers').waitFor({ timeout: 10_000 });
+        expect(await page.getByTestId('summary-workers').innerText()).toMatch(/^worker-\d [\d,]+ of [\d,]+ \(\d+%\)/);
+        // 24 h of 380,000 runs: lateness and shares from a sample, and the charts say so
+        expect(await page.locator('[data-chart="workers"] figcaption').innerText()).toMatch(/^Runs by worker · from the runs of [\d,]+ of 10,005 jobs$/);
         expect(await table.locator('tr[data-job="fleet-00001"] [data-testid="failures"]').innerText()).toMatch(/^\d+ of 1,?4\d\d · \d+%$/);
 
         // the next page, from the server
@@ -109,7 +115,65 @@ describe.skipIf(!haveChromium)(
   },
 );
 
+/** Runs each statement, and records its plan (EXPLAIN with the same parameters). */
+function explaining(db: pg.Pool): { db: Queryable; plans: string[] } {
+  const plans: string[] = [];
+  const wrapped = {
+    query: async (text: string, values?: unknown[]) => {
+      const { rows } = await db.query<{ 'QUERY PLAN': unknown }>(`explain (format json) ${text}`, values);
+      plans.push(JSON.stringify(rows[0]!['QUERY PLAN']));
+      return db.query(text, values);
+    },
+  } as unknown as Queryable;
+  return { db: wrapped, plans };
+}
+
+/** "Node Type relation index" of every node of an EXPLAIN (FORMAT JSON) plan. */
+function planNodes(json: string): string[] {
+  type Node = { 'Node Type': string; 'Relation Name'?: string; 'Index Name'?: string; Plans?: Node[] };
+  const walk = (n: Node): string[] => [[n['Node Type'], n['Relation Name'], n['Index Name']].filter(Boolean).join(' '), ...(n.Plans ?? []).flatMap(walk)];
+  return (JSON.parse(json) as Array<{ Plan: Node }>).flatMap((p) => walk(p.Plan));
+}
+
 describe('dashboard API with 10,000 jobs', () => {
+  it('serves trends through the run history’s indexes, never a scan of its runs', { timeout: 60_000 }, async () => {
+    const fleet = explaining(pool);
+    const all = await fleetTrends(fleet.db, 24);
+    // the fleet's 24 h hold 380,000 runs: lateness and holders come from a sample that fits SAMPLE_ROWS
+    expect(all.sample!.of).toBe(FLEET_SIZE + HOSTILE_NAMES.length + 1);
+    expect(all.sample!.jobs).toBeLessThan(all.sample!.of);
+    const sampled = all.buckets.reduce((n, b) => n + b.scheduled, 0);
+    expect(sampled).toBeGreaterThan(SAMPLE_ROWS / 4);
+    expect(sampled).toBeLessThanOrEqual(2 * SAMPLE_ROWS);
+    expect(all.buckets.reduce((n, b) => n + b.runs, 0)).toBeGreaterThan(370_000); // every finished run, from run_counts
+    const job = explaining(pool);
+    const one = await jobTrends(job.db, 'fleet-00001', 24);
+    expect(one.buckets.reduce((n, b) => n + b.runs, 0)).toBe(1_440);
+    const scans = [...fleet.plans, ...job.plans].flatMap(planNodes);
+    expect(scans.filter((n) => n.startsWith('Seq Scan run_log'))).toEqual([]);
+    // the job's runs, and each sampled job's, through runs_job_started; the fleet's failures through runs_failing
+    expect(job.plans.flatMap(planNodes).filter((n) => n.includes('runs_job_started'))).not.toEqual([]);
+    expect(fleet.plans.flatMap(planNodes).filter((n) => n.includes('runs_job_started'))).not.toEqual([]);
+    expect(fleet.plans.flatMap(planNodes).filter((n) => n.includes('runs_failing'))).not.toEqual([]);
+
+    // timed through the dashboard, as the page asks (the fleet's answer is then shared for 15 s)
+    const d = await startDashboard({ pool, port: 0 });
+    try {
+      const timed = async (path: string) => {
+        const started = performance.now();
+        const res = await fetch(`${d.url}${path}`, { headers: { 'x-leasehold-dashboard': '1' } });
+        expect(res.status, path).toBe(200);
+        await res.json();
+        return Math.round(performance.now() - started);
+      };
+      const times = { fleet24h: await timed('api/trends?hours=24'), fleetCached: await timed('api/trends?hours=24'), job24h: await timed('api/trends?job=fleet-00001&hours=24'), job1h: await timed('api/trends?job=fleet-00001&hours=1') };
+      console.log(`trends at ${FLEET_SIZE} jobs (ms): ${JSON.stringify(times)}`);
+      expect(times.fleetCached).toBeLessThan(times.fleet24h + 50);
+    } finally {
+      await d.close();
+    }
+  });
+
   it('serves a page, the summary and a page of timelines', { timeout: 60_000 }, async () => {
     const d = await startDashboard({ pool, port: 0 });
     try {

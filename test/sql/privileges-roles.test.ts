@@ -166,7 +166,7 @@ describe('the operator and reader roles', () => {
     const readerPool = pool(url, ROLE.reader);
     const dashboard = await startDashboard({ pool: readerPool, port: 0 });
     try {
-      for (const path of ['api/jobs', 'api/history?hours=1', '']) {
+      for (const path of ['api/jobs', 'api/history?hours=1', 'api/summary', 'api/trends?hours=1', `api/trends?job=${job}&hours=1`, '']) {
         const res = await fetch(`${dashboard.url}${path}`, { headers: { 'sec-fetch-site': 'same-origin', 'x-leasehold-dashboard': '1' } });
         expect([path, res.status]).toEqual([path, 200]);
       }
