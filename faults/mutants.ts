@@ -42,17 +42,24 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'unfenced-write': [],
   // Each guard lives in one function (sql/baseline/1_leases.sql), so each mutant edits one.
   // (end_runs since schema 17: release_matching and finish_runs release through it)
-  'release-no-token-check': [{ fn: 'end_runs', pattern: /l\.token = i\.token/, replacement: 'i.token is not null' }],
+  'release-no-token-check': [
+    { fn: 'end_runs', pattern: /l\.token = i\.token/, replacement: 'i.token is not null' },
+    // release()'s own update of a lease with no run in flight
+    { fn: 'release', pattern: /l\.token = p_token and/, replacement: 'p_token is not null and' },
+  ],
   // Both expiry rules go: only a released lease or a gone liveness lock frees it. The skip
   // reports use the same rule, so a stalled holder's slots are recorded as skips naming a
   // holder whose lease had expired.
   'acquire-ignores-expiry': [
-    { fn: 'is_free', pattern: /\n\s+when l\.epoch is not distinct from leasehold\.epoch\(\) and l\.expires_at <= now\(\) then true/, replacement: '' },
-    { fn: 'is_free', pattern: /\n\s+when l\.epoch is distinct from leasehold\.epoch\(\)\n\s+and l\.expires_at \+ coalesce\(l\.ttl, interval '0'\) <= now\(\) then true/, replacement: '' },
+    {
+      fn: 'is_free',
+      pattern: /\n\s+when case when l\.epoch is not distinct from leasehold\.epoch\(\) then l\.expires_at <= now\(\)\n\s+else l\.expires_at \+ coalesce\(l\.ttl, interval '0'\) <= now\(\) end then true/,
+      replacement: '',
+    },
   ],
   'fence-without-epoch': [
     // the rule lives in fences_after() since schema 17 (fence_after(), next_fence() and claim() call it)
-    { fn: 'fences_after', pattern: /greatest\(coalesce\(o\.old, 0\) \+ 1, b\.base\)/, replacement: 'coalesce(o.old, 0) + 1' },
+    { fn: 'fences_after', pattern: /greatest\(coalesce\(o\.old, 0\) \+ 1, v_base\)/, replacement: 'coalesce(o.old, 0) + 1' },
   ],
   // the base of each fork (leasehold.forks): back to the timeline number alone
   'fence-by-timeline': [
