@@ -281,6 +281,16 @@ describe('liveness', () => {
     const a = await client(url, { holder: 'survivor' });
     const { lease } = held(await a.acquire('restart', { ttl: '30s', heartbeat: true, heartbeatInterval: 200 }));
     const admin = rawPool(url, 1);
+    // the witness must be waiting already: one still connecting would outlive the terminate, take
+    // the key over without a gap, and rightly keep the lease (test/lease/restart.test.ts)
+    await waitFor(async () => {
+      const { rows } = await admin.query(
+        `select count(*)::int as n from pg_locks where locktype = 'advisory' and objsubid = 1 and not granted
+            and ((classid::bigint << 32) | objid::bigint) = $1::bigint`,
+        [holderKeyOf(lease)],
+      );
+      return rows[0].n === 1;
+    }, 5_000, 20);
     await admin.query(`select pg_terminate_backend(pid) from pg_stat_activity where application_name like 'leasehold%' and datname = current_database() and pid <> pg_backend_pid()`);
     await waitFor(() => lease.lost);
     expect(lease.lostReason?.reason).toBe('liveness-lost');
