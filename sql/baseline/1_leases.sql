@@ -673,20 +673,11 @@ begin
    order by e.n;
 end $$;
 
--- renew: renew_leases() of one lease.
-create function leasehold.renew(p_name text, p_token uuid, p_ttl interval)
-returns table (renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
-language sql volatile
-set lock_timeout = '2s'
-as $$
-  select r.renewed, r.expires_at, r.fence, r.reason, r.database_time
-    from leasehold.renew_leases(array[row(p_name, p_token, p_ttl)::leasehold.lease_renewal]) r;
-$$;
-
--- renew_leases: extends each given lease while its token matches and it has not expired, in
--- one update; says for each one why not otherwise ('unknown', 'expired': the caller's token but
--- past its expiry, 'released', 'taken-over'). In the order given.
-create function leasehold.renew_leases(p_leases leasehold.lease_renewal[])
+-- renew_leases: extends each given lease while its token matches and it has not expired, in one
+-- update; says for each why not otherwise ('unknown', 'expired': the caller's token but past its
+-- expiry, 'released', 'taken-over'), in the order given. Variadic, so that one lease reads
+-- plainly: renew_leases(('job', token, '30 seconds')).
+create function leasehold.renew_leases(variadic p_leases leasehold.lease_renewal[])
 returns table (name text, renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -714,7 +705,7 @@ begin
     from leasehold.confirm_leases(array(select e.name from unnest(p_leases) e), array(select e.token from unnest(p_leases) e),
                                   array(select e.ttl from unnest(p_leases) e)) c;
   -- a lease not renewed: as a new snapshot has it, so that a release or takeover the update
-  -- waited for (its row lock) is the reason given, as renew() gave it
+  -- waited for (its row lock) is the reason given
   return query
   select e.name, c.name is not null, coalesce(c.expires_at, l.expires_at), coalesce(c.fence, l.fence),
          case
@@ -810,7 +801,7 @@ begin
     using errcode = 'LH003',
           detail = format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
                           'renew it, or roll back if it is lost', r.epoch, leasehold.epoch()),
-          hint = 'Roll back, renew the lease (leasehold.renew) and run the transaction again; if the renewal fails, the lease is lost.';
+          hint = 'Roll back, renew the lease (leasehold.renew_leases) and run the transaction again; if the renewal fails, the lease is lost.';
 end $$;
 
 -- force_release: frees a lease whatever its holder (an operator's act: a stuck holder, a

@@ -286,7 +286,6 @@ insert into leasehold.access (object, level) values
   ('register_worker_handlers', 'client'),
   ('release', 'client'),
   ('remove_schedule', 'client'),
-  ('renew', 'client'),
   ('renew_leases', 'client'),
   ('schedule_changes', 'client'),
   ('schedule_snapshot', 'client'),

@@ -701,20 +701,11 @@ begin
    order by e.n;
 end $$;
 
--- renew: renew_leases() of one lease.
-create function leasehold.renew(p_name text, p_token uuid, p_ttl interval)
-returns table (renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
-language sql volatile
-set lock_timeout = '2s'
-as $$
-  select r.renewed, r.expires_at, r.fence, r.reason, r.database_time
-    from leasehold.renew_leases(array[row(p_name, p_token, p_ttl)::leasehold.lease_renewal]) r;
-$$;
-
--- renew_leases: extends each given lease while its token matches and it has not expired, in
--- one update; says for each one why not otherwise ('unknown', 'expired': the caller's token but
--- past its expiry, 'released', 'taken-over'). In the order given.
-create function leasehold.renew_leases(p_leases leasehold.lease_renewal[])
+-- renew_leases: extends each given lease while its token matches and it has not expired, in one
+-- update; says for each why not otherwise ('unknown', 'expired': the caller's token but past its
+-- expiry, 'released', 'taken-over'), in the order given. Variadic, so that one lease reads
+-- plainly: renew_leases(('job', token, '30 seconds')).
+create function leasehold.renew_leases(variadic p_leases leasehold.lease_renewal[])
 returns table (name text, renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -742,7 +733,7 @@ begin
     from leasehold.confirm_leases(array(select e.name from unnest(p_leases) e), array(select e.token from unnest(p_leases) e),
                                   array(select e.ttl from unnest(p_leases) e)) c;
   -- a lease not renewed: as a new snapshot has it, so that a release or takeover the update
-  -- waited for (its row lock) is the reason given, as renew() gave it
+  -- waited for (its row lock) is the reason given
   return query
   select e.name, c.name is not null, coalesce(c.expires_at, l.expires_at), coalesce(c.fence, l.fence),
          case
@@ -838,7 +829,7 @@ begin
     using errcode = 'LH003',
           detail = format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
                           'renew it, or roll back if it is lost', r.epoch, leasehold.epoch()),
-          hint = 'Roll back, renew the lease (leasehold.renew) and run the transaction again; if the renewal fails, the lease is lost.';
+          hint = 'Roll back, renew the lease (leasehold.renew_leases) and run the transaction again; if the renewal fails, the lease is lost.';
 end $$;
 
 -- force_release: frees a lease whatever its holder (an operator's act: a stuck holder, a
@@ -3479,7 +3470,6 @@ insert into leasehold.access (object, level) values
   ('register_worker_handlers', 'client'),
   ('release', 'client'),
   ('remove_schedule', 'client'),
-  ('renew', 'client'),
   ('renew_leases', 'client'),
   ('schedule_changes', 'client'),
   ('schedule_snapshot', 'client'),
@@ -3569,7 +3559,7 @@ insert into leasehold.access (object, level) values
   ('unhandled_schedules', 'reader'),
   ('worker_keys', 'reader');
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '4b99476f309a80a563e56bae2a30d3d0ee57a6a957132626df05585af42c2ac7');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'c03f057a848fe0e182da7f17697e478e7a8471146ba9cba26b0b154a514e376f');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

@@ -117,7 +117,7 @@ describe('a slot claimed ahead and never started', () => {
     // the holder resumes: its mark says a peer took some of its runs, and its lease is gone
     const marked = await holder.conn.query<{ ok: boolean }>('select leasehold.start_tick($1::bigint, $2) as ok', [holder.key, slot]);
     expect(marked.rows[0]!.ok).toBe(false);
-    const renewed = await holder.conn.query(`select * from leasehold.renew('re-paused', $1, interval '30 seconds')`, [holder.token]);
+    const renewed = await holder.conn.query(`select * from leasehold.renew_leases(('re-paused', $1, interval '30 seconds'))`, [holder.token]);
     expect(renewed.rows.filter((r: { renewed?: boolean }) => r.renewed !== false).length).toBe(0);
     // a later mark with nothing newly taken is untouched again
     const later = await holder.conn.query<{ ok: boolean }>('select leasehold.start_tick($1::bigint, $2) as ok', [holder.key, new Date(slot.getTime() + 60_000)]);

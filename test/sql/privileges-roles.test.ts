@@ -83,7 +83,7 @@ describe('an attacking client role against another role\'s live lease', () => {
     expect(await outcome(attacker, 'select token from leasehold.leases where name = $1', [name])).toBe('42501');
     expect(await outcome(attacker, 'select * from leasehold.leases')).toBe('42501');
     // the protocol with a guessed token
-    expect((await attacker.query('select * from leasehold.renew($1, $2, $3)', [name, guess, '7 days'])).rows[0]).toMatchObject({ renewed: false, reason: 'taken-over' });
+    expect((await attacker.query('select * from leasehold.renew_leases(($1, $2, $3))', [name, guess, '7 days'])).rows[0]).toMatchObject({ renewed: false, reason: 'taken-over' });
     expect((await attacker.query('select leasehold.release($1, $2) as r', [name, guess])).rows[0].r).toBe(false);
     expect(await outcome(attacker, 'select leasehold.assert_lease($1, $2, $3)', [name, guess, lease.fence])).toBe('LH003');
     expect((await attacker.query('select leasehold.holds_lease($1, $2, $3) as h', [name, guess, lease.fence])).rows[0].h).toBe(false);

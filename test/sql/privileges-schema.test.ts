@@ -163,12 +163,12 @@ describe('upgrades and drift', () => {
   it('secure_schema() takes back CREATE on the schema from anyone but its owner, and restores lost grants', async () => {
     const db = await installedDatabase();
     await db.owner.query(`select leasehold.grant_access($1, 'client')`, [ROLE.app2]);
-    await db.owner.query(`grant create on schema leasehold to ${ROLE.app2}; revoke execute on function leasehold.renew(text, uuid, interval) from ${ROLE.app2}`);
+    await db.owner.query(`grant create on schema leasehold to ${ROLE.app2}; revoke execute on function leasehold.renew_leases(leasehold.lease_renewal[]) from ${ROLE.app2}`);
     const client = pool(db.url, ROLE.app2);
-    expect(await outcome(client, `select * from leasehold.renew('x', gen_random_uuid(), '1s')`)).toBe('42501');
+    expect(await outcome(client, `select * from leasehold.renew_leases(('x', gen_random_uuid(), '1s'))`)).toBe('42501');
     await db.owner.query('select leasehold.secure_schema()');
     expect(await outcome(client, 'create function leasehold.planted() returns int language sql as $$ select 1 $$')).toBe('42501');
-    expect(await outcome(client, `select * from leasehold.renew('x', gen_random_uuid(), '1s')`)).toBe('ok');
+    expect(await outcome(client, `select * from leasehold.renew_leases(('x', gen_random_uuid(), '1s'))`)).toBe('ok');
   });
 });
 
@@ -188,10 +188,9 @@ describe('mutants: the checks above fail when a function loses its protection', 
     const client = pool(db.url, ROLE.app2);
     const name = `m-${randomUUID()}`;
     expect(await outcome(client, `select * from leasehold.acquire($1, '30s', 'me')`, [name])).toBe('ok');
-    // renew() is renew_leases() of one lease (schema 15): the function that reads the table
     await db.owner.query('alter function leasehold.renew_leases(leasehold.lease_renewal[]) security invoker');
-    expect(await insecureFunctions(db.owner)).toEqual(['renew_leases(p_leases leasehold.lease_renewal[])']);
+    expect(await insecureFunctions(db.owner)).toEqual(['renew_leases(VARIADIC p_leases leasehold.lease_renewal[])']);
     // the invoker has no table privileges, so the documented grants no longer suffice
-    expect(await outcome(client, `select * from leasehold.renew_leases(array[row($1, $2, '30s')::leasehold.lease_renewal])`, [name, randomUUID()])).toBe('42501');
+    expect(await outcome(client, `select * from leasehold.renew_leases(($1, $2, '30s'))`, [name, randomUUID()])).toBe('42501');
   });
 });
