@@ -138,20 +138,34 @@ begin
   return null;
 end $$;
 
--- register_jobs: upserts job definitions and makes sure each has a lease row. Returns each
--- job's last claimed slot, so a starting worker can apply its catch-up policy. When a job's
--- schedule or timezone changes, its last slot moves up to now(): the slots between the old
--- schedule's last run and now never existed, so they are neither caught up nor recorded missed.
+-- register_jobs: upserts job definitions (with each run's timeout, null: none) and makes sure
+-- each has a lease row. Returns each job's last claimed slot, so a starting worker can apply its
+-- catch-up policy. When a job's schedule or timezone changes, its last slot moves up to now():
+-- the slots between the old schedule's last run and now never existed.
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
-  p_overlaps text[], p_catch_ups text[], p_holder text
+  p_overlaps text[], p_catch_ups text[], p_holder text, p_timeout_ms bigint[] default null
 ) returns table (name text, last_slot timestamptz, database_time timestamptz)
-language plpgsql volatile as $$
+language plpgsql volatile
+set plan_cache_mode = force_custom_plan
+set jit = off
+as $$
 #variable_conflict use_column
+declare
+  v_bad bigint;
 begin
   perform leasehold.check_namespace(p_names);
   perform leasehold.check_job_owner(p_names);
   perform leasehold.check_name(n) from unnest(p_names) as n;
+  if p_timeout_ms is not null and cardinality(p_timeout_ms) is distinct from cardinality(p_names) then
+    raise exception 'register_jobs needs as many timeouts as names (% names, % timeouts)',
+      coalesce(cardinality(p_names), 0), cardinality(p_timeout_ms) using errcode = '22023';
+  end if;
+  -- the bounds of the client's `timeout` option
+  select t into v_bad from unnest(p_timeout_ms) t where t < 1 or t > 31622400000 limit 1;
+  if found then
+    raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
+  end if;
   insert into leasehold.leases (name) select n from unnest(p_names) as n on conflict do nothing;
   update leasehold.leases l
      set last_slot = greatest(l.last_slot, now())
@@ -161,24 +175,24 @@ begin
      and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
   -- a changed definition of an existing job is an act on it: recorded, with the login role
   with written as (
-    insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by, owner_role)
+    insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, timeout_ms, registered_by, owner_role)
     select i.*, p_holder, leasehold.acting_role()
-      from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups) as i
+      from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups, p_timeout_ms) as i
     on conflict (name) do update
        set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
-           ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
+           ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up, timeout_ms = excluded.timeout_ms,
            registered_by = excluded.registered_by, registered_at = now(), owner_role = coalesce(j.owner_role, excluded.owner_role)
-     where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up)
-           is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap, excluded.catch_up)
-    returning j.name, j.schedule, j.ttl_ms, j.overlap, xmax <> 0 as updated
+     where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up, j.timeout_ms)
+           is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap,
+                             excluded.catch_up, excluded.timeout_ms)
+    returning j.name, j.schedule, j.ttl_ms, j.overlap, j.timeout_ms, xmax <> 0 as updated
   )
   insert into leasehold.actions (action, job, actor, detail)
-  select 'job-changed', w.name, p_holder, jsonb_build_object('schedule', w.schedule, 'ttl_ms', w.ttl_ms, 'overlap', w.overlap)
+  select 'job-changed', w.name, p_holder,
+         jsonb_build_object('schedule', w.schedule, 'ttl_ms', w.ttl_ms, 'overlap', w.overlap, 'timeout_ms', w.timeout_ms)
     from written w where w.updated;
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
 end $$;
-alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) set plan_cache_mode = force_custom_plan;
-alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) set jit = off;
 
 -- register_external_job: makes a job visible in job_status without a schedule leasehold runs.
 create function leasehold.register_external_job(p_name text, p_interval_ms bigint, p_ttl_ms bigint, p_holder text)
@@ -195,43 +209,6 @@ language sql volatile as $$
      set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
    where j.schedule = 'external';
 $$;
-
--- set_job_timeouts: sets (or, with null, clears) the timeout of each named job, as its latest
--- registration says. Names that are not registered are ignored. Returns the rows changed.
-create function leasehold.set_job_timeouts(p_names text[], p_timeout_ms bigint[]) returns integer
-language plpgsql volatile
-set lock_timeout = '2s'
-as $$
-declare
-  v_bad bigint;
-  v_changed integer;
-begin
-  perform leasehold.check_namespace(p_names);
-  perform leasehold.check_job_owner(p_names);
-  if coalesce(cardinality(p_names), 0) <> coalesce(cardinality(p_timeout_ms), 0) then
-    raise exception 'set_job_timeouts needs as many timeouts as names (% names, % timeouts)',
-      coalesce(cardinality(p_names), 0), coalesce(cardinality(p_timeout_ms), 0)
-      using errcode = '22023';
-  end if;
-  -- the bounds of the client's `timeout` option: 1 ms to 366 days
-  select t into v_bad from unnest(p_timeout_ms) t where t < 1 or t > 31622400000 limit 1;
-  if found then
-    raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
-  end if;
-  with changed as (
-    update leasehold.jobs j
-       set timeout_ms = i.timeout_ms
-      from unnest(p_names, p_timeout_ms) as i(name, timeout_ms)
-     where j.name = i.name and j.timeout_ms is distinct from i.timeout_ms
-    returning j.name, j.timeout_ms
-  ), audited as (
-    insert into leasehold.actions (action, job, actor, detail)
-    select 'timeout-changed', c.name, session_user, jsonb_build_object('timeout_ms', c.timeout_ms) from changed c
-    returning 1
-  )
-  select count(*) into v_changed from audited;
-  return v_changed;
-end $$;
 
 -- register_worker_handlers: called by a worker on its liveness session, right after
 -- register_liveness(true). Only the session that holds p_key may register under it.

@@ -589,39 +589,14 @@ begin
   end loop;
 end $$;
 
--- schedule_snapshot: what a starting worker needs of leasehold.jobs before it follows
--- schedule_changes(): the data jobs of the handlers p_handlers and the paused jobs (code jobs
--- that are not paused, other handlers' jobs and tombstones are none of its business: at 100,000
--- jobs a worker of one handler would otherwise read them all), after revision p_after_revision
--- in revision order, at most p_limit. The caller reads the newest revision of the table first
--- and follows schedule_changes() from it: a change made meanwhile is read twice, never missed.
-create function leasehold.schedule_snapshot(p_handlers text[], p_after_revision bigint default 0, p_limit integer default 1000)
-returns table (
-  revision bigint, name text, source text, handler text, removed boolean,
-  schedule text, timezone text, interval_ms bigint, ttl_ms bigint, overlap text, catch_up text,
-  buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, payload jsonb,
-  paused_at timestamptz, paused_by text, pause_reason text, last_slot timestamptz, database_time timestamptz
-)
-language sql stable as $$
-  select j.revision, j.name, j.source, j.handler, false,
-         j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up,
-         j.buffer_limit, j.starting_deadline_ms, j.timeout_ms, j.jitter_ms,
-         case when j.handler = any (p_handlers) then j.payload end,
-         j.paused_at, j.paused_by, j.pause_reason,
-         (select l.last_slot from leasehold.leases l where l.name = j.name), now()
-    from leasehold.jobs j
-   where j.revision > coalesce(p_after_revision, 0) and j.removed_at is null
-     and ((j.source = 'data' and j.handler = any (p_handlers)) or j.paused_at is not null)
-     and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
-     and leasehold.may_act_as(j.owner_role)
-   order by j.revision
-   limit greatest(1, least(coalesce(p_limit, 1000), 10000));
-$$;
-
 -- schedule_changes: the job rows changed after revision p_after_revision, oldest change first,
 -- at most p_limit (1-10000) of them: one range of the index on revision. Code jobs come too
 -- (their pause state); payloads only for the handlers named in p_handlers (null: all).
-create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000)
+-- p_snapshot: only what a starting worker needs before it follows the changes: the data jobs of
+-- p_handlers and the paused jobs, no tombstones (at 100,000 jobs a worker of one handler would
+-- otherwise read them all).
+create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000,
+                                           p_snapshot boolean default false)
 returns table (
   revision bigint, name text, source text, handler text, removed boolean,
   schedule text, timezone text, interval_ms bigint, ttl_ms bigint, overlap text, catch_up text,
@@ -637,6 +612,9 @@ language sql stable as $$
          (select l.last_slot from leasehold.leases l where l.name = j.name), now()
     from leasehold.jobs j
    where j.revision > coalesce(p_after_revision, 0)
+     and (p_snapshot is not true
+          or (j.removed_at is null and (j.paused_at is not null
+                                        or (j.source = 'data' and (p_handlers is null or j.handler = any (p_handlers))))))
      and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
      and leasehold.may_act_as(j.owner_role)
    order by j.revision

@@ -288,8 +288,6 @@ insert into leasehold.access (object, level) values
   ('remove_schedule', 'client'),
   ('renew_leases', 'client'),
   ('schedule_changes', 'client'),
-  ('schedule_snapshot', 'client'),
-  ('set_job_timeouts', 'client'),
   ('start_run', 'client'),
   ('force_release', 'operator'),
   ('pause_job', 'operator'),

@@ -1078,20 +1078,34 @@ begin
   return null;
 end $$;
 
--- register_jobs: upserts job definitions and makes sure each has a lease row. Returns each
--- job's last claimed slot, so a starting worker can apply its catch-up policy. When a job's
--- schedule or timezone changes, its last slot moves up to now(): the slots between the old
--- schedule's last run and now never existed, so they are neither caught up nor recorded missed.
+-- register_jobs: upserts job definitions (with each run's timeout, null: none) and makes sure
+-- each has a lease row. Returns each job's last claimed slot, so a starting worker can apply its
+-- catch-up policy. When a job's schedule or timezone changes, its last slot moves up to now():
+-- the slots between the old schedule's last run and now never existed.
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
-  p_overlaps text[], p_catch_ups text[], p_holder text
+  p_overlaps text[], p_catch_ups text[], p_holder text, p_timeout_ms bigint[] default null
 ) returns table (name text, last_slot timestamptz, database_time timestamptz)
-language plpgsql volatile as $$
+language plpgsql volatile
+set plan_cache_mode = force_custom_plan
+set jit = off
+as $$
 #variable_conflict use_column
+declare
+  v_bad bigint;
 begin
   perform leasehold.check_namespace(p_names);
   perform leasehold.check_job_owner(p_names);
   perform leasehold.check_name(n) from unnest(p_names) as n;
+  if p_timeout_ms is not null and cardinality(p_timeout_ms) is distinct from cardinality(p_names) then
+    raise exception 'register_jobs needs as many timeouts as names (% names, % timeouts)',
+      coalesce(cardinality(p_names), 0), cardinality(p_timeout_ms) using errcode = '22023';
+  end if;
+  -- the bounds of the client's `timeout` option
+  select t into v_bad from unnest(p_timeout_ms) t where t < 1 or t > 31622400000 limit 1;
+  if found then
+    raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
+  end if;
   insert into leasehold.leases (name) select n from unnest(p_names) as n on conflict do nothing;
   update leasehold.leases l
      set last_slot = greatest(l.last_slot, now())
@@ -1101,24 +1115,24 @@ begin
      and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
   -- a changed definition of an existing job is an act on it: recorded, with the login role
   with written as (
-    insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by, owner_role)
+    insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, timeout_ms, registered_by, owner_role)
     select i.*, p_holder, leasehold.acting_role()
-      from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups) as i
+      from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups, p_timeout_ms) as i
     on conflict (name) do update
        set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
-           ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
+           ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up, timeout_ms = excluded.timeout_ms,
            registered_by = excluded.registered_by, registered_at = now(), owner_role = coalesce(j.owner_role, excluded.owner_role)
-     where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up)
-           is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap, excluded.catch_up)
-    returning j.name, j.schedule, j.ttl_ms, j.overlap, xmax <> 0 as updated
+     where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up, j.timeout_ms)
+           is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap,
+                             excluded.catch_up, excluded.timeout_ms)
+    returning j.name, j.schedule, j.ttl_ms, j.overlap, j.timeout_ms, xmax <> 0 as updated
   )
   insert into leasehold.actions (action, job, actor, detail)
-  select 'job-changed', w.name, p_holder, jsonb_build_object('schedule', w.schedule, 'ttl_ms', w.ttl_ms, 'overlap', w.overlap)
+  select 'job-changed', w.name, p_holder,
+         jsonb_build_object('schedule', w.schedule, 'ttl_ms', w.ttl_ms, 'overlap', w.overlap, 'timeout_ms', w.timeout_ms)
     from written w where w.updated;
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
 end $$;
-alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) set plan_cache_mode = force_custom_plan;
-alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) set jit = off;
 
 -- register_external_job: makes a job visible in job_status without a schedule leasehold runs.
 create function leasehold.register_external_job(p_name text, p_interval_ms bigint, p_ttl_ms bigint, p_holder text)
@@ -1135,43 +1149,6 @@ language sql volatile as $$
      set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
    where j.schedule = 'external';
 $$;
-
--- set_job_timeouts: sets (or, with null, clears) the timeout of each named job, as its latest
--- registration says. Names that are not registered are ignored. Returns the rows changed.
-create function leasehold.set_job_timeouts(p_names text[], p_timeout_ms bigint[]) returns integer
-language plpgsql volatile
-set lock_timeout = '2s'
-as $$
-declare
-  v_bad bigint;
-  v_changed integer;
-begin
-  perform leasehold.check_namespace(p_names);
-  perform leasehold.check_job_owner(p_names);
-  if coalesce(cardinality(p_names), 0) <> coalesce(cardinality(p_timeout_ms), 0) then
-    raise exception 'set_job_timeouts needs as many timeouts as names (% names, % timeouts)',
-      coalesce(cardinality(p_names), 0), coalesce(cardinality(p_timeout_ms), 0)
-      using errcode = '22023';
-  end if;
-  -- the bounds of the client's `timeout` option: 1 ms to 366 days
-  select t into v_bad from unnest(p_timeout_ms) t where t < 1 or t > 31622400000 limit 1;
-  if found then
-    raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
-  end if;
-  with changed as (
-    update leasehold.jobs j
-       set timeout_ms = i.timeout_ms
-      from unnest(p_names, p_timeout_ms) as i(name, timeout_ms)
-     where j.name = i.name and j.timeout_ms is distinct from i.timeout_ms
-    returning j.name, j.timeout_ms
-  ), audited as (
-    insert into leasehold.actions (action, job, actor, detail)
-    select 'timeout-changed', c.name, session_user, jsonb_build_object('timeout_ms', c.timeout_ms) from changed c
-    returning 1
-  )
-  select count(*) into v_changed from audited;
-  return v_changed;
-end $$;
 
 -- register_worker_handlers: called by a worker on its liveness session, right after
 -- register_liveness(true). Only the session that holds p_key may register under it.
@@ -2731,39 +2708,14 @@ begin
   end loop;
 end $$;
 
--- schedule_snapshot: what a starting worker needs of leasehold.jobs before it follows
--- schedule_changes(): the data jobs of the handlers p_handlers and the paused jobs (code jobs
--- that are not paused, other handlers' jobs and tombstones are none of its business: at 100,000
--- jobs a worker of one handler would otherwise read them all), after revision p_after_revision
--- in revision order, at most p_limit. The caller reads the newest revision of the table first
--- and follows schedule_changes() from it: a change made meanwhile is read twice, never missed.
-create function leasehold.schedule_snapshot(p_handlers text[], p_after_revision bigint default 0, p_limit integer default 1000)
-returns table (
-  revision bigint, name text, source text, handler text, removed boolean,
-  schedule text, timezone text, interval_ms bigint, ttl_ms bigint, overlap text, catch_up text,
-  buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, payload jsonb,
-  paused_at timestamptz, paused_by text, pause_reason text, last_slot timestamptz, database_time timestamptz
-)
-language sql stable as $$
-  select j.revision, j.name, j.source, j.handler, false,
-         j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up,
-         j.buffer_limit, j.starting_deadline_ms, j.timeout_ms, j.jitter_ms,
-         case when j.handler = any (p_handlers) then j.payload end,
-         j.paused_at, j.paused_by, j.pause_reason,
-         (select l.last_slot from leasehold.leases l where l.name = j.name), now()
-    from leasehold.jobs j
-   where j.revision > coalesce(p_after_revision, 0) and j.removed_at is null
-     and ((j.source = 'data' and j.handler = any (p_handlers)) or j.paused_at is not null)
-     and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
-     and leasehold.may_act_as(j.owner_role)
-   order by j.revision
-   limit greatest(1, least(coalesce(p_limit, 1000), 10000));
-$$;
-
 -- schedule_changes: the job rows changed after revision p_after_revision, oldest change first,
 -- at most p_limit (1-10000) of them: one range of the index on revision. Code jobs come too
 -- (their pause state); payloads only for the handlers named in p_handlers (null: all).
-create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000)
+-- p_snapshot: only what a starting worker needs before it follows the changes: the data jobs of
+-- p_handlers and the paused jobs, no tombstones (at 100,000 jobs a worker of one handler would
+-- otherwise read them all).
+create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000,
+                                           p_snapshot boolean default false)
 returns table (
   revision bigint, name text, source text, handler text, removed boolean,
   schedule text, timezone text, interval_ms bigint, ttl_ms bigint, overlap text, catch_up text,
@@ -2779,6 +2731,9 @@ language sql stable as $$
          (select l.last_slot from leasehold.leases l where l.name = j.name), now()
     from leasehold.jobs j
    where j.revision > coalesce(p_after_revision, 0)
+     and (p_snapshot is not true
+          or (j.removed_at is null and (j.paused_at is not null
+                                        or (j.source = 'data' and (p_handlers is null or j.handler = any (p_handlers))))))
      and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
      and leasehold.may_act_as(j.owner_role)
    order by j.revision
@@ -3472,8 +3427,6 @@ insert into leasehold.access (object, level) values
   ('remove_schedule', 'client'),
   ('renew_leases', 'client'),
   ('schedule_changes', 'client'),
-  ('schedule_snapshot', 'client'),
-  ('set_job_timeouts', 'client'),
   ('start_run', 'client'),
   ('force_release', 'operator'),
   ('pause_job', 'operator'),
@@ -3559,7 +3512,7 @@ insert into leasehold.access (object, level) values
   ('unhandled_schedules', 'reader'),
   ('worker_keys', 'reader');
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'c03f057a848fe0e182da7f17697e478e7a8471146ba9cba26b0b154a514e376f');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '5024290a7ae5a3b4f5965348cc584cb07920cbca15885b204a634e65c0e022dd');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
