@@ -197,29 +197,33 @@ begin
 end $$;
 
 -- epoch_source: where epoch() reads the timeline on this server, with the errors of the sources
--- it could not use. 'wal': the current WAL file (a promotion shows at once); 'checkpoint': the
--- last checkpoint (a promotion shows only after its end-of-recovery checkpoint); 'none': no
--- timeline (epoch() is 1: forks of history cannot be told apart).
-create function leasehold.epoch_source() returns table (source text, timeline integer, detail text)
+-- it could not use ('wal': the current WAL file, a promotion shows at once; 'checkpoint': the
+-- last checkpoint, a promotion shows only after its end-of-recovery checkpoint; 'none': no
+-- timeline, epoch() is 1), and this server's incarnation, for readers (lease_status) and clients.
+create function leasehold.epoch_source() returns table (source text, timeline integer, detail text, incarnation text)
 language plpgsql volatile as $$
 declare
+  v_source text := 'none';
+  v_timeline integer := 1;
   v_detail text;
 begin
   begin
     if not pg_is_in_recovery() then
-      return query select 'wal'::text, ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer, null::text;
-      return;
+      v_timeline := ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
+      v_source := 'wal';
     end if;
   exception when others then
     v_detail := format('pg_walfile_name(pg_current_wal_lsn()): %s (SQLSTATE %s)', sqlerrm, sqlstate);
   end;
-  begin
-    return query select 'checkpoint'::text, (pg_control_checkpoint()).timeline_id, v_detail;
-    return;
-  exception when others then
-    v_detail := concat_ws('; ', v_detail, format('pg_control_checkpoint(): %s (SQLSTATE %s)', sqlerrm, sqlstate));
-  end;
-  return query select 'none'::text, 1, v_detail;
+  if v_source = 'none' then
+    begin
+      v_timeline := (pg_control_checkpoint()).timeline_id;
+      v_source := 'checkpoint';
+    exception when others then
+      v_detail := concat_ws('; ', v_detail, format('pg_control_checkpoint(): %s (SQLSTATE %s)', sqlerrm, sqlstate));
+    end;
+  end if;
+  return query select v_source, v_timeline, v_detail, leasehold.server_incarnation();
 end $$;
 
 -- fork_base: the fence base of timeline p_timeline on this server's line of history, made at
@@ -253,13 +257,6 @@ language sql volatile as $$
   select leasehold.epoch() || '@' || to_char(pg_postmaster_start_time() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US');
 $$;
 
--- incarnation: server_incarnation() for readers (lease_status), with the owner's rights: on a
--- standby the timeline comes from pg_control_checkpoint(), which a reader may not call.
-create function leasehold.incarnation() returns text
-language sql volatile as $$
-  select leasehold.server_incarnation();
-$$;
-
 -- liveness_incarnation: the incarnation to record with a grant under liveness key p_key: the
 -- current one when the key's lock is held on this server right now, else null (the TTL then
 -- governs). A client does not notice at once that its liveness session went with an old
@@ -269,15 +266,23 @@ language sql volatile as $$
   select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.server_incarnation() end;
 $$;
 
+-- The tag of worker liveness keys (bits 47-62); 'LH'.
+create function leasehold.worker_key_tag() returns bigint
+language sql immutable as $$
+  select 19528::bigint;
+$$;
+
 -- liveness_locks: the liveness locks held in this database right now: session-level advisory
 -- locks taken with one bigint key (objsubid 1), exclusive and granted, with the backend that
--- holds each. The key is the bigint register_liveness() returned.
-create function leasehold.liveness_locks() returns table (pid integer, key bigint)
+-- holds each. The key is the bigint register_liveness() returned; worker: a key in the workers'
+-- range (register_liveness(true)).
+create function leasehold.liveness_locks() returns table (pid integer, key bigint, worker boolean)
 language sql volatile as $$
-  select k.pid, (k.classid::bigint << 32) | k.objid::bigint
-    from pg_locks k
-   where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.mode = 'ExclusiveLock'
-     and k.database = (select d.oid from pg_database d where d.datname = current_database());
+  select x.pid, x.key, x.key >> 47 = leasehold.worker_key_tag()
+    from (select k.pid, (k.classid::bigint << 32) | k.objid::bigint as key
+            from pg_locks k
+           where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.mode = 'ExclusiveLock'
+             and k.database = (select d.oid from pg_database d where d.datname = current_database())) x;
 $$;
 
 create function leasehold.holder_gone(p_key bigint) returns boolean
@@ -290,17 +295,6 @@ language sql volatile as $$
   end;
 $$;
 
--- The tag of worker liveness keys (bits 47-62); 'LH'. Private: the two functions below use it.
-create function leasehold.worker_key_tag() returns bigint
-language sql immutable as $$
-  select 19528::bigint;
-$$;
-
--- worker_keys: the liveness keys of the workers alive in this database right now.
-create function leasehold.worker_keys() returns table (pid integer, key bigint)
-language sql volatile as $$
-  select k.pid, k.key from leasehold.liveness_locks() k where k.key >> 47 = leasehold.worker_key_tag();
-$$;
 
 create function leasehold.next_fence(p_old bigint) returns bigint
 language sql volatile as $$
@@ -353,19 +347,33 @@ $$;
 -- session ends (process killed, connection lost) the lock goes, and so does every lease
 -- recorded with that key. Keys are non-negative so lease_status can match pg_locks.
 -- p_worker: a scheduler worker's session, whose key is in the workers' range (worker_key_tag())
--- so that its peers find it in worker_keys() to share the jobs of a tick.
-create function leasehold.register_liveness(p_worker boolean default false) returns bigint
+-- so that its peers find it in liveness_locks() to share the jobs of a tick; p_handlers: the
+-- handler names it runs data jobs for, counted while the key is live (live_handlers()).
+create function leasehold.register_liveness(p_worker boolean default false, p_holder text default null,
+                                            p_handlers text[] default null) returns bigint
 language plpgsql volatile as $$
 declare
   k bigint;
 begin
+  if p_handlers is not null then
+    perform leasehold.check_holder(p_holder);
+    if p_worker is not true or cardinality(p_handlers) > 10000 then
+      raise exception 'register_liveness: handlers are registered by a worker (p_worker true), at most 10000 (got %)',
+        cardinality(p_handlers) using errcode = '22023';
+    end if;
+  end if;
   loop
     k := case when p_worker then (leasehold.worker_key_tag() << 47) | floor(random() * 140737488355328)::bigint
               else floor(random() * 9.2e18)::bigint end;
-    if pg_try_advisory_lock(k) then
-      return k;
-    end if;
+    exit when pg_try_advisory_lock(k);
   end loop;
+  if p_handlers is not null then
+    -- the rows of keys no longer live go (and any row of this key, drawn again)
+    delete from leasehold.worker_handlers w
+     where w.worker_key = k or not exists (select 1 from leasehold.liveness_locks() l where l.key = w.worker_key);
+    insert into leasehold.worker_handlers (worker_key, holder, handlers) values (k, p_holder, p_handlers);
+  end if;
+  return k;
 end $$;
 
 -- acquire: one call, one round trip, never waits for a row lock.

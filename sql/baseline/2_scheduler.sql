@@ -79,7 +79,7 @@ create table leasehold.worker_handlers (
   registered_at timestamp with time zone not null default now()
 );
 comment on table leasehold.worker_handlers is
-  'The handler names each scheduler worker registered, by its liveness key (live while worker_keys() lists it).';
+  'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
 
 -- The writers of this migration say so; any other write of leasehold.jobs is register_jobs (or
 -- register_external_job): a code job's registration.
@@ -210,32 +210,12 @@ language sql volatile as $$
    where j.schedule = 'external';
 $$;
 
--- register_worker_handlers: called by a worker on its liveness session, right after
--- register_liveness(true). Only the session that holds p_key may register under it.
-create function leasehold.register_worker_handlers(p_key bigint, p_holder text, p_handlers text[]) returns void
-language plpgsql volatile as $$
-begin
-  perform leasehold.check_holder(p_holder);
-  if not exists (select 1 from leasehold.worker_keys() k where k.key = p_key and k.pid = pg_backend_pid()) then
-    raise exception 'register_worker_handlers: this session does not hold worker key %', p_key
-      using errcode = '42501', hint = 'Call it on the session that called register_liveness(true).';
-  end if;
-  if cardinality(p_handlers) > 10000 then
-    raise exception 'register_worker_handlers: at most 10000 handlers (got %)', cardinality(p_handlers) using errcode = '22023';
-  end if;
-  delete from leasehold.worker_handlers w
-   where w.worker_key = p_key
-      or not exists (select 1 from leasehold.worker_keys() k where k.key = w.worker_key);
-  insert into leasehold.worker_handlers (worker_key, holder, handlers)
-  values (p_key, p_holder, coalesce(p_handlers, '{}'));
-end $$;
-
 -- live_handlers: each handler name the live workers registered, with how many of them have it.
 create function leasehold.live_handlers() returns table (handler text, workers integer)
 language sql stable as $$
   select h.handler, count(*)::integer
     from leasehold.worker_handlers w
-    join leasehold.worker_keys() k on k.key = w.worker_key
+    join leasehold.liveness_locks() k on k.key = w.worker_key
     cross join lateral unnest(w.handlers) as h(handler)
    group by h.handler;
 $$;
@@ -708,7 +688,7 @@ begin
   if v_new then
     delete from leasehold.worker_starts w
      where w.updated_at < now() - interval '7 days'
-       and not exists (select 1 from leasehold.worker_keys() k where k.key = w.holder_key);
+       and not exists (select 1 from leasehold.liveness_locks() k where k.key = w.holder_key);
   end if;
   return v_taken is null or v_taken <= v_old;
 end $$;

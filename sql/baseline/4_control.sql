@@ -81,15 +81,16 @@ end $$;
 -- define_schedule: creates or changes a job defined as data. Upsert by name; a definition equal
 -- to the stored one changes nothing (no new revision, no action recorded). A changed schedule or
 -- timezone applies from the next slot (the slots between never existed), as in register_jobs.
--- Refuses a name with whitespace at either end (LH001), a
--- timezone timezone_problem() describes and a payload nested more than 32 levels deep (LH005).
+-- Refuses a name with whitespace at either end (LH001), a timezone timezone_problem() describes
+-- and a payload nested more than 32 levels deep (LH005). live_workers: how many live workers
+-- have the handler (none: nothing runs it yet).
 create function leasehold.define_schedule(
   p_name text, p_handler text, p_by text,
   p_cron text default null, p_every interval default null, p_timezone text default null,
   p_payload jsonb default null, p_ttl interval default null,
   p_overlap text default null, p_catch_up text default null, p_buffer_limit integer default 10,
   p_starting_deadline interval default null, p_timeout interval default null, p_jitter interval default null
-) returns table (name text, revision bigint, created boolean, changed boolean)
+) returns table (name text, revision bigint, created boolean, changed boolean, live_workers integer)
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
@@ -170,7 +171,8 @@ begin
          (v_schedule, p_timezone, v_interval_ms, (extract(epoch from v_ttl) * 1000)::bigint, v_overlap, v_catch_up, p_handler,
           v_payload, p_buffer_limit, v_deadline_ms, (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint) then
     perform set_config('leasehold.job_writer', '', true);
-    return query select p_name, v_old.revision, false, false;
+    return query select p_name, v_old.revision, false, false,
+                        coalesce((select h.workers from leasehold.live_handlers() h where h.handler = p_handler), 0);
     return;
   end if;
   -- a new schedule, a changed one, or one defined again after its removal: from the next slot on
@@ -207,7 +209,8 @@ begin
   perform leasehold.record_action(case when v_old.name is null or v_old.removed_at is not null then 'schedule-defined' else 'schedule-changed' end,
     p_name, p_by, jsonb_build_object('schedule', v_schedule, 'timezone', p_timezone, 'handler', p_handler,
       'overlap', v_overlap, 'catch_up', v_catch_up, 'ttl_ms', v_row.ttl_ms, 'revision', v_row.revision));
-  return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true;
+  return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true,
+                      coalesce((select h.workers from leasehold.live_handlers() h where h.handler = p_handler), 0);
 end $$;
 
 -- remove_schedule: removes a data job (a tombstone the workers read). A run in progress is left

@@ -273,7 +273,7 @@ select l.name,
        end as seconds_left,
        -- liveness locks exist only on the incarnation that took them: elsewhere, unknown
        case when l.token is null or l.holder_key is null
-                 or l.holder_incarnation is distinct from leasehold.incarnation() then null
+                 or l.holder_incarnation is distinct from (select e.incarnation from leasehold.epoch_source() e) then null
             else l.holder_key in (select k.key from leasehold.liveness_locks() k)
        end as holder_alive,
        l.last_slot,

@@ -283,7 +283,6 @@ insert into leasehold.access (object, level) values
   ('register_external_job', 'client'),
   ('register_jobs', 'client'),
   ('register_liveness', 'client'),
-  ('register_worker_handlers', 'client'),
   ('release', 'client'),
   ('remove_schedule', 'client'),
   ('renew_leases', 'client'),
@@ -352,11 +351,9 @@ insert into leasehold.access (object, level) values
   ('fleet_status', 'reader'),
   ('fleet_summary', 'reader'),
   ('holder_gone', 'owner'),
-  ('incarnation', 'reader'),
   ('job_status', 'reader'),
   ('jobs', 'reader'),
   ('lease_status', 'reader'),
-  ('live_handlers', 'reader'),
   ('liveness_locks', 'reader'),
   ('missed', 'reader'),
   ('recent_history', 'reader'),
@@ -371,4 +368,4 @@ insert into leasehold.access (object, level) values
   ('skips', 'reader'),
   ('slow_runs', 'reader'),
   ('unhandled_schedules', 'reader'),
-  ('worker_keys', 'reader');
+  ('live_handlers', 'owner');

@@ -225,29 +225,33 @@ begin
 end $$;
 
 -- epoch_source: where epoch() reads the timeline on this server, with the errors of the sources
--- it could not use. 'wal': the current WAL file (a promotion shows at once); 'checkpoint': the
--- last checkpoint (a promotion shows only after its end-of-recovery checkpoint); 'none': no
--- timeline (epoch() is 1: forks of history cannot be told apart).
-create function leasehold.epoch_source() returns table (source text, timeline integer, detail text)
+-- it could not use ('wal': the current WAL file, a promotion shows at once; 'checkpoint': the
+-- last checkpoint, a promotion shows only after its end-of-recovery checkpoint; 'none': no
+-- timeline, epoch() is 1), and this server's incarnation, for readers (lease_status) and clients.
+create function leasehold.epoch_source() returns table (source text, timeline integer, detail text, incarnation text)
 language plpgsql volatile as $$
 declare
+  v_source text := 'none';
+  v_timeline integer := 1;
   v_detail text;
 begin
   begin
     if not pg_is_in_recovery() then
-      return query select 'wal'::text, ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer, null::text;
-      return;
+      v_timeline := ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
+      v_source := 'wal';
     end if;
   exception when others then
     v_detail := format('pg_walfile_name(pg_current_wal_lsn()): %s (SQLSTATE %s)', sqlerrm, sqlstate);
   end;
-  begin
-    return query select 'checkpoint'::text, (pg_control_checkpoint()).timeline_id, v_detail;
-    return;
-  exception when others then
-    v_detail := concat_ws('; ', v_detail, format('pg_control_checkpoint(): %s (SQLSTATE %s)', sqlerrm, sqlstate));
-  end;
-  return query select 'none'::text, 1, v_detail;
+  if v_source = 'none' then
+    begin
+      v_timeline := (pg_control_checkpoint()).timeline_id;
+      v_source := 'checkpoint';
+    exception when others then
+      v_detail := concat_ws('; ', v_detail, format('pg_control_checkpoint(): %s (SQLSTATE %s)', sqlerrm, sqlstate));
+    end;
+  end if;
+  return query select v_source, v_timeline, v_detail, leasehold.server_incarnation();
 end $$;
 
 -- fork_base: the fence base of timeline p_timeline on this server's line of history, made at
@@ -281,13 +285,6 @@ language sql volatile as $$
   select leasehold.epoch() || '@' || to_char(pg_postmaster_start_time() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US');
 $$;
 
--- incarnation: server_incarnation() for readers (lease_status), with the owner's rights: on a
--- standby the timeline comes from pg_control_checkpoint(), which a reader may not call.
-create function leasehold.incarnation() returns text
-language sql volatile as $$
-  select leasehold.server_incarnation();
-$$;
-
 -- liveness_incarnation: the incarnation to record with a grant under liveness key p_key: the
 -- current one when the key's lock is held on this server right now, else null (the TTL then
 -- governs). A client does not notice at once that its liveness session went with an old
@@ -297,15 +294,23 @@ language sql volatile as $$
   select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.server_incarnation() end;
 $$;
 
+-- The tag of worker liveness keys (bits 47-62); 'LH'.
+create function leasehold.worker_key_tag() returns bigint
+language sql immutable as $$
+  select 19528::bigint;
+$$;
+
 -- liveness_locks: the liveness locks held in this database right now: session-level advisory
 -- locks taken with one bigint key (objsubid 1), exclusive and granted, with the backend that
--- holds each. The key is the bigint register_liveness() returned.
-create function leasehold.liveness_locks() returns table (pid integer, key bigint)
+-- holds each. The key is the bigint register_liveness() returned; worker: a key in the workers'
+-- range (register_liveness(true)).
+create function leasehold.liveness_locks() returns table (pid integer, key bigint, worker boolean)
 language sql volatile as $$
-  select k.pid, (k.classid::bigint << 32) | k.objid::bigint
-    from pg_locks k
-   where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.mode = 'ExclusiveLock'
-     and k.database = (select d.oid from pg_database d where d.datname = current_database());
+  select x.pid, x.key, x.key >> 47 = leasehold.worker_key_tag()
+    from (select k.pid, (k.classid::bigint << 32) | k.objid::bigint as key
+            from pg_locks k
+           where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.mode = 'ExclusiveLock'
+             and k.database = (select d.oid from pg_database d where d.datname = current_database())) x;
 $$;
 
 create function leasehold.holder_gone(p_key bigint) returns boolean
@@ -318,17 +323,6 @@ language sql volatile as $$
   end;
 $$;
 
--- The tag of worker liveness keys (bits 47-62); 'LH'. Private: the two functions below use it.
-create function leasehold.worker_key_tag() returns bigint
-language sql immutable as $$
-  select 19528::bigint;
-$$;
-
--- worker_keys: the liveness keys of the workers alive in this database right now.
-create function leasehold.worker_keys() returns table (pid integer, key bigint)
-language sql volatile as $$
-  select k.pid, k.key from leasehold.liveness_locks() k where k.key >> 47 = leasehold.worker_key_tag();
-$$;
 
 create function leasehold.next_fence(p_old bigint) returns bigint
 language sql volatile as $$
@@ -381,19 +375,33 @@ $$;
 -- session ends (process killed, connection lost) the lock goes, and so does every lease
 -- recorded with that key. Keys are non-negative so lease_status can match pg_locks.
 -- p_worker: a scheduler worker's session, whose key is in the workers' range (worker_key_tag())
--- so that its peers find it in worker_keys() to share the jobs of a tick.
-create function leasehold.register_liveness(p_worker boolean default false) returns bigint
+-- so that its peers find it in liveness_locks() to share the jobs of a tick; p_handlers: the
+-- handler names it runs data jobs for, counted while the key is live (live_handlers()).
+create function leasehold.register_liveness(p_worker boolean default false, p_holder text default null,
+                                            p_handlers text[] default null) returns bigint
 language plpgsql volatile as $$
 declare
   k bigint;
 begin
+  if p_handlers is not null then
+    perform leasehold.check_holder(p_holder);
+    if p_worker is not true or cardinality(p_handlers) > 10000 then
+      raise exception 'register_liveness: handlers are registered by a worker (p_worker true), at most 10000 (got %)',
+        cardinality(p_handlers) using errcode = '22023';
+    end if;
+  end if;
   loop
     k := case when p_worker then (leasehold.worker_key_tag() << 47) | floor(random() * 140737488355328)::bigint
               else floor(random() * 9.2e18)::bigint end;
-    if pg_try_advisory_lock(k) then
-      return k;
-    end if;
+    exit when pg_try_advisory_lock(k);
   end loop;
+  if p_handlers is not null then
+    -- the rows of keys no longer live go (and any row of this key, drawn again)
+    delete from leasehold.worker_handlers w
+     where w.worker_key = k or not exists (select 1 from leasehold.liveness_locks() l where l.key = w.worker_key);
+    insert into leasehold.worker_handlers (worker_key, holder, handlers) values (k, p_holder, p_handlers);
+  end if;
+  return k;
 end $$;
 
 -- acquire: one call, one round trip, never waits for a row lock.
@@ -1019,7 +1027,7 @@ create table leasehold.worker_handlers (
   registered_at timestamp with time zone not null default now()
 );
 comment on table leasehold.worker_handlers is
-  'The handler names each scheduler worker registered, by its liveness key (live while worker_keys() lists it).';
+  'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
 
 -- The writers of this migration say so; any other write of leasehold.jobs is register_jobs (or
 -- register_external_job): a code job's registration.
@@ -1150,32 +1158,12 @@ language sql volatile as $$
    where j.schedule = 'external';
 $$;
 
--- register_worker_handlers: called by a worker on its liveness session, right after
--- register_liveness(true). Only the session that holds p_key may register under it.
-create function leasehold.register_worker_handlers(p_key bigint, p_holder text, p_handlers text[]) returns void
-language plpgsql volatile as $$
-begin
-  perform leasehold.check_holder(p_holder);
-  if not exists (select 1 from leasehold.worker_keys() k where k.key = p_key and k.pid = pg_backend_pid()) then
-    raise exception 'register_worker_handlers: this session does not hold worker key %', p_key
-      using errcode = '42501', hint = 'Call it on the session that called register_liveness(true).';
-  end if;
-  if cardinality(p_handlers) > 10000 then
-    raise exception 'register_worker_handlers: at most 10000 handlers (got %)', cardinality(p_handlers) using errcode = '22023';
-  end if;
-  delete from leasehold.worker_handlers w
-   where w.worker_key = p_key
-      or not exists (select 1 from leasehold.worker_keys() k where k.key = w.worker_key);
-  insert into leasehold.worker_handlers (worker_key, holder, handlers)
-  values (p_key, p_holder, coalesce(p_handlers, '{}'));
-end $$;
-
 -- live_handlers: each handler name the live workers registered, with how many of them have it.
 create function leasehold.live_handlers() returns table (handler text, workers integer)
 language sql stable as $$
   select h.handler, count(*)::integer
     from leasehold.worker_handlers w
-    join leasehold.worker_keys() k on k.key = w.worker_key
+    join leasehold.liveness_locks() k on k.key = w.worker_key
     cross join lateral unnest(w.handlers) as h(handler)
    group by h.handler;
 $$;
@@ -1648,7 +1636,7 @@ begin
   if v_new then
     delete from leasehold.worker_starts w
      where w.updated_at < now() - interval '7 days'
-       and not exists (select 1 from leasehold.worker_keys() k where k.key = w.holder_key);
+       and not exists (select 1 from leasehold.liveness_locks() k where k.key = w.holder_key);
   end if;
   return v_taken is null or v_taken <= v_old;
 end $$;
@@ -2200,15 +2188,16 @@ end $$;
 -- define_schedule: creates or changes a job defined as data. Upsert by name; a definition equal
 -- to the stored one changes nothing (no new revision, no action recorded). A changed schedule or
 -- timezone applies from the next slot (the slots between never existed), as in register_jobs.
--- Refuses a name with whitespace at either end (LH001), a
--- timezone timezone_problem() describes and a payload nested more than 32 levels deep (LH005).
+-- Refuses a name with whitespace at either end (LH001), a timezone timezone_problem() describes
+-- and a payload nested more than 32 levels deep (LH005). live_workers: how many live workers
+-- have the handler (none: nothing runs it yet).
 create function leasehold.define_schedule(
   p_name text, p_handler text, p_by text,
   p_cron text default null, p_every interval default null, p_timezone text default null,
   p_payload jsonb default null, p_ttl interval default null,
   p_overlap text default null, p_catch_up text default null, p_buffer_limit integer default 10,
   p_starting_deadline interval default null, p_timeout interval default null, p_jitter interval default null
-) returns table (name text, revision bigint, created boolean, changed boolean)
+) returns table (name text, revision bigint, created boolean, changed boolean, live_workers integer)
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
@@ -2289,7 +2278,8 @@ begin
          (v_schedule, p_timezone, v_interval_ms, (extract(epoch from v_ttl) * 1000)::bigint, v_overlap, v_catch_up, p_handler,
           v_payload, p_buffer_limit, v_deadline_ms, (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint) then
     perform set_config('leasehold.job_writer', '', true);
-    return query select p_name, v_old.revision, false, false;
+    return query select p_name, v_old.revision, false, false,
+                        coalesce((select h.workers from leasehold.live_handlers() h where h.handler = p_handler), 0);
     return;
   end if;
   -- a new schedule, a changed one, or one defined again after its removal: from the next slot on
@@ -2326,7 +2316,8 @@ begin
   perform leasehold.record_action(case when v_old.name is null or v_old.removed_at is not null then 'schedule-defined' else 'schedule-changed' end,
     p_name, p_by, jsonb_build_object('schedule', v_schedule, 'timezone', p_timezone, 'handler', p_handler,
       'overlap', v_overlap, 'catch_up', v_catch_up, 'ttl_ms', v_row.ttl_ms, 'revision', v_row.revision));
-  return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true;
+  return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true,
+                      coalesce((select h.workers from leasehold.live_handlers() h where h.handler = p_handler), 0);
 end $$;
 
 -- remove_schedule: removes a data job (a tombstone the workers read). A run in progress is left
@@ -3016,7 +3007,7 @@ select l.name,
        end as seconds_left,
        -- liveness locks exist only on the incarnation that took them: elsewhere, unknown
        case when l.token is null or l.holder_key is null
-                 or l.holder_incarnation is distinct from leasehold.incarnation() then null
+                 or l.holder_incarnation is distinct from (select e.incarnation from leasehold.epoch_source() e) then null
             else l.holder_key in (select k.key from leasehold.liveness_locks() k)
        end as holder_alive,
        l.last_slot,
@@ -3422,7 +3413,6 @@ insert into leasehold.access (object, level) values
   ('register_external_job', 'client'),
   ('register_jobs', 'client'),
   ('register_liveness', 'client'),
-  ('register_worker_handlers', 'client'),
   ('release', 'client'),
   ('remove_schedule', 'client'),
   ('renew_leases', 'client'),
@@ -3491,11 +3481,9 @@ insert into leasehold.access (object, level) values
   ('fleet_status', 'reader'),
   ('fleet_summary', 'reader'),
   ('holder_gone', 'owner'),
-  ('incarnation', 'reader'),
   ('job_status', 'reader'),
   ('jobs', 'reader'),
   ('lease_status', 'reader'),
-  ('live_handlers', 'reader'),
   ('liveness_locks', 'reader'),
   ('missed', 'reader'),
   ('recent_history', 'reader'),
@@ -3510,9 +3498,9 @@ insert into leasehold.access (object, level) values
   ('skips', 'reader'),
   ('slow_runs', 'reader'),
   ('unhandled_schedules', 'reader'),
-  ('worker_keys', 'reader');
+  ('live_handlers', 'owner');
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '5024290a7ae5a3b4f5965348cc584cb07920cbca15885b204a634e65c0e022dd');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '9b6dcb4c513fa9ece4baa91635757f280658515f360ae6427ccf38b203fbe472');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

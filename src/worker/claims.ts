@@ -81,7 +81,7 @@ export class SchedulerStore {
 
   /** The liveness keys of the live workers, for the hash shares (shares.ts). */
   async liveKeys(): Promise<string[]> {
-    const { rows } = await this.query<{ key: string }>('select k.key::text as key from leasehold.worker_keys() k', []);
+    const { rows } = await this.query<{ key: string }>('select k.key::text as key from leasehold.liveness_locks() k where k.worker', []);
     return rows.map((r) => r.key);
   }
 

@@ -62,7 +62,7 @@ describe('the schema', () => {
         order by 1`,
     );
     expect(calls.filter((c) => c.ok !== true).map((c) => c.call)).toEqual([]);
-    expect(calls.map((c) => c.call)).toContain('lease_status calls incarnation');
+    expect(calls.map((c) => c.call)).toContain('lease_status calls epoch_source');
   });
 
   it('lists in docs/security.md exactly the statements grant_statements() gives for each level', async () => {
@@ -175,8 +175,8 @@ describe('upgrades and drift', () => {
 describe('mutants: the checks above fail when a function loses its protection', () => {
   it('a function without its pinned search_path runs the planted operator, and the schema check names it', async () => {
     const db = await installedDatabase();
-    await db.owner.query('alter function leasehold.register_liveness(boolean) reset search_path');
-    expect(await insecureFunctions(db.owner)).toEqual(['register_liveness(p_worker boolean)']);
+    await db.owner.query('alter function leasehold.register_liveness(boolean, text, text[]) reset search_path');
+    expect(await insecureFunctions(db.owner)).toEqual(['register_liveness(p_worker boolean, p_holder text, p_handlers text[])']);
     expect((await searchPathAttack(db.url, db.owner)).some((entry) => entry.endsWith(' via *'))).toBe(true);
     await db.owner.query('select leasehold.secure_schema()');
     expect(await insecureFunctions(db.owner)).toEqual([]);
