@@ -82,7 +82,7 @@ comment on table leasehold.worker_handlers is
   'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
 
 -- The writers of this migration say so; any other write of leasehold.jobs is register_jobs (or
--- register_external_job): a code job's registration.
+-- start_run's external job): a code job's registration.
 create function leasehold.jobs_revision() returns trigger
 language plpgsql volatile as $$
 begin
@@ -193,22 +193,6 @@ begin
     from written w where w.updated;
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
 end $$;
-
--- register_external_job: makes a job visible in job_status without a schedule leasehold runs.
-create function leasehold.register_external_job(p_name text, p_interval_ms bigint, p_ttl_ms bigint, p_holder text)
-returns void
-language sql volatile as $$
-  select leasehold.check_namespace(array[p_name]);
-  select leasehold.check_name(p_name), leasehold.check_holder(p_holder),
-         leasehold.check_ttl(p_ttl_ms * interval '1 millisecond'),
-         leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000,
-                                        'interval_ms', 'must be from 1 millisecond to 366 days');
-  insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
-  values (p_name, 'external', null, p_interval_ms, p_ttl_ms, 'skip', 'none', p_holder)
-  on conflict (name) do update
-     set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
-   where j.schedule = 'external';
-$$;
 
 -- live_handlers: each handler name the live workers registered, with how many of them have it.
 create function leasehold.live_handlers() returns table (handler text, workers integer)

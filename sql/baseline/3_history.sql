@@ -6,8 +6,9 @@
 -- prune_history() deletes in bounded batches and never a run in flight.
 
 
--- run_outcomes: every value leasehold.runs.outcome may hold. 'running' until the run ends.
--- 'timed-out' (the run outlived its job's timeout) appended.
+-- run_outcomes: every value leasehold.runs.outcome may hold ('running' until the run ends), as
+-- the check of run_log spells them out (a function there would be run by the planner, with the
+-- rights of whoever reads run_log: test/sql/contract.test.ts holds the two lists together).
 create function leasehold.run_outcomes() returns text[]
 language sql immutable as $$
   select array['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out'];
@@ -41,7 +42,7 @@ create table leasehold.run_log (
   requested_by text,
   request_id bigint,
   constraint runs_pkey PRIMARY KEY (id),
-  constraint runs_outcome_known CHECK ((outcome = ANY (leasehold.run_outcomes()))),
+  constraint runs_outcome_known CHECK ((outcome = ANY (ARRAY['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out']))),
   constraint runs_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'backfill'::text])))
 );
 comment on table leasehold.run_log is
@@ -68,21 +69,28 @@ language sql stable as $$
               else least(greatest(p_claimed, to_timestamp(p_started_ms / 1000.0)), now()) end;
 $$;
 
--- start_run: records a run under a lease the caller holds, checked by assert_lease (name, token
--- and fence match an unexpired lease confirmed in the current epoch; LH003 otherwise). The slot
--- is the database's now() unless given.
--- Into run_log.
-create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null)
+-- start_run: records a run under a lease the caller holds, checked by assert_lease (LH003
+-- otherwise), at slot p_slot (now() unless given), and makes the name visible as a job (schedule
+-- 'external', interval p_interval_ms) unless a job of that name exists. Once per fence.
+create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null,
+                                    p_interval_ms bigint default null)
 returns timestamptz
 language plpgsql volatile as $$
 declare
   v_slot timestamptz := coalesce(p_slot, now());
-  v_holder text;
+  l leasehold.leases;
 begin
   perform leasehold.check_namespace(array[p_name]);
+  perform leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000,
+                                         'interval_ms', 'must be from 1 millisecond to 366 days');
   perform leasehold.assert_lease(p_name, p_token, p_fence);
-  select l.holder into v_holder from leasehold.leases l where l.name = p_name;
-  insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, v_holder)
+  select * into l from leasehold.leases x where x.name = p_name;
+  insert into leasehold.jobs as j (name, schedule, interval_ms, ttl_ms, overlap, catch_up, registered_by)
+  values (p_name, 'external', p_interval_ms, (extract(epoch from l.ttl) * 1000)::bigint, 'skip', 'none', l.holder)
+  on conflict (name) do update
+     set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
+   where j.schedule = 'external' and (excluded.interval_ms, excluded.ttl_ms) is distinct from (coalesce(j.interval_ms, excluded.interval_ms), j.ttl_ms);
+  insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, l.holder)
   on conflict (job, fence) do nothing;
   return v_slot;
 end $$;
@@ -322,9 +330,8 @@ language sql volatile as $$
    where c.minute <= excluded.minute;
 $$;
 
--- refresh_run_counts: rebuilds both tables from runs (after a TRUNCATE, or a restore). This
--- migration calls it once for the history already there.
--- From run_log (ended runs only).
+-- refresh_run_counts: rebuilds both tables from run_log's ended runs, for the owner: after a
+-- TRUNCATE of run_log (which the triggers do not see) or a restore of that table alone.
 create function leasehold.refresh_run_counts() returns void
 language plpgsql volatile set jit = off as $$
 begin

@@ -223,8 +223,8 @@ end $$;
 -- secure_schema: the generic pass, idempotent. Run after every migration.
 --
 -- Every function a role may call (levels reader, client, operator), every trigger function and
--- the privilege functions the owner calls at top level run with the owner's rights and the pinned
--- search_path. The internal steps of the protocol (level owner: is_free, epoch, next_fence, the
+-- the functions the owner calls at top level (the privilege tools, refresh_run_counts) run with
+-- the owner's rights and the pinned search_path. The internal steps of the protocol (level owner: is_free, epoch, next_fence, the
 -- check_* helpers, ...) run inside those functions only: executable by nobody but the owner,
 -- they inherit the caller's pinned search_path and rights and pin nothing themselves, so that
 -- PostgreSQL can inline them and a call does not save and restore its settings (measured: three
@@ -247,7 +247,7 @@ begin
   end loop;
   for f in select p.proname, pg_get_function_identity_arguments(p.oid) as args,
                   coalesce(a.level, 'entry') = 'owner' and p.prorettype <> 'trigger'::regtype
-                    and p.proname not in ('secure_schema', 'grant_access', 'grant_statements', 'revoke_access') as step
+                    and p.proname not in ('secure_schema', 'grant_access', 'grant_statements', 'revoke_access', 'refresh_run_counts') as step
              from pg_proc p left join leasehold.access a on a.object = p.proname
             where p.pronamespace = 'leasehold'::regnamespace and p.prokind in ('f', 'p') loop
     if f.step then
@@ -280,7 +280,6 @@ insert into leasehold.access (object, level) values
   ('record_clock_step', 'client'),
   ('record_missed_slots', 'client'),
   ('record_skip', 'client'),
-  ('register_external_job', 'client'),
   ('register_jobs', 'client'),
   ('register_liveness', 'client'),
   ('release', 'client'),
@@ -291,7 +290,6 @@ insert into leasehold.access (object, level) values
   ('force_release', 'operator'),
   ('pause_job', 'operator'),
   ('prune_history', 'operator'),
-  ('refresh_run_counts', 'operator'),
   ('request_backfill', 'operator'),
   ('resume_job', 'operator'),
   ('run_now', 'operator'),
@@ -356,11 +354,11 @@ insert into leasehold.access (object, level) values
   ('lease_status', 'reader'),
   ('liveness_locks', 'reader'),
   ('missed', 'reader'),
-  ('recent_history', 'reader'),
   ('run_counts', 'reader'),
   ('run_history', 'reader'),
   ('run_log', 'reader'),
-  ('run_outcomes', 'reader'),
+  ('run_outcomes', 'owner'),
+  ('refresh_run_counts', 'owner'),
   ('run_request_status', 'reader'),
   ('run_requests', 'reader'),
   ('runs', 'reader'),

@@ -1030,7 +1030,7 @@ comment on table leasehold.worker_handlers is
   'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
 
 -- The writers of this migration say so; any other write of leasehold.jobs is register_jobs (or
--- register_external_job): a code job's registration.
+-- start_run's external job): a code job's registration.
 create function leasehold.jobs_revision() returns trigger
 language plpgsql volatile as $$
 begin
@@ -1141,22 +1141,6 @@ begin
     from written w where w.updated;
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
 end $$;
-
--- register_external_job: makes a job visible in job_status without a schedule leasehold runs.
-create function leasehold.register_external_job(p_name text, p_interval_ms bigint, p_ttl_ms bigint, p_holder text)
-returns void
-language sql volatile as $$
-  select leasehold.check_namespace(array[p_name]);
-  select leasehold.check_name(p_name), leasehold.check_holder(p_holder),
-         leasehold.check_ttl(p_ttl_ms * interval '1 millisecond'),
-         leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000,
-                                        'interval_ms', 'must be from 1 millisecond to 366 days');
-  insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
-  values (p_name, 'external', null, p_interval_ms, p_ttl_ms, 'skip', 'none', p_holder)
-  on conflict (name) do update
-     set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
-   where j.schedule = 'external';
-$$;
 
 -- live_handlers: each handler name the live workers registered, with how many of them have it.
 create function leasehold.live_handlers() returns table (handler text, workers integer)
@@ -1704,8 +1688,9 @@ create trigger jobs_notify AFTER INSERT OR UPDATE ON leasehold.jobs FOR EACH STA
 -- prune_history() deletes in bounded batches and never a run in flight.
 
 
--- run_outcomes: every value leasehold.runs.outcome may hold. 'running' until the run ends.
--- 'timed-out' (the run outlived its job's timeout) appended.
+-- run_outcomes: every value leasehold.runs.outcome may hold ('running' until the run ends), as
+-- the check of run_log spells them out (a function there would be run by the planner, with the
+-- rights of whoever reads run_log: test/sql/contract.test.ts holds the two lists together).
 create function leasehold.run_outcomes() returns text[]
 language sql immutable as $$
   select array['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out'];
@@ -1739,7 +1724,7 @@ create table leasehold.run_log (
   requested_by text,
   request_id bigint,
   constraint runs_pkey PRIMARY KEY (id),
-  constraint runs_outcome_known CHECK ((outcome = ANY (leasehold.run_outcomes()))),
+  constraint runs_outcome_known CHECK ((outcome = ANY (ARRAY['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out']))),
   constraint runs_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'backfill'::text])))
 );
 comment on table leasehold.run_log is
@@ -1766,21 +1751,28 @@ language sql stable as $$
               else least(greatest(p_claimed, to_timestamp(p_started_ms / 1000.0)), now()) end;
 $$;
 
--- start_run: records a run under a lease the caller holds, checked by assert_lease (name, token
--- and fence match an unexpired lease confirmed in the current epoch; LH003 otherwise). The slot
--- is the database's now() unless given.
--- Into run_log.
-create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null)
+-- start_run: records a run under a lease the caller holds, checked by assert_lease (LH003
+-- otherwise), at slot p_slot (now() unless given), and makes the name visible as a job (schedule
+-- 'external', interval p_interval_ms) unless a job of that name exists. Once per fence.
+create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null,
+                                    p_interval_ms bigint default null)
 returns timestamptz
 language plpgsql volatile as $$
 declare
   v_slot timestamptz := coalesce(p_slot, now());
-  v_holder text;
+  l leasehold.leases;
 begin
   perform leasehold.check_namespace(array[p_name]);
+  perform leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000,
+                                         'interval_ms', 'must be from 1 millisecond to 366 days');
   perform leasehold.assert_lease(p_name, p_token, p_fence);
-  select l.holder into v_holder from leasehold.leases l where l.name = p_name;
-  insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, v_holder)
+  select * into l from leasehold.leases x where x.name = p_name;
+  insert into leasehold.jobs as j (name, schedule, interval_ms, ttl_ms, overlap, catch_up, registered_by)
+  values (p_name, 'external', p_interval_ms, (extract(epoch from l.ttl) * 1000)::bigint, 'skip', 'none', l.holder)
+  on conflict (name) do update
+     set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
+   where j.schedule = 'external' and (excluded.interval_ms, excluded.ttl_ms) is distinct from (coalesce(j.interval_ms, excluded.interval_ms), j.ttl_ms);
+  insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, l.holder)
   on conflict (job, fence) do nothing;
   return v_slot;
 end $$;
@@ -2020,9 +2012,8 @@ language sql volatile as $$
    where c.minute <= excluded.minute;
 $$;
 
--- refresh_run_counts: rebuilds both tables from runs (after a TRUNCATE, or a restore). This
--- migration calls it once for the history already there.
--- From run_log (ended runs only).
+-- refresh_run_counts: rebuilds both tables from run_log's ended runs, for the owner: after a
+-- TRUNCATE of run_log (which the triggers do not see) or a restore of that table alone.
 create function leasehold.refresh_run_counts() returns void
 language plpgsql volatile set jit = off as $$
 begin
@@ -2917,80 +2908,6 @@ begin
          (select f.timed_out from failures f)::bigint;
 end $$;
 
--- recent_history: the newest p_limit entries of run_history across all jobs, newest first
--- (only those at or after p_since when given). run_history itself has no fleet-wide time
--- index: `order by at desc limit n` on the view reads every row. This looks back through
--- growing windows (BRIN on the time columns) until one holds p_limit entries, so its cost
--- follows how many entries the newest window holds, not the size of the history.
-create function leasehold.recent_history(p_limit integer, p_since timestamptz default null)
-returns table (job text, slot timestamptz, kind text, outcome text, fence bigint, holder text, at timestamptz,
-               finished_at timestamptz, duration_seconds double precision, detail text)
-language plpgsql stable as $$
-#variable_conflict use_column
-declare
-  v_window interval;
-  v_from timestamptz;
-  v_found bigint;
-begin
-  if p_limit is null or p_limit < 1 or p_limit > 10000 then
-    raise exception 'recent_history: p_limit must be 1 to 10000 (got %)', p_limit using errcode = '22023';
-  end if;
-  foreach v_window in array array['5 minutes', '1 hour', '1 day', '7 days', '90 days']::interval[] loop
-    v_from := greatest(now() - v_window, p_since);
-    select (select count(*) from (select 1 from leasehold.runs where started_at >= v_from limit p_limit) a)
-         + (select count(*) from (select 1 from leasehold.skips where recorded_at >= v_from limit p_limit) b)
-         + (select count(*) from (select 1 from leasehold.missed where recorded_at >= v_from limit p_limit) c)
-      into v_found;
-    -- p_limit entries at or after v_from: the newest p_limit overall are among them
-    exit when v_found >= p_limit or v_from = p_since;
-  end loop;
-  if v_found < p_limit and v_from is distinct from p_since then
-    v_from := p_since;  -- fewer than p_limit in 90 days: all of it (or all since p_since)
-  end if;
-  -- Each kind cut at p_limit first; a skip's "ran later" lookup only for the skips kept.
-  return query
-  with r as (
-    select * from leasehold.runs x where x.started_at >= coalesce(v_from, '-infinity')
-     order by x.started_at desc, x.slot desc, x.job limit p_limit
-  ), k as (
-    select * from leasehold.skips x where x.recorded_at >= coalesce(v_from, '-infinity')
-     order by x.recorded_at desc, x.slot desc, x.job limit p_limit
-  ), m as (
-    select * from leasehold.missed x where x.recorded_at >= coalesce(v_from, '-infinity')
-     order by x.recorded_at desc, x.slot desc, x.job limit p_limit
-  ), merged as (
-    select r.job, r.slot, 'run' as kind, r.outcome, r.fence, r.holder, r.started_at as at, r.finished_at,
-           extract(epoch from r.finished_at - r.started_at)::double precision as duration_seconds, r.error as detail,
-           null::text as skip_holder, null::bigint as skip_fence, null::timestamptz as skip_slot, null::interval as held_for
-      from r
-    union all
-    select k.job, k.slot, 'skip', null, k.holder_fence, k.holder, k.recorded_at, null, null, null,
-           k.holder, k.holder_fence, k.holder_slot, k.held_for
-      from k
-    union all
-    select m.job, m.slot, 'missed', 'missed', null, null, m.recorded_at, null, null, m.reason, null, null, null, null
-      from m
-  ), newest as (
-    select * from merged order by at desc, slot desc, job, kind limit p_limit
-  )
-  -- the skip row as run_history words it
-  select n.job, n.slot, n.kind,
-         case when n.kind <> 'skip' then n.outcome when ran.fence is null then 'skipped' else 'buffered' end,
-         n.fence, n.holder, n.at, n.finished_at, n.duration_seconds,
-         case when n.kind <> 'skip' then n.detail else
-           format('held by %s (fence %s%s) for %ss%s', n.skip_holder, n.skip_fence,
-                  coalesce(', slot ' || to_char(n.skip_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-                  round(extract(epoch from n.held_for)::numeric, 1),
-                  case when ran.fence is null then '' else format('; buffered, ran later (fence %s)', ran.fence) end)
-         end
-    from newest n
-    left join lateral (select x.fence from leasehold.runs x
-                        where n.kind = 'skip' and x.job = n.job and x.slot = n.slot limit 1) ran on true
-   order by n.at desc, n.slot desc, n.job, n.kind;
-end $$;
-comment on function leasehold.recent_history is
-  'The newest entries of run_history across all jobs (at most p_limit, 1 to 10000), in the order at desc, slot desc, job, kind.';
-
 create view leasehold.lease_status as
 select l.name,
        case
@@ -3353,8 +3270,8 @@ end $$;
 -- secure_schema: the generic pass, idempotent. Run after every migration.
 --
 -- Every function a role may call (levels reader, client, operator), every trigger function and
--- the privilege functions the owner calls at top level run with the owner's rights and the pinned
--- search_path. The internal steps of the protocol (level owner: is_free, epoch, next_fence, the
+-- the functions the owner calls at top level (the privilege tools, refresh_run_counts) run with
+-- the owner's rights and the pinned search_path. The internal steps of the protocol (level owner: is_free, epoch, next_fence, the
 -- check_* helpers, ...) run inside those functions only: executable by nobody but the owner,
 -- they inherit the caller's pinned search_path and rights and pin nothing themselves, so that
 -- PostgreSQL can inline them and a call does not save and restore its settings (measured: three
@@ -3377,7 +3294,7 @@ begin
   end loop;
   for f in select p.proname, pg_get_function_identity_arguments(p.oid) as args,
                   coalesce(a.level, 'entry') = 'owner' and p.prorettype <> 'trigger'::regtype
-                    and p.proname not in ('secure_schema', 'grant_access', 'grant_statements', 'revoke_access') as step
+                    and p.proname not in ('secure_schema', 'grant_access', 'grant_statements', 'revoke_access', 'refresh_run_counts') as step
              from pg_proc p left join leasehold.access a on a.object = p.proname
             where p.pronamespace = 'leasehold'::regnamespace and p.prokind in ('f', 'p') loop
     if f.step then
@@ -3410,7 +3327,6 @@ insert into leasehold.access (object, level) values
   ('record_clock_step', 'client'),
   ('record_missed_slots', 'client'),
   ('record_skip', 'client'),
-  ('register_external_job', 'client'),
   ('register_jobs', 'client'),
   ('register_liveness', 'client'),
   ('release', 'client'),
@@ -3421,7 +3337,6 @@ insert into leasehold.access (object, level) values
   ('force_release', 'operator'),
   ('pause_job', 'operator'),
   ('prune_history', 'operator'),
-  ('refresh_run_counts', 'operator'),
   ('request_backfill', 'operator'),
   ('resume_job', 'operator'),
   ('run_now', 'operator'),
@@ -3486,11 +3401,11 @@ insert into leasehold.access (object, level) values
   ('lease_status', 'reader'),
   ('liveness_locks', 'reader'),
   ('missed', 'reader'),
-  ('recent_history', 'reader'),
   ('run_counts', 'reader'),
   ('run_history', 'reader'),
   ('run_log', 'reader'),
-  ('run_outcomes', 'reader'),
+  ('run_outcomes', 'owner'),
+  ('refresh_run_counts', 'owner'),
   ('run_request_status', 'reader'),
   ('run_requests', 'reader'),
   ('runs', 'reader'),
@@ -3500,7 +3415,7 @@ insert into leasehold.access (object, level) values
   ('unhandled_schedules', 'reader'),
   ('live_handlers', 'owner');
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '9b6dcb4c513fa9ece4baa91635757f280658515f360ae6427ccf38b203fbe472');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'd242ac18c1838edfee98343c5fc600d420f66bbed68119e06567abf268ccff56');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

@@ -249,7 +249,7 @@ describe.skipIf(missing !== undefined)(`fenced transactions across a failover ($
   it('start_run refuses a token confirmed in an earlier epoch, and records the run once the lease is renewed', async () => {
     const standby = pair!.standby.url();
     const start = () =>
-      direct(standby, `select leasehold.register_external_job('exec', null, 60000, 'h'), leasehold.start_run('exec', $1, $2)`, [exec.token, exec.fence]).then(
+      direct(standby, `select leasehold.start_run('exec', $1, $2)`, [exec.token, exec.fence]).then(
         () => undefined,
         (e: { code?: string; detail?: string }) => e,
       );

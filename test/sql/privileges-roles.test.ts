@@ -153,7 +153,6 @@ describe('the operator and reader roles', () => {
   it('reader: status, runs and the dashboard work; no lease function does', async () => {
     const job = `hist-${randomUUID()}`;
     const { rows: held } = await owner.query(`select token, fence from leasehold.acquire($1, '10s', 'h')`, [job]);
-    await owner.query(`select leasehold.register_external_job($1, null, 10000, 'h')`, [job]);
     await owner.query('select leasehold.start_run($1, $2, $3)', [job, held[0].token, held[0].fence]);
     await owner.query(`select * from leasehold.finish_runs(array[$1::text], array[$2::bigint], array[$3::uuid], array['failed'::text], array['boom'::text], array[1::int])`, [job, held[0].fence, held[0].token]);
     const env = { DATABASE_URL: urlAs(url, ROLE.reader) };
