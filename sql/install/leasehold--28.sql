@@ -2723,35 +2723,19 @@ language sql stable as $$
 $$;
 
 -- sql/baseline/5_reads.sql
--- leasehold schema, part 5 of 6: read models.
---
--- Views and functions for status pages, the CLI, the dashboard and metrics. None exposes a
--- token. Each reads through an index range per job (LATERAL), so `where job = ...` or
--- `order by job limit n` reads only those jobs, at 100,000 jobs and 10 million history rows.
+-- leasehold schema, part 5 of 6: read models for status pages, the CLI, the dashboard and
+-- metrics. None shows a token. Each reads through an index range per job (LATERAL), so
+-- `where job = ...` or `order by job limit n` reads only those jobs, at any size.
 
-
--- fleet_status: one row per listed job, in order (place 1, 2, ...): the job, why it is
--- listed first (attention: 'expired', 'failing', 'skipping', 'missing', or null for the jobs
--- that fill the page by name after the flagged ones) and that reason's latest time
--- (attention_at), with the fleet's counts on every row. When nothing is listed (no jobs), one
--- row of counts whose place, job, attention and attention_at are null. As before, a reason
+-- fleet_status: the fleet's counts on every row, and one row per listed job in order (place 1,
+-- 2, ...): those that need attention first, under their most urgent reason ('expired',
+-- 'failing', 'skipping', 'missing'), newest first, with that reason's latest time; then, while
+-- there is room, the others by name (attention null). No jobs: one row of counts. A reason
 -- counts and lists the names its history has, also those without a job_status row (a removed
--- job's failures): the caller joins job_status and leaves those out.
+-- job's failures): the caller leaves those out.
 create function leasehold.fleet_status(p_limit integer)
-returns table (
-  place         integer,
-  job           text,
-  attention     text,
-  attention_at  timestamptz,
-  jobs          integer,
-  running       integer,
-  expired       integer,
-  failing       integer,
-  skipping      integer,
-  missing       integer,
-  leases        integer,
-  leases_held   integer
-)
+returns table (place integer, job text, attention text, attention_at timestamptz, jobs integer, running integer,
+               expired integer, failing integer, skipping integer, missing integer, leases integer, leases_held integer)
 language plpgsql stable
 set jit = off
 set plan_cache_mode = force_custom_plan
@@ -2765,96 +2749,55 @@ begin
     raise exception 'fleet_status: p_limit must be 1 or more (got %)', coalesce(p_limit::text, 'null') using errcode = '22023';
   end if;
   return query
-  -- the leases that are not free or have no job, in one pass over the leases: every lease
-  -- count, and the expired leases of jobs
+  -- the leases that are not free or have no job, in one pass over the leases
   with leases_seen as materialized (
     select l.name, l.state, l.expires_at, j.name is not null as is_job
       from leasehold.lease_status l left join leasehold.jobs j on j.name = l.name
      where l.state <> 'free' or j.name is null
   ),
-  -- each reason: one row per job that has it, with that reason's latest time
-  expired_jobs as materialized (
-    select l.name as job, l.expires_at as at from leases_seen l where l.is_job and l.state = 'expired'
-  ),
-  failing_jobs as materialized (
-    select r.job, max(r.started_at) as at from leasehold.runs r
+  -- each reason (0 the most urgent): one row per name that has it, with its latest time
+  reasons as materialized (
+    select 0 as rank, l.name as job, l.expires_at as at from leases_seen l where l.is_job and l.state = 'expired'
+    union all
+    select 1, r.job, max(r.started_at) from leasehold.runs r
      where r.outcome in ('failed', 'lost', 'timed-out') and r.started_at > v_since group by r.job
-  ),
-  skipping_jobs as materialized (
-    select s.job, max(s.recorded_at) as at from leasehold.skips s where s.recorded_at > v_since group by s.job
-  ),
-  missing_jobs as materialized (
-    select m.job, max(m.recorded_at) as at from leasehold.missed m where m.recorded_at > v_since group by m.job
-  ),
-  -- the page, reason by reason: a reason's most recent jobs (ties by name), as many as are
-  -- left, without the jobs listed under a more urgent reason (all of them, when any room is
-  -- left); a limit of 0 reads nothing
-  page0 as materialized (
-    select e.job, 0 as rank, e.at from expired_jobs e order by e.at desc, e.job limit p_limit
-  ),
-  page1 as materialized (
-    select f.job, 1 as rank, f.at from failing_jobs f
-     where not exists (select 1 from page0 p where p.job = f.job)
-     order by f.at desc, f.job
-     limit greatest(p_limit - (select count(*) from page0), 0)
-  ),
-  page2 as materialized (
-    select s.job, 2 as rank, s.at from skipping_jobs s
-     where not exists (select 1 from page0 p where p.job = s.job) and not exists (select 1 from page1 p where p.job = s.job)
-     order by s.at desc, s.job
-     limit greatest(p_limit - (select count(*) from page0) - (select count(*) from page1), 0)
-  ),
-  page3 as materialized (
-    select m.job, 3 as rank, m.at from missing_jobs m
-     where not exists (select 1 from page0 p where p.job = m.job) and not exists (select 1 from page1 p where p.job = m.job)
-       and not exists (select 1 from page2 p where p.job = m.job)
-     order by m.at desc, m.job
-     limit greatest(p_limit - (select count(*) from page0) - (select count(*) from page1) - (select count(*) from page2), 0)
+    union all
+    select 2, s.job, max(s.recorded_at) from leasehold.skips s where s.recorded_at > v_since group by s.job
+    union all
+    select 3, m.job, max(m.recorded_at) from leasehold.missed m where m.recorded_at > v_since group by m.job
   ),
   flagged as materialized (
-    select * from page0 union all select * from page1 union all select * from page2 union all select * from page3
-  ),
-  -- fewer flagged jobs than p_limit (then all of them are listed): the others by name
-  unflagged as (
-    select j.name as job, null::integer as rank, null::timestamptz as at
-      from leasehold.jobs j
-     where not exists (select 1 from flagged f where f.job = j.name)
-     order by j.name
-     limit greatest(p_limit - (select count(*) from flagged), 0)
+    select distinct on (x.job) x.job, x.rank, x.at from reasons x order by x.job, x.rank
   ),
   page as (
     select (row_number() over (order by p.rank nulls last, p.at desc nulls last, p.job))::integer as n, p.job, p.rank, p.at
-      from (select * from flagged union all select * from unflagged) p
-  ),
-  lease_counts as (
-    select count(*) filter (where l.is_job and l.state = 'held') as running,
-           count(*) filter (where not l.is_job) as leases,
-           count(*) filter (where not l.is_job and l.state <> 'free') as leases_held
-      from leases_seen l
+      from ((select f.job, f.rank, f.at from flagged f order by f.rank, f.at desc, f.job limit p_limit)
+            union all
+            (select j.name, null, null from leasehold.jobs j
+              where not exists (select 1 from flagged f where f.job = j.name)
+              order by j.name limit greatest(p_limit - (select count(*) from flagged), 0))) p
   ),
   counts as (
     select (select count(*) from leasehold.jobs)::integer as jobs,
-           c.running::integer as running,
-           (select count(*) from expired_jobs)::integer as expired,
-           (select count(*) from failing_jobs)::integer as failing,
-           (select count(*) from skipping_jobs)::integer as skipping,
-           (select count(*) from missing_jobs)::integer as missing,
-           c.leases::integer as leases,
-           c.leases_held::integer as leases_held
-      from lease_counts c
+           (select count(*) from leases_seen l where l.is_job and l.state = 'held')::integer as running,
+           (select count(*) filter (where x.rank = 0) from reasons x)::integer as expired,
+           (select count(*) filter (where x.rank = 1) from reasons x)::integer as failing,
+           (select count(*) filter (where x.rank = 2) from reasons x)::integer as skipping,
+           (select count(*) filter (where x.rank = 3) from reasons x)::integer as missing,
+           (select count(*) from leases_seen l where not l.is_job)::integer as leases,
+           (select count(*) from leases_seen l where not l.is_job and l.state <> 'free')::integer as leases_held
   )
   select p.n, p.job, (array['expired', 'failing', 'skipping', 'missing'])[p.rank + 1], p.at,
          c.jobs, c.running, c.expired, c.failing, c.skipping, c.missing, c.leases, c.leases_held
-    from counts c
-    left join page p on true
+    from counts c left join page p on true
    order by p.n;
 end $$;
 
+-- fleet_summary: the fleet's counts over 24 hours. It reads run_counts (runs per minute) and
+-- slow_runs (the only jobs whose p95 can creep), not a day of runs.
 create function leasehold.fleet_summary(p_warn_ratio double precision default 0.8)
-returns table (
-  jobs integer, running integer, expired integer, failing integer, creeping integer, over_interval integer,
-  runs_24h bigint, failed_24h bigint, lost_24h bigint, skips_24h bigint, missed_24h bigint, timed_out_24h bigint
-)
+returns table (jobs integer, running integer, expired integer, failing integer, creeping integer, over_interval integer,
+               runs_24h bigint, failed_24h bigint, lost_24h bigint, skips_24h bigint, missed_24h bigint, timed_out_24h bigint)
 language plpgsql stable set jit = off as $$
 #variable_conflict use_column
 declare
@@ -2866,7 +2809,6 @@ begin
   end if;
   return query
   with states as (
-    -- a lease without a token is free: neither running nor expired
     select count(*) filter (where l.expires_at > now()) as held, count(*) filter (where l.expires_at <= now()) as expired
       from leasehold.leases l join leasehold.jobs j on j.name = l.name
      where l.token is not null
@@ -2875,16 +2817,6 @@ begin
     select r.job, r.outcome from leasehold.run_log r
      where r.outcome in ('failed', 'lost', 'timed-out') and r.started_at > v_since and r.finished_at is not null
   ),
-  failures as (
-    select count(*) filter (where r.outcome = 'failed') as failed,
-           count(*) filter (where r.outcome = 'lost') as lost,
-           count(*) filter (where r.outcome = 'timed-out') as timed_out
-      from failed_runs r
-  ),
-  failing_jobs as (
-    select count(*) as jobs
-      from (select r.job from failed_runs r group by r.job) f join leasehold.jobs j on j.name = f.job
-  ),
   ratios as (
     select (select percentile_cont(0.95) within group (order by extract(epoch from r.finished_at - r.started_at))
               from leasehold.run_log r
@@ -2892,45 +2824,32 @@ begin
       from leasehold.slow_runs s join leasehold.jobs j on j.name = s.job
      where s.last_started > v_since and j.interval_ms > 0
   )
-  select (select count(*) from leasehold.jobs)::integer,
-         (select held from states)::integer,
-         (select expired from states)::integer,
-         (select f.jobs from failing_jobs f)::integer,
+  select (select count(*) from leasehold.jobs)::integer, (select held from states)::integer, (select expired from states)::integer,
+         (select count(*) from (select r.job from failed_runs r group by r.job) f join leasehold.jobs j on j.name = f.job)::integer,
          (select count(*) from ratios where ratio >= p_warn_ratio and ratio < 1)::integer,
          (select count(*) from ratios where ratio >= 1)::integer,
+         -- the minutes inside the window from the counts, the partial minute at its edge from run_log
          (select coalesce(sum(c.runs), 0) from leasehold.run_counts c where c.minute > v_edge)::bigint
            + (select count(*) from leasehold.run_log r
                where r.started_at > v_since and r.started_at < to_timestamp((v_edge + 1) * 60) and r.finished_at is not null)::bigint,
-         (select f.failed from failures f)::bigint,
-         (select f.lost from failures f)::bigint,
+         (select count(*) from failed_runs r where r.outcome = 'failed')::bigint,
+         (select count(*) from failed_runs r where r.outcome = 'lost')::bigint,
          (select count(*) from leasehold.skips where recorded_at > v_since)::bigint,
          (select count(*) from leasehold.missed where recorded_at > v_since)::bigint,
-         (select f.timed_out from failures f)::bigint;
+         (select count(*) from failed_runs r where r.outcome = 'timed-out')::bigint;
 end $$;
 
 create view leasehold.lease_status as
 select l.name,
-       case
-         when l.token is null then 'free'
-         when l.expires_at <= now() then 'expired'
-         else 'held'
-       end as state,
-       l.holder,
-       l.fence,
-       l.acquired_at,
-       l.expires_at,
-       case when l.token is null then null
-            else greatest(extract(epoch from l.expires_at - now()), 0)::double precision
-       end as seconds_left,
+       case when l.token is null then 'free' when l.expires_at <= now() then 'expired' else 'held' end as state,
+       l.holder, l.fence, l.acquired_at, l.expires_at,
+       case when l.token is not null then greatest(extract(epoch from l.expires_at - now()), 0)::double precision end as seconds_left,
        -- liveness locks exist only on the incarnation that took them: elsewhere, unknown
        case when l.token is null or l.holder_key is null
                  or l.holder_incarnation is distinct from (select e.incarnation from leasehold.epoch_source() e) then null
             else l.holder_key in (select k.key from leasehold.liveness_locks() k)
        end as holder_alive,
-       l.last_slot,
-       l.released_at,
-       l.epoch,
-       l.holder_key
+       l.last_slot, l.released_at, l.epoch, l.holder_key
   from leasehold.leases l;
 
 create view leasehold.runs as
@@ -2978,55 +2897,29 @@ select q.id, q.job, q.kind, q.slot, q.requested_by, q.requested_at,
   from leasehold.run_requests q
   left join leasehold.run_log r on r.job = q.job and r.fence = q.fence;
 
--- The views over runs were bound to the table, now run_log: bind them to the view again
--- (their text is that of migrations 11 and 12), so that a run in flight is their last run.
--- Late_p95_seconds at the end: the p95 over the last 24 h of how
--- long after its slot each scheduled run started (started_at - slot; the jitter offset counts).
+-- job_status: late_p95_seconds is the p95 over 24 h of how long after its slot each scheduled
+-- run started (started_at - slot; the jitter offset counts).
 create view leasehold.job_status as
-select j.name as job,
-       j.schedule,
-       j.timezone,
-       j.interval_ms,
-       j.ttl_ms,
-       j.overlap,
-       j.catch_up,
+select j.name as job, j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up,
        case when l.token is null and j.paused_at is not null then 'paused'
             when l.token is null then 'idle' when l.expires_at <= now() then 'expired' else 'running' end as state,
-       case when l.token is null then null else l.holder end as holder,
-       case when l.token is null then null else extract(epoch from now() - l.acquired_at)::double precision end as lease_age_seconds,
-       l.fence,
-       l.last_slot,
-       r.slot as last_run_slot,
-       r.outcome as last_outcome,
-       r.started_at as last_started_at,
-       r.finished_at as last_finished_at,
-       r.error as last_error,
-       coalesce(rc.runs, 0)::integer as runs_24h,
-       coalesce(rc.failed, 0)::integer as failed_24h,
-       coalesce(rc.lost, 0)::integer as lost_24h,
-       rc.p50::double precision as p50_seconds,
-       rc.p95::double precision as p95_seconds,
+       case when l.token is not null then l.holder end as holder,
+       case when l.token is not null then extract(epoch from now() - l.acquired_at)::double precision end as lease_age_seconds,
+       l.fence, l.last_slot, r.slot as last_run_slot, r.outcome as last_outcome, r.started_at as last_started_at,
+       r.finished_at as last_finished_at, r.error as last_error,
+       coalesce(rc.runs, 0)::integer as runs_24h, coalesce(rc.failed, 0)::integer as failed_24h,
+       coalesce(rc.lost, 0)::integer as lost_24h, rc.p50::double precision as p50_seconds, rc.p95::double precision as p95_seconds,
        case when j.interval_ms > 0 and rc.p95 is not null then (rc.p95 * 1000 / j.interval_ms)::double precision end as p95_interval_ratio,
-       coalesce(s.n, 0)::integer as skips_24h,
-       coalesce(m.n, 0)::integer as missed_24h,
-       j.source,
-       j.handler,
-       j.paused_at,
-       j.paused_by,
-       j.pause_reason,
-       coalesce(rc.timed_out, 0)::integer as timed_out_24h,
-       rc.late_p95::double precision as late_p95_seconds
+       coalesce(s.n, 0)::integer as skips_24h, coalesce(m.n, 0)::integer as missed_24h,
+       j.source, j.handler, j.paused_at, j.paused_by, j.pause_reason,
+       coalesce(rc.timed_out, 0)::integer as timed_out_24h, rc.late_p95::double precision as late_p95_seconds
   from leasehold.jobs j
   left join leasehold.leases l on l.name = j.name
+  left join lateral (select x.slot, x.outcome, x.started_at, x.finished_at, x.error
+                       from leasehold.runs x where x.job = j.name order by x.started_at desc limit 1) r on true
   left join lateral (
-    select x.slot, x.outcome, x.started_at, x.finished_at, x.error
-      from leasehold.runs x where x.job = j.name order by x.started_at desc limit 1
-  ) r on true
-  left join lateral (
-    select count(*) as runs,
-           count(*) filter (where x.outcome = 'failed') as failed,
-           count(*) filter (where x.outcome = 'lost') as lost,
-           count(*) filter (where x.outcome = 'timed-out') as timed_out,
+    select count(*) as runs, count(*) filter (where x.outcome = 'failed') as failed,
+           count(*) filter (where x.outcome = 'lost') as lost, count(*) filter (where x.outcome = 'timed-out') as timed_out,
            percentile_cont(0.5) within group (order by extract(epoch from x.finished_at - x.started_at)) as p50,
            percentile_cont(0.95) within group (order by extract(epoch from x.finished_at - x.started_at)) as p95,
            percentile_cont(0.95) within group (order by extract(epoch from x.started_at - x.slot))
@@ -3034,12 +2927,8 @@ select j.name as job,
       from leasehold.run_log x
      where x.job = j.name and x.finished_at is not null and x.started_at > now() - interval '24 hours'
   ) rc on true
-  left join lateral (
-    select count(*) as n from leasehold.skips x where x.job = j.name and x.recorded_at > now() - interval '24 hours'
-  ) s on true
-  left join lateral (
-    select count(*) as n from leasehold.missed x where x.job = j.name and x.recorded_at > now() - interval '24 hours'
-  ) m on true
+  left join lateral (select count(*) as n from leasehold.skips x where x.job = j.name and x.recorded_at > now() - interval '24 hours') s on true
+  left join lateral (select count(*) as n from leasehold.missed x where x.job = j.name and x.recorded_at > now() - interval '24 hours') m on true
  where j.removed_at is null;
 comment on view leasehold.job_status is
   'One row per scheduled job: lease holder, last run, p50/p95 duration and their ratio to the interval over 24 h, skips and missed slots over 24 h. Each row costs one index range of its job''s runs: filter by job or order by job with a limit at scale.';
@@ -3047,20 +2936,16 @@ comment on view leasehold.job_status is
 -- sql/baseline/6_privileges.sql
 -- leasehold schema, part 6 of 6: the privilege model (see docs/security.md).
 --
--- Every function of the schema runs with its owner's rights (SECURITY DEFINER) and a pinned
--- search_path (pg_catalog first, then leasehold, pg_temp last), so that
---   * an application role needs no privilege on the tables: it cannot read another holder's
---     token, change a fence or write a lease row except through the functions;
---   * objects that others may create in their own schemas (an operator public.*, a function
---     shadowing a built-in) are never picked up by the protocol.
--- Nothing is executable or readable by PUBLIC. Deployments grant one of three levels to their
--- roles (leasehold.access says which object belongs to which level):
---   reader    dashboards and metrics: the views (no tokens), schema_version()
---   client    reader + taking leases, fenced writes, running scheduled jobs and `leasehold exec`
+-- Every function runs with its owner's rights (SECURITY DEFINER) and a pinned search_path
+-- (pg_catalog, leasehold, pg_temp), so that an application role needs no privilege on the tables
+-- (it cannot read another holder's token, change a fence or write a lease row except through the
+-- functions), and objects others create in their own schemas (an operator public.*, a function
+-- shadowing a built-in) are never picked up. Nothing is granted to PUBLIC. Roles get one of three
+-- levels (leasehold.access: which object belongs to which):
+--   reader    dashboards and metrics: the views (no tokens), the read functions
+--   client    reader + leases, fenced writes, scheduled jobs, `leasehold exec`
 --   operator  reader + control (pause, resume, run now, backfill, force release, prune)
--- secure_schema() applies all of this generically; the migration runner (and the install
--- script) call it after every migration, so a function added later is covered too.
-
+-- secure_schema() applies this after every migration, so a function added later is covered too.
 
 create table leasehold.access (
   object text primary key,
@@ -3070,7 +2955,7 @@ create table leasehold.access (
 comment on table leasehold.access is
   'Which level may use each function, view or table of the schema (owner: nobody but the schema owner).';
 
--- Roles granted a level through grant_access(); secure_schema() grants them what later
+-- Roles granted a level through grant_access(): secure_schema() grants them what later
 -- migrations add, so an upgrade never takes a working role's access away.
 create table leasehold.grants (
   role text not null,
@@ -3080,13 +2965,10 @@ create table leasehold.grants (
   constraint grants_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text])))
 );
 
--- Namespaces: a role bound to name prefixes (leasehold grant ROLE --as client --namespace
--- billing:) acts only on leases, jobs, schedules and requests whose names start with one of
--- them, whatever its level: services that share one database cannot reach each other's jobs. A
--- role with no row here (and the schema owner, and superusers) is not bound: the whole schema,
--- as for a database that serves one service. Checked against session_user, the login role, so
--- psql, Python and TypeScript callers are bound alike; a login role is bound by the rows of every
--- role it is a member of.
+-- Namespaces: a role bound to name prefixes acts only on leases, jobs, schedules and requests
+-- whose names start with one of them, whatever its level, so services that share a database
+-- cannot reach each other's jobs. A role without rows (and the schema owner, and superusers) is
+-- not bound. Checked against session_user, and the rows of every role it is a member of.
 create table leasehold.namespaces (
   role       text not null,
   prefix     text not null check (char_length(prefix) between 1 and 100),
@@ -3096,17 +2978,21 @@ create table leasehold.namespaces (
 comment on table leasehold.namespaces is
   'Name prefixes a role is bound to (none: the whole schema). Written by grant_access(role, level, namespace).';
 
--- namespace_prefixes: the prefixes the caller (session_user) is bound to; null when it is not
--- bound. The first probe keeps a database without namespaces at one read of an empty table.
+-- namespace_prefixes: the caller's prefixes, null when it is not bound. The first probe keeps a
+-- database without namespaces at one read of an empty table.
 create function leasehold.namespace_prefixes() returns text[]
 language sql stable as $$
   select case when not exists (select 1 from leasehold.namespaces) then null
               when leasehold.acting_role() is null then null
               else (select array_agg(s.prefix order by s.prefix) from leasehold.namespaces s
-                     where s.role = session_user::text
-                        or (to_regrole(quote_ident(s.role)) is not null
-                            and pg_has_role(session_user, to_regrole(quote_ident(s.role)), 'member')))
+                     where s.role = session_user::text or leasehold.is_member_of(s.role))
          end;
+$$;
+
+-- is_member_of: whether session_user is a member of role p_role (false when there is none).
+create function leasehold.is_member_of(p_role text) returns boolean
+language sql stable as $$
+  select to_regrole(quote_ident(p_role)) is not null and pg_has_role(session_user, to_regrole(quote_ident(p_role)), 'member');
 $$;
 
 -- in_namespace: whether the caller may act on p_name (always, when it is not bound).
@@ -3122,13 +3008,10 @@ declare
   v_prefixes text[] := leasehold.namespace_prefixes();
   v_outside text;
 begin
-  if v_prefixes is null then
-    return;
-  end if;
-  select x into v_outside from unnest(p_names) x where x is not null and not leasehold.in_namespace(x, v_prefixes) limit 1;
-  if found then
-    raise exception 'role "%" may not act on "%": it is bound to the namespace %', session_user, v_outside,
-      array_to_string(v_prefixes, ', ')
+  select x into v_outside from unnest(p_names) x
+   where v_prefixes is not null and x is not null and not leasehold.in_namespace(x, v_prefixes) limit 1;
+  if v_outside is not null then
+    raise exception 'role "%" may not act on "%": it is bound to the namespace %', session_user, v_outside, array_to_string(v_prefixes, ', ')
       using errcode = '42501', hint = 'Name it with one of those prefixes, or grant the role another namespace.';
   end if;
 end $$;
@@ -3145,22 +3028,18 @@ $$;
 -- member of it, the schema owner and superusers; anyone for what nobody owns (null).
 create function leasehold.may_act_as(p_role text) returns boolean
 language sql stable as $$
-  select p_role is null or p_role = session_user::text or leasehold.acting_role() is null
-      or (to_regrole(quote_ident(p_role)) is not null and pg_has_role(session_user, to_regrole(quote_ident(p_role)), 'member'));
+  select p_role is null or p_role = session_user::text or leasehold.acting_role() is null or leasehold.is_member_of(p_role);
 $$;
 
 -- check_job_owner: refuses (42501) a change of jobs p_names that another role owns.
 create function leasehold.check_job_owner(p_names text[]) returns void
 language plpgsql stable as $$
 declare
-  v_job text;
-  v_owner text;
+  j leasehold.jobs;
 begin
-  select j.name, j.owner_role into v_job, v_owner
-    from leasehold.jobs j where j.name = any (p_names) and not leasehold.may_act_as(j.owner_role)
-   limit 1;
+  select * into j from leasehold.jobs x where x.name = any (p_names) and not leasehold.may_act_as(x.owner_role) limit 1;
   if found then
-    raise exception 'role "%" may not change job "%": it belongs to role "%"', session_user, v_job, v_owner
+    raise exception 'role "%" may not change job "%": it belongs to role "%"', session_user, j.name, j.owner_role
       using errcode = '42501', hint = 'Register or define it as that role, or have an operator remove it first.';
   end if;
 end $$;
@@ -3179,16 +3058,14 @@ language sql stable as $$
   select coalesce(bool_or(breaking), false) from leasehold.migrations where version > p_version;
 $$;
 
--- grant_statements (0005) printed argument types as they read on its own pinned search_path,
--- which includes this schema: renew_leases' argument came out as a bare lease_renewal[], and
--- that GRANT fails when run elsewhere (`leasehold grant --print`). The same statements, with
--- the argument types of this schema qualified (pg_catalog's types read as before).
+-- grant_statements: the GRANTs of level p_level for p_role. Argument types are printed on a
+-- search_path without this schema, so that its own types come out qualified and the statements
+-- run anywhere (`leasehold grant --print`).
 create function leasehold.grant_statements(p_role text, p_level text) returns setof text
 language plpgsql stable as $$
 begin
   if p_level is null or p_level not in ('reader', 'client', 'operator') then
-    raise exception 'level must be reader, client or operator (got %)', coalesce(p_level, 'null')
-      using errcode = '22023';
+    raise exception 'level must be reader, client or operator (got %)', coalesce(p_level, 'null') using errcode = '22023';
   end if;
   if p_role is null or p_role = '' or lower(p_role) = 'public' then
     raise exception 'name a role (not PUBLIC) to grant leasehold access to' using errcode = '22023';
@@ -3197,19 +3074,25 @@ begin
   perform set_config('search_path', 'pg_catalog, pg_temp', true);
   return next format('grant usage on schema leasehold to %I', p_role);
   return query
-    select format('grant execute on function leasehold.%I(%s) to %I',
-                  p.proname, pg_get_function_identity_arguments(p.oid), p_role)
-      from pg_proc p
-      join leasehold.access a on a.object = p.proname
+    select format('grant execute on function leasehold.%I(%s) to %I', p.proname, pg_get_function_identity_arguments(p.oid), p_role)
+      from pg_proc p join leasehold.access a on a.object = p.proname
      where p.pronamespace = 'leasehold'::regnamespace and a.level in ('reader', p_level)
      order by a.level desc, p.proname, 1;
   return query
     select format('grant select on table leasehold.%I to %I', c.relname, p_role)
-      from pg_class c
-      join leasehold.access a on a.object = c.relname
-     where c.relnamespace = 'leasehold'::regnamespace and c.relkind in ('r', 'v', 'm')
-       and a.level in ('reader', p_level)
+      from pg_class c join leasehold.access a on a.object = c.relname
+     where c.relnamespace = 'leasehold'::regnamespace and c.relkind in ('r', 'v', 'm') and a.level in ('reader', p_level)
      order by c.relname;
+end $$;
+
+-- check_role: refuses (42704) a role that does not exist.
+create function leasehold.check_role(p_role text) returns void
+language plpgsql stable as $$
+begin
+  if to_regrole(quote_ident(p_role)) is null then
+    raise exception 'role "%" does not exist', p_role
+      using errcode = '42704', hint = 'Create it first, e.g. create role ... login password ''...''.';
+  end if;
 end $$;
 
 -- grant_access: applies grant_statements and remembers the role, so that later migrations
@@ -3220,14 +3103,10 @@ language plpgsql volatile as $$
 declare
   s text;
 begin
-  if to_regrole(quote_ident(p_role)) is null then
-    raise exception 'role "%" does not exist', p_role
-      using errcode = '42704', hint = 'Create it first, e.g. create role ... login password ''...''.';
-  end if;
+  perform leasehold.check_role(p_role);
   if p_namespace is not null then
     if char_length(p_namespace) not between 1 and 100 or leasehold.check_characters(p_namespace) is not null then
-      raise exception 'a namespace is a name prefix of 1-100 visible characters (got %)', quote_literal(p_namespace)
-        using errcode = '22023';
+      raise exception 'a namespace is a name prefix of 1-100 visible characters (got %)', quote_literal(p_namespace) using errcode = '22023';
     end if;
     insert into leasehold.namespaces (role, prefix) values (p_role, p_namespace) on conflict do nothing;
   end if;
@@ -3239,57 +3118,45 @@ begin
 end $$;
 
 -- revoke_access: takes the level away (and everything else in the schema), then grants the
--- role's remaining levels again. Returns the number of levels left.
+-- role's remaining levels again; with none left, its namespaces go too. Returns the levels left.
 create function leasehold.revoke_access(p_role text, p_level text) returns integer
 language plpgsql volatile as $$
 declare
-  s text;
-  n integer := 0;
   r record;
+  n integer := 0;
 begin
-  if to_regrole(quote_ident(p_role)) is null then
-    raise exception 'role "%" does not exist', p_role using errcode = '42704';
-  end if;
+  perform leasehold.check_role(p_role);
   delete from leasehold.grants g where g.role = p_role and g.level = p_level;
   execute format('revoke all on all routines in schema leasehold from %I', p_role);
   execute format('revoke all on all tables in schema leasehold from %I', p_role);
   execute format('revoke all on schema leasehold from %I', p_role);
-  for r in select g.level from leasehold.grants g where g.role = p_role loop
-    n := n + 1;
-    for s in select * from leasehold.grant_statements(p_role, r.level) loop
-      execute s;
-    end loop;
+  for r in select s from leasehold.grants g, leasehold.grant_statements(p_role, g.level) s where g.role = p_role loop
+    execute r.s;
   end loop;
-  -- no level left: its namespaces go too (a namespace only ever narrows a level)
+  select count(*) into n from leasehold.grants g where g.role = p_role;
   if n = 0 then
     delete from leasehold.namespaces ns where ns.role = p_role;
   end if;
   return n;
 end $$;
 
--- secure_schema: the generic pass, idempotent. Run after every migration.
---
--- Every function a role may call (levels reader, client, operator), every trigger function and
--- the functions the owner calls at top level (the privilege tools, refresh_run_counts) run with
--- the owner's rights and the pinned search_path. The internal steps of the protocol (level owner: is_free, epoch, next_fence, the
--- check_* helpers, ...) run inside those functions only: executable by nobody but the owner,
--- they inherit the caller's pinned search_path and rights and pin nothing themselves, so that
--- PostgreSQL can inline them and a call does not save and restore its settings (measured: three
--- quarters of the server time of a declined acquire went to those saves and restores).
+-- secure_schema: the generic pass, idempotent, after every migration. Every function a role may
+-- call, every trigger function and the functions the owner calls at top level (the privilege
+-- tools, refresh_run_counts) run with the owner's rights and the pinned search_path. The internal
+-- steps (level owner: is_free, epoch, next_fence, the check_* helpers, ...) run inside those
+-- only: executable by nobody but the owner, they pin nothing, so that PostgreSQL can inline them
+-- and a call does not save and restore its settings (three quarters of the server time of a
+-- declined acquire went to those).
 create function leasehold.secure_schema() returns void
 language plpgsql volatile as $$
 declare
   f record;
   r record;
-  s text;
 begin
-  -- Only the owner may create objects in the schema: a function or operator planted here
-  -- would be found by every pinned search_path.
+  -- only the owner creates objects here: one planted in the schema would be on every pinned path
   revoke all on schema leasehold from public;
-  for r in select a.grantee::regrole::text as grantee
-             from pg_namespace n, aclexplode(n.nspacl) a
-            where n.nspname = 'leasehold' and a.privilege_type = 'CREATE'
-              and a.grantee <> n.nspowner and a.grantee <> 0 loop
+  for r in select a.grantee::regrole::text as grantee from pg_namespace n, aclexplode(n.nspacl) a
+            where n.nspname = 'leasehold' and a.privilege_type = 'CREATE' and a.grantee not in (n.nspowner, 0) loop
     execute format('revoke create on schema leasehold from %s', r.grantee);
   end loop;
   for f in select p.proname, pg_get_function_identity_arguments(p.oid) as args,
@@ -3300,122 +3167,44 @@ begin
     if f.step then
       execute format('alter routine leasehold.%I(%s) security invoker reset search_path', f.proname, f.args);
     else
-      execute format('alter routine leasehold.%I(%s) security definer set search_path = pg_catalog, leasehold, pg_temp',
-                     f.proname, f.args);
+      execute format('alter routine leasehold.%I(%s) security definer set search_path = pg_catalog, leasehold, pg_temp', f.proname, f.args);
     end if;
   end loop;
   revoke all on all routines in schema leasehold from public;
   revoke all on all tables in schema leasehold from public;
   revoke all on all sequences in schema leasehold from public;
-  for r in select g.role, g.level from leasehold.grants g where to_regrole(quote_ident(g.role)) is not null loop
-    for s in select * from leasehold.grant_statements(r.role, r.level) loop
-      execute s;
-    end loop;
+  for r in select s from leasehold.grants g, leasehold.grant_statements(g.role, g.level) s where to_regrole(quote_ident(g.role)) is not null loop
+    execute r.s;
   end loop;
 end $$;
 
-insert into leasehold.access (object, level) values
-  ('acquire', 'client'),
-  ('assert_lease', 'client'),
-  ('claim', 'client'),
-  ('claim_requests', 'client'),
-  ('define_schedule', 'client'),
-  ('enqueue_slots', 'client'),
-  ('finish_held_run', 'client'),
-  ('finish_runs', 'client'),
-  ('holds_lease', 'client'),
-  ('record_clock_step', 'client'),
-  ('record_missed_slots', 'client'),
-  ('record_skip', 'client'),
-  ('register_jobs', 'client'),
-  ('register_liveness', 'client'),
-  ('release', 'client'),
-  ('remove_schedule', 'client'),
-  ('renew_leases', 'client'),
-  ('schedule_changes', 'client'),
-  ('start_run', 'client'),
-  ('force_release', 'operator'),
-  ('pause_job', 'operator'),
-  ('prune_history', 'operator'),
-  ('request_backfill', 'operator'),
-  ('resume_job', 'operator'),
-  ('run_now', 'operator'),
-  ('add_run_counts', 'owner'),
-  ('check_claim_requests', 'owner'),
-  ('check_lease_name', 'owner'),
-  ('check_schedule_field', 'owner'),
-  ('confirm', 'owner'),
-  ('confirm_leases', 'owner'),
-  ('count_runs_deleted', 'owner'),
-  ('count_runs_inserted', 'owner'),
-  ('count_runs_updated', 'owner'),
-  ('end_runs', 'owner'),
-  ('fence_after', 'owner'),
-  ('fences_after', 'owner'),
-  ('fork_base', 'owner'),
-  ('forks', 'owner'),
-  ('grant_access', 'owner'),
-  ('reconfirm_leases', 'client'),
-  ('epoch_source', 'reader'),
-  ('worker_starts', 'owner'),
-  ('start_tick', 'client'),
-  ('namespace_prefixes', 'owner'),
-  ('in_namespace', 'owner'),
-  ('check_namespace', 'owner'),
-  ('acting_role', 'owner'),
-  ('may_act_as', 'owner'),
-  ('check_job_owner', 'owner'),
-  ('namespaces', 'reader'),
-  ('server_incarnation', 'owner'),
-  ('grant_statements', 'owner'),
-  ('is_free', 'owner'),
-  ('job_revisions', 'owner'),
-  ('jobs_revision', 'owner'),
-  ('liveness_incarnation', 'owner'),
-  ('mark_slow_runs', 'owner'),
-  ('next_fence', 'owner'),
-  ('notify_changes', 'owner'),
-  ('pin_synchronous_commit', 'owner'),
-  ('record_action', 'owner'),
-  ('release_matching', 'owner'),
-  ('revoke_access', 'owner'),
-  ('run_start', 'owner'),
-  ('run_timed_out', 'owner'),
-  ('secure_schema', 'owner'),
-  ('timezone_problem', 'owner'),
-  ('worker_handlers', 'owner'),
-  ('worker_key_tag', 'owner'),
-  ('actions', 'reader'),
-  ('breaking_since', 'reader'),
-  ('check_characters', 'owner'),
-  ('check_holder', 'owner'),
-  ('check_name', 'owner'),
-  ('check_ttl', 'owner'),
-  ('clock_steps', 'reader'),
-  ('epoch', 'owner'),
-  ('fleet_status', 'reader'),
-  ('fleet_summary', 'reader'),
-  ('holder_gone', 'owner'),
-  ('job_status', 'reader'),
-  ('jobs', 'reader'),
-  ('lease_status', 'reader'),
-  ('liveness_locks', 'reader'),
-  ('missed', 'reader'),
-  ('run_counts', 'reader'),
-  ('run_history', 'reader'),
-  ('run_log', 'reader'),
-  ('run_outcomes', 'owner'),
-  ('refresh_run_counts', 'owner'),
-  ('run_request_status', 'reader'),
-  ('run_requests', 'reader'),
-  ('runs', 'reader'),
-  ('schema_version', 'reader'),
-  ('skips', 'reader'),
-  ('slow_runs', 'reader'),
-  ('unhandled_schedules', 'reader'),
-  ('live_handlers', 'owner');
+-- Each function and view by level, and the tables a level may read; the other tables are the owner's.
+insert into leasehold.access (object, level)
+select unnest(v.objects), v.level from (values
+  ('reader', array['actions', 'breaking_since', 'clock_steps', 'epoch_source', 'fleet_status',
+     'fleet_summary', 'job_status', 'jobs', 'lease_status', 'liveness_locks', 'missed',
+     'namespaces', 'run_counts', 'run_history', 'run_log', 'run_request_status', 'run_requests',
+     'runs', 'schema_version', 'skips', 'slow_runs', 'unhandled_schedules']),
+  ('client', array['acquire', 'assert_lease', 'claim', 'claim_requests', 'define_schedule',
+     'enqueue_slots', 'finish_held_run', 'finish_runs', 'holds_lease', 'reconfirm_leases',
+     'record_clock_step', 'record_missed_slots', 'record_skip', 'register_jobs',
+     'register_liveness', 'release', 'remove_schedule', 'renew_leases', 'schedule_changes',
+     'start_run', 'start_tick']),
+  ('operator', array['force_release', 'pause_job', 'prune_history', 'request_backfill',
+     'resume_job', 'run_now']),
+  ('owner', array['acting_role', 'add_run_counts', 'check_characters', 'check_claim_requests',
+     'check_holder', 'check_job_owner', 'check_lease_name', 'check_name', 'check_namespace',
+     'check_role', 'check_schedule_field', 'check_ttl', 'confirm', 'confirm_leases', 'count_runs_deleted',
+     'count_runs_inserted', 'count_runs_updated', 'end_runs', 'epoch', 'fence_after',
+     'fences_after', 'fork_base', 'grant_access', 'grant_statements', 'holder_gone',
+     'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_handlers', 'liveness_incarnation',
+     'mark_slow_runs', 'may_act_as', 'namespace_prefixes', 'next_fence', 'notify_changes',
+     'pin_synchronous_commit', 'record_action', 'refresh_run_counts', 'release_matching',
+     'revoke_access', 'run_outcomes', 'run_start', 'run_timed_out', 'secure_schema',
+     'server_incarnation', 'timezone_problem', 'worker_key_tag'])
+) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'd242ac18c1838edfee98343c5fc600d420f66bbed68119e06567abf268ccff56');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '1b8ddcff250d55bfeec7ade1143f2423f4b044cd07624f00decc1ed337ca625b');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
