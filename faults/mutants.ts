@@ -41,7 +41,7 @@ export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = 
 const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'unfenced-write': [],
   // Each guard lives in one function (sql/baseline/1_leases.sql), so each mutant edits one.
-  // (end_runs since schema 17: release_matching and finish_runs release through it)
+  // (end_runs: release and finish_runs release through it)
   'release-no-token-check': [{ fn: 'end_runs', pattern: /l\.token = i\.token/, replacement: 'i.token is not null' }],
   // Both expiry rules go: only a released lease or a gone liveness lock frees it. The skip
   // reports use the same rule, so a stalled holder's slots are recorded as skips naming a
@@ -51,7 +51,7 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
     { fn: 'is_free', pattern: /\n\s+when l\.epoch is distinct from leasehold\.epoch\(\)\n\s+and l\.expires_at \+ coalesce\(l\.ttl, interval '0'\) <= now\(\) then true/, replacement: '' },
   ],
   'fence-without-epoch': [
-    // the rule lives in fences_after() since schema 17 (fence_after(), next_fence() and claim() call it)
+    // the rule lives in fences_after() (next_fence(), claim() and claim_requests() call it)
     { fn: 'fences_after', pattern: /greatest\(coalesce\(o\.old, 0\) \+ 1, b\.base\)/, replacement: 'coalesce(o.old, 0) + 1' },
   ],
   // the base of each fork (leasehold.forks): back to the timeline number alone

@@ -222,52 +222,34 @@ language sql stable as $$
    limit 10000;
 $$;
 
--- claim: the scheduler's claim, the one entry point for every caller (the TypeScript worker,
--- psql, other languages). Parallel arrays, one element per request (job, the slot it claims,
--- ttl in milliseconds, mode: 'exclusive', 'replace' or 'allow', buffer cap: how many slots a
--- held lease may queue (0: none, the skip is recorded)); one statement for any number of jobs. Each slot is claimed at most once: a lease row
--- whose last_slot is at or after the slot answers 'slot-taken'; a lease held by another holder
--- answers 'held' and records one skip per (job, slot) however many callers notice it.
--- p_every: one row per request with its reason; without it only the rows the caller must act on
--- (claimed, buffered, a skip it recorded, or an error). p_ahead_ms (0-10000): a claim ahead of
--- the slots: slots due within it, from free leases only, and only the claimed rows come back;
--- p_starts (with p_ahead_ms): when each run will start (its slot plus the job's jitter), which
--- history records as the run's start. Times are the database clock's. See docs/sql-api.md.
--- A slot claimed ahead whose holder never marked its start (start_tick) is claimed again at its
--- slot by another caller once the lease is free by the usual rule (expired, or the holder's
--- liveness gone): the holder's run is recorded aborted, the slot still runs once. While that
--- lease is still held the answer is 'held-ahead', with the lease's expiry: ask again then. A
--- skip names the slot of the run holding the lease (a backfill's, say).
+-- claim: the scheduler's claim, for every caller (the TypeScript worker, psql, other languages):
+-- parallel arrays, one element per request (job, the slot it claims, ttl in ms, mode 'exclusive',
+-- 'replace' or 'allow', and the buffer cap: how many slots a held lease may queue, 0: the skip is
+-- recorded), one call for any number of jobs, a fixed number of set-based statements. Each slot
+-- is claimed at most once: a lease whose last_slot is at or after it answers 'slot-taken'; a
+-- lease held by another holder answers 'held' and records one skip per (job, slot), however many
+-- callers notice it. p_every: a row per request; without it only the rows the caller must act on.
+-- p_ahead_ms (0-10000): claim the slots due within it from free leases only, returning only the
+-- claimed rows; p_starts: when each of those runs starts (its slot plus the job's jitter). A slot
+-- claimed ahead whose holder never marked its start (start_tick) is claimed again at its slot
+-- once the lease is free by the usual rule: the holder's run is recorded aborted, the slot runs
+-- once. Until then the answer is 'held-ahead', with the lease's expiry. See docs/sql-api.md.
 create function leasehold.claim(
   p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[],
   p_holder text, p_holder_key bigint default null, p_every boolean default false,
   p_ahead_ms bigint default null, p_starts timestamptz[] default null
 ) returns table (
-  job            text,
-  slot           timestamptz,
-  claimed        boolean,
-  reason         text,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  previous_slot  timestamptz,
-  holder         text,
-  holder_fence   bigint,
-  holder_slot    timestamptz,
-  holder_since   timestamptz,
-  skip_recorded  boolean,
-  buffered       boolean,
-  database_time  timestamptz,
-  took_over      boolean
+  job text, slot timestamptz, claimed boolean, reason text, token uuid, fence bigint, expires_at timestamptz,
+  previous_slot timestamptz, holder text, holder_fence bigint, holder_slot timestamptz, holder_since timestamptz,
+  skip_recorded boolean, buffered boolean, database_time timestamptz, took_over boolean
 )
 language plpgsql volatile
 set lock_timeout = '2s'
 set plan_cache_mode = force_custom_plan
 set jit = off
--- Lease rows are hot (every tick touches them): with the default cost of a random page the
--- planner joins a worker's share of 2,500 jobs to the leases by scanning and hashing every
--- lease row (27,500 of them: 24 ms of a 32 ms step), where 2,500 primary-key probes take 7 ms.
--- What a call costs grows with the jobs it is given, not with the jobs registered.
+-- Lease rows are hot: with the default cost of a random page the planner joined a worker's share
+-- of 2,500 jobs to the leases by hashing every lease row (27,500: 24 ms of a 32 ms step), where
+-- 2,500 primary-key probes take 7 ms. What a call costs grows with its jobs, not all jobs.
 set random_page_cost = 1.1
 as $$
 #variable_conflict use_column
@@ -275,47 +257,21 @@ declare
   v_asked_ttls interval[] := array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t);
   v_ahead interval := p_ahead_ms * interval '1 millisecond';
   v_n integer := coalesce(cardinality(p_jobs), 0);
-  -- what step 1 locked, as parallel arrays (an element of a text array is found by walking
-  -- the array: values are carried along, never looked up by position): each request's
-  -- position, job, the slot it claims (an older buffered one may come first), the slot it
-  -- asked for, ttl, mode, buffer cap, and from the locked row the slot it held before, whether
-  -- it was held and its fence
-  v_at integer[];
-  v_jobs text[];
-  v_slots timestamptz[];
-  v_wanted timestamptz[];
-  v_ttls interval[];
-  v_modes text[];
-  v_caps integer[];
-  v_previous timestamptz[];
-  v_held boolean[];
-  v_fences bigint[];
-  v_new_fences bigint[];
-  -- the locked rows that carry a run in flight of an earlier claim (a takeover): name, fence
-  v_taken_names text[];
-  v_taken_fences bigint[];
-  -- and those whose previous grant was not claim()'s (run now, start_run, acquire, a forced
-  -- release), which may have a run_log row still running: it is lost to this claim
-  v_older text[];
-  -- and those that claim again a slot claimed ahead that its holder never started 
-  -- name, fence, the holder's liveness key, when the run was to start
-  v_re_names text[];
-  v_re_fences bigint[];
-  v_re_keys bigint[];
-  v_re_starts timestamptz[];
-  -- re-claims refused after the lock: the holder marked the start meanwhile
-  v_refused text[];
-  -- what step 3 claimed, as parallel arrays: positions, jobs, slots, tokens, fences, expiries,
-  -- previous slots, whether the row was held, modes
-  c_at integer[];
-  c_jobs text[];
-  c_slots timestamptz[];
-  c_tokens uuid[];
-  c_fences bigint[];
-  c_expires timestamptz[];
-  c_previous timestamptz[];
-  c_held boolean[];
-  c_modes text[];
+  -- what step 1 locked, as parallel arrays (values carried along, never looked up by position):
+  -- each request's position, job, the slot it claims (an older buffered one may come first), the
+  -- slot asked for, ttl, mode, cap, and from the row the slot it held before, whether it was
+  -- held, its fence
+  v_at integer[]; v_jobs text[]; v_slots timestamptz[]; v_wanted timestamptz[]; v_ttls interval[]; v_modes text[];
+  v_caps integer[]; v_previous timestamptz[]; v_held boolean[]; v_fences bigint[]; v_new_fences bigint[];
+  -- rows with a run in flight of an earlier claim (a takeover): name, fence; rows whose grant was
+  -- not claim()'s (their run_log row may be running); re-claims of a slot claimed ahead that its
+  -- holder never started: name, fence, liveness key, planned start; re-claims refused after the
+  -- lock (the holder marked the start meanwhile)
+  v_taken_names text[]; v_taken_fences bigint[]; v_older text[];
+  v_re_names text[]; v_re_fences bigint[]; v_re_keys bigint[]; v_re_starts timestamptz[]; v_refused text[];
+  -- what step 3 claimed: positions, jobs, slots, tokens, fences, expiries, previous slots, held, modes
+  c_at integer[]; c_jobs text[]; c_slots timestamptz[]; c_tokens uuid[]; c_fences bigint[]; c_expires timestamptz[];
+  c_previous timestamptz[]; c_held boolean[]; c_modes text[];
   v_epoch integer := leasehold.epoch();
   v_incarnation text := leasehold.liveness_incarnation(p_holder_key);
   v_queued boolean;
@@ -325,21 +281,20 @@ begin
   if p_ahead_ms is not null and (p_ahead_ms < 0 or p_ahead_ms > 10000) then
     raise exception 'claim: ahead_ms must be between 0 and 10000 (got %)', p_ahead_ms using errcode = '22023';
   end if;
-  if p_starts is not null and cardinality(p_starts) <> coalesce(cardinality(p_jobs), 0) then
-    raise exception 'claim: as many starts as jobs are needed (% jobs)', coalesce(cardinality(p_jobs), 0) using errcode = '22023';
+  if p_starts is not null and cardinality(p_starts) <> v_n then
+    raise exception 'claim: as many starts as jobs are needed (% jobs)', v_n using errcode = '22023';
   end if;
   perform leasehold.check_claim_requests(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps);
   if v_n = 0 then
     return;
   end if;
-  -- whether any job of this call has queued slots (buffered, catch-up): almost never at a
-  -- tick, and then the per-job lookups of the queue are not planned at all (custom plans)
-  -- (an empty table first: the usual answer, without a probe per job)
+  -- queued slots (buffered, catch-up) of these jobs: almost never at a tick, and then the queue is
+  -- not planned at all (an empty table first: the usual answer, without a probe per job)
   v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
   perform leasehold.pin_synchronous_commit();
 
-  -- 1. Lock the lease rows this call may claim (random order, SKIP LOCKED: workers claiming
-  --    the same tick share the jobs instead of queueing behind one another).
+  -- 1. Lock the lease rows this call may claim (random order, SKIP LOCKED: workers claiming the
+  --    same tick share the jobs instead of queueing behind one another).
   select coalesce(array_agg(x.at), '{}'), coalesce(array_agg(x.job), '{}'), coalesce(array_agg(x.claim_slot), '{}'),
          coalesce(array_agg(x.slot), '{}'), coalesce(array_agg(x.ttl), '{}'), coalesce(array_agg(x.mode), '{}'),
          coalesce(array_agg(x.cap), '{}'), coalesce(array_agg(x.last_slot), '{}'), coalesce(array_agg(x.held), '{}'),
@@ -397,10 +352,10 @@ begin
          for update of l skip locked
     ) x;
 
-  -- A re-claim: under the lock of the holder's worker_starts row (start_tick takes it too), a
-  -- run the holder marked started meanwhile is left to it; the others are taken, the latest
-  -- planned start among them kept in taken_through for the holder's next mark to find, and
-  -- their unstarted runs recorded aborted.
+  -- A re-claim: under the lock of the holder's worker_starts row (start_tick takes it too), a run
+  -- the holder marked started meanwhile is left to it (refused); the others are taken, the latest
+  -- planned start among them kept in taken_through for the holder's next mark to find, and their
+  -- unstarted runs recorded aborted.
   if v_re_names is not null then
     insert into leasehold.worker_starts (holder_key, started_through)
     select distinct k, '-infinity'::timestamptz from unnest(v_re_keys) k order by 1
@@ -410,39 +365,13 @@ begin
       from unnest(v_re_names, v_re_keys, v_re_starts) r(name, key, planned)
       join leasehold.worker_starts s on s.holder_key = r.key
      where r.planned <= s.started_through;
-    if v_refused is not null then
-      select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
-             coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
-             coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
-             coalesce(array_agg(k.fence), '{}')
-        into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
-        from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
-               k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
-       where not (k.job = any (v_refused));
-      select array_agg(r.name), array_agg(r.fence), array_agg(r.key), array_agg(r.planned)
-        into v_re_names, v_re_fences, v_re_keys, v_re_starts
-        from unnest(v_re_names, v_re_fences, v_re_keys, v_re_starts) r(name, fence, key, planned)
-       where not (r.name = any (v_refused));
-    end if;
-    if v_re_names is not null then
-      update leasehold.worker_starts s
-         set taken_through = greatest(s.taken_through, m.planned), updated_at = now()
-        from (select r.key, max(r.planned) as planned from unnest(v_re_keys, v_re_starts) r(key, planned) group by r.key) m
-       where s.holder_key = m.key;
-      perform leasehold.end_runs(
-        v_re_names, null, v_re_fences,
-        array_fill('aborted'::text, array[cardinality(v_re_names)]),
-        array_fill('not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder,
-                   array[cardinality(v_re_names)]),
-        null);
-    end if;
   end if;
 
-  -- 2. A skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock
-  --    committed before it: a statement after the lock sees it, step 1's snapshot did not.
-  --    Step 3 checks that itself; only a takeover needs the answer earlier, since the run in
-  --    flight it records lost must be a run of a row that step 3 then claims.
-  if v_taken_names is not null or v_older is not null then
+  -- 2. Leave out the refused re-claims, and, before a takeover, the slots with a final skip: a
+  --    skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock committed
+  --    before it, which a statement after the lock sees. Step 3 checks that itself; a takeover
+  --    needs it earlier, since the run it records lost must be one of a row step 3 then claims.
+  if v_refused is not null or v_taken_names is not null or v_older is not null then
     select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
            coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
            coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
@@ -450,21 +379,35 @@ begin
       into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
       from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
              k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
-     where not (k.mode = 'exclusive' and k.cap = 0
+     where not (k.job = any (coalesce(v_refused, '{}')))
+       and not ((v_taken_names is not null or v_older is not null) and k.mode = 'exclusive' and k.cap = 0
                 and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot));
   end if;
+  if v_refused is not null then
+    select array_agg(r.name), array_agg(r.fence), array_agg(r.key), array_agg(r.planned)
+      into v_re_names, v_re_fences, v_re_keys, v_re_starts
+      from unnest(v_re_names, v_re_fences, v_re_keys, v_re_starts) r(name, fence, key, planned)
+     where not (r.name = any (v_refused));
+  end if;
+  if v_re_names is not null then
+    update leasehold.worker_starts s
+       set taken_through = greatest(s.taken_through, m.planned), updated_at = now()
+      from (select r.key, max(r.planned) as planned from unnest(v_re_keys, v_re_starts) r(key, planned) group by r.key) m
+     where s.holder_key = m.key;
+    perform leasehold.end_runs(v_re_names, null, v_re_fences, array_fill('aborted'::text, array[cardinality(v_re_names)]),
+      array_fill('not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder,
+                 array[cardinality(v_re_names)]), null);
+  end if;
 
-  -- A takeover: the run in flight of the previous claim is recorded lost before the grant
-  -- below overwrites it (overlap 'allow' keeps the lease and its run). And a run_log row
-  -- still running under an older grant (run now, start_run) is lost too.
+  -- A takeover: the run in flight of the previous claim is recorded lost before the grant below
+  -- overwrites it (overlap 'allow' keeps the lease and its run), and so is a run_log row still
+  -- running under an older grant (run now, start_run).
   if v_taken_names is not null then
     perform leasehold.end_runs(
-      array(select t.name from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)),
-      null,
+      array(select t.name from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)), null,
       array(select t.fence from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)),
       array_fill('lost'::text, array[cardinality(v_taken_names)]),
-      array_fill('lease taken over by ' || p_holder, array[cardinality(v_taken_names)]),
-      null);
+      array_fill('lease taken over by ' || p_holder, array[cardinality(v_taken_names)]), null);
   end if;
   if v_older is not null then
     update leasehold.run_log r
@@ -472,39 +415,27 @@ begin
      where r.job = any (v_older) and r.job = any (v_jobs) and r.outcome = 'running';
   end if;
 
-  -- 3. Claim what is locked and still claimable. The rows are locked since step 1: the fence
-  --    each had is the fence it has. A skip recorded for the slot under overlap 'skip' is
-  --    final: this statement's snapshot, taken after the locks, sees every skip a peer
-  --    committed before step 1 locked the row (step 2's recheck, done here in the same pass).
+  -- 3. Claim what is locked and still claimable (the fence each row had is the fence it has). A
+  --    skip recorded for the slot under overlap 'skip' is final: this statement's snapshot, taken
+  --    after the locks, sees every skip a peer committed before step 1 locked the row.
   v_new_fences := leasehold.fences_after(v_fences, v_epoch);
   with claiming as (
     select k.at, k.job as name, k.claim_slot, k.wanted as wanted_slot, k.ttl, k.mode, k.cap, k.previous_slot, k.held, k.new_fence
       from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_new_fences)
              k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, new_fence)
-     where not (k.mode = 'exclusive' and k.cap = 0
-                and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot))
+     where not (k.mode = 'exclusive' and k.cap = 0 and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot))
   ),
-  -- two updates, one per kind of claim: under overlap 'allow' only the fence and the slot
-  -- change (no exclusivity, the holder's token is kept); every other claim takes the lease
+  -- under overlap 'allow' only the fence and the slot change (no exclusivity, the holder's token
+  -- is kept); every other claim takes the lease
   claimed_lease as (
     update leasehold.leases l
-       set fence = c.new_fence,
-           last_slot = c.claim_slot,
-           token = gen_random_uuid(),
-           holder = p_holder,
-           holder_key = p_holder_key,
-           acquired_at = now(),
-           expires_at = now() + c.ttl,
-           released_at = null,
-           ttl = c.ttl,
-           epoch = v_epoch,
-           holder_incarnation = v_incarnation,
-           -- the run, on the lease row until finish_runs() writes its history row; read when
-           -- the row is written, after the lock (so after the previous holder's release)
-           run_slot = c.claim_slot,
-           run_fence = c.new_fence,
-           run_holder = p_holder,
-           -- claimed ahead: the run starts at its start, not at the claim
+       set fence = c.new_fence, last_slot = c.claim_slot, token = gen_random_uuid(), holder = p_holder,
+           holder_key = p_holder_key, acquired_at = now(), expires_at = now() + c.ttl, released_at = null, ttl = c.ttl,
+           epoch = v_epoch, holder_incarnation = v_incarnation,
+           -- the run, on the lease row until finish_runs() writes its history row; its start read
+           -- when the row is written, after the lock (so after the previous holder's release), or
+           -- when claimed ahead, at its planned start
+           run_slot = c.claim_slot, run_fence = c.new_fence, run_holder = p_holder,
            run_started_at = case when v_ahead is null then clock_timestamp()
                                  else greatest(clock_timestamp(), coalesce(p_starts[c.at], c.claim_slot), c.claim_slot) end
       from claiming c
@@ -518,9 +449,7 @@ begin
      where l.name = c.name and c.mode = 'allow'
     returning c.at, l.name, c.claim_slot, c.wanted_slot, c.cap, c.mode, l.token, l.fence, l.expires_at, c.previous_slot, c.held
   ),
-  claimed as (
-    select * from claimed_lease union all select * from claimed_allow
-  ),
+  claimed as (select * from claimed_lease union all select * from claimed_allow),
   unbuffered as (
     delete from leasehold.buffered b using claimed c where v_queued and b.job = c.name and b.slot <= c.claim_slot
   ),
@@ -538,8 +467,8 @@ begin
     into c_at, c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes
     from claimed c;
 
-  -- overlap 'allow' has no lease to carry its runs: a run_log row from the start, as before (a
-  -- statement of its own, so that a tick without such a job fires no trigger on run_log)
+  -- overlap 'allow' has no lease to carry its runs: a run_log row from the start (a statement of
+  -- its own, so that a tick without such a job fires no trigger on run_log)
   if 'allow' = any (c_modes) then
     insert into leasehold.run_log (job, slot, fence, holder)
     select k.job, k.slot, k.fence, p_holder from unnest(c_jobs, c_slots, c_fences, c_modes) k(job, slot, fence, mode)
@@ -547,21 +476,18 @@ begin
   end if;
 
   return query
-  select k.job, k.slot, true, 'claimed'::text, case when k.mode = 'allow' then null else k.token end,
-         k.fence, case when k.mode = 'allow' then null else k.expires end, k.previous_slot,
-         p_holder, null::bigint, null::timestamptz, null::timestamptz, false, false, now(),
-         k.mode <> 'allow' and k.held
+  select k.job, k.slot, true, 'claimed'::text, case when k.mode <> 'allow' then k.token end, k.fence,
+         case when k.mode <> 'allow' then k.expires end, k.previous_slot, p_holder, null::bigint, null::timestamptz,
+         null::timestamptz, false, false, now(), k.mode <> 'allow' and k.held
     from unnest(c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes)
            k(job, slot, token, fence, expires, previous_slot, held, mode);
-
-  -- A claim ahead leaves everything else to the claim at the slot.
   if v_ahead is not null then
-    return;
+    return; -- a claim ahead leaves everything else to the claim at the slot
   end if;
 
-  -- 4. Everything not claimed above: say why, record a real skip once per slot, buffer it
-  --    if the policy says so. Without p_every, a slot already claimed (last_slot only grows)
-  --    is passed over before anything else is asked about it.
+  -- 4. Everything not claimed: say why, record a real skip once per slot, buffer it if the policy
+  --    says so. Without p_every, a slot already claimed (last_slot only grows) is passed over
+  --    before anything else is asked about it.
   return query
   with pending as (
     select i.job, i.slot, i.mode, i.cap, l.holder as l_holder, l.fence as l_fence,
@@ -611,16 +537,13 @@ begin
   ),
   skipped as (
     insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
-    select h.job, h.slot, h.holder, h.fence, h.holder_slot, now() - h.acquired_at, p_holder
-      from held h
+    select h.job, h.slot, h.holder, h.fence, h.holder_slot, now() - h.acquired_at, p_holder from held h
     on conflict do nothing
     returning skips.job, skips.slot
   ),
   buffering as (
     insert into leasehold.buffered (job, slot)
-    select h.job, h.slot from held h
-     where h.cap > 0
-       and (select count(*) from leasehold.buffered b where b.job = h.job) < h.cap
+    select h.job, h.slot from held h where h.cap > 0 and (select count(*) from leasehold.buffered b where b.job = h.job) < h.cap
     on conflict do nothing
     returning buffered.job, buffered.slot
   ),
@@ -633,10 +556,8 @@ begin
            exists (select 1 from buffering b where b.job = p.job and b.slot = p.slot) as buffered
       from pending p
   )
-  select a.job, a.slot, false, a.why,
-         null::uuid, null::bigint, case when a.why = 'held-ahead' then a.l_expires_at end, null::timestamptz,
-         a.l_holder, a.l_fence, a.l_holder_slot, a.l_acquired_at,
-         a.skip_recorded, a.buffered, now(), false
+  select a.job, a.slot, false, a.why, null::uuid, null::bigint, case when a.why = 'held-ahead' then a.l_expires_at end,
+         null::timestamptz, a.l_holder, a.l_fence, a.l_holder_slot, a.l_acquired_at, a.skip_recorded, a.buffered, now(), false
     from answered a
    where p_every or a.why not in ('slot-taken', 'slot-skipped', 'held') or a.skip_recorded or a.buffered;
 end $$;

@@ -550,7 +550,7 @@ begin
     if v_incarnation is null and p_holder_key is not null then
       v_incarnation := leasehold.liveness_incarnation(p_holder_key);
     end if;
-    v_fence := leasehold.fence_after(l.fence, v_epoch);
+    v_fence := (leasehold.fences_after(array[l.fence], v_epoch))[1];
     -- a scheduled run in flight on the row loses its lease to this one (as in claim())
     if v_mode <> 'allow' and l.run_slot is not null then
       perform leasehold.end_runs(array[v.job], null, array[l.run_fence], array['lost'],

@@ -26,38 +26,32 @@ end $$;
 -- baseline (breaking)
 set local check_function_bodies = off;
 -- sql/baseline/1_leases.sql
--- leasehold schema, part 1 of 6: the lease protocol.
+-- leasehold schema, part 1 of 6: the lease protocol, and what every caller of acquire() may
+-- write besides (liveness sessions, skips, clock steps).
 --
 -- Glossary
 --   lease   one row per job name: who may run the job now, and until when.
---   token   random secret of one acquisition; renew, release and fenced writes present it.
---   fence   bigint that grows on every acquisition of a name and never goes back, even across
---           a failover: next_fence() folds the epoch into it. A write checked against it
---           cannot come from an older holder.
---   epoch   the fork of history the server is on (leasehold.forks: the base fixed at the first
---           grant on each WAL timeline), so a grant made on a promoted server is told apart
---           from anything an old primary or another promoted copy issued.
+--   token   random secret of one acquisition; renewals, the release and fenced writes present it.
+--   fence   bigint that grows on every acquisition of a name and never goes back, even across a
+--           failover (next_fence() folds the epoch in): a write checked against it cannot come
+--           from an older holder.
+--   epoch   the fork of history the server is on (leasehold.forks: a base fixed at the first
+--           grant on each WAL timeline), so that a grant on a promoted server is told apart from
+--           anything an old primary or another promoted copy issued.
 --   incarnation  epoch and postmaster start time: one run of one server. Advisory locks
 --           (liveness evidence) exist only in the incarnation that took them.
 --   holder  human-readable identity of the acquirer (host:pid:id), for logs and skips.
---   holder_key  bigint of the holder's liveness session: a session-level advisory lock the
---           holder keeps while its process lives. When the lock is gone the lease is free.
+--   holder_key  the holder's liveness session's key: a session-level advisory lock it keeps
+--           while its process lives. When the lock is gone the lease is free.
 --   slot    the scheduled occurrence a claim is for; each slot is claimed at most once.
---
--- Time: every decision uses the database clock (now()), never the caller's.
--- Errors: custom SQLSTATEs LH001 (bad name), LH002 (bad ttl), LH003 (lease lost),
--- LH004 (bad holder). See docs/sql-api.md for the contract.
-
--- Also here: the liveness sessions (advisory locks), skips and clock steps, which every caller
--- of acquire() may write.
-
+-- Every decision uses the database clock (now()). Errors: LH001 (bad name), LH002 (bad ttl),
+-- LH003 (lease lost), LH004 (bad holder); docs/sql-api.md is the contract.
 
 create type leasehold.lease_renewal as (name text, token uuid, ttl interval);
 
 -- Windows (from_time, to_time] of database time that a forward step of the database clock
--- jumped over, as the workers that noticed it measured them. Slots inside never existed in
--- real time: record_missed_slots() does not record them, whichever worker (started before or after
--- the step) asks. Kept as long as the history (prune_history) and at most 1,000 windows.
+-- jumped over. Slots inside never existed: record_missed_slots() does not record them. Kept as
+-- long as the history, and at most 1,000 windows.
 create table leasehold.clock_steps (
   id bigint generated always as identity primary key,
   from_time timestamp with time zone not null,
@@ -73,7 +67,7 @@ create table leasehold.forks (
   first_grant timestamp with time zone not null default now()
 );
 comment on table leasehold.forks is
-  'The fence base of each timeline this line of history has granted on: fixed at its first grant (see sql/0023_fork_epochs.sql).';
+  'The fence base of each timeline this line of history has granted on, fixed at its first grant (fork_base()).';
 
 create table leasehold.leases (
   name text primary key,
@@ -86,12 +80,11 @@ create table leasehold.leases (
   last_slot timestamp with time zone,
   released_at timestamp with time zone,
   ttl interval,
-  -- the epoch in which the current grant or its latest renewal was confirmed
-  epoch integer,
-  -- the incarnation whose advisory lock table holds holder_key's lock
-  holder_incarnation text,
+  epoch integer, -- the epoch in which the grant or its latest renewal was confirmed
+  holder_incarnation text, -- the incarnation whose advisory lock table holds holder_key's lock
   created_at timestamp with time zone not null default now(),
   suspended text,
+  -- the scheduled run in flight (claim()), until finish_runs() writes its history row
   run_slot timestamp with time zone,
   run_fence bigint,
   run_holder text,
@@ -115,11 +108,11 @@ create table leasehold.skips (
 );
 create index skips_recorded_brin on leasehold.skips using brin (recorded_at) WITH (pages_per_range='32');
 
--- check_characters: describes the first character a name or holder must not contain, or null.
--- Refused: C0/C1 controls and line separators, bidirectional controls (they reorder what a
--- terminal or page shows: 'invoice\u202Egnp.exe' renders as 'invoiceexe.png') and invisible
--- format characters (zero-width space, joiners, BOM, fillers, tags: 'pay\u200Bments' would look
--- like 'payments'). Positions count code points from 0, as the TypeScript client does.
+-- check_characters: the first character a name or holder must not contain, described, or null:
+-- C0/C1 controls and line separators, bidirectional controls (they reorder what a terminal
+-- shows: 'invoice\u202Egnp.exe' renders as 'invoiceexe.png') and invisible format characters
+-- ('pay\u200Bments' looks like 'payments'). Positions count code points from 0, as the
+-- TypeScript client does.
 create function leasehold.check_characters(p_text text) returns text
 language sql immutable strict as $$
   select format('U+%s, %s, at position %s',
@@ -136,20 +129,18 @@ language sql immutable strict as $$
    where m.c is not null;
 $$;
 
--- Argument checks shared by every entry point, so psql, Python and TypeScript callers get
--- the same answer with the same SQLSTATE.
+-- The argument checks of every entry point, so that psql, Python and TypeScript callers get the
+-- same answer with the same SQLSTATE.
 create function leasehold.check_name(p_name text) returns void
 language plpgsql immutable as $$
 declare
   v_bad text := leasehold.check_characters(p_name);
 begin
   if p_name is null or char_length(p_name) = 0 then
-    raise exception 'lease name must not be empty'
-      using errcode = 'LH001', hint = 'Name the job, e.g. ''nightly-report''.';
+    raise exception 'lease name must not be empty' using errcode = 'LH001', hint = 'Name the job, e.g. ''nightly-report''.';
   end if;
   if char_length(p_name) > 200 then
-    raise exception 'lease name must be 1-200 characters (got %)', char_length(p_name)
-      using errcode = 'LH001', hint = 'Use a shorter name.';
+    raise exception 'lease name must be 1-200 characters (got %)', char_length(p_name) using errcode = 'LH001', hint = 'Use a shorter name.';
   end if;
   if v_bad is not null then
     raise exception 'lease name must not contain control, bidirectional or invisible characters (found %)', v_bad
@@ -176,18 +167,15 @@ create function leasehold.check_ttl(p_ttl interval) returns void
 language plpgsql immutable as $$
 begin
   if p_ttl is null or p_ttl <= interval '0' then
-    raise exception 'ttl must be positive (got %)', p_ttl
-      using errcode = 'LH002', hint = 'Pass an interval such as ''30 seconds''.';
+    raise exception 'ttl must be positive (got %)', p_ttl using errcode = 'LH002', hint = 'Pass an interval such as ''30 seconds''.';
   end if;
   if p_ttl < interval '100 milliseconds' or p_ttl > interval '7 days' then
     raise exception 'ttl must be between 100 milliseconds and 7 days (got %)', p_ttl
-      using errcode = 'LH002',
-            hint = 'The ttl bounds how long a stalled holder blocks others; heartbeats renew it while the job runs.';
+      using errcode = 'LH002', hint = 'The ttl bounds how long a stalled holder blocks others; heartbeats renew it while the job runs.';
   end if;
 end $$;
 
--- check_lease_name: the rule of the former constraint leases_name_valid, on insert and on a
--- change of the name only.
+-- check_lease_name: the name rule, on an insert or a change of the name only.
 create function leasehold.check_lease_name() returns trigger
 language plpgsql volatile as $$
 begin
@@ -198,14 +186,11 @@ begin
   return new;
 end $$;
 
--- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves to
--- the new timeline the moment a standby is promoted; pg_control_checkpoint() only after the
--- end-of-recovery checkpoint, which can come seconds later (measured: docs/high-availability.md).
--- During recovery (a standby, read-only) the replayed timeline is reported, for status views.
--- Where a managed service or a revoked grant refuses those functions it
--- falls back to the last checkpoint's timeline, then to 1 (one line of history as far as
--- leasehold can tell); epoch_source() says which one this server gives and why, and the client
--- reports it at start (docs/high-availability.md).
+-- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves to the
+-- new timeline the moment a standby is promoted; pg_control_checkpoint() only after the
+-- end-of-recovery checkpoint, seconds later. A standby reports the replayed timeline. Where those
+-- functions are refused (a managed service, a revoked grant): the last checkpoint's timeline,
+-- then 1 (epoch_source() says which).
 create function leasehold.epoch() returns integer
 language plpgsql volatile as $$
 begin
@@ -220,7 +205,7 @@ begin
   begin
     return (pg_control_checkpoint()).timeline_id;
   exception when others then
-    return 1; -- no timeline at all: one line of history as far as leasehold can tell
+    return 1;
   end;
 end $$;
 
@@ -254,8 +239,8 @@ begin
   return query select v_source, v_timeline, v_detail, leasehold.server_incarnation();
 end $$;
 
--- fork_base: the fence base of timeline p_timeline on this server's line of history, made at
--- the first grant on it. 0 on timeline 1.
+-- fork_base: the fence base of timeline p_timeline on this line of history, fixed at the first
+-- grant on it (0 on timeline 1). Concurrent first grants: one row wins and both read it.
 create function leasehold.fork_base(p_timeline integer) returns bigint
 language plpgsql volatile as $$
 declare
@@ -265,30 +250,27 @@ begin
     return 0;
   end if;
   select f.base into v_base from leasehold.forks f where f.timeline = p_timeline;
-  if found then
-    return v_base;
+  if not found then
+    insert into leasehold.forks as f (timeline, base)
+    values (p_timeline,
+            greatest((p_timeline - 1)::bigint << 40,
+                     ((extract(epoch from now()) * 1000)::bigint - 1577836800000) * 1024))
+    on conflict (timeline) do update set base = f.base
+    returning f.base into v_base;
   end if;
-  -- concurrent first grants: one row wins, and both read it (do update returns the existing row)
-  insert into leasehold.forks as f (timeline, base)
-  values (p_timeline,
-          greatest((p_timeline - 1)::bigint << 40,
-                   ((extract(epoch from now()) * 1000)::bigint - 1577836800000) * 1024))
-  on conflict (timeline) do update set base = f.base
-  returning f.base into v_base;
   return v_base;
 end $$;
 
 -- server_incarnation: one run of one server. A restart changes the start time, a promotion the
--- timeline; session advisory locks do not survive either.
+-- timeline; session advisory locks survive neither.
 create function leasehold.server_incarnation() returns text
 language sql volatile as $$
   select leasehold.epoch() || '@' || to_char(pg_postmaster_start_time() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US');
 $$;
 
 -- liveness_incarnation: the incarnation to record with a grant under liveness key p_key: the
--- current one when the key's lock is held on this server right now, else null (the TTL then
--- governs). A client does not notice at once that its liveness session went with an old
--- primary; a grant recorded with that key as if it lived here would look "holder gone" at once.
+-- current one when the key's lock is held here now, else null (the TTL governs). A client whose
+-- liveness session went with an old primary would otherwise look "holder gone" at once.
 create function leasehold.liveness_incarnation(p_key bigint) returns text
 language sql volatile as $$
   select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.server_incarnation() end;
@@ -300,10 +282,9 @@ language sql immutable as $$
   select 19528::bigint;
 $$;
 
--- liveness_locks: the liveness locks held in this database right now: session-level advisory
--- locks taken with one bigint key (objsubid 1), exclusive and granted, with the backend that
--- holds each. The key is the bigint register_liveness() returned; worker: a key in the workers'
--- range (register_liveness(true)).
+-- liveness_locks: the liveness locks held in this database now: session-level advisory locks on
+-- one bigint key (objsubid 1), exclusive and granted, with the backend that holds each; worker:
+-- a key in the workers' range (register_liveness(true)).
 create function leasehold.liveness_locks() returns table (pid integer, key bigint, worker boolean)
 language sql volatile as $$
   select x.pid, x.key, x.key >> 47 = leasehold.worker_key_tag()
@@ -323,18 +304,12 @@ language sql volatile as $$
   end;
 $$;
 
-
 create function leasehold.next_fence(p_old bigint) returns bigint
 language sql volatile as $$
-  select leasehold.fence_after(p_old, leasehold.epoch());
+  select (leasehold.fences_after(array[p_old], leasehold.epoch()))[1];
 $$;
 
-create function leasehold.fence_after(p_old bigint, p_epoch integer) returns bigint
-language sql volatile as $$
-  select (leasehold.fences_after(array[p_old], p_epoch))[1];
-$$;
-
--- fences_after: the one rule for every new fence (next_fence, fence_after, every claim).
+-- fences_after: the one rule for every new fence (next_fence, every claim).
 create function leasehold.fences_after(p_old bigint[], p_epoch integer) returns bigint[]
 language sql volatile as $$
   select coalesce(array_agg(greatest(coalesce(o.old, 0) + 1, b.base) order by o.n), '{}')
@@ -360,10 +335,9 @@ language sql volatile as $$
   end;
 $$;
 
--- pin_synchronous_commit: lease-changing functions call it first. A role or session with
--- synchronous_commit = off (or local) would otherwise acknowledge a grant before a
--- synchronous standby has it. Transaction-local, so it still holds at COMMIT (a function's
--- SET clause would be reverted on return, before the commit).
+-- pin_synchronous_commit: lease-changing functions call it first, so that a role or session with
+-- synchronous_commit off (or local) does not acknowledge a grant before a synchronous standby has
+-- it. Transaction-local, so it still holds at COMMIT (a SET clause would end on return).
 create function leasehold.pin_synchronous_commit() returns void
 language sql volatile as $$
   select set_config('synchronous_commit', 'on', true)
@@ -599,8 +573,8 @@ begin
   end if;
 end $$;
 
--- confirm: confirm_leases() of one lease; the row, or a row of nulls when the lease is not (or
--- no longer) the caller's. Used by acquire's adoption of a grant whose answer was lost.
+-- confirm: confirm_leases() of one lease; the row, or a row of nulls when the lease is not (or no
+-- longer) the caller's. acquire() adopts with it a grant whose answer was lost.
 create function leasehold.confirm(p_name text, p_token uuid, p_ttl interval) returns leasehold.leases
 language plpgsql volatile as $$
 declare
@@ -610,18 +584,13 @@ begin
   return r;
 end $$;
 
--- confirm_leases: confirm() for many leases in one statement. The one rule by which a holder
--- keeps its lease: while its token matches and the lease has not expired, extend it by the ttl
--- and confirm it in this epoch (after a failover this is what makes its fenced writes
--- acceptable again). Returns the rows it extended. The epoch is asked once per statement.
--- Planned for what it is: a join of the input with as many lease rows, found through the
--- primary key. Statistics taken while most leases were released estimate "not expired" at one
--- row, and a nested loop planned on that estimate compared every lease with every element
--- (1,000 leases: 220 ms instead of 10); a hash or merge join costs the same whatever the
--- estimate.
--- The rows locked in name order first, the order of
--- end_runs(): a renewal still in flight as the same leases are finished waited for the finish
--- while the finish waited for it (the update locked in physical order).
+-- confirm_leases: the one rule by which a holder keeps its leases: while its token matches and a
+-- lease has not expired, extend it by the ttl and confirm it in this epoch (after a failover, this
+-- makes its fenced writes acceptable again). Returns the rows it extended. Planned as what it is,
+-- a join of the input with as many lease rows: statistics taken while most leases were released
+-- estimate "not expired" at one row, and a nested loop on that estimate compared every lease with
+-- every element (1,000 leases: 220 ms instead of 10). The rows are locked in name order first, as
+-- end_runs() locks them: a renewal in flight as the same leases were finished deadlocked.
 create function leasehold.confirm_leases(p_names text[], p_tokens uuid[], p_ttls interval[]) returns setof leasehold.leases
 language plpgsql volatile
 set plan_cache_mode = force_custom_plan
@@ -641,19 +610,15 @@ begin
   returning l.*;
 end $$;
 
--- reconfirm_leases: a holder keeps its leases across a server restart or failover. A restart
--- ends every session, so every holder's liveness lock goes while the server keeps the rows until
--- they expire. A holder whose liveness session the server ended registers a new one and, on it,
--- takes back the leases that are still its own in one statement: same token and fence,
--- unexpired by the database clock, and liveness evidence from an EARLIER incarnation
--- (holder_incarnation is not this server run's). Only then could no peer have taken the lease
--- since the old lock went: is_free asks for the lock only on the incarnation that recorded it,
--- and the row's token shows that nobody acquired it. On the same incarnation (the holder's
--- session alone was ended) the lock's loss made the lease free for anyone at once, and it is not
--- taken back. The new key and incarnation are recorded, so a holder that dies afterwards is freed
--- by liveness at once again. Called on the session that holds liveness key p_key (just
--- registered); one element per lease, in the order given: whether it was taken back, its
--- expiry, and why not ('unknown', 'released', 'taken-over', 'expired', 'same-incarnation').
+-- reconfirm_leases: a holder keeps its leases across a server restart or failover, which ends
+-- every session and so every liveness lock. On its new liveness session (key p_key) it takes back
+-- in one statement the leases still its own: same token and fence, unexpired, and liveness
+-- evidence from an EARLIER incarnation. Only then could no peer have taken one since the old lock
+-- went (is_free asks for the lock only on the incarnation that recorded it, and the token shows
+-- nobody acquired it); on the same incarnation the lock's loss freed the lease at once. The new
+-- key and incarnation are recorded, so that liveness frees them again if the holder dies. One row
+-- per element, in order: taken back, the expiry, and why not ('unknown', 'released',
+-- 'taken-over', 'expired', 'same-incarnation').
 create function leasehold.reconfirm_leases(p_key bigint, p_names text[], p_tokens uuid[], p_fences bigint[], p_ttls interval[])
 returns table (name text, reconfirmed boolean, expires_at timestamptz, reason text, database_time timestamptz)
 language plpgsql volatile
@@ -671,8 +636,7 @@ begin
     raise exception 'reconfirm_leases: this session does not hold liveness key %', p_key
       using errcode = '42501', hint = 'Call it on the session that called register_liveness().';
   end if;
-  if cardinality(p_names) is distinct from cardinality(p_tokens) or cardinality(p_names) is distinct from cardinality(p_fences)
-     or cardinality(p_names) is distinct from cardinality(p_ttls) then
+  if array[cardinality(p_tokens), cardinality(p_fences), cardinality(p_ttls)] is distinct from array_fill(cardinality(p_names), array[3]) then
     raise exception 'reconfirm_leases: names, tokens, fences and ttls must have one element per lease' using errcode = '22023';
   end if;
   perform leasehold.check_ttl(d.ttl) from (select distinct t as ttl from unnest(p_ttls) t) d;
@@ -684,24 +648,17 @@ begin
      for no key update of l;
   with taken as (
     update leasehold.leases l
-       set expires_at = now() + i.ttl, ttl = i.ttl, epoch = leasehold.epoch(),
-           holder_key = p_key, holder_incarnation = v_incarnation
+       set expires_at = now() + i.ttl, ttl = i.ttl, epoch = leasehold.epoch(), holder_key = p_key, holder_incarnation = v_incarnation
       from unnest(p_names, p_tokens, p_fences, p_ttls) as i(name, token, fence, ttl)
      where l.name = any (p_names) and l.name = i.name and l.token = i.token and l.fence = i.fence
-       and l.expires_at > now()
-       and l.holder_incarnation is distinct from v_incarnation
+       and l.expires_at > now() and l.holder_incarnation is distinct from v_incarnation
     returning l.name, l.expires_at)
   select coalesce(array_agg(t.name), '{}'), coalesce(array_agg(t.expires_at), '{}') into v_names, v_expires from taken t;
   return query
   select e.name, c.name is not null, coalesce(c.expires_at, l.expires_at),
-         case
-           when c.name is not null then 'reconfirmed'
-           when l.name is null then 'unknown'
-           when l.token is null then 'released'
-           when l.token <> e.token or l.fence <> e.fence then 'taken-over'
-           when l.expires_at <= now() then 'expired'
-           else 'same-incarnation'
-         end,
+         case when c.name is not null then 'reconfirmed' when l.name is null then 'unknown' when l.token is null then 'released'
+              when l.token <> e.token or l.fence <> e.fence then 'taken-over' when l.expires_at <= now() then 'expired'
+              else 'same-incarnation' end,
          now()
     from unnest(p_names, p_tokens, p_fences) with ordinality as e(name, token, fence, n)
     left join unnest(v_names, v_expires) as c(name, expires_at) on c.name = e.name
@@ -730,10 +687,9 @@ begin
   if p_leases is null then
     return;
   end if;
-  -- a name with a lease row passed the name rule when the row was inserted (leases_name_valid):
-  -- only the others are checked, so that a bad name is refused (LH001) rather than 'unknown'
-  perform leasehold.check_name(e.name) from unnest(p_leases) e
-   where not exists (select 1 from leasehold.leases x where x.name = e.name);
+  -- a name with a lease row passed the name rule when the row was inserted: only the others are
+  -- checked, so that a bad name is refused (LH001) rather than 'unknown'
+  perform leasehold.check_name(e.name) from unnest(p_leases) e where not exists (select 1 from leasehold.leases x where x.name = e.name);
   perform leasehold.check_ttl(d.ttl) from (select distinct e.ttl from unnest(p_leases) e) d;
   perform leasehold.pin_synchronous_commit();
   select coalesce(array_agg(c.name), '{}'), coalesce(array_agg(c.expires_at), '{}'), coalesce(array_agg(c.fence), '{}')
@@ -744,13 +700,8 @@ begin
   -- waited for (its row lock) is the reason given
   return query
   select e.name, c.name is not null, coalesce(c.expires_at, l.expires_at), coalesce(c.fence, l.fence),
-         case
-           when c.name is not null then 'renewed'
-           when l.name is null then 'unknown'
-           when l.token = e.token then 'expired'
-           when l.token is null then 'released'
-           else 'taken-over'
-         end,
+         case when c.name is not null then 'renewed' when l.name is null then 'unknown' when l.token = e.token then 'expired'
+              when l.token is null then 'released' else 'taken-over' end,
          now()
     from unnest(p_leases) with ordinality as e(name, token, ttl, n)
     left join unnest(v_names, v_expires, v_fences) as c(name, expires_at, fence) on c.name = e.name
@@ -758,28 +709,21 @@ begin
    order by e.n;
 end $$;
 
+-- release: frees the lease only for its current token (end_runs, the one rule by which a lease
+-- row lets go), so that a late release from an old holder changes nothing.
 create function leasehold.release(p_name text, p_token uuid) returns boolean
 language sql volatile
 set lock_timeout = '2s'
 as $$
   select leasehold.pin_synchronous_commit();
-  select exists (select 1 from leasehold.release_matching(array[p_name], array[p_token]));
+  select exists (select 1 from leasehold.end_runs(array[p_name], array[p_token], null, null, null, null) e where e.released);
 $$;
 
--- release_matching: the one rule by which a lease is released: only for its current token.
--- A late release from an old holder matches nothing and changes nothing. Returns the names
--- released (a null token releases nothing).
--- A step of end_runs().
-create function leasehold.release_matching(p_names text[], p_tokens uuid[]) returns setof text
-language sql volatile as $$
-  select e.name from leasehold.end_runs(p_names, p_tokens, null, null, null, null) e where e.released;
-$$;
-
--- holds_lease: the fence check, as a boolean for WHERE clauses and triggers (assert_lease below
--- raises LH003 where it is false, start_run calls assert_lease):
+-- holds_lease: the fence check, as a boolean for WHERE clauses and triggers:
 --   update results set ... where id = $1 and leasehold.holds_lease('job', $token, $fence);
--- A lease of a job with a timeout is not held once the timeout
--- has passed since the lease was granted.
+-- Held: name, token and fence match, unexpired, confirmed in the current epoch, and a job's
+-- timeout not passed since the grant. Locks the row FOR KEY SHARE: no takeover (FOR UPDATE) until
+-- the transaction ends, while the holder's own renewals (non-key columns) still go through.
 create function leasehold.holds_lease(p_name text, p_token uuid, p_fence bigint) returns boolean
 language plpgsql volatile as $$
 begin
@@ -791,23 +735,16 @@ begin
   return found;
 end $$;
 
--- assert_lease: the fence check for the caller's own transaction. Locks the lease row (holds_lease)
--- FOR KEY SHARE where name, token and fence match, the lease is unexpired and it was
--- confirmed in the current epoch (a release or takeover lost in a failover must not let the
--- old token write again; the live holder's next renewal re-confirms it), so no
--- takeover (which needs FOR UPDATE) can happen before this transaction ends, while the
--- holder's own renewals (plain UPDATEs of non-key columns) still go through. Raises LH003
--- otherwise. Returns the fence.
--- The timeout named in the refusal (otherwise a timed-out lease,
--- unexpired and with a matching token, would be explained as unconfirmed since a failover, and
--- clients would renew it and try again).
+-- assert_lease: holds_lease() for the caller's own transaction, raising LH003 with the reason
+-- instead of answering false; returns the fence. A lease confirmed in an earlier epoch is refused
+-- (a release or takeover lost in a failover must not let the old token write again; the live
+-- holder's next renewal confirms it again).
 create function leasehold.assert_lease(p_name text, p_token uuid, p_fence bigint) returns bigint
 language plpgsql volatile as $$
 declare
   r leasehold.leases;
   v_detail text;
 begin
-  -- the rule and the lock are holds_lease's; this function only explains a refusal
   if leasehold.holds_lease(p_name, p_token, p_fence) then
     return p_fence;
   end if;
@@ -820,6 +757,7 @@ begin
       when r.expires_at <= now() then 'the lease expired'
       -- a wrong token is no failover, whatever the row's epoch says
       when r.token <> p_token then 'the token does not match the lease'
+      -- named: a timed-out lease (unexpired, the caller's) would pass for one unconfirmed since a failover
       when leasehold.run_timed_out(r.name, r.acquired_at) then
         format('the run timed out: its job''s timeout of %s ms passed at %s',
                (select j.timeout_ms from leasehold.jobs j where j.name = r.name),
@@ -827,12 +765,10 @@ begin
     end;
   if v_detail is not null then
     raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
-      using errcode = 'LH003', detail = v_detail,
-            hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
+      using errcode = 'LH003', detail = v_detail, hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
   end if;
-  -- Not lost as far as this server knows, only unconfirmed since a failover. The DETAIL's
-  -- first words are part of the contract: clients recognise this case by them, renew, and
-  -- run the transaction again.
+  -- Only unconfirmed since a failover. The DETAIL's first words are part of the contract: clients
+  -- recognise this case by them, renew, and run the transaction again.
   raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
     using errcode = 'LH003',
           detail = format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
@@ -840,11 +776,9 @@ begin
           hint = 'Roll back, renew the lease (leasehold.renew_leases) and run the transaction again; if the renewal fails, the lease is lost.';
 end $$;
 
--- force_release: frees a lease whatever its holder (an operator's act: a stuck holder, a
--- migration): the next fence is taken, so a write of the old holder is refused from then on.
--- p_by: who releases (checked like a holder name); given, the act is recorded in
--- leasehold.actions and the run holding the lease (a scheduled run, leasehold exec, run()) ends
--- lost naming p_by.
+-- force_release: frees a lease whatever its holder (an operator's act) and takes the next fence,
+-- so that a write of the old holder is refused from then on. p_by (checked like a holder): the act
+-- is recorded in actions, and the run holding the lease (a scheduled one, exec, run()) ends lost.
 create function leasehold.force_release(p_name text, p_by text default null)
 returns table (released boolean, previous_holder text, previous_fence bigint, fence bigint)
 language plpgsql volatile as $$
@@ -864,18 +798,17 @@ begin
     return query select false, null::text, null::bigint, null::bigint;
     return;
   end if;
-  -- the scheduled run in flight on the row, if any, ends with its lease
+  -- the scheduled run in flight on the row ends with its lease, and so does, given p_by, a run
+  -- with a run_log row under the lease (exec, run())
   if old.run_slot is not null then
     perform leasehold.end_runs(array[p_name], null, array[old.run_fence], array['lost'], array[v_why], null);
   end if;
-  -- and so does a run with a run_log row under the lease (leasehold exec, run()), naming who
   if p_by is not null and old.token is not null then
     update leasehold.run_log x set outcome = 'lost', finished_at = now(), error = v_why
      where x.job = p_name and x.fence = old.fence and x.outcome = 'running';
   end if;
   update leasehold.leases l
-     set token = null, expires_at = null, holder_key = null, released_at = now(),
-         fence = leasehold.next_fence(l.fence)
+     set token = null, expires_at = null, holder_key = null, released_at = now(), fence = leasehold.next_fence(l.fence)
    where l.name = p_name
   returning l.* into r;
   if p_by is not null then
@@ -885,9 +818,8 @@ begin
   return query select old.token is not null, old.holder, old.fence, r.fence;
 end $$;
 
--- record_skip: records that a caller declined to run `p_name` because it was held, naming the
--- holder as leasehold.acquire reported it. One row per (job, slot); returns false if the slot
--- already had one.
+-- record_skip: records that the caller did not run p_name because it was held, naming the holder
+-- as acquire() reported it. One row per (job, slot); false when the slot had one already.
 create function leasehold.record_skip(p_name text, p_recorded_by text, p_slot timestamptz default null)
 returns boolean
 language sql volatile as $$
@@ -903,6 +835,8 @@ language sql volatile as $$
   select exists (select 1 from inserted);
 $$;
 
+-- record_clock_step: stores the window (p_from, p_to] a forward step of the database clock
+-- jumped over, merged with the stored ones it overlaps; true when it is a new one.
 create function leasehold.record_clock_step(p_from timestamptz, p_to timestamptz, p_holder text)
 returns boolean
 language plpgsql volatile
@@ -915,8 +849,7 @@ declare
   v_to   timestamptz;
 begin
   if p_from is null or p_to is null or not isfinite(p_from) or not isfinite(p_to) or p_to <= p_from then
-    raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to
-      using errcode = '22023';
+    raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to using errcode = '22023';
   end if;
   perform leasehold.check_holder(p_holder);
   -- one writer at a time, so that concurrent reports of the same step merge instead of racing
@@ -927,19 +860,13 @@ begin
   v_new := not found;
   if v_new then
     insert into leasehold.clock_steps (from_time, to_time, recorded_by) values (p_from, p_to, p_holder);
-    -- bounded: the oldest windows go (their slots are long recorded or pruned)
-    delete from leasehold.clock_steps
-     where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
+    delete from leasehold.clock_steps where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
   end if;
-  -- The slots of the window (as merged with the stored ones it overlaps: one interval) never
-  -- existed: delete what record_missed_slots() would have refused had the window been here first.
-  -- Bounds as values, so that the BRIN index on recorded_at reads only the rows recorded since
-  -- the step began, however long the missed history is.
-  select min(w.from_time), max(w.to_time) into v_from, v_to
-    from leasehold.clock_steps w
-   where w.from_time <= p_to and p_from <= w.to_time;
-  delete from leasehold.missed m
-   where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to;
+  -- The window's slots never existed: delete what record_missed_slots() would have refused had
+  -- the window been stored first. Bounds as values, so that the BRIN index on recorded_at reads
+  -- only the rows recorded since the step began.
+  select min(w.from_time), max(w.to_time) into v_from, v_to from leasehold.clock_steps w where w.from_time <= p_to and p_from <= w.to_time;
+  delete from leasehold.missed m where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to;
   return v_new;
 end $$;
 
@@ -1170,52 +1097,34 @@ language sql stable as $$
    limit 10000;
 $$;
 
--- claim: the scheduler's claim, the one entry point for every caller (the TypeScript worker,
--- psql, other languages). Parallel arrays, one element per request (job, the slot it claims,
--- ttl in milliseconds, mode: 'exclusive', 'replace' or 'allow', buffer cap: how many slots a
--- held lease may queue (0: none, the skip is recorded)); one statement for any number of jobs. Each slot is claimed at most once: a lease row
--- whose last_slot is at or after the slot answers 'slot-taken'; a lease held by another holder
--- answers 'held' and records one skip per (job, slot) however many callers notice it.
--- p_every: one row per request with its reason; without it only the rows the caller must act on
--- (claimed, buffered, a skip it recorded, or an error). p_ahead_ms (0-10000): a claim ahead of
--- the slots: slots due within it, from free leases only, and only the claimed rows come back;
--- p_starts (with p_ahead_ms): when each run will start (its slot plus the job's jitter), which
--- history records as the run's start. Times are the database clock's. See docs/sql-api.md.
--- A slot claimed ahead whose holder never marked its start (start_tick) is claimed again at its
--- slot by another caller once the lease is free by the usual rule (expired, or the holder's
--- liveness gone): the holder's run is recorded aborted, the slot still runs once. While that
--- lease is still held the answer is 'held-ahead', with the lease's expiry: ask again then. A
--- skip names the slot of the run holding the lease (a backfill's, say).
+-- claim: the scheduler's claim, for every caller (the TypeScript worker, psql, other languages):
+-- parallel arrays, one element per request (job, the slot it claims, ttl in ms, mode 'exclusive',
+-- 'replace' or 'allow', and the buffer cap: how many slots a held lease may queue, 0: the skip is
+-- recorded), one call for any number of jobs, a fixed number of set-based statements. Each slot
+-- is claimed at most once: a lease whose last_slot is at or after it answers 'slot-taken'; a
+-- lease held by another holder answers 'held' and records one skip per (job, slot), however many
+-- callers notice it. p_every: a row per request; without it only the rows the caller must act on.
+-- p_ahead_ms (0-10000): claim the slots due within it from free leases only, returning only the
+-- claimed rows; p_starts: when each of those runs starts (its slot plus the job's jitter). A slot
+-- claimed ahead whose holder never marked its start (start_tick) is claimed again at its slot
+-- once the lease is free by the usual rule: the holder's run is recorded aborted, the slot runs
+-- once. Until then the answer is 'held-ahead', with the lease's expiry. See docs/sql-api.md.
 create function leasehold.claim(
   p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[],
   p_holder text, p_holder_key bigint default null, p_every boolean default false,
   p_ahead_ms bigint default null, p_starts timestamptz[] default null
 ) returns table (
-  job            text,
-  slot           timestamptz,
-  claimed        boolean,
-  reason         text,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  previous_slot  timestamptz,
-  holder         text,
-  holder_fence   bigint,
-  holder_slot    timestamptz,
-  holder_since   timestamptz,
-  skip_recorded  boolean,
-  buffered       boolean,
-  database_time  timestamptz,
-  took_over      boolean
+  job text, slot timestamptz, claimed boolean, reason text, token uuid, fence bigint, expires_at timestamptz,
+  previous_slot timestamptz, holder text, holder_fence bigint, holder_slot timestamptz, holder_since timestamptz,
+  skip_recorded boolean, buffered boolean, database_time timestamptz, took_over boolean
 )
 language plpgsql volatile
 set lock_timeout = '2s'
 set plan_cache_mode = force_custom_plan
 set jit = off
--- Lease rows are hot (every tick touches them): with the default cost of a random page the
--- planner joins a worker's share of 2,500 jobs to the leases by scanning and hashing every
--- lease row (27,500 of them: 24 ms of a 32 ms step), where 2,500 primary-key probes take 7 ms.
--- What a call costs grows with the jobs it is given, not with the jobs registered.
+-- Lease rows are hot: with the default cost of a random page the planner joined a worker's share
+-- of 2,500 jobs to the leases by hashing every lease row (27,500: 24 ms of a 32 ms step), where
+-- 2,500 primary-key probes take 7 ms. What a call costs grows with its jobs, not all jobs.
 set random_page_cost = 1.1
 as $$
 #variable_conflict use_column
@@ -1223,47 +1132,21 @@ declare
   v_asked_ttls interval[] := array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t);
   v_ahead interval := p_ahead_ms * interval '1 millisecond';
   v_n integer := coalesce(cardinality(p_jobs), 0);
-  -- what step 1 locked, as parallel arrays (an element of a text array is found by walking
-  -- the array: values are carried along, never looked up by position): each request's
-  -- position, job, the slot it claims (an older buffered one may come first), the slot it
-  -- asked for, ttl, mode, buffer cap, and from the locked row the slot it held before, whether
-  -- it was held and its fence
-  v_at integer[];
-  v_jobs text[];
-  v_slots timestamptz[];
-  v_wanted timestamptz[];
-  v_ttls interval[];
-  v_modes text[];
-  v_caps integer[];
-  v_previous timestamptz[];
-  v_held boolean[];
-  v_fences bigint[];
-  v_new_fences bigint[];
-  -- the locked rows that carry a run in flight of an earlier claim (a takeover): name, fence
-  v_taken_names text[];
-  v_taken_fences bigint[];
-  -- and those whose previous grant was not claim()'s (run now, start_run, acquire, a forced
-  -- release), which may have a run_log row still running: it is lost to this claim
-  v_older text[];
-  -- and those that claim again a slot claimed ahead that its holder never started 
-  -- name, fence, the holder's liveness key, when the run was to start
-  v_re_names text[];
-  v_re_fences bigint[];
-  v_re_keys bigint[];
-  v_re_starts timestamptz[];
-  -- re-claims refused after the lock: the holder marked the start meanwhile
-  v_refused text[];
-  -- what step 3 claimed, as parallel arrays: positions, jobs, slots, tokens, fences, expiries,
-  -- previous slots, whether the row was held, modes
-  c_at integer[];
-  c_jobs text[];
-  c_slots timestamptz[];
-  c_tokens uuid[];
-  c_fences bigint[];
-  c_expires timestamptz[];
-  c_previous timestamptz[];
-  c_held boolean[];
-  c_modes text[];
+  -- what step 1 locked, as parallel arrays (values carried along, never looked up by position):
+  -- each request's position, job, the slot it claims (an older buffered one may come first), the
+  -- slot asked for, ttl, mode, cap, and from the row the slot it held before, whether it was
+  -- held, its fence
+  v_at integer[]; v_jobs text[]; v_slots timestamptz[]; v_wanted timestamptz[]; v_ttls interval[]; v_modes text[];
+  v_caps integer[]; v_previous timestamptz[]; v_held boolean[]; v_fences bigint[]; v_new_fences bigint[];
+  -- rows with a run in flight of an earlier claim (a takeover): name, fence; rows whose grant was
+  -- not claim()'s (their run_log row may be running); re-claims of a slot claimed ahead that its
+  -- holder never started: name, fence, liveness key, planned start; re-claims refused after the
+  -- lock (the holder marked the start meanwhile)
+  v_taken_names text[]; v_taken_fences bigint[]; v_older text[];
+  v_re_names text[]; v_re_fences bigint[]; v_re_keys bigint[]; v_re_starts timestamptz[]; v_refused text[];
+  -- what step 3 claimed: positions, jobs, slots, tokens, fences, expiries, previous slots, held, modes
+  c_at integer[]; c_jobs text[]; c_slots timestamptz[]; c_tokens uuid[]; c_fences bigint[]; c_expires timestamptz[];
+  c_previous timestamptz[]; c_held boolean[]; c_modes text[];
   v_epoch integer := leasehold.epoch();
   v_incarnation text := leasehold.liveness_incarnation(p_holder_key);
   v_queued boolean;
@@ -1273,21 +1156,20 @@ begin
   if p_ahead_ms is not null and (p_ahead_ms < 0 or p_ahead_ms > 10000) then
     raise exception 'claim: ahead_ms must be between 0 and 10000 (got %)', p_ahead_ms using errcode = '22023';
   end if;
-  if p_starts is not null and cardinality(p_starts) <> coalesce(cardinality(p_jobs), 0) then
-    raise exception 'claim: as many starts as jobs are needed (% jobs)', coalesce(cardinality(p_jobs), 0) using errcode = '22023';
+  if p_starts is not null and cardinality(p_starts) <> v_n then
+    raise exception 'claim: as many starts as jobs are needed (% jobs)', v_n using errcode = '22023';
   end if;
   perform leasehold.check_claim_requests(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps);
   if v_n = 0 then
     return;
   end if;
-  -- whether any job of this call has queued slots (buffered, catch-up): almost never at a
-  -- tick, and then the per-job lookups of the queue are not planned at all (custom plans)
-  -- (an empty table first: the usual answer, without a probe per job)
+  -- queued slots (buffered, catch-up) of these jobs: almost never at a tick, and then the queue is
+  -- not planned at all (an empty table first: the usual answer, without a probe per job)
   v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
   perform leasehold.pin_synchronous_commit();
 
-  -- 1. Lock the lease rows this call may claim (random order, SKIP LOCKED: workers claiming
-  --    the same tick share the jobs instead of queueing behind one another).
+  -- 1. Lock the lease rows this call may claim (random order, SKIP LOCKED: workers claiming the
+  --    same tick share the jobs instead of queueing behind one another).
   select coalesce(array_agg(x.at), '{}'), coalesce(array_agg(x.job), '{}'), coalesce(array_agg(x.claim_slot), '{}'),
          coalesce(array_agg(x.slot), '{}'), coalesce(array_agg(x.ttl), '{}'), coalesce(array_agg(x.mode), '{}'),
          coalesce(array_agg(x.cap), '{}'), coalesce(array_agg(x.last_slot), '{}'), coalesce(array_agg(x.held), '{}'),
@@ -1345,10 +1227,10 @@ begin
          for update of l skip locked
     ) x;
 
-  -- A re-claim: under the lock of the holder's worker_starts row (start_tick takes it too), a
-  -- run the holder marked started meanwhile is left to it; the others are taken, the latest
-  -- planned start among them kept in taken_through for the holder's next mark to find, and
-  -- their unstarted runs recorded aborted.
+  -- A re-claim: under the lock of the holder's worker_starts row (start_tick takes it too), a run
+  -- the holder marked started meanwhile is left to it (refused); the others are taken, the latest
+  -- planned start among them kept in taken_through for the holder's next mark to find, and their
+  -- unstarted runs recorded aborted.
   if v_re_names is not null then
     insert into leasehold.worker_starts (holder_key, started_through)
     select distinct k, '-infinity'::timestamptz from unnest(v_re_keys) k order by 1
@@ -1358,39 +1240,13 @@ begin
       from unnest(v_re_names, v_re_keys, v_re_starts) r(name, key, planned)
       join leasehold.worker_starts s on s.holder_key = r.key
      where r.planned <= s.started_through;
-    if v_refused is not null then
-      select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
-             coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
-             coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
-             coalesce(array_agg(k.fence), '{}')
-        into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
-        from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
-               k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
-       where not (k.job = any (v_refused));
-      select array_agg(r.name), array_agg(r.fence), array_agg(r.key), array_agg(r.planned)
-        into v_re_names, v_re_fences, v_re_keys, v_re_starts
-        from unnest(v_re_names, v_re_fences, v_re_keys, v_re_starts) r(name, fence, key, planned)
-       where not (r.name = any (v_refused));
-    end if;
-    if v_re_names is not null then
-      update leasehold.worker_starts s
-         set taken_through = greatest(s.taken_through, m.planned), updated_at = now()
-        from (select r.key, max(r.planned) as planned from unnest(v_re_keys, v_re_starts) r(key, planned) group by r.key) m
-       where s.holder_key = m.key;
-      perform leasehold.end_runs(
-        v_re_names, null, v_re_fences,
-        array_fill('aborted'::text, array[cardinality(v_re_names)]),
-        array_fill('not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder,
-                   array[cardinality(v_re_names)]),
-        null);
-    end if;
   end if;
 
-  -- 2. A skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock
-  --    committed before it: a statement after the lock sees it, step 1's snapshot did not.
-  --    Step 3 checks that itself; only a takeover needs the answer earlier, since the run in
-  --    flight it records lost must be a run of a row that step 3 then claims.
-  if v_taken_names is not null or v_older is not null then
+  -- 2. Leave out the refused re-claims, and, before a takeover, the slots with a final skip: a
+  --    skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock committed
+  --    before it, which a statement after the lock sees. Step 3 checks that itself; a takeover
+  --    needs it earlier, since the run it records lost must be one of a row step 3 then claims.
+  if v_refused is not null or v_taken_names is not null or v_older is not null then
     select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
            coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
            coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
@@ -1398,21 +1254,35 @@ begin
       into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
       from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
              k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
-     where not (k.mode = 'exclusive' and k.cap = 0
+     where not (k.job = any (coalesce(v_refused, '{}')))
+       and not ((v_taken_names is not null or v_older is not null) and k.mode = 'exclusive' and k.cap = 0
                 and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot));
   end if;
+  if v_refused is not null then
+    select array_agg(r.name), array_agg(r.fence), array_agg(r.key), array_agg(r.planned)
+      into v_re_names, v_re_fences, v_re_keys, v_re_starts
+      from unnest(v_re_names, v_re_fences, v_re_keys, v_re_starts) r(name, fence, key, planned)
+     where not (r.name = any (v_refused));
+  end if;
+  if v_re_names is not null then
+    update leasehold.worker_starts s
+       set taken_through = greatest(s.taken_through, m.planned), updated_at = now()
+      from (select r.key, max(r.planned) as planned from unnest(v_re_keys, v_re_starts) r(key, planned) group by r.key) m
+     where s.holder_key = m.key;
+    perform leasehold.end_runs(v_re_names, null, v_re_fences, array_fill('aborted'::text, array[cardinality(v_re_names)]),
+      array_fill('not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder,
+                 array[cardinality(v_re_names)]), null);
+  end if;
 
-  -- A takeover: the run in flight of the previous claim is recorded lost before the grant
-  -- below overwrites it (overlap 'allow' keeps the lease and its run). And a run_log row
-  -- still running under an older grant (run now, start_run) is lost too.
+  -- A takeover: the run in flight of the previous claim is recorded lost before the grant below
+  -- overwrites it (overlap 'allow' keeps the lease and its run), and so is a run_log row still
+  -- running under an older grant (run now, start_run).
   if v_taken_names is not null then
     perform leasehold.end_runs(
-      array(select t.name from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)),
-      null,
+      array(select t.name from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)), null,
       array(select t.fence from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)),
       array_fill('lost'::text, array[cardinality(v_taken_names)]),
-      array_fill('lease taken over by ' || p_holder, array[cardinality(v_taken_names)]),
-      null);
+      array_fill('lease taken over by ' || p_holder, array[cardinality(v_taken_names)]), null);
   end if;
   if v_older is not null then
     update leasehold.run_log r
@@ -1420,39 +1290,27 @@ begin
      where r.job = any (v_older) and r.job = any (v_jobs) and r.outcome = 'running';
   end if;
 
-  -- 3. Claim what is locked and still claimable. The rows are locked since step 1: the fence
-  --    each had is the fence it has. A skip recorded for the slot under overlap 'skip' is
-  --    final: this statement's snapshot, taken after the locks, sees every skip a peer
-  --    committed before step 1 locked the row (step 2's recheck, done here in the same pass).
+  -- 3. Claim what is locked and still claimable (the fence each row had is the fence it has). A
+  --    skip recorded for the slot under overlap 'skip' is final: this statement's snapshot, taken
+  --    after the locks, sees every skip a peer committed before step 1 locked the row.
   v_new_fences := leasehold.fences_after(v_fences, v_epoch);
   with claiming as (
     select k.at, k.job as name, k.claim_slot, k.wanted as wanted_slot, k.ttl, k.mode, k.cap, k.previous_slot, k.held, k.new_fence
       from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_new_fences)
              k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, new_fence)
-     where not (k.mode = 'exclusive' and k.cap = 0
-                and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot))
+     where not (k.mode = 'exclusive' and k.cap = 0 and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot))
   ),
-  -- two updates, one per kind of claim: under overlap 'allow' only the fence and the slot
-  -- change (no exclusivity, the holder's token is kept); every other claim takes the lease
+  -- under overlap 'allow' only the fence and the slot change (no exclusivity, the holder's token
+  -- is kept); every other claim takes the lease
   claimed_lease as (
     update leasehold.leases l
-       set fence = c.new_fence,
-           last_slot = c.claim_slot,
-           token = gen_random_uuid(),
-           holder = p_holder,
-           holder_key = p_holder_key,
-           acquired_at = now(),
-           expires_at = now() + c.ttl,
-           released_at = null,
-           ttl = c.ttl,
-           epoch = v_epoch,
-           holder_incarnation = v_incarnation,
-           -- the run, on the lease row until finish_runs() writes its history row; read when
-           -- the row is written, after the lock (so after the previous holder's release)
-           run_slot = c.claim_slot,
-           run_fence = c.new_fence,
-           run_holder = p_holder,
-           -- claimed ahead: the run starts at its start, not at the claim
+       set fence = c.new_fence, last_slot = c.claim_slot, token = gen_random_uuid(), holder = p_holder,
+           holder_key = p_holder_key, acquired_at = now(), expires_at = now() + c.ttl, released_at = null, ttl = c.ttl,
+           epoch = v_epoch, holder_incarnation = v_incarnation,
+           -- the run, on the lease row until finish_runs() writes its history row; its start read
+           -- when the row is written, after the lock (so after the previous holder's release), or
+           -- when claimed ahead, at its planned start
+           run_slot = c.claim_slot, run_fence = c.new_fence, run_holder = p_holder,
            run_started_at = case when v_ahead is null then clock_timestamp()
                                  else greatest(clock_timestamp(), coalesce(p_starts[c.at], c.claim_slot), c.claim_slot) end
       from claiming c
@@ -1466,9 +1324,7 @@ begin
      where l.name = c.name and c.mode = 'allow'
     returning c.at, l.name, c.claim_slot, c.wanted_slot, c.cap, c.mode, l.token, l.fence, l.expires_at, c.previous_slot, c.held
   ),
-  claimed as (
-    select * from claimed_lease union all select * from claimed_allow
-  ),
+  claimed as (select * from claimed_lease union all select * from claimed_allow),
   unbuffered as (
     delete from leasehold.buffered b using claimed c where v_queued and b.job = c.name and b.slot <= c.claim_slot
   ),
@@ -1486,8 +1342,8 @@ begin
     into c_at, c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes
     from claimed c;
 
-  -- overlap 'allow' has no lease to carry its runs: a run_log row from the start, as before (a
-  -- statement of its own, so that a tick without such a job fires no trigger on run_log)
+  -- overlap 'allow' has no lease to carry its runs: a run_log row from the start (a statement of
+  -- its own, so that a tick without such a job fires no trigger on run_log)
   if 'allow' = any (c_modes) then
     insert into leasehold.run_log (job, slot, fence, holder)
     select k.job, k.slot, k.fence, p_holder from unnest(c_jobs, c_slots, c_fences, c_modes) k(job, slot, fence, mode)
@@ -1495,21 +1351,18 @@ begin
   end if;
 
   return query
-  select k.job, k.slot, true, 'claimed'::text, case when k.mode = 'allow' then null else k.token end,
-         k.fence, case when k.mode = 'allow' then null else k.expires end, k.previous_slot,
-         p_holder, null::bigint, null::timestamptz, null::timestamptz, false, false, now(),
-         k.mode <> 'allow' and k.held
+  select k.job, k.slot, true, 'claimed'::text, case when k.mode <> 'allow' then k.token end, k.fence,
+         case when k.mode <> 'allow' then k.expires end, k.previous_slot, p_holder, null::bigint, null::timestamptz,
+         null::timestamptz, false, false, now(), k.mode <> 'allow' and k.held
     from unnest(c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes)
            k(job, slot, token, fence, expires, previous_slot, held, mode);
-
-  -- A claim ahead leaves everything else to the claim at the slot.
   if v_ahead is not null then
-    return;
+    return; -- a claim ahead leaves everything else to the claim at the slot
   end if;
 
-  -- 4. Everything not claimed above: say why, record a real skip once per slot, buffer it
-  --    if the policy says so. Without p_every, a slot already claimed (last_slot only grows)
-  --    is passed over before anything else is asked about it.
+  -- 4. Everything not claimed: say why, record a real skip once per slot, buffer it if the policy
+  --    says so. Without p_every, a slot already claimed (last_slot only grows) is passed over
+  --    before anything else is asked about it.
   return query
   with pending as (
     select i.job, i.slot, i.mode, i.cap, l.holder as l_holder, l.fence as l_fence,
@@ -1559,16 +1412,13 @@ begin
   ),
   skipped as (
     insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
-    select h.job, h.slot, h.holder, h.fence, h.holder_slot, now() - h.acquired_at, p_holder
-      from held h
+    select h.job, h.slot, h.holder, h.fence, h.holder_slot, now() - h.acquired_at, p_holder from held h
     on conflict do nothing
     returning skips.job, skips.slot
   ),
   buffering as (
     insert into leasehold.buffered (job, slot)
-    select h.job, h.slot from held h
-     where h.cap > 0
-       and (select count(*) from leasehold.buffered b where b.job = h.job) < h.cap
+    select h.job, h.slot from held h where h.cap > 0 and (select count(*) from leasehold.buffered b where b.job = h.job) < h.cap
     on conflict do nothing
     returning buffered.job, buffered.slot
   ),
@@ -1581,10 +1431,8 @@ begin
            exists (select 1 from buffering b where b.job = p.job and b.slot = p.slot) as buffered
       from pending p
   )
-  select a.job, a.slot, false, a.why,
-         null::uuid, null::bigint, case when a.why = 'held-ahead' then a.l_expires_at end, null::timestamptz,
-         a.l_holder, a.l_fence, a.l_holder_slot, a.l_acquired_at,
-         a.skip_recorded, a.buffered, now(), false
+  select a.job, a.slot, false, a.why, null::uuid, null::bigint, case when a.why = 'held-ahead' then a.l_expires_at end,
+         null::timestamptz, a.l_holder, a.l_fence, a.l_holder_slot, a.l_acquired_at, a.skip_recorded, a.buffered, now(), false
     from answered a
    where p_every or a.why not in ('slot-taken', 'slot-skipped', 'held') or a.skip_recorded or a.buffered;
 end $$;
@@ -1680,17 +1528,14 @@ create trigger jobs_revision BEFORE INSERT OR UPDATE ON leasehold.jobs FOR EACH 
 create trigger jobs_notify AFTER INSERT OR UPDATE ON leasehold.jobs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.notify_changes('jobs');
 
 -- sql/baseline/3_history.sql
--- leasehold schema, part 3 of 6: run history.
---
--- One run_log row per run: written 'running' by the claim (or start_run) and ended once by
--- finish_runs()/end_runs(). run_counts keeps per-minute counts (maintained by triggers) so that
--- summaries never scan run_log; slow_runs keeps the runs that came near their interval.
--- prune_history() deletes in bounded batches and never a run in flight.
-
+-- leasehold schema, part 3 of 6: run history. One run_log row per run, written when it ends (or
+-- when it starts, for runs of run now, backfill, start_run and overlap allow). run_counts keeps
+-- per-minute counts and slow_runs the runs that came near their interval (both by triggers), so
+-- that summaries never scan run_log. prune_history() deletes in batches, never a run in flight.
 
 -- run_outcomes: every value leasehold.runs.outcome may hold ('running' until the run ends), as
--- the check of run_log spells them out (a function there would be run by the planner, with the
--- rights of whoever reads run_log: test/sql/contract.test.ts holds the two lists together).
+-- run_log's check spells them out (a function there would be run by the planner with the rights
+-- of whoever reads run_log; test/sql/contract.test.ts holds the two lists together).
 create function leasehold.run_outcomes() returns text[]
 language sql immutable as $$
   select array['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out'];
@@ -1699,8 +1544,7 @@ $$;
 create table leasehold.run_counts (
   bucket smallint not null,
   shard smallint not null,
-  -- minutes since the epoch: floor(extract(epoch from started_at) / 60)
-  minute bigint not null,
+  minute bigint not null, -- floor(extract(epoch from started_at) / 60)
   runs bigint not null,
   constraint run_counts_pkey PRIMARY KEY (bucket, shard),
   constraint run_counts_bucket_check CHECK (((bucket >= 0) AND (bucket < 1500))),
@@ -1747,13 +1591,12 @@ comment on table leasehold.slow_runs is
 -- p_started_ms (the worker's estimate of the database clock), kept between the claim and now.
 create function leasehold.run_start(p_claimed timestamptz, p_started_ms double precision) returns timestamptz
 language sql stable as $$
-  select case when p_started_ms is null then p_claimed
-              else least(greatest(p_claimed, to_timestamp(p_started_ms / 1000.0)), now()) end;
+  select case when p_started_ms is null then p_claimed else least(greatest(p_claimed, to_timestamp(p_started_ms / 1000.0)), now()) end;
 $$;
 
--- start_run: records a run under a lease the caller holds, checked by assert_lease (LH003
--- otherwise), at slot p_slot (now() unless given), and makes the name visible as a job (schedule
--- 'external', interval p_interval_ms) unless a job of that name exists. Once per fence.
+-- start_run: records a run under a lease the caller holds (assert_lease: LH003 otherwise) at slot
+-- p_slot (now() unless given), once per fence, and makes the name visible as a job (schedule
+-- 'external', interval p_interval_ms) unless a job of that name is scheduled.
 create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null,
                                     p_interval_ms bigint default null)
 returns timestamptz
@@ -1769,20 +1612,17 @@ begin
   select * into l from leasehold.leases x where x.name = p_name;
   insert into leasehold.jobs as j (name, schedule, interval_ms, ttl_ms, overlap, catch_up, registered_by)
   values (p_name, 'external', p_interval_ms, (extract(epoch from l.ttl) * 1000)::bigint, 'skip', 'none', l.holder)
-  on conflict (name) do update
-     set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
-   where j.schedule = 'external' and (excluded.interval_ms, excluded.ttl_ms) is distinct from (coalesce(j.interval_ms, excluded.interval_ms), j.ttl_ms);
-  insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, l.holder)
-  on conflict (job, fence) do nothing;
+  on conflict (name) do update set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
+   where j.schedule = 'external' and (coalesce(excluded.interval_ms, j.interval_ms), excluded.ttl_ms) is distinct from (j.interval_ms, j.ttl_ms);
+  insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, l.holder) on conflict (job, fence) do nothing;
   return v_slot;
 end $$;
 
--- For both kinds of run. A run in flight on its lease row gets
--- its history row now, and the same update of the row that releases the lease forgets it
--- (end_runs); a run with a run_log row from its start (run now, backfill, start_run, allow)
--- has that row updated, as before.
--- Each run's start: p_started_ms[i], the epoch milliseconds
--- (database clock) at which run i's handler was called, or null.
+-- finish_runs: ends runs (element i: job, fence, outcome, error, attempts, and p_started_ms[i],
+-- when its handler was called in epoch milliseconds of the database clock, or null) and releases
+-- the leases given with their tokens. A run in flight on its lease row gets its history row in the
+-- same update of the row that releases the lease (end_runs); a run with a run_log row from its
+-- start has that row finished.
 create function leasehold.finish_runs(
   p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[],
   p_started_ms double precision[] default null
@@ -1794,40 +1634,32 @@ set jit = off
 as $$
 #variable_conflict use_column
 declare
+  v_n integer := coalesce(cardinality(p_jobs), 0);
   v_bad text;
   v_released text[];
-  -- the runs recorded from their lease rows, as 'job#fence'
-  v_recorded text[];
+  v_recorded text[]; -- the runs recorded from their lease rows, as 'job#fence'
   v_queued boolean;
 begin
   perform leasehold.check_namespace(p_jobs);
   perform leasehold.pin_synchronous_commit();
-  if coalesce(cardinality(p_fences), 0) <> coalesce(cardinality(p_jobs), 0) or coalesce(cardinality(p_tokens), 0) <> coalesce(cardinality(p_jobs), 0)
-     or coalesce(cardinality(p_outcomes), 0) <> coalesce(cardinality(p_jobs), 0)
-     or coalesce(cardinality(p_errors), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0)
-     or coalesce(cardinality(p_attempts), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0)
-     or coalesce(cardinality(p_started_ms), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0) then
-    raise exception 'finish_runs: as many fences, tokens, outcomes, errors, attempts and start times as jobs are needed (% jobs)',
-      coalesce(cardinality(p_jobs), 0) using errcode = '22023';
-  end if;
-  select o into v_bad from unnest(p_outcomes) o
-   where o is null or o = 'running' or not (o = any (leasehold.run_outcomes())) limit 1;
-  if found then
-    raise exception 'outcome must be one of % (got %)',
-      array_to_string(array_remove(leasehold.run_outcomes(), 'running'), ', '), coalesce(v_bad, 'null')
+  if array[coalesce(cardinality(p_fences), 0), coalesce(cardinality(p_tokens), 0), coalesce(cardinality(p_outcomes), 0),
+           coalesce(cardinality(p_errors), v_n), coalesce(cardinality(p_attempts), v_n), coalesce(cardinality(p_started_ms), v_n)]
+     <> array_fill(v_n, array[6]) then
+    raise exception 'finish_runs: as many fences, tokens, outcomes, errors, attempts and start times as jobs are needed (% jobs)', v_n
       using errcode = '22023';
   end if;
-  -- the runs in flight on their lease rows get their history rows, and the leases given with
-  -- their tokens are released, in one update of each row
-  select coalesce(array_agg(e.name || '#' || e.fence) filter (where e.recorded), '{}'),
-         coalesce(array_agg(e.name) filter (where e.released), '{}')
+  select o into v_bad from unnest(p_outcomes) o where o is null or o = 'running' or not (o = any (leasehold.run_outcomes())) limit 1;
+  if found then
+    raise exception 'outcome must be one of % (got %)', array_to_string(array_remove(leasehold.run_outcomes(), 'running'), ', '),
+      coalesce(v_bad, 'null') using errcode = '22023';
+  end if;
+  select coalesce(array_agg(e.name || '#' || e.fence) filter (where e.recorded), '{}'), coalesce(array_agg(e.name) filter (where e.released), '{}')
     into v_recorded, v_released
     from leasehold.end_runs(p_jobs, p_tokens, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) e;
   v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
   return query
   with input as materialized (
-    select * from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms)
-      as i(job, fence, outcome, error, attempts, started_ms)
+    select * from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) as i(job, fence, outcome, error, attempts, started_ms)
   ),
   -- the runs that have a run_log row from their start
   recorded as (
@@ -1836,8 +1668,7 @@ begin
            started_at = leasehold.run_start(r.started_at, i.started_ms)
       from input i
      where cardinality(v_recorded) < cardinality(p_jobs)
-       and r.job = i.job and r.fence = i.fence and r.outcome = 'running'
-       and not ((i.job || '#' || i.fence) = any (v_recorded))
+       and r.job = i.job and r.fence = i.fence and r.outcome = 'running' and not ((i.job || '#' || i.fence) = any (v_recorded))
     returning r.job, r.fence
   ),
   stale_buffers as (
@@ -1849,22 +1680,18 @@ begin
          (i.job || '#' || i.fence) = any (v_recorded) or (i.job, i.fence) in (select r.job, r.fence from recorded r),
          i.job in (select unnest(v_released)),
          case when v_queued then (select min(b.slot) from leasehold.buffered b
-           where b.job = i.job
-             and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
+           where b.job = i.job and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
              and not exists (select 1 from stale_buffers s where s.job = b.job and s.slot = b.slot)) end
     from input i;
 end $$;
 
--- end_runs: the one rule by which a lease row lets go: of its lease (release: only for the
--- current token) and of the run in flight on it (its history row is written, complete, now).
--- For each element: the lease p_names[i] is released if its token is p_tokens[i]; the run of
--- fence p_fences[i] in flight on it, if it still is, is recorded with outcome, error and
--- attempts and forgotten on the row. Both in one update of the row, which is locked first (a
--- takeover of the lease, which ends the same run as lost, waits or skips). The lock is FOR NO
--- KEY UPDATE, as an UPDATE's own: the holder's fenced transactions (FOR KEY SHARE) do not
--- block it, so a release goes through while the holder still has a transaction open, as before.
--- Returns the rows it changed: released, and whether the run was recorded.
--- Each run's start (run_start).
+-- end_runs: the one rule by which a lease row lets go of its lease (release: only for the current
+-- token) and of the run in flight on it (its history row is written, complete, now). For each
+-- element: the lease p_names[i] is released if its token is p_tokens[i]; the run of fence
+-- p_fences[i] in flight on it, if it still is, is recorded with outcome, error and attempts and
+-- forgotten on the row. Both in one update of the row, locked first in name order (a takeover,
+-- which ends the same run as lost, waits or skips). FOR NO KEY UPDATE, as an UPDATE's own: the
+-- holder's fenced transactions (FOR KEY SHARE) do not block it. Returns the rows it changed.
 create function leasehold.end_runs(
   p_names text[], p_tokens uuid[], p_fences bigint[], p_outcomes text[], p_errors text[], p_attempts integer[],
   p_started_ms double precision[] default null
@@ -1923,11 +1750,10 @@ begin
   select c.name, c.fence, c.releasing, c.ending and c.name in (select r.job from recorded r) from changed c;
 end $$;
 
--- finish_held_run: finish_runs() of one run started with start_run, checking the lease first. A run
--- whose lease was force-released, expired or taken over before it finished is recorded 'lost'
--- (whatever the caller saw: a command can finish between two heartbeats without noticing),
--- so the history never shows a success that was not exclusive. With p_release (the default) it
--- also releases the lease, as finish_runs() does. Returns the recorded outcome.
+-- finish_held_run: finish_runs() of one run started with start_run, checking the lease first. A
+-- run whose lease was force-released, expired or taken over before it finished is recorded
+-- 'lost' (a command can finish between two heartbeats without noticing), so the history never
+-- shows a success that was not exclusive. With p_release it also releases the lease.
 create function leasehold.finish_held_run(
   p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
 )
@@ -1954,8 +1780,8 @@ begin
   return query select v_outcome, f.recorded, f.released;
 end $$;
 
--- The triggers: one per event (a trigger with transition tables has one event). Each sums the
--- statement's changed rows by minute (added minus removed finished runs) in one aggregate.
+-- The run counts: one trigger per event (a trigger with transition tables has one event), each
+-- summing the statement's changed rows by minute in one aggregate (added minus removed runs).
 create function leasehold.count_runs_inserted() returns trigger
 language plpgsql volatile set jit = off as $$
 begin
@@ -1981,23 +1807,21 @@ begin
   return null;
 end $$;
 
+-- prune_history deletes old rows: only those of the last 25 hours change a count
 create function leasehold.count_runs_deleted() returns trigger
 language plpgsql volatile set jit = off as $$
 begin
-  -- prune_history deletes old rows: only those of the last 25 hours change a count
   perform leasehold.add_run_counts(array_agg(minute), array_agg(-n))
      from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
              from old_runs where finished_at is not null and started_at > now() - interval '25 hours' group by 1) d;
   return null;
 end $$;
 
--- add_run_counts: adds signed per-minute counts to this backend's shard. Minutes older than
--- 25 hours are never read and are dropped; a bucket that still holds a minute 25 hours older
--- is taken over.
--- The first call of a transaction takes its shard's
--- advisory lock: a transaction that records runs twice (the insert and the update trigger of
--- one finish_runs(), a takeover that records both kinds of run) locks buckets in bucket order
--- within each call but not across them, and two such transactions on one shard could deadlock.
+-- add_run_counts: adds signed per-minute counts to this backend's shard; minutes older than 25
+-- hours are never read and are dropped, and a bucket still holding one is taken over. The first
+-- call of a transaction takes its shard's advisory lock: a transaction that records runs twice
+-- (the insert and update triggers of one finish_runs()) locks buckets in order within each call
+-- but not across them, and two such transactions on one shard could deadlock.
 create function leasehold.add_run_counts(p_minutes bigint[], p_counts bigint[]) returns void
 language sql volatile as $$
   select pg_advisory_xact_lock(1819042147, (pg_backend_pid() % 64)::integer);
@@ -2007,8 +1831,7 @@ language sql volatile as $$
    where d.n <> 0 and d.minute > floor(extract(epoch from now()) / 60)::bigint - 1500
    order by 1 -- rows locked in bucket order: two sessions on one shard wait, never deadlock
   on conflict (bucket, shard) do update
-     set minute = excluded.minute,
-         runs = case when c.minute = excluded.minute then c.runs + excluded.runs else excluded.runs end
+     set minute = excluded.minute, runs = case when c.minute = excluded.minute then c.runs + excluded.runs else excluded.runs end
    where c.minute <= excluded.minute;
 $$;
 
@@ -2022,34 +1845,30 @@ begin
   delete from leasehold.slow_runs;
   insert into leasehold.run_counts (bucket, shard, minute, runs)
   select (minute % 1500)::smallint, 0, minute, n
-    from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
-            from leasehold.run_log
-           where finished_at is not null and started_at > now() - interval '25 hours'
-           group by 1) d;
+    from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n from leasehold.run_log
+           where finished_at is not null and started_at > now() - interval '25 hours' group by 1) d;
   insert into leasehold.slow_runs (job, last_started)
-  select r.job, max(r.started_at)
-    from leasehold.run_log r join leasehold.jobs j on j.name = r.job
+  select r.job, max(r.started_at) from leasehold.run_log r join leasehold.jobs j on j.name = r.job
    where r.finished_at is not null and r.started_at > now() - interval '25 hours' and j.interval_ms > 0
      and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
    group by r.job;
 end $$;
 
--- mark_slow_runs: the runs (>= 500 ms, the shortest interval's half) that took at least half
--- their job's interval. Nothing when there are none (the usual case: no join at all).
+-- mark_slow_runs: the runs that took at least half their job's interval (the triggers pass only
+-- those of 500 ms or more, the shortest interval's half: usually none, and then no join at all).
 create function leasehold.mark_slow_runs(p_jobs text[], p_started timestamptz[], p_finished timestamptz[]) returns void
 language sql volatile as $$
   insert into leasehold.slow_runs as s (job, last_started)
   select r.job, max(r.started_at)
     from unnest(p_jobs, p_started, p_finished) as r (job, started_at, finished_at)
     join leasehold.jobs j on j.name = r.job
-   where p_jobs is not null and j.interval_ms > 0
-     and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
+   where p_jobs is not null and j.interval_ms > 0 and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
    group by r.job
   on conflict (job) do update set last_started = greatest(s.last_started, excluded.last_started);
 $$;
 
-
--- On run_log (a run in flight is never pruned).
+-- prune_history: deletes ended runs, skips, missed slots and clock step windows older than
+-- p_keep; with p_batch, at most p_batch of each kind per call (each call its own transaction).
 create function leasehold.prune_history(p_keep interval, p_batch integer default null) returns bigint
 language plpgsql volatile as $$
 declare
@@ -2065,22 +1884,11 @@ begin
     return 0;
   end if;
   loop
-    c := 0;
-    with d as (
-      delete from leasehold.run_log where id in (
-        select id from leasehold.run_log where finished_at < v_before and outcome <> 'running' limit v_batch)
-      returning 1)
-    select c + count(*) into c from d;
-    with d as (
-      delete from leasehold.skips where ctid in (
-        select ctid from leasehold.skips where recorded_at < v_before limit v_batch)
-      returning 1)
-    select c + count(*) into c from d;
-    with d as (
-      delete from leasehold.missed where ctid in (
-        select ctid from leasehold.missed where recorded_at < v_before limit v_batch)
-      returning 1)
-    select c + count(*) into c from d;
+    with d as (delete from leasehold.run_log where id in (
+                 select id from leasehold.run_log where finished_at < v_before and outcome <> 'running' limit v_batch) returning 1),
+         k as (delete from leasehold.skips where ctid in (select ctid from leasehold.skips where recorded_at < v_before limit v_batch) returning 1),
+         m as (delete from leasehold.missed where ctid in (select ctid from leasehold.missed where recorded_at < v_before limit v_batch) returning 1)
+    select (select count(*) from d) + (select count(*) from k) + (select count(*) from m) into c;
     n := n + c;
     exit when p_batch is not null or c = 0;
   end loop;
@@ -2090,9 +1898,7 @@ begin
 end $$;
 
 create trigger runs_count_deleted AFTER DELETE ON leasehold.run_log REFERENCING OLD TABLE AS old_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_deleted();
-
 create trigger runs_count_inserted AFTER INSERT ON leasehold.run_log REFERENCING NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_inserted();
-
 create trigger runs_count_updated AFTER UPDATE ON leasehold.run_log REFERENCING OLD TABLE AS old_runs NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_updated();
 
 -- sql/baseline/4_control.sql
@@ -2648,7 +2454,7 @@ begin
     if v_incarnation is null and p_holder_key is not null then
       v_incarnation := leasehold.liveness_incarnation(p_holder_key);
     end if;
-    v_fence := leasehold.fence_after(l.fence, v_epoch);
+    v_fence := (leasehold.fences_after(array[l.fence], v_epoch))[1];
     -- a scheduled run in flight on the row loses its lease to this one (as in claim())
     if v_mode <> 'allow' and l.run_slot is not null then
       perform leasehold.end_runs(array[v.job], null, array[l.run_fence], array['lost'],
@@ -3195,16 +3001,16 @@ select unnest(v.objects), v.level from (values
   ('owner', array['acting_role', 'add_run_counts', 'check_characters', 'check_claim_requests',
      'check_holder', 'check_job_owner', 'check_lease_name', 'check_name', 'check_namespace',
      'check_role', 'check_schedule_field', 'check_ttl', 'confirm', 'confirm_leases', 'count_runs_deleted',
-     'count_runs_inserted', 'count_runs_updated', 'end_runs', 'epoch', 'fence_after',
+     'count_runs_inserted', 'count_runs_updated', 'end_runs', 'epoch',
      'fences_after', 'fork_base', 'grant_access', 'grant_statements', 'holder_gone',
      'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_handlers', 'liveness_incarnation',
      'mark_slow_runs', 'may_act_as', 'namespace_prefixes', 'next_fence', 'notify_changes',
-     'pin_synchronous_commit', 'record_action', 'refresh_run_counts', 'release_matching',
+     'pin_synchronous_commit', 'record_action', 'refresh_run_counts',
      'revoke_access', 'run_outcomes', 'run_start', 'run_timed_out', 'secure_schema',
      'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '1b8ddcff250d55bfeec7ade1143f2423f4b044cd07624f00decc1ed337ca625b');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'dd40ceb68d105ed12e0b42d247c83d289f805c0e4d20cc2d8828fd00fcefd4cf');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
