@@ -261,7 +261,7 @@ select unnest(v.objects), v.level from (values
      'check_role', 'check_schedule_field', 'check_ttl', 'confirm', 'confirm_leases', 'count_runs_deleted',
      'count_runs_inserted', 'count_runs_updated', 'end_runs', 'epoch',
      'fences_after', 'fork_base', 'grant_access', 'grant_statements', 'holder_gone',
-     'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_handlers', 'liveness_incarnation',
+     'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_handlers', 'live_job', 'liveness_incarnation',
      'mark_slow_runs', 'may_act_as', 'namespace_prefixes', 'next_fence', 'notify_changes',
      'pin_synchronous_commit', 'record_action', 'refresh_run_counts',
      'revoke_access', 'run_outcomes', 'run_start', 'run_timed_out', 'secure_schema',
