@@ -1,14 +1,10 @@
--- leasehold schema, part 2 of 6: scheduled jobs and slot claims.
---
--- A job's lease row (leasehold.leases, name = job name) carries last_slot: the newest scheduled
--- occurrence anyone claimed. claim() claims many jobs' slots in one call with a fixed number
--- of set-based statements, whatever the number of jobs, and records each skip once per
--- (job, slot) however many workers notice it.
-
+-- leasehold schema, part 2 of 6: scheduled jobs and slot claims. A job's lease row (name = job
+-- name) carries last_slot, the newest occurrence anyone claimed. claim() claims many jobs' slots
+-- with a fixed number of set-based statements, and records each skip once per (job, slot).
 
 create sequence leasehold.job_revisions;
 
--- Slots waiting for the running one to finish (overlap policies buffer-one and buffer-all).
+-- Slots waiting for the running one to finish (overlap buffer-one and buffer-all, catch-up).
 create table leasehold.buffered (
   job text not null,
   slot timestamp with time zone not null,
@@ -16,8 +12,6 @@ create table leasehold.buffered (
   constraint buffered_pkey PRIMARY KEY (job, slot)
 );
 
--- worker_starts: per worker liveness key, through when its runs claimed ahead are (or may be)
--- started, and the latest planned start of a run of it a peer claimed again.
 create table leasehold.worker_starts (
   holder_key      bigint primary key,
   started_through timestamptz not null,
@@ -38,12 +32,13 @@ create table leasehold.jobs (
   registered_by text not null,
   registered_at timestamp with time zone not null default now(),
   source text not null default 'code'::text,
+  -- jobs defined as data: their handler, payload and definer
   handler text,
   payload jsonb,
   defined_by text,
+  -- null: the default (or none)
   buffer_limit integer,
   starting_deadline_ms bigint,
-  -- stored for the per-run timeout and jitter options; null: none
   timeout_ms bigint,
   jitter_ms bigint,
   removed_at timestamp with time zone,
@@ -51,8 +46,8 @@ create table leasehold.jobs (
   paused_by text,
   pause_reason text,
   revision bigint not null default nextval('leasehold.job_revisions'::regclass),
-  -- the login role that registered or defined it (null: the schema owner or a superuser): only
-  -- that role (or a member of it) changes or removes it, and only its workers run it
+  -- the login role that registered or defined it (null: the schema owner or a superuser): only it
+  -- (or a member) changes or removes it, and only its workers run it
   owner_role text,
   constraint jobs_jitter_ms_check CHECK ((jitter_ms > 0)),
   constraint jobs_source_check CHECK ((source = ANY (ARRAY['code'::text, 'data'::text]))),
@@ -81,17 +76,17 @@ create table leasehold.worker_handlers (
 comment on table leasehold.worker_handlers is
   'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
 
--- The writers of this migration say so; any other write of leasehold.jobs is register_jobs (or
--- start_run's external job): a code job's registration.
+-- jobs_revision: every write of a jobs row takes the next revision, in order (one writer at a
+-- time). Writers of data jobs say so (leasehold.job_writer); any other write is a code job's
+-- registration (register_jobs, start_run's external job), which takes a data job's name over.
 create function leasehold.jobs_revision() returns trigger
 language plpgsql volatile as $$
 begin
   perform pg_advisory_xact_lock(7308604897068083572);
   if current_setting('leasehold.job_writer', true) is distinct from 'schedules' then
     if tg_op = 'UPDATE' and old.source = 'data' then
-      -- a code job takes the name over: it is claimable again unless paused
-      update leasehold.leases l set suspended = case when old.paused_at is null then null else 'paused' end
-       where l.name = new.name;
+      -- claimable again unless paused
+      update leasehold.leases l set suspended = case when old.paused_at is null then null else 'paused' end where l.name = new.name;
     end if;
     new.source := 'code';
     new.handler := null;
@@ -103,12 +98,10 @@ begin
   return new;
 end $$;
 
--- notify_changes: tells the listening workers that leasehold.jobs (a definition, pause, resume or
--- removal) or leasehold.run_requests (run now, backfill) changed, with the table's name
--- (tg_argv[0]) as the payload on channel leasehold_changes. A statement trigger: one
--- notification per statement, and PostgreSQL folds equal ones of a transaction into one, sent
--- at commit. The workers read the changes themselves (schedule_changes, the pending requests);
--- the payload carries no data, so any role may listen.
+-- notify_changes: tells the listening workers on channel leasehold_changes that jobs or
+-- run_requests changed (the table's name, tg_argv[0], is the payload): one notification per
+-- statement, folded into one per transaction, sent at commit. The payload carries no data (the
+-- workers read the changes themselves), so any role may listen.
 create function leasehold.notify_changes() returns trigger
 language plpgsql volatile as $$
 begin
@@ -116,12 +109,11 @@ begin
   return null;
 end $$;
 
--- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept,
--- or null. 'UTC', or Area/Location[/Sub] with an area of the tz database (the backward-compatible
--- US, Canada, Brazil, Chile and Mexico included; not posix/ or right/, the copies of the database
--- that PostgreSQL also finds in a system zoneinfo directory), known to this server. Both engines
--- look names up ignoring case, so only the area's spelling and the initials are checked. Every
--- name of Intl.supportedValuesOf('timeZone') has this form (test/control/schedule-definition-checks.test.ts).
+-- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept, or
+-- null: 'UTC', or Area/Location[/Sub] with an area of the tz database (US, Canada, Brazil, Chile
+-- and Mexico included; not the posix/ and right/ copies), known to this server. Both look names
+-- up ignoring case, so only the area and the initials are checked; every name of
+-- Intl.supportedValuesOf('timeZone') has this form (test/control/schedule-definition-checks.test.ts).
 create function leasehold.timezone_problem(p_timezone text) returns text
 language plpgsql stable as $$
 begin
@@ -198,20 +190,16 @@ end $$;
 create function leasehold.live_handlers() returns table (handler text, workers integer)
 language sql stable as $$
   select h.handler, count(*)::integer
-    from leasehold.worker_handlers w
-    join leasehold.liveness_locks() k on k.key = w.worker_key
-    cross join lateral unnest(w.handlers) as h(handler)
+    from leasehold.worker_handlers w join leasehold.liveness_locks() k on k.key = w.worker_key, unnest(w.handlers) as h(handler)
    group by h.handler;
 $$;
 
 -- unhandled_schedules: the data jobs (not removed, not paused) whose handler no live worker
--- registered, with what the recording worker needs to compute their slots. `since`: the
--- latest of the definition's last change and the job's last claimed slot.
+-- registered, with what the worker that records their slots missed needs. since: the later of
+-- the definition's last change and the job's last claimed slot.
 create function leasehold.unhandled_schedules()
-returns table (
-  job text, handler text, schedule text, timezone text, interval_ms bigint,
-  starting_deadline_ms bigint, since timestamptz, database_time timestamptz
-)
+returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz,
+               database_time timestamptz)
 language sql stable as $$
   select j.name, j.handler, j.schedule, j.timezone, j.interval_ms, j.starting_deadline_ms,
          greatest(j.registered_at, (select l.last_slot from leasehold.leases l where l.name = j.name)), now()
@@ -562,16 +550,14 @@ begin
    where p_every or a.why not in ('slot-taken', 'slot-skipped', 'held') or a.skip_recorded or a.buffered;
 end $$;
 
--- start_tick: a worker marks that it starts (or may start) every run it claimed ahead under
--- liveness key p_holder_key and planned to start at or before p_through (or now, if later),
--- before starting any of them. True: none of them was claimed again by a peer; false: some may
--- have been, and each lease is to be checked (renewed) before its run starts.
+-- start_tick: before starting them, a worker marks that it starts every run it claimed ahead
+-- under liveness key p_holder_key and planned to start by p_through (or now, if later). True: no
+-- peer claimed any of them again; false: one may have, and each lease is to be renewed first.
 create function leasehold.start_tick(p_holder_key bigint, p_through timestamptz) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 declare
-  v_new boolean;
   v_old timestamptz;
   v_taken timestamptz;
   v_n integer;
@@ -582,43 +568,36 @@ begin
   perform leasehold.pin_synchronous_commit();
   insert into leasehold.worker_starts (holder_key, started_through) values (p_holder_key, '-infinity') on conflict do nothing;
   get diagnostics v_n = row_count;
-  v_new := v_n > 0;
-  select w.started_through, w.taken_through into v_old, v_taken
-    from leasehold.worker_starts w where w.holder_key = p_holder_key for update;
+  select w.started_through, w.taken_through into v_old, v_taken from leasehold.worker_starts w where w.holder_key = p_holder_key for update;
   update leasehold.worker_starts w
      set started_through = greatest(w.started_through, p_through, clock_timestamp()), updated_at = now()
    where w.holder_key = p_holder_key;
-  -- once per key: rows of keys no longer live and unchanged for a week are forgotten (a slot is
-  -- claimed again only within its starting deadline)
-  if v_new then
+  -- once per key: the rows of keys no longer live and unchanged for a week go (a slot is claimed
+  -- again only within its starting deadline)
+  if v_n > 0 then
     delete from leasehold.worker_starts w
-     where w.updated_at < now() - interval '7 days'
-       and not exists (select 1 from leasehold.liveness_locks() k where k.key = w.holder_key);
+     where w.updated_at < now() - interval '7 days' and not exists (select 1 from leasehold.liveness_locks() k where k.key = w.holder_key);
   end if;
   return v_taken is null or v_taken <= v_old;
 end $$;
 
-
 -- enqueue_slots: queues slots to run in order, one at a time, as soon as the lease is free
--- (catch-up policy { all: n }). Slots at or before the last claimed one are ignored.
+-- (catch-up { all: n }). Slots at or before the last claimed one are ignored.
 create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
 language sql volatile as $$
   select leasehold.check_namespace(array[p_job]);
   select leasehold.check_name(p_job);
   with inserted as (
     insert into leasehold.buffered (job, slot)
-    select p_job, s from unnest(p_slots) as s
-     where s > coalesce((select l.last_slot from leasehold.leases l where l.name = p_job), '-infinity')
+    select p_job, s from unnest(p_slots) as s where s > coalesce((select l.last_slot from leasehold.leases l where l.name = p_job), '-infinity')
     on conflict do nothing
-    returning 1
-  )
+    returning 1)
   select count(*)::integer from inserted;
 $$;
 
--- record_missed_slots: records the slots of jobs that were missed (a downtime, a catch-up
--- policy that drops them), one element per (job, slot), in one statement: after a downtime every job of a worker has missed slots, and a statement per job was
--- 10,000 statements for 10,000 jobs. Returns the slots it recorded (not the ones that ran, were
--- skipped, lie in a clock step's window, or were recorded already).
+-- record_missed_slots: records missed slots (a downtime, a catch-up policy that drops them), one
+-- element per (job, slot), in one statement (after a downtime every job has some). Returns those
+-- recorded: not the ones that ran, were skipped, lie in a clock step's window, or were recorded.
 create function leasehold.record_missed_slots(p_jobs text[], p_slots timestamptz[], p_reason text, p_holder text)
 returns table (job text, slot timestamptz)
 language sql volatile
@@ -638,15 +617,12 @@ as $$
   returning m.job, m.slot;
 $$;
 
--- run_timed_out: the deadline rule alone (holds_lease applies it; assert_lease names it in its
--- refusal): a run of job p_job whose lease was granted at p_acquired_at has outlived the job's
--- timeout.
+-- run_timed_out: the deadline rule (holds_lease applies it): a run of job p_job whose lease was
+-- granted at p_acquired_at has outlived the job's timeout.
 create function leasehold.run_timed_out(p_job text, p_acquired_at timestamptz) returns boolean
 language sql stable as $$
-  select exists (
-    select 1 from leasehold.jobs j
-     where j.name = p_job and j.timeout_ms is not null
-       and now() >= p_acquired_at + j.timeout_ms * interval '1 millisecond');
+  select exists (select 1 from leasehold.jobs j
+                  where j.name = p_job and j.timeout_ms is not null and now() >= p_acquired_at + j.timeout_ms * interval '1 millisecond');
 $$;
 
 create trigger jobs_revision BEFORE INSERT OR UPDATE ON leasehold.jobs FOR EACH ROW EXECUTE FUNCTION leasehold.jobs_revision();

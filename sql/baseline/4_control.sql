@@ -309,34 +309,27 @@ begin
   return query select true, v_job.paused_at, v_job.paused_by;
 end $$;
 
--- run_now: asks for one extra occurrence of p_job now; returns the request id. A paused job may
--- be run now (an operator's explicit act; its schedule stays paused).
-create function leasehold.run_now(p_job text, p_by text) returns bigint
-language plpgsql volatile as $$
-declare
-  v_id bigint;
-begin
-  perform leasehold.check_namespace(array[p_job]);
-  perform leasehold.check_holder(p_by);
-  perform leasehold.live_job(p_job, 'P0002');
-  insert into leasehold.run_requests (job, kind, slot, requested_by) values (p_job, 'manual', now(), p_by) returning id into v_id;
-  perform leasehold.record_action('run-now', p_job, p_by, jsonb_build_object('request', v_id));
-  return v_id;
-end $$;
-
--- request_backfill: one backfill request per slot of p_slots (1 to 1,000, none in the future); a
--- slot requested before (or concurrently) is not requested again. Returns the slots requested.
-create function leasehold.request_backfill(p_job text, p_slots timestamptz[], p_by text)
+-- run_now: asks the workers for one extra run of p_job now, or with p_slots for one run of each of
+-- those past slots (a backfill: 1 to 1,000; a slot requested before, or concurrently, is not
+-- requested again). A paused job may be run (an operator's act; its schedule stays paused).
+-- Returns the requests made, in slot order.
+create function leasehold.run_now(p_job text, p_by text, p_slots timestamptz[] default null)
 returns table (request_id bigint, slot timestamptz)
 language plpgsql volatile as $$
 #variable_conflict use_column
 declare
   v_count integer := coalesce(cardinality(p_slots), 0);
-  v_created integer;
+  v_id bigint;
 begin
   perform leasehold.check_namespace(array[p_job]);
   perform leasehold.check_holder(p_by);
   perform leasehold.live_job(p_job, 'P0002');
+  if p_slots is null then
+    insert into leasehold.run_requests (job, kind, slot, requested_by) values (p_job, 'manual', now(), p_by) returning id into v_id;
+    perform leasehold.record_action('run-now', p_job, p_by, jsonb_build_object('request', v_id));
+    return query select v_id, now();
+    return;
+  end if;
   if v_count < 1 or v_count > 1000 then
     raise exception 'a backfill requests 1 to 1000 slots (got %)', v_count using errcode = '22023';
   end if;
@@ -351,9 +344,9 @@ begin
     returning q.id, q.slot
   )
   select c.id, c.slot from created c order by c.slot;
-  get diagnostics v_created = row_count;
+  get diagnostics v_id = row_count;
   perform leasehold.record_action('backfill', p_job, p_by, jsonb_build_object(
-    'from', (select min(s) from unnest(p_slots) s), 'to', (select max(s) from unnest(p_slots) s), 'slots', v_count, 'requested', v_created));
+    'from', (select min(s) from unnest(p_slots) s), 'to', (select max(s) from unnest(p_slots) s), 'slots', v_count, 'requested', v_id));
 end $$;
 
 -- check_claim_requests: the rules of claim()'s requests, in one pass (the value an error names is

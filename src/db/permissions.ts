@@ -11,7 +11,6 @@ export const LEVEL_OF: Readonly<Record<string, Level>> = {
   force_release: 'operator',
   prune_history: 'operator',
   run_now: 'operator',
-  request_backfill: 'operator',
   run_requests: 'reader',
   run_request_status: 'reader',
   pause_job: 'operator',

@@ -98,7 +98,7 @@ describe('without namespaces: a job belongs to the role that registered or defin
     expect(feed.rows.map((r) => r.name)).not.toContain('app2-evil');
 
     // the operator's run now is taken by app1's worker only
-    await operator.query(`select leasehold.run_now('report', 'ops')`);
+    await operator.query(`select * from leasehold.run_now('report', 'ops')`);
     expect((await app2.query(`select * from leasehold.claim_requests(array['report'], 'app2-worker')`)).rows).toEqual([]);
     const taken = await app1.query<{ claimed: boolean }>(`select claimed from leasehold.claim_requests(array['report'], 'app1-worker')`);
     expect(taken.rows.map((r) => r.claimed)).toEqual([true]);
