@@ -26,17 +26,13 @@ create type leasehold.lease_renewal as (name text, token uuid, ttl interval);
 -- long as the history, and at most 1,000 windows.
 create table leasehold.clock_steps (
   id bigint generated always as identity primary key,
-  from_time timestamp with time zone not null,
-  to_time timestamp with time zone not null,
-  recorded_by text not null,
-  recorded_at timestamp with time zone not null default now(),
+  from_time timestamp with time zone not null, to_time timestamp with time zone not null,
+  recorded_by text not null, recorded_at timestamp with time zone not null default now(),
   constraint clock_steps_check CHECK ((to_time > from_time))
 );
 
 create table leasehold.forks (
-  timeline integer primary key,
-  base bigint not null,
-  first_grant timestamp with time zone not null default now()
+  timeline integer primary key, base bigint not null, first_grant timestamp with time zone not null default now()
 );
 comment on table leasehold.forks is
   'The fence base of each timeline this line of history has granted on, fixed at its first grant (fork_base()).';
@@ -57,10 +53,7 @@ create table leasehold.leases (
   created_at timestamp with time zone not null default now(),
   suspended text,
   -- the scheduled run in flight (claim()), until finish_runs() writes its history row
-  run_slot timestamp with time zone,
-  run_fence bigint,
-  run_holder text,
-  run_started_at timestamp with time zone,
+  run_slot timestamp with time zone, run_fence bigint, run_holder text, run_started_at timestamp with time zone,
   constraint leases_suspended_check CHECK ((suspended = ANY (ARRAY['paused'::text, 'removed'::text]))),
   constraint leases_token_has_expiry CHECK (((token IS NULL) = (expires_at IS NULL)))
 ) with (fillfactor=50);
@@ -70,10 +63,7 @@ comment on table leasehold.leases is
 create table leasehold.skips (
   job text not null,
   slot timestamp with time zone not null,
-  holder text,
-  holder_fence bigint,
-  holder_slot timestamp with time zone,
-  held_for interval,
+  holder text, holder_fence bigint, holder_slot timestamp with time zone, held_for interval, -- the holder, as the skip saw it
   recorded_by text not null,
   recorded_at timestamp with time zone not null default now(),
   constraint skips_pkey PRIMARY KEY (job, slot)
@@ -158,11 +148,9 @@ begin
   return new;
 end $$;
 
--- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves to the
--- new timeline the moment a standby is promoted; pg_control_checkpoint() only after the
--- end-of-recovery checkpoint, seconds later. A standby reports the replayed timeline. Where those
--- functions are refused (a managed service, a revoked grant): the last checkpoint's timeline,
--- then 1 (epoch_source() says which).
+-- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves the moment
+-- a standby is promoted, pg_control_checkpoint() only after the end-of-recovery checkpoint. Where
+-- they are refused (a managed service): the last checkpoint's timeline, then 1 (epoch_source()).
 create function leasehold.epoch() returns integer
 language plpgsql volatile as $$
 begin
@@ -556,12 +544,11 @@ begin
   return r;
 end $$;
 
--- confirm_leases: the one rule by which a holder keeps its leases: while its token matches and a
--- lease has not expired, extend it by the ttl and confirm it in this epoch (after a failover, this
--- makes its fenced writes acceptable again). Returns the rows it extended. Planned as what it is,
--- a join of the input with as many lease rows: statistics taken while most leases were released
--- estimate "not expired" at one row, and a nested loop on that estimate compared every lease with
--- every element (1,000 leases: 220 ms instead of 10). The rows are locked in name order first, as
+-- confirm_leases: the one rule by which a holder keeps its leases: while the token matches and a
+-- lease has not expired, extend it and confirm it in this epoch (after a failover, this makes its
+-- fenced writes acceptable again). No nested loop: statistics taken while most leases were
+-- released estimate "not expired" at one row, and a nested loop on that estimate compared every
+-- lease with every element (1,000 leases: 220 ms instead of 10). Rows locked in name order, as
 -- end_runs() locks them: a renewal in flight as the same leases were finished deadlocked.
 create function leasehold.confirm_leases(p_names text[], p_tokens uuid[], p_ttls interval[]) returns setof leasehold.leases
 language plpgsql volatile
@@ -582,15 +569,12 @@ begin
   returning l.*;
 end $$;
 
--- reconfirm_leases: a holder keeps its leases across a server restart or failover, which ends
--- every session and so every liveness lock. On its new liveness session (key p_key) it takes back
--- in one statement the leases still its own: same token and fence, unexpired, and liveness
--- evidence from an EARLIER incarnation. Only then could no peer have taken one since the old lock
--- went (is_free asks for the lock only on the incarnation that recorded it, and the token shows
--- nobody acquired it); on the same incarnation the lock's loss freed the lease at once. The new
--- key and incarnation are recorded, so that liveness frees them again if the holder dies. One row
--- per element, in order: taken back, the expiry, and why not ('unknown', 'released',
--- 'taken-over', 'expired', 'same-incarnation').
+-- reconfirm_leases: a holder keeps its leases across a server restart or failover (which ends
+-- every liveness lock): on its new liveness session (key p_key) it takes back the leases still its
+-- own, with liveness evidence from an EARLIER incarnation. Only then could no peer have taken one
+-- since the old lock went (is_free asks for the lock only on the incarnation that recorded it);
+-- on the same incarnation the lock's loss freed the lease at once. The new key and incarnation
+-- are recorded, so that liveness frees them again if the holder dies.
 create function leasehold.reconfirm_leases(p_key bigint, p_names text[], p_tokens uuid[], p_fences bigint[], p_ttls interval[])
 returns table (name text, reconfirmed boolean, expires_at timestamptz, reason text, database_time timestamptz)
 language plpgsql volatile
@@ -638,10 +622,8 @@ begin
    order by e.n;
 end $$;
 
--- renew_leases: extends each given lease while its token matches and it has not expired, in one
--- update; says for each why not otherwise ('unknown', 'expired': the caller's token but past its
--- expiry, 'released', 'taken-over'), in the order given. Variadic, so that one lease reads
--- plainly: renew_leases(('job', token, '30 seconds')).
+-- renew_leases: confirm_leases() for the caller, saying for each lease not renewed why, in the
+-- order given. Variadic, so that one lease reads plainly: renew_leases(('job', token, '30 seconds')).
 create function leasehold.renew_leases(variadic p_leases leasehold.lease_renewal[])
 returns table (name text, renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
 language plpgsql volatile
@@ -691,11 +673,9 @@ as $$
   select exists (select 1 from leasehold.end_runs(array[p_name], array[p_token], null, null, null, null) e where e.released);
 $$;
 
--- holds_lease: the fence check, as a boolean for WHERE clauses and triggers:
---   update results set ... where id = $1 and leasehold.holds_lease('job', $token, $fence);
--- Held: name, token and fence match, unexpired, confirmed in the current epoch, and a job's
--- timeout not passed since the grant. Locks the row FOR KEY SHARE: no takeover (FOR UPDATE) until
--- the transaction ends, while the holder's own renewals (non-key columns) still go through.
+-- holds_lease: the fence check, as a boolean for WHERE clauses and triggers. Locks the row FOR
+-- KEY SHARE: no takeover (FOR UPDATE) until the transaction ends, while the holder's own renewals
+-- (non-key columns) still go through.
 create function leasehold.holds_lease(p_name text, p_token uuid, p_fence bigint) returns boolean
 language plpgsql volatile as $$
 begin

@@ -6,45 +6,25 @@ create sequence leasehold.job_revisions;
 
 -- Slots waiting for the running one to finish (overlap buffer-one and buffer-all, catch-up).
 create table leasehold.buffered (
-  job text not null,
-  slot timestamp with time zone not null,
-  buffered_at timestamp with time zone not null default now(),
+  job text not null, slot timestamp with time zone not null, buffered_at timestamp with time zone not null default now(),
   constraint buffered_pkey PRIMARY KEY (job, slot)
 );
 
 create table leasehold.worker_starts (
-  holder_key      bigint primary key,
-  started_through timestamptz not null,
-  taken_through   timestamptz,
-  updated_at      timestamptz not null default now()
+  holder_key bigint primary key, started_through timestamptz not null, taken_through timestamptz, updated_at timestamptz not null default now()
 );
 comment on table leasehold.worker_starts is
   'Per worker liveness key: through when its runs claimed ahead are started (start_tick), and the latest planned start of one a peer claimed again.';
 
 create table leasehold.jobs (
   name text primary key,
-  schedule text not null,
-  timezone text,
-  interval_ms bigint,
-  ttl_ms bigint not null,
-  overlap text not null,
-  catch_up text not null,
-  registered_by text not null,
-  registered_at timestamp with time zone not null default now(),
+  schedule text not null, timezone text, interval_ms bigint, ttl_ms bigint not null, overlap text not null, catch_up text not null,
+  registered_by text not null, registered_at timestamp with time zone not null default now(),
   source text not null default 'code'::text,
-  -- jobs defined as data: their handler, payload and definer
-  handler text,
-  payload jsonb,
-  defined_by text,
-  -- null: the default (or none)
-  buffer_limit integer,
-  starting_deadline_ms bigint,
-  timeout_ms bigint,
-  jitter_ms bigint,
+  handler text, payload jsonb, defined_by text, -- jobs defined as data
+  buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, -- null: the default (or none)
   removed_at timestamp with time zone,
-  paused_at timestamp with time zone,
-  paused_by text,
-  pause_reason text,
+  paused_at timestamp with time zone, paused_by text, pause_reason text,
   revision bigint not null default nextval('leasehold.job_revisions'::regclass),
   -- the login role that registered or defined it (null: the schema owner or a superuser): only it
   -- (or a member) changes or removes it, and only its workers run it
@@ -58,20 +38,14 @@ comment on table leasehold.jobs is
 create unique index jobs_revision on leasehold.jobs (revision);
 
 create table leasehold.missed (
-  job text not null,
-  slot timestamp with time zone not null,
-  reason text not null,
-  recorded_by text not null,
-  recorded_at timestamp with time zone not null default now(),
+  job text not null, slot timestamp with time zone not null, reason text not null,
+  recorded_by text not null, recorded_at timestamp with time zone not null default now(),
   constraint missed_pkey PRIMARY KEY (job, slot)
 );
 create index missed_recorded_brin on leasehold.missed using brin (recorded_at) WITH (pages_per_range='32');
 
 create table leasehold.worker_handlers (
-  worker_key bigint primary key,
-  holder text not null,
-  handlers text[] not null,
-  registered_at timestamp with time zone not null default now()
+  worker_key bigint primary key, holder text not null, handlers text[] not null, registered_at timestamp with time zone not null default now()
 );
 comment on table leasehold.worker_handlers is
   'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
@@ -98,10 +72,8 @@ begin
   return new;
 end $$;
 
--- notify_changes: tells the listening workers on channel leasehold_changes that jobs or
--- run_requests changed (the table's name, tg_argv[0], is the payload): one notification per
--- statement, folded into one per transaction, sent at commit. The payload carries no data (the
--- workers read the changes themselves), so any role may listen.
+-- notify_changes: tells the listening workers that jobs or run_requests changed (the table's name
+-- is the payload on channel leasehold_changes; no data, so any role may listen).
 create function leasehold.notify_changes() returns trigger
 language plpgsql volatile as $$
 begin
@@ -109,11 +81,9 @@ begin
   return null;
 end $$;
 
--- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept, or
--- null: 'UTC', or Area/Location[/Sub] with an area of the tz database (US, Canada, Brazil, Chile
--- and Mexico included; not the posix/ and right/ copies), known to this server. Both look names
--- up ignoring case, so only the area and the initials are checked; every name of
--- Intl.supportedValuesOf('timeZone') has this form (test/control/schedule-definition-checks.test.ts).
+-- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept
+-- ('UTC', or Area/Location[/Sub] of the tz database known to this server), or null. Both look
+-- names up ignoring case, so only the area and the initials are checked.
 create function leasehold.timezone_problem(p_timezone text) returns text
 language plpgsql stable as $$
 begin
@@ -130,10 +100,9 @@ begin
   return null;
 end $$;
 
--- register_jobs: upserts job definitions (with each run's timeout, null: none) and makes sure
--- each has a lease row. Returns each job's last claimed slot, so a starting worker can apply its
--- catch-up policy. When a job's schedule or timezone changes, its last slot moves up to now():
--- the slots between the old schedule's last run and now never existed.
+-- register_jobs: upserts job definitions and their lease rows; returns each job's last claimed
+-- slot, for the catch-up policy. A changed schedule or timezone moves last_slot up to now(): the
+-- slots between the old schedule's last run and now never existed.
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
   p_overlaps text[], p_catch_ups text[], p_holder text, p_timeout_ms bigint[] default null
@@ -195,8 +164,7 @@ language sql stable as $$
 $$;
 
 -- unhandled_schedules: the data jobs (not removed, not paused) whose handler no live worker
--- registered, with what the worker that records their slots missed needs. since: the later of
--- the definition's last change and the job's last claimed slot.
+-- registered, with what the worker that records their slots missed needs.
 create function leasehold.unhandled_schedules()
 returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz,
                database_time timestamptz)
@@ -210,18 +178,11 @@ language sql stable as $$
    limit 10000;
 $$;
 
--- claim: the scheduler's claim, for every caller (the TypeScript worker, psql, other languages):
--- parallel arrays, one element per request (job, the slot it claims, ttl in ms, mode 'exclusive',
--- 'replace' or 'allow', and the buffer cap: how many slots a held lease may queue, 0: the skip is
--- recorded), one call for any number of jobs, a fixed number of set-based statements. Each slot
--- is claimed at most once: a lease whose last_slot is at or after it answers 'slot-taken'; a
--- lease held by another holder answers 'held' and records one skip per (job, slot), however many
--- callers notice it. p_every: a row per request; without it only the rows the caller must act on.
--- p_ahead_ms (0-10000): claim the slots due within it from free leases only, returning only the
--- claimed rows; p_starts: when each of those runs starts (its slot plus the job's jitter). A slot
--- claimed ahead whose holder never marked its start (start_tick) is claimed again at its slot
--- once the lease is free by the usual rule: the holder's run is recorded aborted, the slot runs
--- once. Until then the answer is 'held-ahead', with the lease's expiry. See docs/sql-api.md.
+-- claim: the scheduler's claim for every caller (docs/sql-api.md): parallel arrays, one element
+-- per request, a fixed number of set-based statements for any number of jobs. Each slot is
+-- claimed at most once (after last_slot); a held lease records one skip per (job, slot). A slot
+-- claimed ahead (p_ahead_ms) whose holder never marked its start (start_tick) is claimed again at
+-- its slot once the lease is free by the usual rule: the holder's run is recorded aborted.
 create function leasehold.claim(
   p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[],
   p_holder text, p_holder_key bigint default null, p_every boolean default false,
@@ -245,16 +206,13 @@ declare
   v_asked_ttls interval[] := array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t);
   v_ahead interval := p_ahead_ms * interval '1 millisecond';
   v_n integer := coalesce(cardinality(p_jobs), 0);
-  -- what step 1 locked, as parallel arrays (values carried along, never looked up by position):
-  -- each request's position, job, the slot it claims (an older buffered one may come first), the
-  -- slot asked for, ttl, mode, cap, and from the row the slot it held before, whether it was
-  -- held, its fence
+  -- what step 1 locked, as parallel arrays (carried along, never looked up by position): position,
+  -- job, the slot it claims (a buffered one may come first), the slot asked for, ttl, mode, cap,
+  -- and from the row its last slot, whether it was held, its fence
   v_at integer[]; v_jobs text[]; v_slots timestamptz[]; v_wanted timestamptz[]; v_ttls interval[]; v_modes text[];
   v_caps integer[]; v_previous timestamptz[]; v_held boolean[]; v_fences bigint[]; v_new_fences bigint[];
-  -- rows with a run in flight of an earlier claim (a takeover): name, fence; rows whose grant was
-  -- not claim()'s (their run_log row may be running); re-claims of a slot claimed ahead that its
-  -- holder never started: name, fence, liveness key, planned start; re-claims refused after the
-  -- lock (the holder marked the start meanwhile)
+  -- takeovers of a run in flight; rows whose grant was not claim()'s (a run_log row may be
+  -- running); re-claims of a slot claimed ahead and never started; re-claims refused after the lock
   v_taken_names text[]; v_taken_fences bigint[]; v_older text[];
   v_re_names text[]; v_re_fences bigint[]; v_re_keys bigint[]; v_re_starts timestamptz[]; v_refused text[];
   -- what step 3 claimed: positions, jobs, slots, tokens, fences, expiries, previous slots, held, modes
@@ -550,9 +508,8 @@ begin
    where p_every or a.why not in ('slot-taken', 'slot-skipped', 'held') or a.skip_recorded or a.buffered;
 end $$;
 
--- start_tick: before starting them, a worker marks that it starts every run it claimed ahead
--- under liveness key p_holder_key and planned to start by p_through (or now, if later). True: no
--- peer claimed any of them again; false: one may have, and each lease is to be renewed first.
+-- start_tick: a worker marks, before starting them, that it starts the runs it claimed ahead
+-- (under p_holder_key) planned by p_through. False: a peer may have claimed one again.
 create function leasehold.start_tick(p_holder_key bigint, p_through timestamptz) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -595,9 +552,8 @@ language sql volatile as $$
   select count(*)::integer from inserted;
 $$;
 
--- record_missed_slots: records missed slots (a downtime, a catch-up policy that drops them), one
--- element per (job, slot), in one statement (after a downtime every job has some). Returns those
--- recorded: not the ones that ran, were skipped, lie in a clock step's window, or were recorded.
+-- record_missed_slots: records missed slots, one element per (job, slot), in one statement (after
+-- a downtime every job has some); not the ones that ran, were skipped or lie in a clock step.
 create function leasehold.record_missed_slots(p_jobs text[], p_slots timestamptz[], p_reason text, p_holder text)
 returns table (job text, slot timestamptz)
 language sql volatile

@@ -12,8 +12,7 @@ language sql immutable as $$
 $$;
 
 create table leasehold.run_counts (
-  bucket smallint not null,
-  shard smallint not null,
+  bucket smallint not null, shard smallint not null,
   minute bigint not null, -- floor(extract(epoch from started_at) / 60)
   runs bigint not null,
   constraint run_counts_pkey PRIMARY KEY (bucket, shard),
@@ -25,18 +24,10 @@ comment on table leasehold.run_counts is
 
 create table leasehold.run_log (
   id bigserial,
-  job text not null,
-  slot timestamp with time zone not null,
-  fence bigint not null,
-  holder text not null,
-  started_at timestamp with time zone not null default clock_timestamp(),
-  finished_at timestamp with time zone,
-  outcome text not null default 'running'::text,
-  error text,
-  attempts integer not null default 1,
-  trigger text not null default 'schedule'::text,
-  requested_by text,
-  request_id bigint,
+  job text not null, slot timestamp with time zone not null, fence bigint not null, holder text not null,
+  started_at timestamp with time zone not null default clock_timestamp(), finished_at timestamp with time zone,
+  outcome text not null default 'running'::text, error text, attempts integer not null default 1,
+  trigger text not null default 'schedule'::text, requested_by text, request_id bigint, -- what started it
   constraint runs_pkey PRIMARY KEY (id),
   constraint runs_outcome_known CHECK ((outcome = ANY (ARRAY['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out']))),
   constraint runs_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'backfill'::text])))
@@ -50,10 +41,7 @@ create index runs_job_started on leasehold.run_log (job, started_at DESC);
 create index runs_running on leasehold.run_log (job) WHERE (outcome = 'running'::text);
 create index runs_started_brin on leasehold.run_log using brin (started_at) WITH (pages_per_range='32');
 
-create table leasehold.slow_runs (
-  job text primary key,
-  last_started timestamp with time zone not null
-);
+create table leasehold.slow_runs (job text primary key, last_started timestamp with time zone not null);
 comment on table leasehold.slow_runs is
   'Per job, the latest start of a finished run that took at least half its interval: the only jobs whose p95 can creep.';
 
@@ -88,11 +76,9 @@ begin
   return v_slot;
 end $$;
 
--- finish_runs: ends runs (element i: job, fence, outcome, error, attempts, and p_started_ms[i],
--- when its handler was called in epoch milliseconds of the database clock, or null) and releases
--- the leases given with their tokens. A run in flight on its lease row gets its history row in the
--- same update of the row that releases the lease (end_runs); a run with a run_log row from its
--- start has that row finished.
+-- finish_runs: ends runs and releases the leases given with their tokens: a run in flight on its
+-- lease row gets its history row in the update that releases the lease (end_runs), a run with a
+-- run_log row from its start has that row finished.
 create function leasehold.finish_runs(
   p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[],
   p_started_ms double precision[] default null
@@ -155,13 +141,10 @@ begin
     from input i;
 end $$;
 
--- end_runs: the one rule by which a lease row lets go of its lease (release: only for the current
--- token) and of the run in flight on it (its history row is written, complete, now). For each
--- element: the lease p_names[i] is released if its token is p_tokens[i]; the run of fence
--- p_fences[i] in flight on it, if it still is, is recorded with outcome, error and attempts and
--- forgotten on the row. Both in one update of the row, locked first in name order (a takeover,
--- which ends the same run as lost, waits or skips). FOR NO KEY UPDATE, as an UPDATE's own: the
--- holder's fenced transactions (FOR KEY SHARE) do not block it. Returns the rows it changed.
+-- end_runs: the one rule by which a lease row lets go of its lease (only for its current token)
+-- and of the run of fence p_fences[i] in flight on it (its history row written, complete, now),
+-- in one update of the row, locked first in name order (a takeover, which ends the same run as
+-- lost, waits or skips). FOR NO KEY UPDATE: the holder's fenced transactions do not block it.
 create function leasehold.end_runs(
   p_names text[], p_tokens uuid[], p_fences bigint[], p_outcomes text[], p_errors text[], p_attempts integer[],
   p_started_ms double precision[] default null
@@ -220,10 +203,9 @@ begin
   select c.name, c.fence, c.releasing, c.ending and c.name in (select r.job from recorded r) from changed c;
 end $$;
 
--- finish_held_run: finish_runs() of one run started with start_run, checking the lease first. A
--- run whose lease was force-released, expired or taken over before it finished is recorded
--- 'lost' (a command can finish between two heartbeats without noticing), so the history never
--- shows a success that was not exclusive. With p_release it also releases the lease.
+-- finish_held_run: finish_runs() of a run of start_run, checking the lease first: one that was no
+-- longer held is recorded 'lost' (a command can finish between two heartbeats without noticing),
+-- so the history never shows a success that was not exclusive.
 create function leasehold.finish_held_run(
   p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
 )

@@ -7,10 +7,7 @@
 create table leasehold.actions (
   id bigint generated always as identity primary key,
   at timestamp with time zone not null default now(),
-  action text not null,
-  job text,
-  actor text not null,
-  db_role text not null default SESSION_USER,
+  action text not null, job text, actor text not null, db_role text not null default SESSION_USER,
   detail jsonb not null default '{}'::jsonb
 );
 comment on table leasehold.actions is
@@ -28,12 +25,7 @@ create table leasehold.run_requests (
   -- pending until a worker decides; claimed: its run started (leasehold.runs, under (job, fence));
   -- skipped: held under overlap skip (or buffer-one's second)
   state text not null default 'pending'::text,
-  decided_at timestamp with time zone,
-  decided_by text,
-  holder_key bigint,
-  fence bigint,
-  skip_holder text,
-  skip_fence bigint,
+  decided_at timestamp with time zone, decided_by text, holder_key bigint, fence bigint, skip_holder text, skip_fence bigint,
   constraint run_requests_kind_check CHECK ((kind = ANY (ARRAY['manual'::text, 'backfill'::text]))),
   constraint run_requests_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'claimed'::text, 'skipped'::text])))
 );
@@ -237,10 +229,9 @@ begin
   return true;
 end $$;
 
--- pause_job: no slot of the job is claimed until resume_job. last_slot stays, so the pause is
--- downtime on purpose: on resume the workers apply the catch-up policy and record the slots that
--- do not run as missed. With p_stop_running the run in progress loses its lease, as force_release
--- takes it (heartbeats and fenced writes fail), and is recorded aborted; otherwise it finishes.
+-- pause_job: no slot of the job is claimed until resume_job; last_slot stays, so the pause is
+-- downtime on purpose (the catch-up policy applies on resume). With p_stop_running the run in
+-- progress loses its lease, as force_release takes it, and is recorded aborted.
 create function leasehold.pause_job(p_name text, p_by text, p_reason text default null, p_stop_running boolean default false)
 returns table (paused boolean, already_paused boolean, stopped_holder text, stopped_fence bigint)
 language plpgsql volatile
@@ -309,10 +300,8 @@ begin
   return query select true, v_job.paused_at, v_job.paused_by;
 end $$;
 
--- run_now: asks the workers for one extra run of p_job now, or with p_slots for one run of each of
--- those past slots (a backfill: 1 to 1,000; a slot requested before, or concurrently, is not
--- requested again). A paused job may be run (an operator's act; its schedule stays paused).
--- Returns the requests made, in slot order.
+-- run_now: asks for one extra run of p_job now, or with p_slots for one run of each past slot (a
+-- backfill: a slot requested before, or concurrently, is not requested again: a unique index).
 create function leasehold.run_now(p_job text, p_by text, p_slots timestamptz[] default null)
 returns table (request_id bigint, slot timestamptz)
 language plpgsql volatile as $$
@@ -349,9 +338,8 @@ begin
     'from', (select min(s) from unnest(p_slots) s), 'to', (select max(s) from unnest(p_slots) s), 'slots', v_count, 'requested', v_id));
 end $$;
 
--- check_claim_requests: the rules of claim()'s requests, in one pass (the value an error names is
--- looked for after): arrays of one length, a known mode, a cap of 0 or more, no null job or slot
--- (22023), ttls within acquire's bounds (LH002).
+-- check_claim_requests: the rules of claim()'s requests in one pass (the value an error names is
+-- looked for after): 22023, or LH002 for a ttl out of acquire's bounds.
 create function leasehold.check_claim_requests(p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[])
 returns void
 language plpgsql stable as $$
@@ -388,12 +376,9 @@ begin
   perform leasehold.check_ttl(r.max_ttl);
 end $$;
 
--- claim_requests: a worker takes pending requests of the jobs it has handlers for, at most p_limit,
--- one per job per call (run now first, by id, then backfill slots in order), each decided under
--- the job's lease row lock (SKIP LOCKED: one another worker is deciding waits for the next call),
--- by the job's overlap policy. Rows come back for what it decided: claimed (run it: token, fence,
--- expiry as claim() gives them) or skipped (naming the holder). Nothing pending: one read of a
--- small partial index, no write. A takeover records the scheduled run in flight on it as lost.
+-- claim_requests: a worker takes pending run-now and backfill requests of its jobs, one per job
+-- per call, each decided under the job's lease row lock (SKIP LOCKED) by its overlap policy
+-- (docs/sql-api.md). Nothing pending: one read of a small partial index, no write.
 create function leasehold.claim_requests(p_jobs text[], p_holder text, p_holder_key bigint default null, p_limit integer default 100)
 returns table (request_id bigint, job text, kind text, slot timestamptz, requested_by text, claimed boolean, token uuid, fence bigint,
                expires_at timestamptz, holder text, holder_fence bigint, took_over boolean, database_time timestamptz)
@@ -516,12 +501,9 @@ begin
   end loop;
 end $$;
 
--- schedule_changes: the job rows changed after revision p_after_revision, oldest change first,
--- at most p_limit (1-10000) of them: one range of the index on revision. Code jobs come too
--- (their pause state); payloads only for the handlers named in p_handlers (null: all).
--- p_snapshot: only what a starting worker needs before it follows the changes: the data jobs of
--- p_handlers and the paused jobs, no tombstones (at 100,000 jobs a worker of one handler would
--- otherwise read them all).
+-- schedule_changes: the job rows changed after revision p_after_revision, oldest first: one range
+-- of the index on revision. p_snapshot: only what a starting worker needs (the data jobs of
+-- p_handlers and the paused jobs): at 100,000 jobs a worker of one handler would read them all.
 create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000,
                                            p_snapshot boolean default false)
 returns table (

@@ -2,12 +2,10 @@
 -- metrics. None shows a token. Each reads through an index range per job (LATERAL), so
 -- `where job = ...` or `order by job limit n` reads only those jobs, at any size.
 
--- fleet_status: the fleet's counts on every row, and one row per listed job in order (place 1,
--- 2, ...): those that need attention first, under their most urgent reason ('expired',
--- 'failing', 'skipping', 'missing'), newest first, with that reason's latest time; then, while
--- there is room, the others by name (attention null). No jobs: one row of counts. A reason
--- counts and lists the names its history has, also those without a job_status row (a removed
--- job's failures): the caller leaves those out.
+-- fleet_status: the fleet's counts on every row, and the listed jobs in order: those that need
+-- attention under their most urgent reason, newest first, then the others by name. A reason
+-- counts and lists the names its history has (a removed job's failures too): the caller leaves
+-- out those without a job_status row. Its cost follows the last day's failures, not the history.
 create function leasehold.fleet_status(p_limit integer)
 returns table (place integer, job text, attention text, attention_at timestamptz, jobs integer, running integer,
                expired integer, failing integer, skipping integer, missing integer, leases integer, leases_held integer)

@@ -1,19 +1,14 @@
 -- leasehold schema, part 6 of 6: the privilege model (see docs/security.md).
 --
 -- Every function runs with its owner's rights (SECURITY DEFINER) and a pinned search_path
--- (pg_catalog, leasehold, pg_temp), so that an application role needs no privilege on the tables
--- (it cannot read another holder's token, change a fence or write a lease row except through the
--- functions), and objects others create in their own schemas (an operator public.*, a function
--- shadowing a built-in) are never picked up. Nothing is granted to PUBLIC. Roles get one of three
--- levels (leasehold.access: which object belongs to which):
---   reader    dashboards and metrics: the views (no tokens), the read functions
---   client    reader + leases, fenced writes, scheduled jobs, `leasehold exec`
---   operator  reader + control (pause, resume, run now, backfill, force release, prune)
--- secure_schema() applies this after every migration, so a function added later is covered too.
+-- (pg_catalog, leasehold, pg_temp), so that a role needs no privilege on the tables (it cannot
+-- read a token or write a lease row but through the functions) and objects others create (an
+-- operator public.*) are never picked up. Nothing is granted to PUBLIC; roles get a level
+-- (reader, client, operator: leasehold.access), and secure_schema() applies it all after every
+-- migration, so that a function added later is covered too.
 
 create table leasehold.access (
-  object text primary key,
-  level text not null,
+  object text primary key, level text not null,
   constraint access_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text, 'owner'::text])))
 );
 comment on table leasehold.access is
@@ -22,9 +17,7 @@ comment on table leasehold.access is
 -- Roles granted a level through grant_access(): secure_schema() grants them what later
 -- migrations add, so an upgrade never takes a working role's access away.
 create table leasehold.grants (
-  role text not null,
-  level text not null,
-  granted_at timestamp with time zone not null default now(),
+  role text not null, level text not null, granted_at timestamp with time zone not null default now(),
   constraint grants_pkey PRIMARY KEY (role, level),
   constraint grants_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text])))
 );
@@ -34,9 +27,7 @@ create table leasehold.grants (
 -- cannot reach each other's jobs. A role without rows (and the schema owner, and superusers) is
 -- not bound. Checked against session_user, and the rows of every role it is a member of.
 create table leasehold.namespaces (
-  role       text not null,
-  prefix     text not null check (char_length(prefix) between 1 and 100),
-  granted_at timestamptz not null default now(),
+  role text not null, prefix text not null check (char_length(prefix) between 1 and 100), granted_at timestamptz not null default now(),
   primary key (role, prefix)
 );
 comment on table leasehold.namespaces is

@@ -54,17 +54,13 @@ create type leasehold.lease_renewal as (name text, token uuid, ttl interval);
 -- long as the history, and at most 1,000 windows.
 create table leasehold.clock_steps (
   id bigint generated always as identity primary key,
-  from_time timestamp with time zone not null,
-  to_time timestamp with time zone not null,
-  recorded_by text not null,
-  recorded_at timestamp with time zone not null default now(),
+  from_time timestamp with time zone not null, to_time timestamp with time zone not null,
+  recorded_by text not null, recorded_at timestamp with time zone not null default now(),
   constraint clock_steps_check CHECK ((to_time > from_time))
 );
 
 create table leasehold.forks (
-  timeline integer primary key,
-  base bigint not null,
-  first_grant timestamp with time zone not null default now()
+  timeline integer primary key, base bigint not null, first_grant timestamp with time zone not null default now()
 );
 comment on table leasehold.forks is
   'The fence base of each timeline this line of history has granted on, fixed at its first grant (fork_base()).';
@@ -85,10 +81,7 @@ create table leasehold.leases (
   created_at timestamp with time zone not null default now(),
   suspended text,
   -- the scheduled run in flight (claim()), until finish_runs() writes its history row
-  run_slot timestamp with time zone,
-  run_fence bigint,
-  run_holder text,
-  run_started_at timestamp with time zone,
+  run_slot timestamp with time zone, run_fence bigint, run_holder text, run_started_at timestamp with time zone,
   constraint leases_suspended_check CHECK ((suspended = ANY (ARRAY['paused'::text, 'removed'::text]))),
   constraint leases_token_has_expiry CHECK (((token IS NULL) = (expires_at IS NULL)))
 ) with (fillfactor=50);
@@ -98,10 +91,7 @@ comment on table leasehold.leases is
 create table leasehold.skips (
   job text not null,
   slot timestamp with time zone not null,
-  holder text,
-  holder_fence bigint,
-  holder_slot timestamp with time zone,
-  held_for interval,
+  holder text, holder_fence bigint, holder_slot timestamp with time zone, held_for interval, -- the holder, as the skip saw it
   recorded_by text not null,
   recorded_at timestamp with time zone not null default now(),
   constraint skips_pkey PRIMARY KEY (job, slot)
@@ -186,11 +176,9 @@ begin
   return new;
 end $$;
 
--- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves to the
--- new timeline the moment a standby is promoted; pg_control_checkpoint() only after the
--- end-of-recovery checkpoint, seconds later. A standby reports the replayed timeline. Where those
--- functions are refused (a managed service, a revoked grant): the last checkpoint's timeline,
--- then 1 (epoch_source() says which).
+-- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves the moment
+-- a standby is promoted, pg_control_checkpoint() only after the end-of-recovery checkpoint. Where
+-- they are refused (a managed service): the last checkpoint's timeline, then 1 (epoch_source()).
 create function leasehold.epoch() returns integer
 language plpgsql volatile as $$
 begin
@@ -584,12 +572,11 @@ begin
   return r;
 end $$;
 
--- confirm_leases: the one rule by which a holder keeps its leases: while its token matches and a
--- lease has not expired, extend it by the ttl and confirm it in this epoch (after a failover, this
--- makes its fenced writes acceptable again). Returns the rows it extended. Planned as what it is,
--- a join of the input with as many lease rows: statistics taken while most leases were released
--- estimate "not expired" at one row, and a nested loop on that estimate compared every lease with
--- every element (1,000 leases: 220 ms instead of 10). The rows are locked in name order first, as
+-- confirm_leases: the one rule by which a holder keeps its leases: while the token matches and a
+-- lease has not expired, extend it and confirm it in this epoch (after a failover, this makes its
+-- fenced writes acceptable again). No nested loop: statistics taken while most leases were
+-- released estimate "not expired" at one row, and a nested loop on that estimate compared every
+-- lease with every element (1,000 leases: 220 ms instead of 10). Rows locked in name order, as
 -- end_runs() locks them: a renewal in flight as the same leases were finished deadlocked.
 create function leasehold.confirm_leases(p_names text[], p_tokens uuid[], p_ttls interval[]) returns setof leasehold.leases
 language plpgsql volatile
@@ -610,15 +597,12 @@ begin
   returning l.*;
 end $$;
 
--- reconfirm_leases: a holder keeps its leases across a server restart or failover, which ends
--- every session and so every liveness lock. On its new liveness session (key p_key) it takes back
--- in one statement the leases still its own: same token and fence, unexpired, and liveness
--- evidence from an EARLIER incarnation. Only then could no peer have taken one since the old lock
--- went (is_free asks for the lock only on the incarnation that recorded it, and the token shows
--- nobody acquired it); on the same incarnation the lock's loss freed the lease at once. The new
--- key and incarnation are recorded, so that liveness frees them again if the holder dies. One row
--- per element, in order: taken back, the expiry, and why not ('unknown', 'released',
--- 'taken-over', 'expired', 'same-incarnation').
+-- reconfirm_leases: a holder keeps its leases across a server restart or failover (which ends
+-- every liveness lock): on its new liveness session (key p_key) it takes back the leases still its
+-- own, with liveness evidence from an EARLIER incarnation. Only then could no peer have taken one
+-- since the old lock went (is_free asks for the lock only on the incarnation that recorded it);
+-- on the same incarnation the lock's loss freed the lease at once. The new key and incarnation
+-- are recorded, so that liveness frees them again if the holder dies.
 create function leasehold.reconfirm_leases(p_key bigint, p_names text[], p_tokens uuid[], p_fences bigint[], p_ttls interval[])
 returns table (name text, reconfirmed boolean, expires_at timestamptz, reason text, database_time timestamptz)
 language plpgsql volatile
@@ -666,10 +650,8 @@ begin
    order by e.n;
 end $$;
 
--- renew_leases: extends each given lease while its token matches and it has not expired, in one
--- update; says for each why not otherwise ('unknown', 'expired': the caller's token but past its
--- expiry, 'released', 'taken-over'), in the order given. Variadic, so that one lease reads
--- plainly: renew_leases(('job', token, '30 seconds')).
+-- renew_leases: confirm_leases() for the caller, saying for each lease not renewed why, in the
+-- order given. Variadic, so that one lease reads plainly: renew_leases(('job', token, '30 seconds')).
 create function leasehold.renew_leases(variadic p_leases leasehold.lease_renewal[])
 returns table (name text, renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
 language plpgsql volatile
@@ -719,11 +701,9 @@ as $$
   select exists (select 1 from leasehold.end_runs(array[p_name], array[p_token], null, null, null, null) e where e.released);
 $$;
 
--- holds_lease: the fence check, as a boolean for WHERE clauses and triggers:
---   update results set ... where id = $1 and leasehold.holds_lease('job', $token, $fence);
--- Held: name, token and fence match, unexpired, confirmed in the current epoch, and a job's
--- timeout not passed since the grant. Locks the row FOR KEY SHARE: no takeover (FOR UPDATE) until
--- the transaction ends, while the holder's own renewals (non-key columns) still go through.
+-- holds_lease: the fence check, as a boolean for WHERE clauses and triggers. Locks the row FOR
+-- KEY SHARE: no takeover (FOR UPDATE) until the transaction ends, while the holder's own renewals
+-- (non-key columns) still go through.
 create function leasehold.holds_lease(p_name text, p_token uuid, p_fence bigint) returns boolean
 language plpgsql volatile as $$
 begin
@@ -881,45 +861,25 @@ create sequence leasehold.job_revisions;
 
 -- Slots waiting for the running one to finish (overlap buffer-one and buffer-all, catch-up).
 create table leasehold.buffered (
-  job text not null,
-  slot timestamp with time zone not null,
-  buffered_at timestamp with time zone not null default now(),
+  job text not null, slot timestamp with time zone not null, buffered_at timestamp with time zone not null default now(),
   constraint buffered_pkey PRIMARY KEY (job, slot)
 );
 
 create table leasehold.worker_starts (
-  holder_key      bigint primary key,
-  started_through timestamptz not null,
-  taken_through   timestamptz,
-  updated_at      timestamptz not null default now()
+  holder_key bigint primary key, started_through timestamptz not null, taken_through timestamptz, updated_at timestamptz not null default now()
 );
 comment on table leasehold.worker_starts is
   'Per worker liveness key: through when its runs claimed ahead are started (start_tick), and the latest planned start of one a peer claimed again.';
 
 create table leasehold.jobs (
   name text primary key,
-  schedule text not null,
-  timezone text,
-  interval_ms bigint,
-  ttl_ms bigint not null,
-  overlap text not null,
-  catch_up text not null,
-  registered_by text not null,
-  registered_at timestamp with time zone not null default now(),
+  schedule text not null, timezone text, interval_ms bigint, ttl_ms bigint not null, overlap text not null, catch_up text not null,
+  registered_by text not null, registered_at timestamp with time zone not null default now(),
   source text not null default 'code'::text,
-  -- jobs defined as data: their handler, payload and definer
-  handler text,
-  payload jsonb,
-  defined_by text,
-  -- null: the default (or none)
-  buffer_limit integer,
-  starting_deadline_ms bigint,
-  timeout_ms bigint,
-  jitter_ms bigint,
+  handler text, payload jsonb, defined_by text, -- jobs defined as data
+  buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, -- null: the default (or none)
   removed_at timestamp with time zone,
-  paused_at timestamp with time zone,
-  paused_by text,
-  pause_reason text,
+  paused_at timestamp with time zone, paused_by text, pause_reason text,
   revision bigint not null default nextval('leasehold.job_revisions'::regclass),
   -- the login role that registered or defined it (null: the schema owner or a superuser): only it
   -- (or a member) changes or removes it, and only its workers run it
@@ -933,20 +893,14 @@ comment on table leasehold.jobs is
 create unique index jobs_revision on leasehold.jobs (revision);
 
 create table leasehold.missed (
-  job text not null,
-  slot timestamp with time zone not null,
-  reason text not null,
-  recorded_by text not null,
-  recorded_at timestamp with time zone not null default now(),
+  job text not null, slot timestamp with time zone not null, reason text not null,
+  recorded_by text not null, recorded_at timestamp with time zone not null default now(),
   constraint missed_pkey PRIMARY KEY (job, slot)
 );
 create index missed_recorded_brin on leasehold.missed using brin (recorded_at) WITH (pages_per_range='32');
 
 create table leasehold.worker_handlers (
-  worker_key bigint primary key,
-  holder text not null,
-  handlers text[] not null,
-  registered_at timestamp with time zone not null default now()
+  worker_key bigint primary key, holder text not null, handlers text[] not null, registered_at timestamp with time zone not null default now()
 );
 comment on table leasehold.worker_handlers is
   'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
@@ -973,10 +927,8 @@ begin
   return new;
 end $$;
 
--- notify_changes: tells the listening workers on channel leasehold_changes that jobs or
--- run_requests changed (the table's name, tg_argv[0], is the payload): one notification per
--- statement, folded into one per transaction, sent at commit. The payload carries no data (the
--- workers read the changes themselves), so any role may listen.
+-- notify_changes: tells the listening workers that jobs or run_requests changed (the table's name
+-- is the payload on channel leasehold_changes; no data, so any role may listen).
 create function leasehold.notify_changes() returns trigger
 language plpgsql volatile as $$
 begin
@@ -984,11 +936,9 @@ begin
   return null;
 end $$;
 
--- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept, or
--- null: 'UTC', or Area/Location[/Sub] with an area of the tz database (US, Canada, Brazil, Chile
--- and Mexico included; not the posix/ and right/ copies), known to this server. Both look names
--- up ignoring case, so only the area and the initials are checked; every name of
--- Intl.supportedValuesOf('timeZone') has this form (test/control/schedule-definition-checks.test.ts).
+-- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept
+-- ('UTC', or Area/Location[/Sub] of the tz database known to this server), or null. Both look
+-- names up ignoring case, so only the area and the initials are checked.
 create function leasehold.timezone_problem(p_timezone text) returns text
 language plpgsql stable as $$
 begin
@@ -1005,10 +955,9 @@ begin
   return null;
 end $$;
 
--- register_jobs: upserts job definitions (with each run's timeout, null: none) and makes sure
--- each has a lease row. Returns each job's last claimed slot, so a starting worker can apply its
--- catch-up policy. When a job's schedule or timezone changes, its last slot moves up to now():
--- the slots between the old schedule's last run and now never existed.
+-- register_jobs: upserts job definitions and their lease rows; returns each job's last claimed
+-- slot, for the catch-up policy. A changed schedule or timezone moves last_slot up to now(): the
+-- slots between the old schedule's last run and now never existed.
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
   p_overlaps text[], p_catch_ups text[], p_holder text, p_timeout_ms bigint[] default null
@@ -1070,8 +1019,7 @@ language sql stable as $$
 $$;
 
 -- unhandled_schedules: the data jobs (not removed, not paused) whose handler no live worker
--- registered, with what the worker that records their slots missed needs. since: the later of
--- the definition's last change and the job's last claimed slot.
+-- registered, with what the worker that records their slots missed needs.
 create function leasehold.unhandled_schedules()
 returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz,
                database_time timestamptz)
@@ -1085,18 +1033,11 @@ language sql stable as $$
    limit 10000;
 $$;
 
--- claim: the scheduler's claim, for every caller (the TypeScript worker, psql, other languages):
--- parallel arrays, one element per request (job, the slot it claims, ttl in ms, mode 'exclusive',
--- 'replace' or 'allow', and the buffer cap: how many slots a held lease may queue, 0: the skip is
--- recorded), one call for any number of jobs, a fixed number of set-based statements. Each slot
--- is claimed at most once: a lease whose last_slot is at or after it answers 'slot-taken'; a
--- lease held by another holder answers 'held' and records one skip per (job, slot), however many
--- callers notice it. p_every: a row per request; without it only the rows the caller must act on.
--- p_ahead_ms (0-10000): claim the slots due within it from free leases only, returning only the
--- claimed rows; p_starts: when each of those runs starts (its slot plus the job's jitter). A slot
--- claimed ahead whose holder never marked its start (start_tick) is claimed again at its slot
--- once the lease is free by the usual rule: the holder's run is recorded aborted, the slot runs
--- once. Until then the answer is 'held-ahead', with the lease's expiry. See docs/sql-api.md.
+-- claim: the scheduler's claim for every caller (docs/sql-api.md): parallel arrays, one element
+-- per request, a fixed number of set-based statements for any number of jobs. Each slot is
+-- claimed at most once (after last_slot); a held lease records one skip per (job, slot). A slot
+-- claimed ahead (p_ahead_ms) whose holder never marked its start (start_tick) is claimed again at
+-- its slot once the lease is free by the usual rule: the holder's run is recorded aborted.
 create function leasehold.claim(
   p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[],
   p_holder text, p_holder_key bigint default null, p_every boolean default false,
@@ -1120,16 +1061,13 @@ declare
   v_asked_ttls interval[] := array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t);
   v_ahead interval := p_ahead_ms * interval '1 millisecond';
   v_n integer := coalesce(cardinality(p_jobs), 0);
-  -- what step 1 locked, as parallel arrays (values carried along, never looked up by position):
-  -- each request's position, job, the slot it claims (an older buffered one may come first), the
-  -- slot asked for, ttl, mode, cap, and from the row the slot it held before, whether it was
-  -- held, its fence
+  -- what step 1 locked, as parallel arrays (carried along, never looked up by position): position,
+  -- job, the slot it claims (a buffered one may come first), the slot asked for, ttl, mode, cap,
+  -- and from the row its last slot, whether it was held, its fence
   v_at integer[]; v_jobs text[]; v_slots timestamptz[]; v_wanted timestamptz[]; v_ttls interval[]; v_modes text[];
   v_caps integer[]; v_previous timestamptz[]; v_held boolean[]; v_fences bigint[]; v_new_fences bigint[];
-  -- rows with a run in flight of an earlier claim (a takeover): name, fence; rows whose grant was
-  -- not claim()'s (their run_log row may be running); re-claims of a slot claimed ahead that its
-  -- holder never started: name, fence, liveness key, planned start; re-claims refused after the
-  -- lock (the holder marked the start meanwhile)
+  -- takeovers of a run in flight; rows whose grant was not claim()'s (a run_log row may be
+  -- running); re-claims of a slot claimed ahead and never started; re-claims refused after the lock
   v_taken_names text[]; v_taken_fences bigint[]; v_older text[];
   v_re_names text[]; v_re_fences bigint[]; v_re_keys bigint[]; v_re_starts timestamptz[]; v_refused text[];
   -- what step 3 claimed: positions, jobs, slots, tokens, fences, expiries, previous slots, held, modes
@@ -1425,9 +1363,8 @@ begin
    where p_every or a.why not in ('slot-taken', 'slot-skipped', 'held') or a.skip_recorded or a.buffered;
 end $$;
 
--- start_tick: before starting them, a worker marks that it starts every run it claimed ahead
--- under liveness key p_holder_key and planned to start by p_through (or now, if later). True: no
--- peer claimed any of them again; false: one may have, and each lease is to be renewed first.
+-- start_tick: a worker marks, before starting them, that it starts the runs it claimed ahead
+-- (under p_holder_key) planned by p_through. False: a peer may have claimed one again.
 create function leasehold.start_tick(p_holder_key bigint, p_through timestamptz) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -1470,9 +1407,8 @@ language sql volatile as $$
   select count(*)::integer from inserted;
 $$;
 
--- record_missed_slots: records missed slots (a downtime, a catch-up policy that drops them), one
--- element per (job, slot), in one statement (after a downtime every job has some). Returns those
--- recorded: not the ones that ran, were skipped, lie in a clock step's window, or were recorded.
+-- record_missed_slots: records missed slots, one element per (job, slot), in one statement (after
+-- a downtime every job has some); not the ones that ran, were skipped or lie in a clock step.
 create function leasehold.record_missed_slots(p_jobs text[], p_slots timestamptz[], p_reason text, p_holder text)
 returns table (job text, slot timestamptz)
 language sql volatile
@@ -1518,8 +1454,7 @@ language sql immutable as $$
 $$;
 
 create table leasehold.run_counts (
-  bucket smallint not null,
-  shard smallint not null,
+  bucket smallint not null, shard smallint not null,
   minute bigint not null, -- floor(extract(epoch from started_at) / 60)
   runs bigint not null,
   constraint run_counts_pkey PRIMARY KEY (bucket, shard),
@@ -1531,18 +1466,10 @@ comment on table leasehold.run_counts is
 
 create table leasehold.run_log (
   id bigserial,
-  job text not null,
-  slot timestamp with time zone not null,
-  fence bigint not null,
-  holder text not null,
-  started_at timestamp with time zone not null default clock_timestamp(),
-  finished_at timestamp with time zone,
-  outcome text not null default 'running'::text,
-  error text,
-  attempts integer not null default 1,
-  trigger text not null default 'schedule'::text,
-  requested_by text,
-  request_id bigint,
+  job text not null, slot timestamp with time zone not null, fence bigint not null, holder text not null,
+  started_at timestamp with time zone not null default clock_timestamp(), finished_at timestamp with time zone,
+  outcome text not null default 'running'::text, error text, attempts integer not null default 1,
+  trigger text not null default 'schedule'::text, requested_by text, request_id bigint, -- what started it
   constraint runs_pkey PRIMARY KEY (id),
   constraint runs_outcome_known CHECK ((outcome = ANY (ARRAY['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out']))),
   constraint runs_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'backfill'::text])))
@@ -1556,10 +1483,7 @@ create index runs_job_started on leasehold.run_log (job, started_at DESC);
 create index runs_running on leasehold.run_log (job) WHERE (outcome = 'running'::text);
 create index runs_started_brin on leasehold.run_log using brin (started_at) WITH (pages_per_range='32');
 
-create table leasehold.slow_runs (
-  job text primary key,
-  last_started timestamp with time zone not null
-);
+create table leasehold.slow_runs (job text primary key, last_started timestamp with time zone not null);
 comment on table leasehold.slow_runs is
   'Per job, the latest start of a finished run that took at least half its interval: the only jobs whose p95 can creep.';
 
@@ -1594,11 +1518,9 @@ begin
   return v_slot;
 end $$;
 
--- finish_runs: ends runs (element i: job, fence, outcome, error, attempts, and p_started_ms[i],
--- when its handler was called in epoch milliseconds of the database clock, or null) and releases
--- the leases given with their tokens. A run in flight on its lease row gets its history row in the
--- same update of the row that releases the lease (end_runs); a run with a run_log row from its
--- start has that row finished.
+-- finish_runs: ends runs and releases the leases given with their tokens: a run in flight on its
+-- lease row gets its history row in the update that releases the lease (end_runs), a run with a
+-- run_log row from its start has that row finished.
 create function leasehold.finish_runs(
   p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[],
   p_started_ms double precision[] default null
@@ -1661,13 +1583,10 @@ begin
     from input i;
 end $$;
 
--- end_runs: the one rule by which a lease row lets go of its lease (release: only for the current
--- token) and of the run in flight on it (its history row is written, complete, now). For each
--- element: the lease p_names[i] is released if its token is p_tokens[i]; the run of fence
--- p_fences[i] in flight on it, if it still is, is recorded with outcome, error and attempts and
--- forgotten on the row. Both in one update of the row, locked first in name order (a takeover,
--- which ends the same run as lost, waits or skips). FOR NO KEY UPDATE, as an UPDATE's own: the
--- holder's fenced transactions (FOR KEY SHARE) do not block it. Returns the rows it changed.
+-- end_runs: the one rule by which a lease row lets go of its lease (only for its current token)
+-- and of the run of fence p_fences[i] in flight on it (its history row written, complete, now),
+-- in one update of the row, locked first in name order (a takeover, which ends the same run as
+-- lost, waits or skips). FOR NO KEY UPDATE: the holder's fenced transactions do not block it.
 create function leasehold.end_runs(
   p_names text[], p_tokens uuid[], p_fences bigint[], p_outcomes text[], p_errors text[], p_attempts integer[],
   p_started_ms double precision[] default null
@@ -1726,10 +1645,9 @@ begin
   select c.name, c.fence, c.releasing, c.ending and c.name in (select r.job from recorded r) from changed c;
 end $$;
 
--- finish_held_run: finish_runs() of one run started with start_run, checking the lease first. A
--- run whose lease was force-released, expired or taken over before it finished is recorded
--- 'lost' (a command can finish between two heartbeats without noticing), so the history never
--- shows a success that was not exclusive. With p_release it also releases the lease.
+-- finish_held_run: finish_runs() of a run of start_run, checking the lease first: one that was no
+-- longer held is recorded 'lost' (a command can finish between two heartbeats without noticing),
+-- so the history never shows a success that was not exclusive.
 create function leasehold.finish_held_run(
   p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
 )
@@ -1887,10 +1805,7 @@ create trigger runs_count_updated AFTER UPDATE ON leasehold.run_log REFERENCING 
 create table leasehold.actions (
   id bigint generated always as identity primary key,
   at timestamp with time zone not null default now(),
-  action text not null,
-  job text,
-  actor text not null,
-  db_role text not null default SESSION_USER,
+  action text not null, job text, actor text not null, db_role text not null default SESSION_USER,
   detail jsonb not null default '{}'::jsonb
 );
 comment on table leasehold.actions is
@@ -1908,12 +1823,7 @@ create table leasehold.run_requests (
   -- pending until a worker decides; claimed: its run started (leasehold.runs, under (job, fence));
   -- skipped: held under overlap skip (or buffer-one's second)
   state text not null default 'pending'::text,
-  decided_at timestamp with time zone,
-  decided_by text,
-  holder_key bigint,
-  fence bigint,
-  skip_holder text,
-  skip_fence bigint,
+  decided_at timestamp with time zone, decided_by text, holder_key bigint, fence bigint, skip_holder text, skip_fence bigint,
   constraint run_requests_kind_check CHECK ((kind = ANY (ARRAY['manual'::text, 'backfill'::text]))),
   constraint run_requests_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'claimed'::text, 'skipped'::text])))
 );
@@ -2117,10 +2027,9 @@ begin
   return true;
 end $$;
 
--- pause_job: no slot of the job is claimed until resume_job. last_slot stays, so the pause is
--- downtime on purpose: on resume the workers apply the catch-up policy and record the slots that
--- do not run as missed. With p_stop_running the run in progress loses its lease, as force_release
--- takes it (heartbeats and fenced writes fail), and is recorded aborted; otherwise it finishes.
+-- pause_job: no slot of the job is claimed until resume_job; last_slot stays, so the pause is
+-- downtime on purpose (the catch-up policy applies on resume). With p_stop_running the run in
+-- progress loses its lease, as force_release takes it, and is recorded aborted.
 create function leasehold.pause_job(p_name text, p_by text, p_reason text default null, p_stop_running boolean default false)
 returns table (paused boolean, already_paused boolean, stopped_holder text, stopped_fence bigint)
 language plpgsql volatile
@@ -2189,10 +2098,8 @@ begin
   return query select true, v_job.paused_at, v_job.paused_by;
 end $$;
 
--- run_now: asks the workers for one extra run of p_job now, or with p_slots for one run of each of
--- those past slots (a backfill: 1 to 1,000; a slot requested before, or concurrently, is not
--- requested again). A paused job may be run (an operator's act; its schedule stays paused).
--- Returns the requests made, in slot order.
+-- run_now: asks for one extra run of p_job now, or with p_slots for one run of each past slot (a
+-- backfill: a slot requested before, or concurrently, is not requested again: a unique index).
 create function leasehold.run_now(p_job text, p_by text, p_slots timestamptz[] default null)
 returns table (request_id bigint, slot timestamptz)
 language plpgsql volatile as $$
@@ -2229,9 +2136,8 @@ begin
     'from', (select min(s) from unnest(p_slots) s), 'to', (select max(s) from unnest(p_slots) s), 'slots', v_count, 'requested', v_id));
 end $$;
 
--- check_claim_requests: the rules of claim()'s requests, in one pass (the value an error names is
--- looked for after): arrays of one length, a known mode, a cap of 0 or more, no null job or slot
--- (22023), ttls within acquire's bounds (LH002).
+-- check_claim_requests: the rules of claim()'s requests in one pass (the value an error names is
+-- looked for after): 22023, or LH002 for a ttl out of acquire's bounds.
 create function leasehold.check_claim_requests(p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[])
 returns void
 language plpgsql stable as $$
@@ -2268,12 +2174,9 @@ begin
   perform leasehold.check_ttl(r.max_ttl);
 end $$;
 
--- claim_requests: a worker takes pending requests of the jobs it has handlers for, at most p_limit,
--- one per job per call (run now first, by id, then backfill slots in order), each decided under
--- the job's lease row lock (SKIP LOCKED: one another worker is deciding waits for the next call),
--- by the job's overlap policy. Rows come back for what it decided: claimed (run it: token, fence,
--- expiry as claim() gives them) or skipped (naming the holder). Nothing pending: one read of a
--- small partial index, no write. A takeover records the scheduled run in flight on it as lost.
+-- claim_requests: a worker takes pending run-now and backfill requests of its jobs, one per job
+-- per call, each decided under the job's lease row lock (SKIP LOCKED) by its overlap policy
+-- (docs/sql-api.md). Nothing pending: one read of a small partial index, no write.
 create function leasehold.claim_requests(p_jobs text[], p_holder text, p_holder_key bigint default null, p_limit integer default 100)
 returns table (request_id bigint, job text, kind text, slot timestamptz, requested_by text, claimed boolean, token uuid, fence bigint,
                expires_at timestamptz, holder text, holder_fence bigint, took_over boolean, database_time timestamptz)
@@ -2396,12 +2299,9 @@ begin
   end loop;
 end $$;
 
--- schedule_changes: the job rows changed after revision p_after_revision, oldest change first,
--- at most p_limit (1-10000) of them: one range of the index on revision. Code jobs come too
--- (their pause state); payloads only for the handlers named in p_handlers (null: all).
--- p_snapshot: only what a starting worker needs before it follows the changes: the data jobs of
--- p_handlers and the paused jobs, no tombstones (at 100,000 jobs a worker of one handler would
--- otherwise read them all).
+-- schedule_changes: the job rows changed after revision p_after_revision, oldest first: one range
+-- of the index on revision. p_snapshot: only what a starting worker needs (the data jobs of
+-- p_handlers and the paused jobs): at 100,000 jobs a worker of one handler would read them all.
 create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000,
                                            p_snapshot boolean default false)
 returns table (
@@ -2433,12 +2333,10 @@ $$;
 -- metrics. None shows a token. Each reads through an index range per job (LATERAL), so
 -- `where job = ...` or `order by job limit n` reads only those jobs, at any size.
 
--- fleet_status: the fleet's counts on every row, and one row per listed job in order (place 1,
--- 2, ...): those that need attention first, under their most urgent reason ('expired',
--- 'failing', 'skipping', 'missing'), newest first, with that reason's latest time; then, while
--- there is room, the others by name (attention null). No jobs: one row of counts. A reason
--- counts and lists the names its history has, also those without a job_status row (a removed
--- job's failures): the caller leaves those out.
+-- fleet_status: the fleet's counts on every row, and the listed jobs in order: those that need
+-- attention under their most urgent reason, newest first, then the others by name. A reason
+-- counts and lists the names its history has (a removed job's failures too): the caller leaves
+-- out those without a job_status row. Its cost follows the last day's failures, not the history.
 create function leasehold.fleet_status(p_limit integer)
 returns table (place integer, job text, attention text, attention_at timestamptz, jobs integer, running integer,
                expired integer, failing integer, skipping integer, missing integer, leases integer, leases_held integer)
@@ -2643,19 +2541,14 @@ comment on view leasehold.job_status is
 -- leasehold schema, part 6 of 6: the privilege model (see docs/security.md).
 --
 -- Every function runs with its owner's rights (SECURITY DEFINER) and a pinned search_path
--- (pg_catalog, leasehold, pg_temp), so that an application role needs no privilege on the tables
--- (it cannot read another holder's token, change a fence or write a lease row except through the
--- functions), and objects others create in their own schemas (an operator public.*, a function
--- shadowing a built-in) are never picked up. Nothing is granted to PUBLIC. Roles get one of three
--- levels (leasehold.access: which object belongs to which):
---   reader    dashboards and metrics: the views (no tokens), the read functions
---   client    reader + leases, fenced writes, scheduled jobs, `leasehold exec`
---   operator  reader + control (pause, resume, run now, backfill, force release, prune)
--- secure_schema() applies this after every migration, so a function added later is covered too.
+-- (pg_catalog, leasehold, pg_temp), so that a role needs no privilege on the tables (it cannot
+-- read a token or write a lease row but through the functions) and objects others create (an
+-- operator public.*) are never picked up. Nothing is granted to PUBLIC; roles get a level
+-- (reader, client, operator: leasehold.access), and secure_schema() applies it all after every
+-- migration, so that a function added later is covered too.
 
 create table leasehold.access (
-  object text primary key,
-  level text not null,
+  object text primary key, level text not null,
   constraint access_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text, 'owner'::text])))
 );
 comment on table leasehold.access is
@@ -2664,9 +2557,7 @@ comment on table leasehold.access is
 -- Roles granted a level through grant_access(): secure_schema() grants them what later
 -- migrations add, so an upgrade never takes a working role's access away.
 create table leasehold.grants (
-  role text not null,
-  level text not null,
-  granted_at timestamp with time zone not null default now(),
+  role text not null, level text not null, granted_at timestamp with time zone not null default now(),
   constraint grants_pkey PRIMARY KEY (role, level),
   constraint grants_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text])))
 );
@@ -2676,9 +2567,7 @@ create table leasehold.grants (
 -- cannot reach each other's jobs. A role without rows (and the schema owner, and superusers) is
 -- not bound. Checked against session_user, and the rows of every role it is a member of.
 create table leasehold.namespaces (
-  role       text not null,
-  prefix     text not null check (char_length(prefix) between 1 and 100),
-  granted_at timestamptz not null default now(),
+  role text not null, prefix text not null check (char_length(prefix) between 1 and 100), granted_at timestamptz not null default now(),
   primary key (role, prefix)
 );
 comment on table leasehold.namespaces is
@@ -2909,7 +2798,7 @@ select unnest(v.objects), v.level from (values
      'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'fe87a40662f4633e71512773782bfc7af849c3cd4969804a4e64e9a610e28a28');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '53bd77868d59525e6fbef1ebc5e2f94d3da7cd64e66715608a2d59aa24d72815');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
