@@ -26,7 +26,7 @@ interface Edit {
 
 export const MUTANT_DESCRIPTIONS: Record<MutantName, string> = {
   'unfenced-write': "the worker's final write runs in a plain transaction, outside ctx.transaction (no assert_lease)",
-  'release-no-token-check': 'leasehold.end_runs (the release of release, finish_run and finish_runs) frees the lease whatever token it is given',
+  'release-no-token-check': 'leasehold.end_runs (the release of release and finish_runs) frees the lease whatever token it is given',
   'acquire-ignores-expiry': 'leasehold.is_free (the rule of acquire and claim) never treats an expired lease as free',
   'slot-guard-off': 'leasehold.claim claims a slot even when it is not after the last claimed one',
 };

@@ -1892,6 +1892,9 @@ declare
   v_schedule text;
   v_interval_ms bigint;
   v_deadline_ms bigint := (extract(epoch from p_starting_deadline) * 1000)::bigint;
+  v_ttl_ms bigint := (extract(epoch from coalesce(p_ttl, interval '30 seconds')) * 1000)::bigint;
+  v_timeout_ms bigint := (extract(epoch from p_timeout) * 1000)::bigint;
+  v_jitter_ms bigint := (extract(epoch from p_jitter) * 1000)::bigint;
   v_row leasehold.jobs;
   v_problem text;
   v_live integer;
@@ -1954,9 +1957,8 @@ begin
   if found and v_old.removed_at is null
      and (v_old.schedule, v_old.timezone, v_old.interval_ms, v_old.ttl_ms, v_old.overlap, v_old.catch_up, v_old.handler,
           v_old.payload, v_old.buffer_limit, v_old.starting_deadline_ms, v_old.timeout_ms, v_old.jitter_ms)
-         is not distinct from
-         (v_schedule, p_timezone, v_interval_ms, (extract(epoch from v_ttl) * 1000)::bigint, v_overlap, v_catch_up, p_handler,
-          v_payload, p_buffer_limit, v_deadline_ms, (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint) then
+         is not distinct from (v_schedule, p_timezone, v_interval_ms, v_ttl_ms, v_overlap, v_catch_up, p_handler, v_payload,
+                               p_buffer_limit, v_deadline_ms, v_timeout_ms, v_jitter_ms) then
     perform set_config('leasehold.job_writer', '', true);
     return query select p_name, v_old.revision, false, false, v_live;
     return;
@@ -1973,16 +1975,13 @@ begin
   insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by,
                                    source, handler, payload, defined_by, buffer_limit, starting_deadline_ms, timeout_ms, jitter_ms,
                                    owner_role)
-  values (p_name, v_schedule, p_timezone, v_interval_ms, (extract(epoch from v_ttl) * 1000)::bigint, v_overlap, v_catch_up, p_by,
-          'data', p_handler, v_payload, p_by, p_buffer_limit, v_deadline_ms,
-          (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint, leasehold.acting_role())
+  values (p_name, v_schedule, p_timezone, v_interval_ms, v_ttl_ms, v_overlap, v_catch_up, p_by, 'data', p_handler, v_payload, p_by,
+          p_buffer_limit, v_deadline_ms, v_timeout_ms, v_jitter_ms, leasehold.acting_role())
   on conflict on constraint jobs_pkey do update
-     set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
-         ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
-         registered_by = excluded.registered_by, registered_at = now(), handler = excluded.handler,
-         payload = excluded.payload, defined_by = excluded.defined_by, buffer_limit = excluded.buffer_limit,
-         starting_deadline_ms = excluded.starting_deadline_ms, timeout_ms = excluded.timeout_ms,
-         jitter_ms = excluded.jitter_ms,
+     set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms, ttl_ms = excluded.ttl_ms,
+         overlap = excluded.overlap, catch_up = excluded.catch_up, registered_by = excluded.registered_by, registered_at = now(),
+         handler = excluded.handler, payload = excluded.payload, defined_by = excluded.defined_by, buffer_limit = excluded.buffer_limit,
+         starting_deadline_ms = excluded.starting_deadline_ms, timeout_ms = excluded.timeout_ms, jitter_ms = excluded.jitter_ms,
          -- defined again after removal: a new job, not paused
          paused_at = case when j.removed_at is null then j.paused_at end,
          paused_by = case when j.removed_at is null then j.paused_by end,
@@ -2798,7 +2797,7 @@ select unnest(v.objects), v.level from (values
      'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '53bd77868d59525e6fbef1ebc5e2f94d3da7cd64e66715608a2d59aa24d72815');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '144f755f80a9cee3635495a7d6488204139aa99c063bc122121453c1a39ce993');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

@@ -1,6 +1,6 @@
 // Run now and backfill (JobControl.runNow, .backfill, .request, .waitForRequest, and the CLI's
 // run-now and backfill commands): each act is
-// one call of a SQL function of sql/baseline/4_control.sql (run_now, request_backfill), which
+// one call of leasehold.run_now (sql/baseline/4_control.sql; with slots, a backfill), which
 // checks its input again, records the act (leasehold.actions) and leaves a request that the
 // workers with a handler for the job take (src/worker/requests.ts). Backfill slots are computed
 // here, from the job's stored schedule, with the same code the workers use.
