@@ -26,7 +26,7 @@ interface Edit {
 
 export const MUTANT_DESCRIPTIONS: Record<MutantName, string> = {
   'unfenced-write': "the worker's final write runs in a plain transaction, outside ctx.transaction (no assert_lease)",
-  'release-no-token-check': 'leasehold.end_runs (the release of release, finish_run and finish_runs) frees the lease whatever token it is given',
+  'release-no-token-check': 'leasehold.end_runs (the release of release and finish_runs) frees the lease whatever token it is given',
   'acquire-ignores-expiry': 'leasehold.is_free (the rule of acquire and claim) never treats an expired lease as free',
   'slot-guard-off': 'leasehold.claim claims a slot even when it is not after the last claimed one',
 };
@@ -41,7 +41,7 @@ export const FAILOVER_MUTANT_DESCRIPTIONS: Record<FailoverMutantName, string> = 
 const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'unfenced-write': [],
   // Each guard lives in one function (sql/baseline/1_leases.sql), so each mutant edits one.
-  // (end_runs since schema 17: release_matching and finish_runs release through it)
+  // (end_runs: finish_runs and release of a lease with a run in flight release through it)
   'release-no-token-check': [
     { fn: 'end_runs', pattern: /l\.token = i\.token/, replacement: 'i.token is not null' },
     // release()'s own update of a lease with no run in flight
@@ -58,7 +58,7 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
     },
   ],
   'fence-without-epoch': [
-    // the rule lives in fences_after() since schema 17 (fence_after(), next_fence() and claim() call it)
+    // the rule lives in fences_after() (next_fence(), claim() and claim_requests() call it)
     { fn: 'fences_after', pattern: /greatest\(coalesce\(o\.old, 0\) \+ 1, v_base\)/, replacement: 'coalesce(o.old, 0) + 1' },
   ],
   // the base of each fork (leasehold.forks): back to the timeline number alone

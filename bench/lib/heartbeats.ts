@@ -1,6 +1,6 @@
 // The heartbeats part: renewal statements per minute for many running leases held by one
 // client, with the shared heartbeat (one leasehold.renew_leases statement per beat) against the
-// baseline measured in the same run: one leasehold.renew statement per lease every ttl/3, each
+// baseline measured in the same run: one renew_leases statement per lease every ttl/3, each
 // lease on its own timer (what the client did before, written out here with Lease.renew()).
 // Statements are counted where they leave: every renewal checks a connection out of the client's
 // renew pool once. The server's committed transactions over the window are reported too.

@@ -188,8 +188,8 @@ export async function measureReads(url: string, settings: ReadsSettings, progres
     );
     await time('leasehold runs <job> (run_history, one job, newest 50)', async () => (await jobHistory(pool, { job: one, limit: 50 })).length, 'plain select of the runs rows', `select * from leasehold.runs where job = '${one}' order by started_at desc limit 50`);
     await time(
-      'recent_history(50): newest 50 across all jobs',
-      async () => (await pool.query('select * from leasehold.recent_history(50)')).rowCount ?? 0,
+      'run_history, last hour, newest 50 across all jobs',
+      async () => (await pool.query("select * from leasehold.run_history where at > now() - interval '1 hour' order by at desc, slot desc limit 50")).rowCount ?? 0,
       'run_history order by at desc limit 50',
       'select * from leasehold.run_history order by at desc, slot desc limit 50',
     );

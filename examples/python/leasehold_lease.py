@@ -79,7 +79,7 @@ def acquire(cur, name: str, ttl: float, holder: str | None = None,
 def renew(cur, lease: Lease) -> datetime:
     """Extends the lease by its ttl from now. Raises LeaseLost when it is no longer ours."""
     _autocommit(cur)
-    cur.execute("select renewed, expires_at, reason from leasehold.renew(%s, %s, %s)",
+    cur.execute("select renewed, expires_at, reason from leasehold.renew_leases((%s, %s, %s))",
                 (lease.name, lease.token, timedelta(seconds=lease.ttl)))
     renewed, expires_at, reason = cur.fetchone()
     if not renewed:

@@ -76,7 +76,7 @@ child=$!
     if [ "$left" != 0 ]; then
       answer=$(timeout "$left" psql ${DATABASE_URL:+"$DATABASE_URL"} -X -q -At -v ON_ERROR_STOP=1 \
         -v name="$name" -v token="$token" -v ttl="$ttl" \
-        <<<"select reason from leasehold.renew(:'name', :'token', :'ttl'::float8 * interval '1 second')") ||
+        <<<"select reason from leasehold.renew_leases((:'name', :'token', :'ttl'::float8 * interval '1 second'))") ||
         answer='renewal not confirmed in time'
     fi
     if [ "$answer" != renewed ]; then

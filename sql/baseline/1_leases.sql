@@ -1,51 +1,41 @@
--- leasehold schema, part 1 of 6: the lease protocol.
+-- leasehold schema, part 1 of 6: the lease protocol, and what every caller of acquire() may
+-- write besides (liveness sessions, skips, clock steps).
 --
 -- Glossary
 --   lease   one row per job name: who may run the job now, and until when.
---   token   random secret of one acquisition; renew, release and fenced writes present it.
---   fence   bigint that grows on every acquisition of a name and never goes back, even across
---           a failover: next_fence() folds the epoch into it. A write checked against it
---           cannot come from an older holder.
---   epoch   the fork of history the server is on (leasehold.forks: the base fixed at the first
---           grant on each WAL timeline), so a grant made on a promoted server is told apart
---           from anything an old primary or another promoted copy issued.
+--   token   random secret of one acquisition; renewals, the release and fenced writes present it.
+--   fence   bigint that grows on every acquisition of a name and never goes back, even across a
+--           failover (next_fence() folds the epoch in): a write checked against it cannot come
+--           from an older holder.
+--   epoch   the fork of history the server is on (leasehold.forks: a base fixed at the first
+--           grant on each WAL timeline), so that a grant on a promoted server is told apart from
+--           anything an old primary or another promoted copy issued.
 --   incarnation  epoch and postmaster start time: one run of one server. Advisory locks
 --           (liveness evidence) exist only in the incarnation that took them.
 --   holder  human-readable identity of the acquirer (host:pid:id), for logs and skips.
---   holder_key  bigint of the holder's liveness session: a session-level advisory lock the
---           holder keeps while its process lives. When the lock is gone the lease is free.
+--   holder_key  the holder's liveness session's key: a session-level advisory lock it keeps
+--           while its process lives. When the lock is gone the lease is free.
 --   slot    the scheduled occurrence a claim is for; each slot is claimed at most once.
---
--- Time: every decision uses the database clock (now()), never the caller's.
--- Errors: custom SQLSTATEs LH001 (bad name), LH002 (bad ttl), LH003 (lease lost),
--- LH004 (bad holder). See docs/sql-api.md for the contract.
-
--- Also here: the liveness sessions (advisory locks), skips and clock steps, which every caller
--- of acquire() may write.
-
+-- Every decision uses the database clock (now()). Errors: LH001 (bad name), LH002 (bad ttl),
+-- LH003 (lease lost), LH004 (bad holder); docs/sql-api.md is the contract.
 
 create type leasehold.lease_renewal as (name text, token uuid, ttl interval);
 
 -- Windows (from_time, to_time] of database time that a forward step of the database clock
--- jumped over, as the workers that noticed it measured them. Slots inside never existed in
--- real time: record_missed_slots() does not record them, whichever worker (started before or after
--- the step) asks. Kept as long as the history (prune_history) and at most 1,000 windows.
+-- jumped over. Slots inside never existed: record_missed_slots() does not record them. Kept as
+-- long as the history, and at most 1,000 windows.
 create table leasehold.clock_steps (
   id bigint generated always as identity primary key,
-  from_time timestamp with time zone not null,
-  to_time timestamp with time zone not null,
-  recorded_by text not null,
-  recorded_at timestamp with time zone not null default now(),
+  from_time timestamp with time zone not null, to_time timestamp with time zone not null,
+  recorded_by text not null, recorded_at timestamp with time zone not null default now(),
   constraint clock_steps_check CHECK ((to_time > from_time))
 );
 
 create table leasehold.forks (
-  timeline integer primary key,
-  base bigint not null,
-  first_grant timestamp with time zone not null default now()
+  timeline integer primary key, base bigint not null, first_grant timestamp with time zone not null default now()
 );
 comment on table leasehold.forks is
-  'The fence base of each timeline this line of history has granted on: fixed at its first grant (see sql/0023_fork_epochs.sql).';
+  'The fence base of each timeline this line of history has granted on, fixed at its first grant (fork_base()).';
 
 create table leasehold.leases (
   name text primary key,
@@ -58,16 +48,12 @@ create table leasehold.leases (
   last_slot timestamp with time zone,
   released_at timestamp with time zone,
   ttl interval,
-  -- the epoch in which the current grant or its latest renewal was confirmed
-  epoch integer,
-  -- the incarnation whose advisory lock table holds holder_key's lock
-  holder_incarnation text,
+  epoch integer, -- the epoch in which the grant or its latest renewal was confirmed
+  holder_incarnation text, -- the incarnation whose advisory lock table holds holder_key's lock
   created_at timestamp with time zone not null default now(),
   suspended text,
-  run_slot timestamp with time zone,
-  run_fence bigint,
-  run_holder text,
-  run_started_at timestamp with time zone,
+  -- the scheduled run in flight (claim()), until finish_runs() writes its history row
+  run_slot timestamp with time zone, run_fence bigint, run_holder text, run_started_at timestamp with time zone,
   constraint leases_suspended_check CHECK ((suspended = ANY (ARRAY['paused'::text, 'removed'::text]))),
   constraint leases_token_has_expiry CHECK (((token IS NULL) = (expires_at IS NULL)))
 ) with (fillfactor=50);
@@ -77,10 +63,7 @@ comment on table leasehold.leases is
 create table leasehold.skips (
   job text not null,
   slot timestamp with time zone not null,
-  holder text,
-  holder_fence bigint,
-  holder_slot timestamp with time zone,
-  held_for interval,
+  holder text, holder_fence bigint, holder_slot timestamp with time zone, held_for interval, -- the holder, as the skip saw it
   recorded_by text not null,
   recorded_at timestamp with time zone not null default now(),
   constraint skips_pkey PRIMARY KEY (job, slot)
@@ -120,12 +103,10 @@ create function leasehold.check_name(p_name text) returns void
 language plpgsql immutable as $$
 begin
   if p_name is null or char_length(p_name) = 0 then
-    raise exception 'lease name must not be empty'
-      using errcode = 'LH001', hint = 'Name the job, e.g. ''nightly-report''.';
+    raise exception 'lease name must not be empty' using errcode = 'LH001', hint = 'Name the job, e.g. ''nightly-report''.';
   end if;
   if char_length(p_name) > 200 then
-    raise exception 'lease name must be 1-200 characters (got %)', char_length(p_name)
-      using errcode = 'LH001', hint = 'Use a shorter name.';
+    raise exception 'lease name must be 1-200 characters (got %)', char_length(p_name) using errcode = 'LH001', hint = 'Use a shorter name.';
   end if;
   if p_name ~ leasehold.bad_characters() then
     raise exception 'lease name must not contain control, bidirectional or invisible characters (found %)', leasehold.check_characters(p_name)
@@ -150,18 +131,15 @@ create function leasehold.check_ttl(p_ttl interval) returns void
 language plpgsql immutable as $$
 begin
   if p_ttl is null or p_ttl <= interval '0' then
-    raise exception 'ttl must be positive (got %)', p_ttl
-      using errcode = 'LH002', hint = 'Pass an interval such as ''30 seconds''.';
+    raise exception 'ttl must be positive (got %)', p_ttl using errcode = 'LH002', hint = 'Pass an interval such as ''30 seconds''.';
   end if;
   if p_ttl < interval '100 milliseconds' or p_ttl > interval '7 days' then
     raise exception 'ttl must be between 100 milliseconds and 7 days (got %)', p_ttl
-      using errcode = 'LH002',
-            hint = 'The ttl bounds how long a stalled holder blocks others; heartbeats renew it while the job runs.';
+      using errcode = 'LH002', hint = 'The ttl bounds how long a stalled holder blocks others; heartbeats renew it while the job runs.';
   end if;
 end $$;
 
--- check_lease_name: the rule of the former constraint leases_name_valid, on insert and on a
--- change of the name only.
+-- check_lease_name: the name rule, on an insert or a change of the name only.
 create function leasehold.check_lease_name() returns trigger
 language plpgsql volatile as $$
 begin
@@ -172,14 +150,9 @@ begin
   return new;
 end $$;
 
--- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves to
--- the new timeline the moment a standby is promoted; pg_control_checkpoint() only after the
--- end-of-recovery checkpoint, which can come seconds later (measured: docs/high-availability.md).
--- During recovery (a standby, read-only) the replayed timeline is reported, for status views.
--- Where a managed service or a revoked grant refuses those functions it
--- falls back to the last checkpoint's timeline, then to 1 (one line of history as far as
--- leasehold can tell); epoch_source() says which one this server gives and why, and the client
--- reports it at start (docs/high-availability.md).
+-- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves the moment
+-- a standby is promoted, pg_control_checkpoint() only after the end-of-recovery checkpoint. Where
+-- they are refused (a managed service): the last checkpoint's timeline, then 1 (epoch_source()).
 create function leasehold.epoch() returns integer
 language plpgsql volatile as $$
 begin
@@ -194,38 +167,42 @@ begin
   begin
     return (pg_control_checkpoint()).timeline_id;
   exception when others then
-    return 1; -- no timeline at all: one line of history as far as leasehold can tell
+    return 1;
   end;
 end $$;
 
 -- epoch_source: where epoch() reads the timeline on this server, with the errors of the sources
--- it could not use. 'wal': the current WAL file (a promotion shows at once); 'checkpoint': the
--- last checkpoint (a promotion shows only after its end-of-recovery checkpoint); 'none': no
--- timeline (epoch() is 1: forks of history cannot be told apart).
-create function leasehold.epoch_source() returns table (source text, timeline integer, detail text)
+-- it could not use ('wal': the current WAL file, a promotion shows at once; 'checkpoint': the
+-- last checkpoint, a promotion shows only after its end-of-recovery checkpoint; 'none': no
+-- timeline, epoch() is 1), and this server's incarnation, for readers (lease_status) and clients.
+create function leasehold.epoch_source() returns table (source text, timeline integer, detail text, incarnation text)
 language plpgsql volatile as $$
 declare
+  v_source text := 'none';
+  v_timeline integer := 1;
   v_detail text;
 begin
   begin
     if not pg_is_in_recovery() then
-      return query select 'wal'::text, ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer, null::text;
-      return;
+      v_timeline := ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
+      v_source := 'wal';
     end if;
   exception when others then
     v_detail := format('pg_walfile_name(pg_current_wal_lsn()): %s (SQLSTATE %s)', sqlerrm, sqlstate);
   end;
-  begin
-    return query select 'checkpoint'::text, (pg_control_checkpoint()).timeline_id, v_detail;
-    return;
-  exception when others then
-    v_detail := concat_ws('; ', v_detail, format('pg_control_checkpoint(): %s (SQLSTATE %s)', sqlerrm, sqlstate));
-  end;
-  return query select 'none'::text, 1, v_detail;
+  if v_source = 'none' then
+    begin
+      v_timeline := (pg_control_checkpoint()).timeline_id;
+      v_source := 'checkpoint';
+    exception when others then
+      v_detail := concat_ws('; ', v_detail, format('pg_control_checkpoint(): %s (SQLSTATE %s)', sqlerrm, sqlstate));
+    end;
+  end if;
+  return query select v_source, v_timeline, v_detail, leasehold.server_incarnation();
 end $$;
 
--- fork_base: the fence base of timeline p_timeline on this server's line of history, made at
--- the first grant on it. 0 on timeline 1.
+-- fork_base: the fence base of timeline p_timeline on this line of history, fixed at the first
+-- grant on it (0 on timeline 1). Concurrent first grants: one row wins and both read it.
 create function leasehold.fork_base(p_timeline integer) returns bigint
 language plpgsql volatile as $$
 declare
@@ -235,51 +212,48 @@ begin
     return 0;
   end if;
   select f.base into v_base from leasehold.forks f where f.timeline = p_timeline;
-  if found then
-    return v_base;
+  if not found then
+    insert into leasehold.forks as f (timeline, base)
+    values (p_timeline,
+            greatest((p_timeline - 1)::bigint << 40,
+                     ((extract(epoch from now()) * 1000)::bigint - 1577836800000) * 1024))
+    on conflict (timeline) do update set base = f.base
+    returning f.base into v_base;
   end if;
-  -- concurrent first grants: one row wins, and both read it (do update returns the existing row)
-  insert into leasehold.forks as f (timeline, base)
-  values (p_timeline,
-          greatest((p_timeline - 1)::bigint << 40,
-                   ((extract(epoch from now()) * 1000)::bigint - 1577836800000) * 1024))
-  on conflict (timeline) do update set base = f.base
-  returning f.base into v_base;
   return v_base;
 end $$;
 
 -- server_incarnation: one run of one server. A restart changes the start time, a promotion the
--- timeline; session advisory locks do not survive either.
+-- timeline; session advisory locks survive neither.
 create function leasehold.server_incarnation() returns text
 language sql volatile as $$
   select leasehold.epoch() || '@' || to_char(pg_postmaster_start_time() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US');
 $$;
 
--- incarnation: server_incarnation() for readers (lease_status), with the owner's rights: on a
--- standby the timeline comes from pg_control_checkpoint(), which a reader may not call.
-create function leasehold.incarnation() returns text
-language sql volatile as $$
-  select leasehold.server_incarnation();
-$$;
-
 -- liveness_incarnation: the incarnation to record with a grant under liveness key p_key: the
--- current one when the key's lock is held on this server right now, else null (the TTL then
--- governs). A client does not notice at once that its liveness session went with an old
--- primary; a grant recorded with that key as if it lived here would look "holder gone" at once.
+-- current one when the key's lock is held here now, else null (the TTL governs). A client whose
+-- liveness session went with an old primary would otherwise look "holder gone" at once.
 create function leasehold.liveness_incarnation(p_key bigint) returns text
 language sql volatile as $$
   select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.server_incarnation() end;
 $$;
 
--- liveness_locks: the liveness locks held in this database right now: session-level advisory
--- locks taken with one bigint key (objsubid 1), exclusive and granted, with the backend that
--- holds each. The key is the bigint register_liveness() returned.
-create function leasehold.liveness_locks() returns table (pid integer, key bigint)
+-- The tag of worker liveness keys (bits 47-62); 'LH'.
+create function leasehold.worker_key_tag() returns bigint
+language sql immutable as $$
+  select 19528::bigint;
+$$;
+
+-- liveness_locks: the liveness locks held in this database now: session-level advisory locks on
+-- one bigint key (objsubid 1), exclusive and granted, with the backend that holds each; worker:
+-- a key in the workers' range (register_liveness(true)).
+create function leasehold.liveness_locks() returns table (pid integer, key bigint, worker boolean)
 language sql volatile as $$
-  select k.pid, (k.classid::bigint << 32) | k.objid::bigint
-    from pg_locks k
-   where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.mode = 'ExclusiveLock'
-     and k.database = (select d.oid from pg_database d where d.datname = current_database());
+  select x.pid, x.key, x.key >> 47 = leasehold.worker_key_tag()
+    from (select k.pid, (k.classid::bigint << 32) | k.objid::bigint as key
+            from pg_locks k
+           where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.mode = 'ExclusiveLock'
+             and k.database = (select d.oid from pg_database d where d.datname = current_database())) x;
 $$;
 
 create function leasehold.holder_gone(p_key bigint) returns boolean
@@ -293,29 +267,12 @@ begin
   return not exists (select 1 from leasehold.liveness_locks() k where k.pid = pg_backend_pid() and k.key = p_key);
 end $$;
 
--- The tag of worker liveness keys (bits 47-62); 'LH'. Private: the two functions below use it.
-create function leasehold.worker_key_tag() returns bigint
-language sql immutable as $$
-  select 19528::bigint;
-$$;
-
--- worker_keys: the liveness keys of the workers alive in this database right now.
-create function leasehold.worker_keys() returns table (pid integer, key bigint)
-language sql volatile as $$
-  select k.pid, k.key from leasehold.liveness_locks() k where k.key >> 47 = leasehold.worker_key_tag();
-$$;
-
 create function leasehold.next_fence(p_old bigint) returns bigint
 language sql volatile as $$
-  select leasehold.fence_after(p_old, leasehold.epoch());
+  select (leasehold.fences_after(array[p_old], leasehold.epoch()))[1];
 $$;
 
-create function leasehold.fence_after(p_old bigint, p_epoch integer) returns bigint
-language sql volatile as $$
-  select (leasehold.fences_after(array[p_old], p_epoch))[1];
-$$;
-
--- fences_after: the one rule for every new fence (next_fence, fence_after, every claim).
+-- fences_after: the one rule for every new fence (next_fence, every claim).
 -- (plpgsql: a sql body with a FROM is planned again in every transaction, every grant)
 create function leasehold.fences_after(p_old bigint[], p_epoch integer) returns bigint[]
 language plpgsql volatile as $$
@@ -344,10 +301,9 @@ language sql volatile as $$
   end;
 $$;
 
--- pin_synchronous_commit: lease-changing functions call it first. A role or session with
--- synchronous_commit = off (or local) would otherwise acknowledge a grant before a
--- synchronous standby has it. Transaction-local, so it still holds at COMMIT (a function's
--- SET clause would be reverted on return, before the commit).
+-- pin_synchronous_commit: lease-changing functions call it first, so that a role or session with
+-- synchronous_commit off (or local) does not acknowledge a grant before a synchronous standby has
+-- it. Transaction-local, so it still holds at COMMIT (a SET clause would end on return).
 create function leasehold.pin_synchronous_commit() returns void
 language plpgsql volatile as $$
 begin
@@ -361,19 +317,33 @@ end $$;
 -- session ends (process killed, connection lost) the lock goes, and so does every lease
 -- recorded with that key. Keys are non-negative so lease_status can match pg_locks.
 -- p_worker: a scheduler worker's session, whose key is in the workers' range (worker_key_tag())
--- so that its peers find it in worker_keys() to share the jobs of a tick.
-create function leasehold.register_liveness(p_worker boolean default false) returns bigint
+-- so that its peers find it in liveness_locks() to share the jobs of a tick; p_handlers: the
+-- handler names it runs data jobs for, counted while the key is live (live_handlers()).
+create function leasehold.register_liveness(p_worker boolean default false, p_holder text default null,
+                                            p_handlers text[] default null) returns bigint
 language plpgsql volatile as $$
 declare
   k bigint;
 begin
+  if p_handlers is not null then
+    perform leasehold.check_holder(p_holder);
+    if p_worker is not true or cardinality(p_handlers) > 10000 then
+      raise exception 'register_liveness: handlers are registered by a worker (p_worker true), at most 10000 (got %)',
+        cardinality(p_handlers) using errcode = '22023';
+    end if;
+  end if;
   loop
     k := case when p_worker then (leasehold.worker_key_tag() << 47) | floor(random() * 140737488355328)::bigint
               else floor(random() * 9.2e18)::bigint end;
-    if pg_try_advisory_lock(k) then
-      return k;
-    end if;
+    exit when pg_try_advisory_lock(k);
   end loop;
+  if p_handlers is not null then
+    -- the rows of keys no longer live go (and any row of this key, drawn again)
+    delete from leasehold.worker_handlers w
+     where w.worker_key = k or not exists (select 1 from leasehold.liveness_locks() l where l.key = w.worker_key);
+    insert into leasehold.worker_handlers (worker_key, holder, handlers) values (k, p_holder, p_handlers);
+  end if;
+  return k;
 end $$;
 
 -- acquire: one call, one round trip, never waits for a row lock.
@@ -579,8 +549,8 @@ begin
   end if;
 end $$;
 
--- confirm: confirm_leases() of one lease; the row, or a row of nulls when the lease is not (or
--- no longer) the caller's. Used by acquire's adoption of a grant whose answer was lost.
+-- confirm: confirm_leases() of one lease; the row, or a row of nulls when the lease is not (or no
+-- longer) the caller's. acquire() adopts with it a grant whose answer was lost.
 create function leasehold.confirm(p_name text, p_token uuid, p_ttl interval) returns leasehold.leases
 language plpgsql volatile as $$
 declare
@@ -590,18 +560,12 @@ begin
   return r;
 end $$;
 
--- confirm_leases: confirm() for many leases in one statement. The one rule by which a holder
--- keeps its lease: while its token matches and the lease has not expired, extend it by the ttl
--- and confirm it in this epoch (after a failover this is what makes its fenced writes
--- acceptable again). Returns the rows it extended. The epoch is asked once per statement.
--- Planned for what it is: a join of the input with as many lease rows, found through the
--- primary key. Statistics taken while most leases were released estimate "not expired" at one
--- row, and a nested loop planned on that estimate compared every lease with every element
--- (1,000 leases: 220 ms instead of 10); a hash or merge join costs the same whatever the
--- estimate.
--- The rows locked in name order first, the order of
--- end_runs(): a renewal still in flight as the same leases are finished waited for the finish
--- while the finish waited for it (the update locked in physical order).
+-- confirm_leases: the one rule by which a holder keeps its leases: while the token matches and a
+-- lease has not expired, extend it and confirm it in this epoch (after a failover, this makes its
+-- fenced writes acceptable again). No nested loop: statistics taken while most leases were
+-- released estimate "not expired" at one row, and a nested loop on that estimate compared every
+-- lease with every element (1,000 leases: 220 ms instead of 10). Rows locked in name order, as
+-- end_runs() locks them: a renewal in flight as the same leases were finished deadlocked.
 create function leasehold.confirm_leases(p_names text[], p_tokens uuid[], p_ttls interval[]) returns setof leasehold.leases
 language plpgsql volatile
 set plan_cache_mode = force_custom_plan
@@ -621,19 +585,12 @@ begin
   returning l.*;
 end $$;
 
--- reconfirm_leases: a holder keeps its leases across a server restart or failover. A restart
--- ends every session, so every holder's liveness lock goes while the server keeps the rows until
--- they expire. A holder whose liveness session the server ended registers a new one and, on it,
--- takes back the leases that are still its own in one statement: same token and fence,
--- unexpired by the database clock, and liveness evidence from an EARLIER incarnation
--- (holder_incarnation is not this server run's). Only then could no peer have taken the lease
--- since the old lock went: is_free asks for the lock only on the incarnation that recorded it,
--- and the row's token shows that nobody acquired it. On the same incarnation (the holder's
--- session alone was ended) the lock's loss made the lease free for anyone at once, and it is not
--- taken back. The new key and incarnation are recorded, so a holder that dies afterwards is freed
--- by liveness at once again. Called on the session that holds liveness key p_key (just
--- registered); one element per lease, in the order given: whether it was taken back, its
--- expiry, and why not ('unknown', 'released', 'taken-over', 'expired', 'same-incarnation').
+-- reconfirm_leases: a holder keeps its leases across a server restart or failover (which ends
+-- every liveness lock): on its new liveness session (key p_key) it takes back the leases still its
+-- own, with liveness evidence from an EARLIER incarnation. Only then could no peer have taken one
+-- since the old lock went (is_free asks for the lock only on the incarnation that recorded it);
+-- on the same incarnation the lock's loss freed the lease at once. The new key and incarnation
+-- are recorded, so that liveness frees them again if the holder dies.
 create function leasehold.reconfirm_leases(p_key bigint, p_names text[], p_tokens uuid[], p_fences bigint[], p_ttls interval[])
 returns table (name text, reconfirmed boolean, expires_at timestamptz, reason text, database_time timestamptz)
 language plpgsql volatile
@@ -651,8 +608,7 @@ begin
     raise exception 'reconfirm_leases: this session does not hold liveness key %', p_key
       using errcode = '42501', hint = 'Call it on the session that called register_liveness().';
   end if;
-  if cardinality(p_names) is distinct from cardinality(p_tokens) or cardinality(p_names) is distinct from cardinality(p_fences)
-     or cardinality(p_names) is distinct from cardinality(p_ttls) then
+  if array[cardinality(p_tokens), cardinality(p_fences), cardinality(p_ttls)] is distinct from array_fill(cardinality(p_names), array[3]) then
     raise exception 'reconfirm_leases: names, tokens, fences and ttls must have one element per lease' using errcode = '22023';
   end if;
   perform leasehold.check_ttl(d.ttl) from (select distinct t as ttl from unnest(p_ttls) t) d;
@@ -664,24 +620,17 @@ begin
      for no key update of l;
   with taken as (
     update leasehold.leases l
-       set expires_at = now() + i.ttl, ttl = i.ttl, epoch = leasehold.epoch(),
-           holder_key = p_key, holder_incarnation = v_incarnation
+       set expires_at = now() + i.ttl, ttl = i.ttl, epoch = leasehold.epoch(), holder_key = p_key, holder_incarnation = v_incarnation
       from unnest(p_names, p_tokens, p_fences, p_ttls) as i(name, token, fence, ttl)
      where l.name = any (p_names) and l.name = i.name and l.token = i.token and l.fence = i.fence
-       and l.expires_at > now()
-       and l.holder_incarnation is distinct from v_incarnation
+       and l.expires_at > now() and l.holder_incarnation is distinct from v_incarnation
     returning l.name, l.expires_at)
   select coalesce(array_agg(t.name), '{}'), coalesce(array_agg(t.expires_at), '{}') into v_names, v_expires from taken t;
   return query
   select e.name, c.name is not null, coalesce(c.expires_at, l.expires_at),
-         case
-           when c.name is not null then 'reconfirmed'
-           when l.name is null then 'unknown'
-           when l.token is null then 'released'
-           when l.token <> e.token or l.fence <> e.fence then 'taken-over'
-           when l.expires_at <= now() then 'expired'
-           else 'same-incarnation'
-         end,
+         case when c.name is not null then 'reconfirmed' when l.name is null then 'unknown' when l.token is null then 'released'
+              when l.token <> e.token or l.fence <> e.fence then 'taken-over' when l.expires_at <= now() then 'expired'
+              else 'same-incarnation' end,
          now()
     from unnest(p_names, p_tokens, p_fences) with ordinality as e(name, token, fence, n)
     left join unnest(v_names, v_expires) as c(name, expires_at) on c.name = e.name
@@ -689,20 +638,9 @@ begin
    order by e.n;
 end $$;
 
--- renew: renew_leases() of one lease.
-create function leasehold.renew(p_name text, p_token uuid, p_ttl interval)
-returns table (renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
-language sql volatile
-set lock_timeout = '2s'
-as $$
-  select r.renewed, r.expires_at, r.fence, r.reason, r.database_time
-    from leasehold.renew_leases(array[row(p_name, p_token, p_ttl)::leasehold.lease_renewal]) r;
-$$;
-
--- renew_leases: extends each given lease while its token matches and it has not expired, in
--- one update; says for each one why not otherwise ('unknown', 'expired': the caller's token but
--- past its expiry, 'released', 'taken-over'). In the order given.
-create function leasehold.renew_leases(p_leases leasehold.lease_renewal[])
+-- renew_leases: confirm_leases() for the caller, saying for each lease not renewed why, in the
+-- order given. Variadic, so that one lease reads plainly: renew_leases(('job', token, '30 seconds')).
+create function leasehold.renew_leases(variadic p_leases leasehold.lease_renewal[])
 returns table (name text, renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -719,10 +657,9 @@ begin
   if p_leases is null then
     return;
   end if;
-  -- a name with a lease row passed the name rule when the row was inserted (leases_name_valid):
-  -- only the others are checked, so that a bad name is refused (LH001) rather than 'unknown'
-  perform leasehold.check_name(e.name) from unnest(p_leases) e
-   where not exists (select 1 from leasehold.leases x where x.name = e.name);
+  -- a name with a lease row passed the name rule when the row was inserted: only the others are
+  -- checked, so that a bad name is refused (LH001) rather than 'unknown'
+  perform leasehold.check_name(e.name) from unnest(p_leases) e where not exists (select 1 from leasehold.leases x where x.name = e.name);
   perform leasehold.check_ttl(d.ttl) from (select distinct e.ttl from unnest(p_leases) e) d;
   perform leasehold.pin_synchronous_commit();
   select coalesce(array_agg(c.name), '{}'), coalesce(array_agg(c.expires_at), '{}'), coalesce(array_agg(c.fence), '{}')
@@ -730,16 +667,11 @@ begin
     from leasehold.confirm_leases(array(select e.name from unnest(p_leases) e), array(select e.token from unnest(p_leases) e),
                                   array(select e.ttl from unnest(p_leases) e)) c;
   -- a lease not renewed: as a new snapshot has it, so that a release or takeover the update
-  -- waited for (its row lock) is the reason given, as renew() gave it
+  -- waited for (its row lock) is the reason given
   return query
   select e.name, c.name is not null, coalesce(c.expires_at, l.expires_at), coalesce(c.fence, l.fence),
-         case
-           when c.name is not null then 'renewed'
-           when l.name is null then 'unknown'
-           when l.token = e.token then 'expired'
-           when l.token is null then 'released'
-           else 'taken-over'
-         end,
+         case when c.name is not null then 'renewed' when l.name is null then 'unknown' when l.token = e.token then 'expired'
+              when l.token is null then 'released' else 'taken-over' end,
          now()
     from unnest(p_leases) with ordinality as e(name, token, ttl, n)
     left join unnest(v_names, v_expires, v_fences) as c(name, expires_at, fence) on c.name = e.name
@@ -747,6 +679,8 @@ begin
    order by e.n;
 end $$;
 
+-- release: frees the lease only for its current token (end_runs, the one rule by which a lease
+-- row lets go), so that a late release from an old holder changes nothing.
 create function leasehold.release(p_name text, p_token uuid) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -762,23 +696,12 @@ begin
   if found then
     return true;
   end if;
-  return exists (select 1 from leasehold.release_matching(array[p_name], array[p_token]));
+  return exists (select 1 from leasehold.end_runs(array[p_name], array[p_token], null, null, null, null) e where e.released);
 end $$;
 
--- release_matching: the one rule by which a lease is released: only for its current token.
--- A late release from an old holder matches nothing and changes nothing. Returns the names
--- released (a null token releases nothing).
--- A step of end_runs().
-create function leasehold.release_matching(p_names text[], p_tokens uuid[]) returns setof text
-language sql volatile as $$
-  select e.name from leasehold.end_runs(p_names, p_tokens, null, null, null, null) e where e.released;
-$$;
-
--- holds_lease: the fence check, as a boolean for WHERE clauses and triggers (assert_lease below
--- raises LH003 where it is false, start_run calls assert_lease):
---   update results set ... where id = $1 and leasehold.holds_lease('job', $token, $fence);
--- A lease of a job with a timeout is not held once the timeout
--- has passed since the lease was granted.
+-- holds_lease: the fence check, as a boolean for WHERE clauses and triggers. Locks the row FOR
+-- KEY SHARE: no takeover (FOR UPDATE) until the transaction ends, while the holder's own renewals
+-- (non-key columns) still go through.
 create function leasehold.holds_lease(p_name text, p_token uuid, p_fence bigint) returns boolean
 language plpgsql volatile as $$
 begin
@@ -790,23 +713,16 @@ begin
   return found;
 end $$;
 
--- assert_lease: the fence check for the caller's own transaction. Locks the lease row (holds_lease)
--- FOR KEY SHARE where name, token and fence match, the lease is unexpired and it was
--- confirmed in the current epoch (a release or takeover lost in a failover must not let the
--- old token write again; the live holder's next renewal re-confirms it), so no
--- takeover (which needs FOR UPDATE) can happen before this transaction ends, while the
--- holder's own renewals (plain UPDATEs of non-key columns) still go through. Raises LH003
--- otherwise. Returns the fence.
--- The timeout named in the refusal (otherwise a timed-out lease,
--- unexpired and with a matching token, would be explained as unconfirmed since a failover, and
--- clients would renew it and try again).
+-- assert_lease: holds_lease() for the caller's own transaction, raising LH003 with the reason
+-- instead of answering false; returns the fence. A lease confirmed in an earlier epoch is refused
+-- (a release or takeover lost in a failover must not let the old token write again; the live
+-- holder's next renewal confirms it again).
 create function leasehold.assert_lease(p_name text, p_token uuid, p_fence bigint) returns bigint
 language plpgsql volatile as $$
 declare
   r leasehold.leases;
   v_detail text;
 begin
-  -- the rule and the lock are holds_lease's; this function only explains a refusal
   if leasehold.holds_lease(p_name, p_token, p_fence) then
     return p_fence;
   end if;
@@ -819,6 +735,7 @@ begin
       when r.expires_at <= now() then 'the lease expired'
       -- a wrong token is no failover, whatever the row's epoch says
       when r.token <> p_token then 'the token does not match the lease'
+      -- named: a timed-out lease (unexpired, the caller's) would pass for one unconfirmed since a failover
       when leasehold.run_timed_out(r.name, r.acquired_at) then
         format('the run timed out: its job''s timeout of %s ms passed at %s',
                (select j.timeout_ms from leasehold.jobs j where j.name = r.name),
@@ -826,24 +743,20 @@ begin
     end;
   if v_detail is not null then
     raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
-      using errcode = 'LH003', detail = v_detail,
-            hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
+      using errcode = 'LH003', detail = v_detail, hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
   end if;
-  -- Not lost as far as this server knows, only unconfirmed since a failover. The DETAIL's
-  -- first words are part of the contract: clients recognise this case by them, renew, and
-  -- run the transaction again.
+  -- Only unconfirmed since a failover. The DETAIL's first words are part of the contract: clients
+  -- recognise this case by them, renew, and run the transaction again.
   raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
     using errcode = 'LH003',
           detail = format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
                           'renew it, or roll back if it is lost', r.epoch, leasehold.epoch()),
-          hint = 'Roll back, renew the lease (leasehold.renew) and run the transaction again; if the renewal fails, the lease is lost.';
+          hint = 'Roll back, renew the lease (leasehold.renew_leases) and run the transaction again; if the renewal fails, the lease is lost.';
 end $$;
 
--- force_release: frees a lease whatever its holder (an operator's act: a stuck holder, a
--- migration): the next fence is taken, so a write of the old holder is refused from then on.
--- p_by: who releases (checked like a holder name); given, the act is recorded in
--- leasehold.actions and the run holding the lease (a scheduled run, leasehold exec, run()) ends
--- lost naming p_by.
+-- force_release: frees a lease whatever its holder (an operator's act) and takes the next fence,
+-- so that a write of the old holder is refused from then on. p_by (checked like a holder): the act
+-- is recorded in actions, and the run holding the lease (a scheduled one, exec, run()) ends lost.
 create function leasehold.force_release(p_name text, p_by text default null)
 returns table (released boolean, previous_holder text, previous_fence bigint, fence bigint)
 language plpgsql volatile as $$
@@ -863,18 +776,17 @@ begin
     return query select false, null::text, null::bigint, null::bigint;
     return;
   end if;
-  -- the scheduled run in flight on the row, if any, ends with its lease
+  -- the scheduled run in flight on the row ends with its lease, and so does, given p_by, a run
+  -- with a run_log row under the lease (exec, run())
   if old.run_slot is not null then
     perform leasehold.end_runs(array[p_name], null, array[old.run_fence], array['lost'], array[v_why], null);
   end if;
-  -- and so does a run with a run_log row under the lease (leasehold exec, run()), naming who
   if p_by is not null and old.token is not null then
     update leasehold.run_log x set outcome = 'lost', finished_at = now(), error = v_why
      where x.job = p_name and x.fence = old.fence and x.outcome = 'running';
   end if;
   update leasehold.leases l
-     set token = null, expires_at = null, holder_key = null, released_at = now(),
-         fence = leasehold.next_fence(l.fence)
+     set token = null, expires_at = null, holder_key = null, released_at = now(), fence = leasehold.next_fence(l.fence)
    where l.name = p_name
   returning l.* into r;
   if p_by is not null then
@@ -884,9 +796,8 @@ begin
   return query select old.token is not null, old.holder, old.fence, r.fence;
 end $$;
 
--- record_skip: records that a caller declined to run `p_name` because it was held, naming the
--- holder as leasehold.acquire reported it. One row per (job, slot); returns false if the slot
--- already had one.
+-- record_skip: records that the caller did not run p_name because it was held, naming the holder
+-- as acquire() reported it. One row per (job, slot); false when the slot had one already.
 create function leasehold.record_skip(p_name text, p_recorded_by text, p_slot timestamptz default null)
 returns boolean
 language sql volatile as $$
@@ -902,6 +813,8 @@ language sql volatile as $$
   select exists (select 1 from inserted);
 $$;
 
+-- record_clock_step: stores the window (p_from, p_to] a forward step of the database clock
+-- jumped over, merged with the stored ones it overlaps; true when it is a new one.
 create function leasehold.record_clock_step(p_from timestamptz, p_to timestamptz, p_holder text)
 returns boolean
 language plpgsql volatile
@@ -914,8 +827,7 @@ declare
   v_to   timestamptz;
 begin
   if p_from is null or p_to is null or not isfinite(p_from) or not isfinite(p_to) or p_to <= p_from then
-    raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to
-      using errcode = '22023';
+    raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to using errcode = '22023';
   end if;
   perform leasehold.check_holder(p_holder);
   -- one writer at a time, so that concurrent reports of the same step merge instead of racing
@@ -926,19 +838,13 @@ begin
   v_new := not found;
   if v_new then
     insert into leasehold.clock_steps (from_time, to_time, recorded_by) values (p_from, p_to, p_holder);
-    -- bounded: the oldest windows go (their slots are long recorded or pruned)
-    delete from leasehold.clock_steps
-     where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
+    delete from leasehold.clock_steps where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
   end if;
-  -- The slots of the window (as merged with the stored ones it overlaps: one interval) never
-  -- existed: delete what record_missed_slots() would have refused had the window been here first.
-  -- Bounds as values, so that the BRIN index on recorded_at reads only the rows recorded since
-  -- the step began, however long the missed history is.
-  select min(w.from_time), max(w.to_time) into v_from, v_to
-    from leasehold.clock_steps w
-   where w.from_time <= p_to and p_from <= w.to_time;
-  delete from leasehold.missed m
-   where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to;
+  -- The window's slots never existed: delete what record_missed_slots() would have refused had
+  -- the window been stored first. Bounds as values, so that the BRIN index on recorded_at reads
+  -- only the rows recorded since the step began.
+  select min(w.from_time), max(w.to_time) into v_from, v_to from leasehold.clock_steps w where w.from_time <= p_to and p_from <= w.to_time;
+  delete from leasehold.missed m where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to;
   return v_new;
 end $$;
 

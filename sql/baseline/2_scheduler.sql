@@ -1,58 +1,33 @@
--- leasehold schema, part 2 of 6: scheduled jobs and slot claims.
---
--- A job's lease row (leasehold.leases, name = job name) carries last_slot: the newest scheduled
--- occurrence anyone claimed. claim() claims many jobs' slots in one call with a fixed number
--- of set-based statements, whatever the number of jobs, and records each skip once per
--- (job, slot) however many workers notice it.
-
+-- leasehold schema, part 2 of 6: scheduled jobs and slot claims. A job's lease row (name = job
+-- name) carries last_slot, the newest occurrence anyone claimed. claim() claims many jobs' slots
+-- with a fixed number of set-based statements, and records each skip once per (job, slot).
 
 create sequence leasehold.job_revisions;
 
--- Slots waiting for the running one to finish (overlap policies buffer-one and buffer-all).
+-- Slots waiting for the running one to finish (overlap buffer-one and buffer-all, catch-up).
 create table leasehold.buffered (
-  job text not null,
-  slot timestamp with time zone not null,
-  buffered_at timestamp with time zone not null default now(),
+  job text not null, slot timestamp with time zone not null, buffered_at timestamp with time zone not null default now(),
   constraint buffered_pkey PRIMARY KEY (job, slot)
 );
 
--- worker_starts: per worker liveness key, through when its runs claimed ahead are (or may be)
--- started, and the latest planned start of a run of it a peer claimed again.
 create table leasehold.worker_starts (
-  holder_key      bigint primary key,
-  started_through timestamptz not null,
-  taken_through   timestamptz,
-  updated_at      timestamptz not null default now()
+  holder_key bigint primary key, started_through timestamptz not null, taken_through timestamptz, updated_at timestamptz not null default now()
 );
 comment on table leasehold.worker_starts is
   'Per worker liveness key: through when its runs claimed ahead are started (start_tick), and the latest planned start of one a peer claimed again.';
 
 create table leasehold.jobs (
   name text primary key,
-  schedule text not null,
-  timezone text,
-  interval_ms bigint,
-  ttl_ms bigint not null,
-  overlap text not null,
-  catch_up text not null,
-  registered_by text not null,
-  registered_at timestamp with time zone not null default now(),
+  schedule text not null, timezone text, interval_ms bigint, ttl_ms bigint not null, overlap text not null, catch_up text not null,
+  registered_by text not null, registered_at timestamp with time zone not null default now(),
   source text not null default 'code'::text,
-  handler text,
-  payload jsonb,
-  defined_by text,
-  buffer_limit integer,
-  starting_deadline_ms bigint,
-  -- stored for the per-run timeout and jitter options; null: none
-  timeout_ms bigint,
-  jitter_ms bigint,
+  handler text, payload jsonb, defined_by text, -- jobs defined as data
+  buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, -- null: the default (or none)
   removed_at timestamp with time zone,
-  paused_at timestamp with time zone,
-  paused_by text,
-  pause_reason text,
+  paused_at timestamp with time zone, paused_by text, pause_reason text,
   revision bigint not null default nextval('leasehold.job_revisions'::regclass),
-  -- the login role that registered or defined it (null: the schema owner or a superuser): only
-  -- that role (or a member of it) changes or removes it, and only its workers run it
+  -- the login role that registered or defined it (null: the schema owner or a superuser): only it
+  -- (or a member) changes or removes it, and only its workers run it
   owner_role text,
   constraint jobs_jitter_ms_check CHECK ((jitter_ms > 0)),
   constraint jobs_source_check CHECK ((source = ANY (ARRAY['code'::text, 'data'::text]))),
@@ -63,35 +38,29 @@ comment on table leasehold.jobs is
 create unique index jobs_revision on leasehold.jobs (revision);
 
 create table leasehold.missed (
-  job text not null,
-  slot timestamp with time zone not null,
-  reason text not null,
-  recorded_by text not null,
-  recorded_at timestamp with time zone not null default now(),
+  job text not null, slot timestamp with time zone not null, reason text not null,
+  recorded_by text not null, recorded_at timestamp with time zone not null default now(),
   constraint missed_pkey PRIMARY KEY (job, slot)
 );
 create index missed_recorded_brin on leasehold.missed using brin (recorded_at) WITH (pages_per_range='32');
 
 create table leasehold.worker_handlers (
-  worker_key bigint primary key,
-  holder text not null,
-  handlers text[] not null,
-  registered_at timestamp with time zone not null default now()
+  worker_key bigint primary key, holder text not null, handlers text[] not null, registered_at timestamp with time zone not null default now()
 );
 comment on table leasehold.worker_handlers is
-  'The handler names each scheduler worker registered, by its liveness key (live while worker_keys() lists it).';
+  'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
 
--- The writers of this migration say so; any other write of leasehold.jobs is register_jobs (or
--- register_external_job): a code job's registration.
+-- jobs_revision: every write of a jobs row takes the next revision, in order (one writer at a
+-- time). Writers of data jobs say so (leasehold.job_writer); any other write is a code job's
+-- registration (register_jobs, start_run's external job), which takes a data job's name over.
 create function leasehold.jobs_revision() returns trigger
 language plpgsql volatile as $$
 begin
   perform pg_advisory_xact_lock(7308604897068083572);
   if current_setting('leasehold.job_writer', true) is distinct from 'schedules' then
     if tg_op = 'UPDATE' and old.source = 'data' then
-      -- a code job takes the name over: it is claimable again unless paused
-      update leasehold.leases l set suspended = case when old.paused_at is null then null else 'paused' end
-       where l.name = new.name;
+      -- claimable again unless paused
+      update leasehold.leases l set suspended = case when old.paused_at is null then null else 'paused' end where l.name = new.name;
     end if;
     new.source := 'code';
     new.handler := null;
@@ -103,12 +72,8 @@ begin
   return new;
 end $$;
 
--- notify_changes: tells the listening workers that leasehold.jobs (a definition, pause, resume or
--- removal) or leasehold.run_requests (run now, backfill) changed, with the table's name
--- (tg_argv[0]) as the payload on channel leasehold_changes. A statement trigger: one
--- notification per statement, and PostgreSQL folds equal ones of a transaction into one, sent
--- at commit. The workers read the changes themselves (schedule_changes, the pending requests);
--- the payload carries no data, so any role may listen.
+-- notify_changes: tells the listening workers that jobs or run_requests changed (the table's name
+-- is the payload on channel leasehold_changes; no data, so any role may listen).
 create function leasehold.notify_changes() returns trigger
 language plpgsql volatile as $$
 begin
@@ -116,12 +81,9 @@ begin
   return null;
 end $$;
 
--- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept,
--- or null. 'UTC', or Area/Location[/Sub] with an area of the tz database (the backward-compatible
--- US, Canada, Brazil, Chile and Mexico included; not posix/ or right/, the copies of the database
--- that PostgreSQL also finds in a system zoneinfo directory), known to this server. Both engines
--- look names up ignoring case, so only the area's spelling and the initials are checked. Every
--- name of Intl.supportedValuesOf('timeZone') has this form (test/control/schedule-definition-checks.test.ts).
+-- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept
+-- ('UTC', or Area/Location[/Sub] of the tz database known to this server), or null. Both look
+-- names up ignoring case, so only the area and the initials are checked.
 create function leasehold.timezone_problem(p_timezone text) returns text
 language plpgsql stable as $$
 begin
@@ -138,20 +100,33 @@ begin
   return null;
 end $$;
 
--- register_jobs: upserts job definitions and makes sure each has a lease row. Returns each
--- job's last claimed slot, so a starting worker can apply its catch-up policy. When a job's
--- schedule or timezone changes, its last slot moves up to now(): the slots between the old
--- schedule's last run and now never existed, so they are neither caught up nor recorded missed.
+-- register_jobs: upserts job definitions and their lease rows; returns each job's last claimed
+-- slot, for the catch-up policy. A changed schedule or timezone moves last_slot up to now(): the
+-- slots between the old schedule's last run and now never existed.
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
-  p_overlaps text[], p_catch_ups text[], p_holder text
+  p_overlaps text[], p_catch_ups text[], p_holder text, p_timeout_ms bigint[] default null
 ) returns table (name text, last_slot timestamptz, database_time timestamptz)
-language plpgsql volatile as $$
+language plpgsql volatile
+set plan_cache_mode = force_custom_plan
+set jit = off
+as $$
 #variable_conflict use_column
+declare
+  v_bad bigint;
 begin
   perform leasehold.check_namespace(p_names);
   perform leasehold.check_job_owner(p_names);
   perform leasehold.check_name(n) from unnest(p_names) as n;
+  if p_timeout_ms is not null and cardinality(p_timeout_ms) is distinct from cardinality(p_names) then
+    raise exception 'register_jobs needs as many timeouts as names (% names, % timeouts)',
+      coalesce(cardinality(p_names), 0), cardinality(p_timeout_ms) using errcode = '22023';
+  end if;
+  -- the bounds of the client's `timeout` option
+  select t into v_bad from unnest(p_timeout_ms) t where t < 1 or t > 31622400000 limit 1;
+  if found then
+    raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
+  end if;
   insert into leasehold.leases (name) select n from unnest(p_names) as n on conflict do nothing;
   update leasehold.leases l
      set last_slot = greatest(l.last_slot, now())
@@ -161,116 +136,38 @@ begin
      and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
   -- a changed definition of an existing job is an act on it: recorded, with the login role
   with written as (
-    insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by, owner_role)
+    insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, timeout_ms, registered_by, owner_role)
     select i.*, p_holder, leasehold.acting_role()
-      from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups) as i
+      from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups, p_timeout_ms) as i
     on conflict (name) do update
        set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
-           ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
+           ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up, timeout_ms = excluded.timeout_ms,
            registered_by = excluded.registered_by, registered_at = now(), owner_role = coalesce(j.owner_role, excluded.owner_role)
-     where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up)
-           is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap, excluded.catch_up)
-    returning j.name, j.schedule, j.ttl_ms, j.overlap, xmax <> 0 as updated
+     where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up, j.timeout_ms)
+           is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap,
+                             excluded.catch_up, excluded.timeout_ms)
+    returning j.name, j.schedule, j.ttl_ms, j.overlap, j.timeout_ms, xmax <> 0 as updated
   )
   insert into leasehold.actions (action, job, actor, detail)
-  select 'job-changed', w.name, p_holder, jsonb_build_object('schedule', w.schedule, 'ttl_ms', w.ttl_ms, 'overlap', w.overlap)
+  select 'job-changed', w.name, p_holder,
+         jsonb_build_object('schedule', w.schedule, 'ttl_ms', w.ttl_ms, 'overlap', w.overlap, 'timeout_ms', w.timeout_ms)
     from written w where w.updated;
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
-end $$;
-alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) set plan_cache_mode = force_custom_plan;
-alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) set jit = off;
-
--- register_external_job: makes a job visible in job_status without a schedule leasehold runs.
-create function leasehold.register_external_job(p_name text, p_interval_ms bigint, p_ttl_ms bigint, p_holder text)
-returns void
-language sql volatile as $$
-  select leasehold.check_namespace(array[p_name]);
-  select leasehold.check_name(p_name), leasehold.check_holder(p_holder),
-         leasehold.check_ttl(p_ttl_ms * interval '1 millisecond'),
-         leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000,
-                                        'interval_ms', 'must be from 1 millisecond to 366 days');
-  insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
-  values (p_name, 'external', null, p_interval_ms, p_ttl_ms, 'skip', 'none', p_holder)
-  on conflict (name) do update
-     set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
-   where j.schedule = 'external';
-$$;
-
--- set_job_timeouts: sets (or, with null, clears) the timeout of each named job, as its latest
--- registration says. Names that are not registered are ignored. Returns the rows changed.
-create function leasehold.set_job_timeouts(p_names text[], p_timeout_ms bigint[]) returns integer
-language plpgsql volatile
-set lock_timeout = '2s'
-as $$
-declare
-  v_bad bigint;
-  v_changed integer;
-begin
-  perform leasehold.check_namespace(p_names);
-  perform leasehold.check_job_owner(p_names);
-  if coalesce(cardinality(p_names), 0) <> coalesce(cardinality(p_timeout_ms), 0) then
-    raise exception 'set_job_timeouts needs as many timeouts as names (% names, % timeouts)',
-      coalesce(cardinality(p_names), 0), coalesce(cardinality(p_timeout_ms), 0)
-      using errcode = '22023';
-  end if;
-  -- the bounds of the client's `timeout` option: 1 ms to 366 days
-  select t into v_bad from unnest(p_timeout_ms) t where t < 1 or t > 31622400000 limit 1;
-  if found then
-    raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
-  end if;
-  with changed as (
-    update leasehold.jobs j
-       set timeout_ms = i.timeout_ms
-      from unnest(p_names, p_timeout_ms) as i(name, timeout_ms)
-     where j.name = i.name and j.timeout_ms is distinct from i.timeout_ms
-    returning j.name, j.timeout_ms
-  ), audited as (
-    insert into leasehold.actions (action, job, actor, detail)
-    select 'timeout-changed', c.name, session_user, jsonb_build_object('timeout_ms', c.timeout_ms) from changed c
-    returning 1
-  )
-  select count(*) into v_changed from audited;
-  return v_changed;
-end $$;
-
--- register_worker_handlers: called by a worker on its liveness session, right after
--- register_liveness(true). Only the session that holds p_key may register under it.
-create function leasehold.register_worker_handlers(p_key bigint, p_holder text, p_handlers text[]) returns void
-language plpgsql volatile as $$
-begin
-  perform leasehold.check_holder(p_holder);
-  if not exists (select 1 from leasehold.worker_keys() k where k.key = p_key and k.pid = pg_backend_pid()) then
-    raise exception 'register_worker_handlers: this session does not hold worker key %', p_key
-      using errcode = '42501', hint = 'Call it on the session that called register_liveness(true).';
-  end if;
-  if cardinality(p_handlers) > 10000 then
-    raise exception 'register_worker_handlers: at most 10000 handlers (got %)', cardinality(p_handlers) using errcode = '22023';
-  end if;
-  delete from leasehold.worker_handlers w
-   where w.worker_key = p_key
-      or not exists (select 1 from leasehold.worker_keys() k where k.key = w.worker_key);
-  insert into leasehold.worker_handlers (worker_key, holder, handlers)
-  values (p_key, p_holder, coalesce(p_handlers, '{}'));
 end $$;
 
 -- live_handlers: each handler name the live workers registered, with how many of them have it.
 create function leasehold.live_handlers() returns table (handler text, workers integer)
 language sql stable as $$
   select h.handler, count(*)::integer
-    from leasehold.worker_handlers w
-    join leasehold.worker_keys() k on k.key = w.worker_key
-    cross join lateral unnest(w.handlers) as h(handler)
+    from leasehold.worker_handlers w join leasehold.liveness_locks() k on k.key = w.worker_key, unnest(w.handlers) as h(handler)
    group by h.handler;
 $$;
 
 -- unhandled_schedules: the data jobs (not removed, not paused) whose handler no live worker
--- registered, with what the recording worker needs to compute their slots. `since`: the
--- latest of the definition's last change and the job's last claimed slot.
+-- registered, with what the worker that records their slots missed needs.
 create function leasehold.unhandled_schedules()
-returns table (
-  job text, handler text, schedule text, timezone text, interval_ms bigint,
-  starting_deadline_ms bigint, since timestamptz, database_time timestamptz
-)
+returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz,
+               database_time timestamptz)
 language sql stable as $$
   select j.name, j.handler, j.schedule, j.timezone, j.interval_ms, j.starting_deadline_ms,
          greatest(j.registered_at, (select l.last_slot from leasehold.leases l where l.name = j.name)), now()
@@ -281,52 +178,27 @@ language sql stable as $$
    limit 10000;
 $$;
 
--- claim: the scheduler's claim, the one entry point for every caller (the TypeScript worker,
--- psql, other languages). Parallel arrays, one element per request (job, the slot it claims,
--- ttl in milliseconds, mode: 'exclusive', 'replace' or 'allow', buffer cap: how many slots a
--- held lease may queue (0: none, the skip is recorded)); one statement for any number of jobs. Each slot is claimed at most once: a lease row
--- whose last_slot is at or after the slot answers 'slot-taken'; a lease held by another holder
--- answers 'held' and records one skip per (job, slot) however many callers notice it.
--- p_every: one row per request with its reason; without it only the rows the caller must act on
--- (claimed, buffered, a skip it recorded, or an error). p_ahead_ms (0-10000): a claim ahead of
--- the slots: slots due within it, from free leases only, and only the claimed rows come back;
--- p_starts (with p_ahead_ms): when each run will start (its slot plus the job's jitter), which
--- history records as the run's start. Times are the database clock's. See docs/sql-api.md.
--- A slot claimed ahead whose holder never marked its start (start_tick) is claimed again at its
--- slot by another caller once the lease is free by the usual rule (expired, or the holder's
--- liveness gone): the holder's run is recorded aborted, the slot still runs once. While that
--- lease is still held the answer is 'held-ahead', with the lease's expiry: ask again then. A
--- skip names the slot of the run holding the lease (a backfill's, say).
+-- claim: the scheduler's claim for every caller (docs/sql-api.md): parallel arrays, one element
+-- per request, a fixed number of set-based statements for any number of jobs. Each slot is
+-- claimed at most once (after last_slot); a held lease records one skip per (job, slot). A slot
+-- claimed ahead (p_ahead_ms) whose holder never marked its start (start_tick) is claimed again at
+-- its slot once the lease is free by the usual rule: the holder's run is recorded aborted.
 create function leasehold.claim(
   p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[],
   p_holder text, p_holder_key bigint default null, p_every boolean default false,
   p_ahead_ms bigint default null, p_starts timestamptz[] default null
 ) returns table (
-  job            text,
-  slot           timestamptz,
-  claimed        boolean,
-  reason         text,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  previous_slot  timestamptz,
-  holder         text,
-  holder_fence   bigint,
-  holder_slot    timestamptz,
-  holder_since   timestamptz,
-  skip_recorded  boolean,
-  buffered       boolean,
-  database_time  timestamptz,
-  took_over      boolean
+  job text, slot timestamptz, claimed boolean, reason text, token uuid, fence bigint, expires_at timestamptz,
+  previous_slot timestamptz, holder text, holder_fence bigint, holder_slot timestamptz, holder_since timestamptz,
+  skip_recorded boolean, buffered boolean, database_time timestamptz, took_over boolean
 )
 language plpgsql volatile
 set lock_timeout = '2s'
 set plan_cache_mode = force_custom_plan
 set jit = off
--- Lease rows are hot (every tick touches them): with the default cost of a random page the
--- planner joins a worker's share of 2,500 jobs to the leases by scanning and hashing every
--- lease row (27,500 of them: 24 ms of a 32 ms step), where 2,500 primary-key probes take 7 ms.
--- What a call costs grows with the jobs it is given, not with the jobs registered.
+-- Lease rows are hot: with the default cost of a random page the planner joined a worker's share
+-- of 2,500 jobs to the leases by hashing every lease row (27,500: 24 ms of a 32 ms step), where
+-- 2,500 primary-key probes take 7 ms. What a call costs grows with its jobs, not all jobs.
 set random_page_cost = 1.1
 as $$
 #variable_conflict use_column
@@ -334,47 +206,18 @@ declare
   v_asked_ttls interval[] := array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t);
   v_ahead interval := p_ahead_ms * interval '1 millisecond';
   v_n integer := coalesce(cardinality(p_jobs), 0);
-  -- what step 1 locked, as parallel arrays (an element of a text array is found by walking
-  -- the array: values are carried along, never looked up by position): each request's
-  -- position, job, the slot it claims (an older buffered one may come first), the slot it
-  -- asked for, ttl, mode, buffer cap, and from the locked row the slot it held before, whether
-  -- it was held and its fence
-  v_at integer[];
-  v_jobs text[];
-  v_slots timestamptz[];
-  v_wanted timestamptz[];
-  v_ttls interval[];
-  v_modes text[];
-  v_caps integer[];
-  v_previous timestamptz[];
-  v_held boolean[];
-  v_fences bigint[];
-  v_new_fences bigint[];
-  -- the locked rows that carry a run in flight of an earlier claim (a takeover): name, fence
-  v_taken_names text[];
-  v_taken_fences bigint[];
-  -- and those whose previous grant was not claim()'s (run now, start_run, acquire, a forced
-  -- release), which may have a run_log row still running: it is lost to this claim
-  v_older text[];
-  -- and those that claim again a slot claimed ahead that its holder never started 
-  -- name, fence, the holder's liveness key, when the run was to start
-  v_re_names text[];
-  v_re_fences bigint[];
-  v_re_keys bigint[];
-  v_re_starts timestamptz[];
-  -- re-claims refused after the lock: the holder marked the start meanwhile
-  v_refused text[];
-  -- what step 3 claimed, as parallel arrays: positions, jobs, slots, tokens, fences, expiries,
-  -- previous slots, whether the row was held, modes
-  c_at integer[];
-  c_jobs text[];
-  c_slots timestamptz[];
-  c_tokens uuid[];
-  c_fences bigint[];
-  c_expires timestamptz[];
-  c_previous timestamptz[];
-  c_held boolean[];
-  c_modes text[];
+  -- what step 1 locked, as parallel arrays (carried along, never looked up by position): position,
+  -- job, the slot it claims (a buffered one may come first), the slot asked for, ttl, mode, cap,
+  -- and from the row its last slot, whether it was held, its fence
+  v_at integer[]; v_jobs text[]; v_slots timestamptz[]; v_wanted timestamptz[]; v_ttls interval[]; v_modes text[];
+  v_caps integer[]; v_previous timestamptz[]; v_held boolean[]; v_fences bigint[]; v_new_fences bigint[];
+  -- takeovers of a run in flight; rows whose grant was not claim()'s (a run_log row may be
+  -- running); re-claims of a slot claimed ahead and never started; re-claims refused after the lock
+  v_taken_names text[]; v_taken_fences bigint[]; v_older text[];
+  v_re_names text[]; v_re_fences bigint[]; v_re_keys bigint[]; v_re_starts timestamptz[]; v_refused text[];
+  -- what step 3 claimed: positions, jobs, slots, tokens, fences, expiries, previous slots, held, modes
+  c_at integer[]; c_jobs text[]; c_slots timestamptz[]; c_tokens uuid[]; c_fences bigint[]; c_expires timestamptz[];
+  c_previous timestamptz[]; c_held boolean[]; c_modes text[];
   v_epoch integer := leasehold.epoch();
   v_incarnation text := leasehold.liveness_incarnation(p_holder_key);
   v_queued boolean;
@@ -384,21 +227,20 @@ begin
   if p_ahead_ms is not null and (p_ahead_ms < 0 or p_ahead_ms > 10000) then
     raise exception 'claim: ahead_ms must be between 0 and 10000 (got %)', p_ahead_ms using errcode = '22023';
   end if;
-  if p_starts is not null and cardinality(p_starts) <> coalesce(cardinality(p_jobs), 0) then
-    raise exception 'claim: as many starts as jobs are needed (% jobs)', coalesce(cardinality(p_jobs), 0) using errcode = '22023';
+  if p_starts is not null and cardinality(p_starts) <> v_n then
+    raise exception 'claim: as many starts as jobs are needed (% jobs)', v_n using errcode = '22023';
   end if;
   perform leasehold.check_claim_requests(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps);
   if v_n = 0 then
     return;
   end if;
-  -- whether any job of this call has queued slots (buffered, catch-up): almost never at a
-  -- tick, and then the per-job lookups of the queue are not planned at all (custom plans)
-  -- (an empty table first: the usual answer, without a probe per job)
+  -- queued slots (buffered, catch-up) of these jobs: almost never at a tick, and then the queue is
+  -- not planned at all (an empty table first: the usual answer, without a probe per job)
   v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
   perform leasehold.pin_synchronous_commit();
 
-  -- 1. Lock the lease rows this call may claim (random order, SKIP LOCKED: workers claiming
-  --    the same tick share the jobs instead of queueing behind one another).
+  -- 1. Lock the lease rows this call may claim (random order, SKIP LOCKED: workers claiming the
+  --    same tick share the jobs instead of queueing behind one another).
   select coalesce(array_agg(x.at), '{}'), coalesce(array_agg(x.job), '{}'), coalesce(array_agg(x.claim_slot), '{}'),
          coalesce(array_agg(x.slot), '{}'), coalesce(array_agg(x.ttl), '{}'), coalesce(array_agg(x.mode), '{}'),
          coalesce(array_agg(x.cap), '{}'), coalesce(array_agg(x.last_slot), '{}'), coalesce(array_agg(x.held), '{}'),
@@ -456,10 +298,10 @@ begin
          for update of l skip locked
     ) x;
 
-  -- A re-claim: under the lock of the holder's worker_starts row (start_tick takes it too), a
-  -- run the holder marked started meanwhile is left to it; the others are taken, the latest
-  -- planned start among them kept in taken_through for the holder's next mark to find, and
-  -- their unstarted runs recorded aborted.
+  -- A re-claim: under the lock of the holder's worker_starts row (start_tick takes it too), a run
+  -- the holder marked started meanwhile is left to it (refused); the others are taken, the latest
+  -- planned start among them kept in taken_through for the holder's next mark to find, and their
+  -- unstarted runs recorded aborted.
   if v_re_names is not null then
     insert into leasehold.worker_starts (holder_key, started_through)
     select distinct k, '-infinity'::timestamptz from unnest(v_re_keys) k order by 1
@@ -469,39 +311,13 @@ begin
       from unnest(v_re_names, v_re_keys, v_re_starts) r(name, key, planned)
       join leasehold.worker_starts s on s.holder_key = r.key
      where r.planned <= s.started_through;
-    if v_refused is not null then
-      select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
-             coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
-             coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
-             coalesce(array_agg(k.fence), '{}')
-        into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
-        from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
-               k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
-       where not (k.job = any (v_refused));
-      select array_agg(r.name), array_agg(r.fence), array_agg(r.key), array_agg(r.planned)
-        into v_re_names, v_re_fences, v_re_keys, v_re_starts
-        from unnest(v_re_names, v_re_fences, v_re_keys, v_re_starts) r(name, fence, key, planned)
-       where not (r.name = any (v_refused));
-    end if;
-    if v_re_names is not null then
-      update leasehold.worker_starts s
-         set taken_through = greatest(s.taken_through, m.planned), updated_at = now()
-        from (select r.key, max(r.planned) as planned from unnest(v_re_keys, v_re_starts) r(key, planned) group by r.key) m
-       where s.holder_key = m.key;
-      perform leasehold.end_runs(
-        v_re_names, null, v_re_fences,
-        array_fill('aborted'::text, array[cardinality(v_re_names)]),
-        array_fill('not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder,
-                   array[cardinality(v_re_names)]),
-        null);
-    end if;
   end if;
 
-  -- 2. A skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock
-  --    committed before it: a statement after the lock sees it, step 1's snapshot did not.
-  --    Step 3 checks that itself; only a takeover needs the answer earlier, since the run in
-  --    flight it records lost must be a run of a row that step 3 then claims.
-  if v_taken_names is not null or v_older is not null then
+  -- 2. Leave out the refused re-claims, and, before a takeover, the slots with a final skip: a
+  --    skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock committed
+  --    before it, which a statement after the lock sees. Step 3 checks that itself; a takeover
+  --    needs it earlier, since the run it records lost must be one of a row step 3 then claims.
+  if v_refused is not null or v_taken_names is not null or v_older is not null then
     select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
            coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
            coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
@@ -509,21 +325,35 @@ begin
       into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
       from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
              k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
-     where not (k.mode = 'exclusive' and k.cap = 0
+     where not (k.job = any (coalesce(v_refused, '{}')))
+       and not ((v_taken_names is not null or v_older is not null) and k.mode = 'exclusive' and k.cap = 0
                 and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot));
   end if;
+  if v_refused is not null then
+    select array_agg(r.name), array_agg(r.fence), array_agg(r.key), array_agg(r.planned)
+      into v_re_names, v_re_fences, v_re_keys, v_re_starts
+      from unnest(v_re_names, v_re_fences, v_re_keys, v_re_starts) r(name, fence, key, planned)
+     where not (r.name = any (v_refused));
+  end if;
+  if v_re_names is not null then
+    update leasehold.worker_starts s
+       set taken_through = greatest(s.taken_through, m.planned), updated_at = now()
+      from (select r.key, max(r.planned) as planned from unnest(v_re_keys, v_re_starts) r(key, planned) group by r.key) m
+     where s.holder_key = m.key;
+    perform leasehold.end_runs(v_re_names, null, v_re_fences, array_fill('aborted'::text, array[cardinality(v_re_names)]),
+      array_fill('not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder,
+                 array[cardinality(v_re_names)]), null);
+  end if;
 
-  -- A takeover: the run in flight of the previous claim is recorded lost before the grant
-  -- below overwrites it (overlap 'allow' keeps the lease and its run). And a run_log row
-  -- still running under an older grant (run now, start_run) is lost too.
+  -- A takeover: the run in flight of the previous claim is recorded lost before the grant below
+  -- overwrites it (overlap 'allow' keeps the lease and its run), and so is a run_log row still
+  -- running under an older grant (run now, start_run).
   if v_taken_names is not null then
     perform leasehold.end_runs(
-      array(select t.name from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)),
-      null,
+      array(select t.name from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)), null,
       array(select t.fence from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)),
       array_fill('lost'::text, array[cardinality(v_taken_names)]),
-      array_fill('lease taken over by ' || p_holder, array[cardinality(v_taken_names)]),
-      null);
+      array_fill('lease taken over by ' || p_holder, array[cardinality(v_taken_names)]), null);
   end if;
   if v_older is not null then
     update leasehold.run_log r
@@ -531,39 +361,27 @@ begin
      where r.job = any (v_older) and r.job = any (v_jobs) and r.outcome = 'running';
   end if;
 
-  -- 3. Claim what is locked and still claimable. The rows are locked since step 1: the fence
-  --    each had is the fence it has. A skip recorded for the slot under overlap 'skip' is
-  --    final: this statement's snapshot, taken after the locks, sees every skip a peer
-  --    committed before step 1 locked the row (step 2's recheck, done here in the same pass).
+  -- 3. Claim what is locked and still claimable (the fence each row had is the fence it has). A
+  --    skip recorded for the slot under overlap 'skip' is final: this statement's snapshot, taken
+  --    after the locks, sees every skip a peer committed before step 1 locked the row.
   v_new_fences := leasehold.fences_after(v_fences, v_epoch);
   with claiming as (
     select k.at, k.job as name, k.claim_slot, k.wanted as wanted_slot, k.ttl, k.mode, k.cap, k.previous_slot, k.held, k.new_fence
       from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_new_fences)
              k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, new_fence)
-     where not (k.mode = 'exclusive' and k.cap = 0
-                and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot))
+     where not (k.mode = 'exclusive' and k.cap = 0 and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot))
   ),
-  -- two updates, one per kind of claim: under overlap 'allow' only the fence and the slot
-  -- change (no exclusivity, the holder's token is kept); every other claim takes the lease
+  -- under overlap 'allow' only the fence and the slot change (no exclusivity, the holder's token
+  -- is kept); every other claim takes the lease
   claimed_lease as (
     update leasehold.leases l
-       set fence = c.new_fence,
-           last_slot = c.claim_slot,
-           token = gen_random_uuid(),
-           holder = p_holder,
-           holder_key = p_holder_key,
-           acquired_at = now(),
-           expires_at = now() + c.ttl,
-           released_at = null,
-           ttl = c.ttl,
-           epoch = v_epoch,
-           holder_incarnation = v_incarnation,
-           -- the run, on the lease row until finish_runs() writes its history row; read when
-           -- the row is written, after the lock (so after the previous holder's release)
-           run_slot = c.claim_slot,
-           run_fence = c.new_fence,
-           run_holder = p_holder,
-           -- claimed ahead: the run starts at its start, not at the claim
+       set fence = c.new_fence, last_slot = c.claim_slot, token = gen_random_uuid(), holder = p_holder,
+           holder_key = p_holder_key, acquired_at = now(), expires_at = now() + c.ttl, released_at = null, ttl = c.ttl,
+           epoch = v_epoch, holder_incarnation = v_incarnation,
+           -- the run, on the lease row until finish_runs() writes its history row; its start read
+           -- when the row is written, after the lock (so after the previous holder's release), or
+           -- when claimed ahead, at its planned start
+           run_slot = c.claim_slot, run_fence = c.new_fence, run_holder = p_holder,
            run_started_at = case when v_ahead is null then clock_timestamp()
                                  else greatest(clock_timestamp(), coalesce(p_starts[c.at], c.claim_slot), c.claim_slot) end
       from claiming c
@@ -577,9 +395,7 @@ begin
      where l.name = c.name and c.mode = 'allow'
     returning c.at, l.name, c.claim_slot, c.wanted_slot, c.cap, c.mode, l.token, l.fence, l.expires_at, c.previous_slot, c.held
   ),
-  claimed as (
-    select * from claimed_lease union all select * from claimed_allow
-  ),
+  claimed as (select * from claimed_lease union all select * from claimed_allow),
   unbuffered as (
     delete from leasehold.buffered b using claimed c where v_queued and b.job = c.name and b.slot <= c.claim_slot
   ),
@@ -597,8 +413,8 @@ begin
     into c_at, c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes
     from claimed c;
 
-  -- overlap 'allow' has no lease to carry its runs: a run_log row from the start, as before (a
-  -- statement of its own, so that a tick without such a job fires no trigger on run_log)
+  -- overlap 'allow' has no lease to carry its runs: a run_log row from the start (a statement of
+  -- its own, so that a tick without such a job fires no trigger on run_log)
   if 'allow' = any (c_modes) then
     insert into leasehold.run_log (job, slot, fence, holder)
     select k.job, k.slot, k.fence, p_holder from unnest(c_jobs, c_slots, c_fences, c_modes) k(job, slot, fence, mode)
@@ -606,21 +422,18 @@ begin
   end if;
 
   return query
-  select k.job, k.slot, true, 'claimed'::text, case when k.mode = 'allow' then null else k.token end,
-         k.fence, case when k.mode = 'allow' then null else k.expires end, k.previous_slot,
-         p_holder, null::bigint, null::timestamptz, null::timestamptz, false, false, now(),
-         k.mode <> 'allow' and k.held
+  select k.job, k.slot, true, 'claimed'::text, case when k.mode <> 'allow' then k.token end, k.fence,
+         case when k.mode <> 'allow' then k.expires end, k.previous_slot, p_holder, null::bigint, null::timestamptz,
+         null::timestamptz, false, false, now(), k.mode <> 'allow' and k.held
     from unnest(c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes)
            k(job, slot, token, fence, expires, previous_slot, held, mode);
-
-  -- A claim ahead leaves everything else to the claim at the slot.
   if v_ahead is not null then
-    return;
+    return; -- a claim ahead leaves everything else to the claim at the slot
   end if;
 
-  -- 4. Everything not claimed above: say why, record a real skip once per slot, buffer it
-  --    if the policy says so. Without p_every, a slot already claimed (last_slot only grows)
-  --    is passed over before anything else is asked about it.
+  -- 4. Everything not claimed: say why, record a real skip once per slot, buffer it if the policy
+  --    says so. Without p_every, a slot already claimed (last_slot only grows) is passed over
+  --    before anything else is asked about it.
   return query
   with pending as (
     select i.job, i.slot, i.mode, i.cap, l.holder as l_holder, l.fence as l_fence,
@@ -670,16 +483,13 @@ begin
   ),
   skipped as (
     insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
-    select h.job, h.slot, h.holder, h.fence, h.holder_slot, now() - h.acquired_at, p_holder
-      from held h
+    select h.job, h.slot, h.holder, h.fence, h.holder_slot, now() - h.acquired_at, p_holder from held h
     on conflict do nothing
     returning skips.job, skips.slot
   ),
   buffering as (
     insert into leasehold.buffered (job, slot)
-    select h.job, h.slot from held h
-     where h.cap > 0
-       and (select count(*) from leasehold.buffered b where b.job = h.job) < h.cap
+    select h.job, h.slot from held h where h.cap > 0 and (select count(*) from leasehold.buffered b where b.job = h.job) < h.cap
     on conflict do nothing
     returning buffered.job, buffered.slot
   ),
@@ -692,24 +502,19 @@ begin
            exists (select 1 from buffering b where b.job = p.job and b.slot = p.slot) as buffered
       from pending p
   )
-  select a.job, a.slot, false, a.why,
-         null::uuid, null::bigint, case when a.why = 'held-ahead' then a.l_expires_at end, null::timestamptz,
-         a.l_holder, a.l_fence, a.l_holder_slot, a.l_acquired_at,
-         a.skip_recorded, a.buffered, now(), false
+  select a.job, a.slot, false, a.why, null::uuid, null::bigint, case when a.why = 'held-ahead' then a.l_expires_at end,
+         null::timestamptz, a.l_holder, a.l_fence, a.l_holder_slot, a.l_acquired_at, a.skip_recorded, a.buffered, now(), false
     from answered a
    where p_every or a.why not in ('slot-taken', 'slot-skipped', 'held') or a.skip_recorded or a.buffered;
 end $$;
 
--- start_tick: a worker marks that it starts (or may start) every run it claimed ahead under
--- liveness key p_holder_key and planned to start at or before p_through (or now, if later),
--- before starting any of them. True: none of them was claimed again by a peer; false: some may
--- have been, and each lease is to be checked (renewed) before its run starts.
+-- start_tick: a worker marks, before starting them, that it starts the runs it claimed ahead
+-- (under p_holder_key) planned by p_through. False: a peer may have claimed one again.
 create function leasehold.start_tick(p_holder_key bigint, p_through timestamptz) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 declare
-  v_new boolean;
   v_old timestamptz;
   v_taken timestamptz;
   v_n integer;
@@ -720,43 +525,35 @@ begin
   perform leasehold.pin_synchronous_commit();
   insert into leasehold.worker_starts (holder_key, started_through) values (p_holder_key, '-infinity') on conflict do nothing;
   get diagnostics v_n = row_count;
-  v_new := v_n > 0;
-  select w.started_through, w.taken_through into v_old, v_taken
-    from leasehold.worker_starts w where w.holder_key = p_holder_key for update;
+  select w.started_through, w.taken_through into v_old, v_taken from leasehold.worker_starts w where w.holder_key = p_holder_key for update;
   update leasehold.worker_starts w
      set started_through = greatest(w.started_through, p_through, clock_timestamp()), updated_at = now()
    where w.holder_key = p_holder_key;
-  -- once per key: rows of keys no longer live and unchanged for a week are forgotten (a slot is
-  -- claimed again only within its starting deadline)
-  if v_new then
+  -- once per key: the rows of keys no longer live and unchanged for a week go (a slot is claimed
+  -- again only within its starting deadline)
+  if v_n > 0 then
     delete from leasehold.worker_starts w
-     where w.updated_at < now() - interval '7 days'
-       and not exists (select 1 from leasehold.worker_keys() k where k.key = w.holder_key);
+     where w.updated_at < now() - interval '7 days' and not exists (select 1 from leasehold.liveness_locks() k where k.key = w.holder_key);
   end if;
   return v_taken is null or v_taken <= v_old;
 end $$;
 
-
 -- enqueue_slots: queues slots to run in order, one at a time, as soon as the lease is free
--- (catch-up policy { all: n }). Slots at or before the last claimed one are ignored.
+-- (catch-up { all: n }). Slots at or before the last claimed one are ignored.
 create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
 language sql volatile as $$
   select leasehold.check_namespace(array[p_job]);
   select leasehold.check_name(p_job);
   with inserted as (
     insert into leasehold.buffered (job, slot)
-    select p_job, s from unnest(p_slots) as s
-     where s > coalesce((select l.last_slot from leasehold.leases l where l.name = p_job), '-infinity')
+    select p_job, s from unnest(p_slots) as s where s > coalesce((select l.last_slot from leasehold.leases l where l.name = p_job), '-infinity')
     on conflict do nothing
-    returning 1
-  )
+    returning 1)
   select count(*)::integer from inserted;
 $$;
 
--- record_missed_slots: records the slots of jobs that were missed (a downtime, a catch-up
--- policy that drops them), one element per (job, slot), in one statement: after a downtime every job of a worker has missed slots, and a statement per job was
--- 10,000 statements for 10,000 jobs. Returns the slots it recorded (not the ones that ran, were
--- skipped, lie in a clock step's window, or were recorded already).
+-- record_missed_slots: records missed slots, one element per (job, slot), in one statement (after
+-- a downtime every job has some); not the ones that ran, were skipped or lie in a clock step.
 create function leasehold.record_missed_slots(p_jobs text[], p_slots timestamptz[], p_reason text, p_holder text)
 returns table (job text, slot timestamptz)
 language sql volatile
@@ -776,15 +573,12 @@ as $$
   returning m.job, m.slot;
 $$;
 
--- run_timed_out: the deadline rule alone (holds_lease applies it; assert_lease names it in its
--- refusal): a run of job p_job whose lease was granted at p_acquired_at has outlived the job's
--- timeout.
+-- run_timed_out: the deadline rule (holds_lease applies it): a run of job p_job whose lease was
+-- granted at p_acquired_at has outlived the job's timeout.
 create function leasehold.run_timed_out(p_job text, p_acquired_at timestamptz) returns boolean
 language sql stable as $$
-  select exists (
-    select 1 from leasehold.jobs j
-     where j.name = p_job and j.timeout_ms is not null
-       and now() >= p_acquired_at + j.timeout_ms * interval '1 millisecond');
+  select exists (select 1 from leasehold.jobs j
+                  where j.name = p_job and j.timeout_ms is not null and now() >= p_acquired_at + j.timeout_ms * interval '1 millisecond');
 $$;
 
 create trigger jobs_revision BEFORE INSERT OR UPDATE ON leasehold.jobs FOR EACH ROW EXECUTE FUNCTION leasehold.jobs_revision();

@@ -1,23 +1,19 @@
--- leasehold schema, part 3 of 6: run history.
---
--- One run_log row per run: written 'running' by the claim (or start_run) and ended once by
--- finish_runs()/end_runs(). run_counts keeps per-minute counts (maintained by triggers) so that
--- summaries never scan run_log; slow_runs keeps the runs that came near their interval.
--- prune_history() deletes in bounded batches and never a run in flight.
+-- leasehold schema, part 3 of 6: run history. One run_log row per run, written when it ends (or
+-- when it starts, for runs of run now, backfill, start_run and overlap allow). run_counts keeps
+-- per-minute counts and slow_runs the runs that came near their interval (both by triggers), so
+-- that summaries never scan run_log. prune_history() deletes in batches, never a run in flight.
 
-
--- run_outcomes: every value leasehold.runs.outcome may hold. 'running' until the run ends.
--- 'timed-out' (the run outlived its job's timeout) appended.
+-- run_outcomes: every value leasehold.runs.outcome may hold ('running' until the run ends), as
+-- run_log's check spells them out (a function there would be run by the planner with the rights
+-- of whoever reads run_log; test/sql/contract.test.ts holds the two lists together).
 create function leasehold.run_outcomes() returns text[]
 language sql immutable as $$
   select array['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out'];
 $$;
 
 create table leasehold.run_counts (
-  bucket smallint not null,
-  shard smallint not null,
-  -- minutes since the epoch: floor(extract(epoch from started_at) / 60)
-  minute bigint not null,
+  bucket smallint not null, shard smallint not null,
+  minute bigint not null, -- floor(extract(epoch from started_at) / 60)
   runs bigint not null,
   constraint run_counts_pkey PRIMARY KEY (bucket, shard),
   constraint run_counts_bucket_check CHECK (((bucket >= 0) AND (bucket < 1500))),
@@ -28,20 +24,12 @@ comment on table leasehold.run_counts is
 
 create table leasehold.run_log (
   id bigserial,
-  job text not null,
-  slot timestamp with time zone not null,
-  fence bigint not null,
-  holder text not null,
-  started_at timestamp with time zone not null default clock_timestamp(),
-  finished_at timestamp with time zone,
-  outcome text not null default 'running'::text,
-  error text,
-  attempts integer not null default 1,
-  trigger text not null default 'schedule'::text,
-  requested_by text,
-  request_id bigint,
+  job text not null, slot timestamp with time zone not null, fence bigint not null, holder text not null,
+  started_at timestamp with time zone not null default clock_timestamp(), finished_at timestamp with time zone,
+  outcome text not null default 'running'::text, error text, attempts integer not null default 1,
+  trigger text not null default 'schedule'::text, requested_by text, request_id bigint, -- what started it
   constraint runs_pkey PRIMARY KEY (id),
-  constraint runs_outcome_known CHECK ((outcome = ANY (leasehold.run_outcomes()))),
+  constraint runs_outcome_known CHECK ((outcome = ANY (ARRAY['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out']))),
   constraint runs_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'backfill'::text])))
 );
 comment on table leasehold.run_log is
@@ -53,10 +41,7 @@ create index runs_job_started on leasehold.run_log (job, started_at DESC);
 create index runs_running on leasehold.run_log (job) WHERE (outcome = 'running'::text);
 create index runs_started_brin on leasehold.run_log using brin (started_at) WITH (pages_per_range='32');
 
-create table leasehold.slow_runs (
-  job text primary key,
-  last_started timestamp with time zone not null
-);
+create table leasehold.slow_runs (job text primary key, last_started timestamp with time zone not null);
 comment on table leasehold.slow_runs is
   'Per job, the latest start of a finished run that took at least half its interval: the only jobs whose p95 can creep.';
 
@@ -64,35 +49,36 @@ comment on table leasehold.slow_runs is
 -- p_started_ms (the worker's estimate of the database clock), kept between the claim and now.
 create function leasehold.run_start(p_claimed timestamptz, p_started_ms double precision) returns timestamptz
 language sql stable as $$
-  select case when p_started_ms is null then p_claimed
-              else least(greatest(p_claimed, to_timestamp(p_started_ms / 1000.0)), now()) end;
+  select case when p_started_ms is null then p_claimed else least(greatest(p_claimed, to_timestamp(p_started_ms / 1000.0)), now()) end;
 $$;
 
--- start_run: records a run under a lease the caller holds, checked by assert_lease (name, token
--- and fence match an unexpired lease confirmed in the current epoch; LH003 otherwise). The slot
--- is the database's now() unless given.
--- Into run_log.
-create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null)
+-- start_run: records a run under a lease the caller holds (assert_lease: LH003 otherwise) at slot
+-- p_slot (now() unless given), once per fence, and makes the name visible as a job (schedule
+-- 'external', interval p_interval_ms) unless a job of that name is scheduled.
+create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null,
+                                    p_interval_ms bigint default null)
 returns timestamptz
 language plpgsql volatile as $$
 declare
   v_slot timestamptz := coalesce(p_slot, now());
-  v_holder text;
+  l leasehold.leases;
 begin
   perform leasehold.check_namespace(array[p_name]);
+  perform leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000,
+                                         'interval_ms', 'must be from 1 millisecond to 366 days');
   perform leasehold.assert_lease(p_name, p_token, p_fence);
-  select l.holder into v_holder from leasehold.leases l where l.name = p_name;
-  insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, v_holder)
-  on conflict (job, fence) do nothing;
+  select * into l from leasehold.leases x where x.name = p_name;
+  insert into leasehold.jobs as j (name, schedule, interval_ms, ttl_ms, overlap, catch_up, registered_by)
+  values (p_name, 'external', p_interval_ms, (extract(epoch from l.ttl) * 1000)::bigint, 'skip', 'none', l.holder)
+  on conflict (name) do update set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
+   where j.schedule = 'external' and (coalesce(excluded.interval_ms, j.interval_ms), excluded.ttl_ms) is distinct from (j.interval_ms, j.ttl_ms);
+  insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, l.holder) on conflict (job, fence) do nothing;
   return v_slot;
 end $$;
 
--- For both kinds of run. A run in flight on its lease row gets
--- its history row now, and the same update of the row that releases the lease forgets it
--- (end_runs); a run with a run_log row from its start (run now, backfill, start_run, allow)
--- has that row updated, as before.
--- Each run's start: p_started_ms[i], the epoch milliseconds
--- (database clock) at which run i's handler was called, or null.
+-- finish_runs: ends runs and releases the leases given with their tokens: a run in flight on its
+-- lease row gets its history row in the update that releases the lease (end_runs), a run with a
+-- run_log row from its start has that row finished.
 create function leasehold.finish_runs(
   p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[],
   p_started_ms double precision[] default null
@@ -104,40 +90,32 @@ set jit = off
 as $$
 #variable_conflict use_column
 declare
+  v_n integer := coalesce(cardinality(p_jobs), 0);
   v_bad text;
   v_released text[];
-  -- the runs recorded from their lease rows, as 'job#fence'
-  v_recorded text[];
+  v_recorded text[]; -- the runs recorded from their lease rows, as 'job#fence'
   v_queued boolean;
 begin
   perform leasehold.check_namespace(p_jobs);
   perform leasehold.pin_synchronous_commit();
-  if coalesce(cardinality(p_fences), 0) <> coalesce(cardinality(p_jobs), 0) or coalesce(cardinality(p_tokens), 0) <> coalesce(cardinality(p_jobs), 0)
-     or coalesce(cardinality(p_outcomes), 0) <> coalesce(cardinality(p_jobs), 0)
-     or coalesce(cardinality(p_errors), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0)
-     or coalesce(cardinality(p_attempts), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0)
-     or coalesce(cardinality(p_started_ms), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0) then
-    raise exception 'finish_runs: as many fences, tokens, outcomes, errors, attempts and start times as jobs are needed (% jobs)',
-      coalesce(cardinality(p_jobs), 0) using errcode = '22023';
-  end if;
-  select o into v_bad from unnest(p_outcomes) o
-   where o is null or o = 'running' or not (o = any (leasehold.run_outcomes())) limit 1;
-  if found then
-    raise exception 'outcome must be one of % (got %)',
-      array_to_string(array_remove(leasehold.run_outcomes(), 'running'), ', '), coalesce(v_bad, 'null')
+  if array[coalesce(cardinality(p_fences), 0), coalesce(cardinality(p_tokens), 0), coalesce(cardinality(p_outcomes), 0),
+           coalesce(cardinality(p_errors), v_n), coalesce(cardinality(p_attempts), v_n), coalesce(cardinality(p_started_ms), v_n)]
+     <> array_fill(v_n, array[6]) then
+    raise exception 'finish_runs: as many fences, tokens, outcomes, errors, attempts and start times as jobs are needed (% jobs)', v_n
       using errcode = '22023';
   end if;
-  -- the runs in flight on their lease rows get their history rows, and the leases given with
-  -- their tokens are released, in one update of each row
-  select coalesce(array_agg(e.name || '#' || e.fence) filter (where e.recorded), '{}'),
-         coalesce(array_agg(e.name) filter (where e.released), '{}')
+  select o into v_bad from unnest(p_outcomes) o where o is null or o = 'running' or not (o = any (leasehold.run_outcomes())) limit 1;
+  if found then
+    raise exception 'outcome must be one of % (got %)', array_to_string(array_remove(leasehold.run_outcomes(), 'running'), ', '),
+      coalesce(v_bad, 'null') using errcode = '22023';
+  end if;
+  select coalesce(array_agg(e.name || '#' || e.fence) filter (where e.recorded), '{}'), coalesce(array_agg(e.name) filter (where e.released), '{}')
     into v_recorded, v_released
     from leasehold.end_runs(p_jobs, p_tokens, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) e;
   v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
   return query
   with input as materialized (
-    select * from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms)
-      as i(job, fence, outcome, error, attempts, started_ms)
+    select * from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) as i(job, fence, outcome, error, attempts, started_ms)
   ),
   -- the runs that have a run_log row from their start
   recorded as (
@@ -146,8 +124,7 @@ begin
            started_at = leasehold.run_start(r.started_at, i.started_ms)
       from input i
      where cardinality(v_recorded) < cardinality(p_jobs)
-       and r.job = i.job and r.fence = i.fence and r.outcome = 'running'
-       and not ((i.job || '#' || i.fence) = any (v_recorded))
+       and r.job = i.job and r.fence = i.fence and r.outcome = 'running' and not ((i.job || '#' || i.fence) = any (v_recorded))
     returning r.job, r.fence
   ),
   stale_buffers as (
@@ -159,22 +136,15 @@ begin
          (i.job || '#' || i.fence) = any (v_recorded) or (i.job, i.fence) in (select r.job, r.fence from recorded r),
          i.job in (select unnest(v_released)),
          case when v_queued then (select min(b.slot) from leasehold.buffered b
-           where b.job = i.job
-             and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
+           where b.job = i.job and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
              and not exists (select 1 from stale_buffers s where s.job = b.job and s.slot = b.slot)) end
     from input i;
 end $$;
 
--- end_runs: the one rule by which a lease row lets go: of its lease (release: only for the
--- current token) and of the run in flight on it (its history row is written, complete, now).
--- For each element: the lease p_names[i] is released if its token is p_tokens[i]; the run of
--- fence p_fences[i] in flight on it, if it still is, is recorded with outcome, error and
--- attempts and forgotten on the row. Both in one update of the row, which is locked first (a
--- takeover of the lease, which ends the same run as lost, waits or skips). The lock is FOR NO
--- KEY UPDATE, as an UPDATE's own: the holder's fenced transactions (FOR KEY SHARE) do not
--- block it, so a release goes through while the holder still has a transaction open, as before.
--- Returns the rows it changed: released, and whether the run was recorded.
--- Each run's start (run_start).
+-- end_runs: the one rule by which a lease row lets go of its lease (only for its current token)
+-- and of the run of fence p_fences[i] in flight on it (its history row written, complete, now),
+-- in one update of the row, locked first in name order (a takeover, which ends the same run as
+-- lost, waits or skips). FOR NO KEY UPDATE: the holder's fenced transactions do not block it.
 create function leasehold.end_runs(
   p_names text[], p_tokens uuid[], p_fences bigint[], p_outcomes text[], p_errors text[], p_attempts integer[],
   p_started_ms double precision[] default null
@@ -233,11 +203,9 @@ begin
   select c.name, c.fence, c.releasing, c.ending and c.name in (select r.job from recorded r) from changed c;
 end $$;
 
--- finish_held_run: finish_runs() of one run started with start_run, checking the lease first. A run
--- whose lease was force-released, expired or taken over before it finished is recorded 'lost'
--- (whatever the caller saw: a command can finish between two heartbeats without noticing),
--- so the history never shows a success that was not exclusive. With p_release (the default) it
--- also releases the lease, as finish_runs() does. Returns the recorded outcome.
+-- finish_held_run: finish_runs() of a run of start_run, checking the lease first: one that was no
+-- longer held is recorded 'lost' (a command can finish between two heartbeats without noticing),
+-- so the history never shows a success that was not exclusive.
 create function leasehold.finish_held_run(
   p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
 )
@@ -264,8 +232,8 @@ begin
   return query select v_outcome, f.recorded, f.released;
 end $$;
 
--- The triggers: one per event (a trigger with transition tables has one event). Each sums the
--- statement's changed rows by minute (added minus removed finished runs) in one aggregate.
+-- The run counts: one trigger per event (a trigger with transition tables has one event), each
+-- summing the statement's changed rows by minute in one aggregate (added minus removed runs).
 create function leasehold.count_runs_inserted() returns trigger
 language plpgsql volatile set jit = off as $$
 begin
@@ -291,23 +259,21 @@ begin
   return null;
 end $$;
 
+-- prune_history deletes old rows: only those of the last 25 hours change a count
 create function leasehold.count_runs_deleted() returns trigger
 language plpgsql volatile set jit = off as $$
 begin
-  -- prune_history deletes old rows: only those of the last 25 hours change a count
   perform leasehold.add_run_counts(array_agg(minute), array_agg(-n))
      from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
              from old_runs where finished_at is not null and started_at > now() - interval '25 hours' group by 1) d;
   return null;
 end $$;
 
--- add_run_counts: adds signed per-minute counts to this backend's shard. Minutes older than
--- 25 hours are never read and are dropped; a bucket that still holds a minute 25 hours older
--- is taken over.
--- The first call of a transaction takes its shard's
--- advisory lock: a transaction that records runs twice (the insert and the update trigger of
--- one finish_runs(), a takeover that records both kinds of run) locks buckets in bucket order
--- within each call but not across them, and two such transactions on one shard could deadlock.
+-- add_run_counts: adds signed per-minute counts to this backend's shard; minutes older than 25
+-- hours are never read and are dropped, and a bucket still holding one is taken over. The first
+-- call of a transaction takes its shard's advisory lock: a transaction that records runs twice
+-- (the insert and update triggers of one finish_runs()) locks buckets in order within each call
+-- but not across them, and two such transactions on one shard could deadlock.
 create function leasehold.add_run_counts(p_minutes bigint[], p_counts bigint[]) returns void
 language sql volatile as $$
   select pg_advisory_xact_lock(1819042147, (pg_backend_pid() % 64)::integer);
@@ -317,14 +283,12 @@ language sql volatile as $$
    where d.n <> 0 and d.minute > floor(extract(epoch from now()) / 60)::bigint - 1500
    order by 1 -- rows locked in bucket order: two sessions on one shard wait, never deadlock
   on conflict (bucket, shard) do update
-     set minute = excluded.minute,
-         runs = case when c.minute = excluded.minute then c.runs + excluded.runs else excluded.runs end
+     set minute = excluded.minute, runs = case when c.minute = excluded.minute then c.runs + excluded.runs else excluded.runs end
    where c.minute <= excluded.minute;
 $$;
 
--- refresh_run_counts: rebuilds both tables from runs (after a TRUNCATE, or a restore). This
--- migration calls it once for the history already there.
--- From run_log (ended runs only).
+-- refresh_run_counts: rebuilds both tables from run_log's ended runs, for the owner: after a
+-- TRUNCATE of run_log (which the triggers do not see) or a restore of that table alone.
 create function leasehold.refresh_run_counts() returns void
 language plpgsql volatile set jit = off as $$
 begin
@@ -333,34 +297,30 @@ begin
   delete from leasehold.slow_runs;
   insert into leasehold.run_counts (bucket, shard, minute, runs)
   select (minute % 1500)::smallint, 0, minute, n
-    from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
-            from leasehold.run_log
-           where finished_at is not null and started_at > now() - interval '25 hours'
-           group by 1) d;
+    from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n from leasehold.run_log
+           where finished_at is not null and started_at > now() - interval '25 hours' group by 1) d;
   insert into leasehold.slow_runs (job, last_started)
-  select r.job, max(r.started_at)
-    from leasehold.run_log r join leasehold.jobs j on j.name = r.job
+  select r.job, max(r.started_at) from leasehold.run_log r join leasehold.jobs j on j.name = r.job
    where r.finished_at is not null and r.started_at > now() - interval '25 hours' and j.interval_ms > 0
      and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
    group by r.job;
 end $$;
 
--- mark_slow_runs: the runs (>= 500 ms, the shortest interval's half) that took at least half
--- their job's interval. Nothing when there are none (the usual case: no join at all).
+-- mark_slow_runs: the runs that took at least half their job's interval (the triggers pass only
+-- those of 500 ms or more, the shortest interval's half: usually none, and then no join at all).
 create function leasehold.mark_slow_runs(p_jobs text[], p_started timestamptz[], p_finished timestamptz[]) returns void
 language sql volatile as $$
   insert into leasehold.slow_runs as s (job, last_started)
   select r.job, max(r.started_at)
     from unnest(p_jobs, p_started, p_finished) as r (job, started_at, finished_at)
     join leasehold.jobs j on j.name = r.job
-   where p_jobs is not null and j.interval_ms > 0
-     and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
+   where p_jobs is not null and j.interval_ms > 0 and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
    group by r.job
   on conflict (job) do update set last_started = greatest(s.last_started, excluded.last_started);
 $$;
 
-
--- On run_log (a run in flight is never pruned).
+-- prune_history: deletes ended runs, skips, missed slots and clock step windows older than
+-- p_keep; with p_batch, at most p_batch of each kind per call (each call its own transaction).
 create function leasehold.prune_history(p_keep interval, p_batch integer default null) returns bigint
 language plpgsql volatile as $$
 declare
@@ -376,22 +336,11 @@ begin
     return 0;
   end if;
   loop
-    c := 0;
-    with d as (
-      delete from leasehold.run_log where id in (
-        select id from leasehold.run_log where finished_at < v_before and outcome <> 'running' limit v_batch)
-      returning 1)
-    select c + count(*) into c from d;
-    with d as (
-      delete from leasehold.skips where ctid in (
-        select ctid from leasehold.skips where recorded_at < v_before limit v_batch)
-      returning 1)
-    select c + count(*) into c from d;
-    with d as (
-      delete from leasehold.missed where ctid in (
-        select ctid from leasehold.missed where recorded_at < v_before limit v_batch)
-      returning 1)
-    select c + count(*) into c from d;
+    with d as (delete from leasehold.run_log where id in (
+                 select id from leasehold.run_log where finished_at < v_before and outcome <> 'running' limit v_batch) returning 1),
+         k as (delete from leasehold.skips where ctid in (select ctid from leasehold.skips where recorded_at < v_before limit v_batch) returning 1),
+         m as (delete from leasehold.missed where ctid in (select ctid from leasehold.missed where recorded_at < v_before limit v_batch) returning 1)
+    select (select count(*) from d) + (select count(*) from k) + (select count(*) from m) into c;
     n := n + c;
     exit when p_batch is not null or c = 0;
   end loop;
@@ -401,7 +350,5 @@ begin
 end $$;
 
 create trigger runs_count_deleted AFTER DELETE ON leasehold.run_log REFERENCING OLD TABLE AS old_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_deleted();
-
 create trigger runs_count_inserted AFTER INSERT ON leasehold.run_log REFERENCING NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_inserted();
-
 create trigger runs_count_updated AFTER UPDATE ON leasehold.run_log REFERENCING OLD TABLE AS old_runs NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_updated();

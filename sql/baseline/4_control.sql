@@ -1,23 +1,13 @@
--- leasehold schema, part 4 of 6: control.
---
--- Schedules defined as data (define_schedule / remove_schedule: a handler name and a JSON payload
--- next to the schedule), pause and resume, run-now and backfill requests, and the audit of every
--- act (leasehold.actions).
---
--- Every change of a jobs row takes the next value of leasehold.job_revisions (a trigger, so
--- register_jobs' writes count too). schedule_changes(after) is one range of the unique index on
--- revision: a worker asks once per poll for what changed since the last revision it saw. Writers
--- of leasehold.jobs take one transaction-level advisory lock before they draw a revision, so
--- revisions become visible in the order they were drawn.
-
+-- leasehold schema, part 4 of 6: control. Schedules defined as data (a handler name and a JSON
+-- payload next to the schedule), pause and resume, run-now and backfill requests, and the audit of
+-- every act (leasehold.actions). Every change of a jobs row takes the next revision (a trigger),
+-- and writers take one advisory lock before they draw it, so revisions become visible in order:
+-- schedule_changes(after) is one range of the index on revision.
 
 create table leasehold.actions (
   id bigint generated always as identity primary key,
   at timestamp with time zone not null default now(),
-  action text not null,
-  job text,
-  actor text not null,
-  db_role text not null default SESSION_USER,
+  action text not null, job text, actor text not null, db_role text not null default SESSION_USER,
   detail jsonb not null default '{}'::jsonb
 );
 comment on table leasehold.actions is
@@ -29,19 +19,13 @@ create table leasehold.run_requests (
   id bigint generated always as identity primary key,
   job text not null,
   kind text not null,
-  -- backfill: the scheduled slot to run; run now: the moment it was asked for (database time)
-  slot timestamp with time zone not null,
+  slot timestamp with time zone not null, -- backfill: the slot to run; run now: when it was asked for
   requested_by text not null,
   requested_at timestamp with time zone not null default now(),
-  -- pending until a worker decides; claimed: a run started (its outcome is in leasehold.runs,
-  -- under (job, fence)); skipped: held under overlap skip (or buffer-one's second)
+  -- pending until a worker decides; claimed: its run started (leasehold.runs, under (job, fence));
+  -- skipped: held under overlap skip (or buffer-one's second)
   state text not null default 'pending'::text,
-  decided_at timestamp with time zone,
-  decided_by text,
-  holder_key bigint,
-  fence bigint,
-  skip_holder text,
-  skip_fence bigint,
+  decided_at timestamp with time zone, decided_by text, holder_key bigint, fence bigint, skip_holder text, skip_fence bigint,
   constraint run_requests_kind_check CHECK ((kind = ANY (ARRAY['manual'::text, 'backfill'::text]))),
   constraint run_requests_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'claimed'::text, 'skipped'::text])))
 );
@@ -50,23 +34,14 @@ comment on table leasehold.run_requests is
 create unique index run_requests_backfill_slot on leasehold.run_requests (job, slot) WHERE (kind = 'backfill'::text);
 create index run_requests_job_at on leasehold.run_requests (job, requested_at DESC);
 create index run_requests_pending on leasehold.run_requests (job, id) WHERE (state = 'pending'::text);
--- a new request reaches the listening workers at once (notify_changes, 2_scheduler.sql)
 create trigger run_requests_notify AFTER INSERT ON leasehold.run_requests FOR EACH STATEMENT EXECUTE FUNCTION leasehold.notify_changes('requests');
 
--- record_action: one row per act. p_by is checked like a holder name (1-200 characters, no
--- control or invisible characters): it ends up in logs and on the dashboard.
-create function leasehold.record_action(p_action text, p_job text, p_by text, p_detail jsonb default '{}'::jsonb)
-returns bigint
-language plpgsql volatile as $$
-declare
-  v_id bigint;
-begin
-  perform leasehold.check_holder(p_by);
-  insert into leasehold.actions (action, job, actor, detail)
-  values (p_action, p_job, p_by, coalesce(p_detail, '{}'::jsonb))
-  returning id into v_id;
-  return v_id;
-end $$;
+-- record_action: one row per act, by p_by (checked like a holder: it ends up in logs and on the dashboard).
+create function leasehold.record_action(p_action text, p_job text, p_by text, p_detail jsonb default '{}'::jsonb) returns void
+language sql volatile as $$
+  select leasehold.check_holder(p_by);
+  insert into leasehold.actions (action, job, actor, detail) values (p_action, p_job, p_by, coalesce(p_detail, '{}'::jsonb));
+$$;
 
 -- check_schedule_field: raises LH005 naming the field when p_ok is not true.
 create function leasehold.check_schedule_field(p_ok boolean, p_field text, p_message text) returns void
@@ -78,25 +53,38 @@ begin
   end if;
 end $$;
 
--- define_schedule: creates or changes a job defined as data. Upsert by name; a definition equal
--- to the stored one changes nothing (no new revision, no action recorded). A changed schedule or
--- timezone applies from the next slot (the slots between never existed), as in register_jobs.
--- Refuses a name with whitespace at either end (LH001), a
--- timezone timezone_problem() describes and a payload nested more than 32 levels deep (LH005).
+-- live_job: the job p_name, locked, unless it is removed; else "no job named" with SQLSTATE p_code.
+create function leasehold.live_job(p_name text, p_code text) returns leasehold.jobs
+language plpgsql volatile as $$
+declare
+  j leasehold.jobs;
+begin
+  select * into j from leasehold.jobs x where x.name = p_name and x.removed_at is null for update;
+  if not found then
+    raise exception 'no job named "%"', left(p_name, 200)
+      using errcode = p_code, hint = 'leasehold status lists the jobs; a job exists once a worker registered it.';
+  end if;
+  return j;
+end $$;
+
+-- define_schedule: creates or changes a job defined as data. A definition equal to the stored one
+-- changes nothing (no new revision, no action); a changed schedule or timezone applies from the
+-- next slot, as in register_jobs. Every field is checked here: LH001 (a name with whitespace at
+-- either end too), LH004, LH002, LH005. live_workers: how many live workers have the handler.
 create function leasehold.define_schedule(
   p_name text, p_handler text, p_by text,
   p_cron text default null, p_every interval default null, p_timezone text default null,
   p_payload jsonb default null, p_ttl interval default null,
   p_overlap text default null, p_catch_up text default null, p_buffer_limit integer default 10,
   p_starting_deadline interval default null, p_timeout interval default null, p_jitter interval default null
-) returns table (name text, revision bigint, created boolean, changed boolean)
+) returns table (name text, revision bigint, created boolean, changed boolean, live_workers integer)
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 #variable_conflict use_column
 declare
   v_old leasehold.jobs;
-  -- the defaults of a code job (null: the default), so that a caller may pass null for any
+  -- null means a code job's default
   v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
   v_ttl interval := coalesce(p_ttl, interval '30 seconds');
   v_overlap text := coalesce(p_overlap, 'skip');
@@ -106,8 +94,12 @@ declare
   v_schedule text;
   v_interval_ms bigint;
   v_deadline_ms bigint := (extract(epoch from p_starting_deadline) * 1000)::bigint;
+  v_ttl_ms bigint := (extract(epoch from coalesce(p_ttl, interval '30 seconds')) * 1000)::bigint;
+  v_timeout_ms bigint := (extract(epoch from p_timeout) * 1000)::bigint;
+  v_jitter_ms bigint := (extract(epoch from p_jitter) * 1000)::bigint;
   v_row leasehold.jobs;
   v_problem text;
+  v_live integer;
 begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.check_job_owner(array[p_name]);
@@ -155,6 +147,7 @@ begin
   perform leasehold.check_schedule_field(not jsonb_path_exists(v_payload, 'strict $.**{32} ? (@.type() == "array" || @.type() == "object")'),
     'payload', 'must nest arrays and objects at most 32 levels deep');
 
+  v_live := coalesce((select h.workers from leasehold.live_handlers() h where h.handler = p_handler), 0);
   perform set_config('leasehold.job_writer', 'schedules', true);
   insert into leasehold.leases (name) values (p_name) on conflict do nothing;
   select * into v_old from leasehold.jobs j where j.name = p_name for update;
@@ -166,11 +159,10 @@ begin
   if found and v_old.removed_at is null
      and (v_old.schedule, v_old.timezone, v_old.interval_ms, v_old.ttl_ms, v_old.overlap, v_old.catch_up, v_old.handler,
           v_old.payload, v_old.buffer_limit, v_old.starting_deadline_ms, v_old.timeout_ms, v_old.jitter_ms)
-         is not distinct from
-         (v_schedule, p_timezone, v_interval_ms, (extract(epoch from v_ttl) * 1000)::bigint, v_overlap, v_catch_up, p_handler,
-          v_payload, p_buffer_limit, v_deadline_ms, (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint) then
+         is not distinct from (v_schedule, p_timezone, v_interval_ms, v_ttl_ms, v_overlap, v_catch_up, p_handler, v_payload,
+                               p_buffer_limit, v_deadline_ms, v_timeout_ms, v_jitter_ms) then
     perform set_config('leasehold.job_writer', '', true);
-    return query select p_name, v_old.revision, false, false;
+    return query select p_name, v_old.revision, false, false, v_live;
     return;
   end if;
   -- a new schedule, a changed one, or one defined again after its removal: from the next slot on
@@ -185,16 +177,13 @@ begin
   insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by,
                                    source, handler, payload, defined_by, buffer_limit, starting_deadline_ms, timeout_ms, jitter_ms,
                                    owner_role)
-  values (p_name, v_schedule, p_timezone, v_interval_ms, (extract(epoch from v_ttl) * 1000)::bigint, v_overlap, v_catch_up, p_by,
-          'data', p_handler, v_payload, p_by, p_buffer_limit, v_deadline_ms,
-          (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint, leasehold.acting_role())
+  values (p_name, v_schedule, p_timezone, v_interval_ms, v_ttl_ms, v_overlap, v_catch_up, p_by, 'data', p_handler, v_payload, p_by,
+          p_buffer_limit, v_deadline_ms, v_timeout_ms, v_jitter_ms, leasehold.acting_role())
   on conflict on constraint jobs_pkey do update
-     set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
-         ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
-         registered_by = excluded.registered_by, registered_at = now(), handler = excluded.handler,
-         payload = excluded.payload, defined_by = excluded.defined_by, buffer_limit = excluded.buffer_limit,
-         starting_deadline_ms = excluded.starting_deadline_ms, timeout_ms = excluded.timeout_ms,
-         jitter_ms = excluded.jitter_ms,
+     set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms, ttl_ms = excluded.ttl_ms,
+         overlap = excluded.overlap, catch_up = excluded.catch_up, registered_by = excluded.registered_by, registered_at = now(),
+         handler = excluded.handler, payload = excluded.payload, defined_by = excluded.defined_by, buffer_limit = excluded.buffer_limit,
+         starting_deadline_ms = excluded.starting_deadline_ms, timeout_ms = excluded.timeout_ms, jitter_ms = excluded.jitter_ms,
          -- defined again after removal: a new job, not paused
          paused_at = case when j.removed_at is null then j.paused_at end,
          paused_by = case when j.removed_at is null then j.paused_by end,
@@ -207,11 +196,11 @@ begin
   perform leasehold.record_action(case when v_old.name is null or v_old.removed_at is not null then 'schedule-defined' else 'schedule-changed' end,
     p_name, p_by, jsonb_build_object('schedule', v_schedule, 'timezone', p_timezone, 'handler', p_handler,
       'overlap', v_overlap, 'catch_up', v_catch_up, 'ttl_ms', v_row.ttl_ms, 'revision', v_row.revision));
-  return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true;
+  return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true, v_live;
 end $$;
 
--- remove_schedule: removes a data job (a tombstone the workers read). A run in progress is left
--- to finish under its lease. Returns false when there was nothing to remove.
+-- remove_schedule: removes a data job (a tombstone the workers read); a run in progress finishes
+-- under its lease. False when there was nothing to remove.
 create function leasehold.remove_schedule(p_name text, p_by text) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -222,8 +211,8 @@ begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.check_job_owner(array[p_name]);
   perform leasehold.check_holder(p_by);
-  select * into v_old from leasehold.jobs j where j.name = p_name for update;
-  if not found or v_old.removed_at is not null then
+  select * into v_old from leasehold.jobs j where j.name = p_name and j.removed_at is null for update;
+  if not found then
     return false;
   end if;
   if v_old.source = 'code' then
@@ -239,12 +228,9 @@ begin
   return true;
 end $$;
 
--- pause_job: no slot of the job is claimed until resume_job. The lease's last_slot stays where
--- it is, so the pause is downtime on purpose: on resume the workers apply the job's catch-up
--- policy and record the slots that do not run as missed ('paused'). With p_stop_running the run
--- in progress loses its lease (its token no longer holds: heartbeats and fenced writes fail)
--- and is recorded aborted; otherwise it finishes.
--- StopRunning ends the run in flight on the lease row too.
+-- pause_job: no slot of the job is claimed until resume_job; last_slot stays, so the pause is
+-- downtime on purpose (the catch-up policy applies on resume). With p_stop_running the run in
+-- progress loses its lease, as force_release takes it, and is recorded aborted.
 create function leasehold.pause_job(p_name text, p_by text, p_reason text default null, p_stop_running boolean default false)
 returns table (paused boolean, already_paused boolean, stopped_holder text, stopped_fence bigint)
 language plpgsql volatile
@@ -254,6 +240,8 @@ as $$
 declare
   v_job leasehold.jobs;
   v_lease leasehold.leases;
+  v_stop boolean;
+  v_why text := left('stopped: paused by ' || p_by || coalesce(' (' || p_reason || ')', ''), 4000);
 begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.pin_synchronous_commit();
@@ -262,10 +250,7 @@ begin
     perform leasehold.check_schedule_field(char_length(p_reason) <= 1000 and leasehold.check_characters(p_reason) is null,
       'reason', 'must be at most 1000 characters without control or invisible characters');
   end if;
-  select * into v_job from leasehold.jobs j where j.name = p_name and j.removed_at is null for update;
-  if not found then
-    raise exception 'no job named "%"', p_name using errcode = 'LH006';
-  end if;
+  v_job := leasehold.live_job(p_name, 'LH006');
   insert into leasehold.leases (name) values (p_name) on conflict do nothing;
   -- waits for a claim that locked the row first; a later claim sees the mark
   select * into v_lease from leasehold.leases l where l.name = p_name for update;
@@ -275,26 +260,21 @@ begin
     update leasehold.jobs j set paused_at = now(), paused_by = p_by, pause_reason = p_reason where j.name = p_name;
     perform set_config('leasehold.job_writer', '', true);
   end if;
-  if p_stop_running and v_lease.token is not null then
-    -- the operator's override, as force_release does it: the fence moves past the holder's
-    -- its run ends aborted, whether it is in flight on the lease row or a run_log row
+  v_stop := p_stop_running and v_lease.token is not null;
+  if v_stop then
+    -- its run ends aborted, whether in flight on the lease row or a run_log row
     if v_lease.run_slot is not null then
-      perform leasehold.end_runs(array[p_name], null, array[v_lease.run_fence], array['aborted'],
-        array['stopped: paused by ' || p_by || coalesce(' (' || p_reason || ')', '')], null);
+      perform leasehold.end_runs(array[p_name], null, array[v_lease.run_fence], array['aborted'], array[v_why], null);
     end if;
     perform from leasehold.force_release(p_name);
-    update leasehold.run_log r
-       set outcome = 'aborted', finished_at = now(), error = left('stopped: paused by ' || p_by || coalesce(' (' || p_reason || ')', ''), 4000)
-     where r.job = p_name and r.outcome = 'running';
+    update leasehold.run_log r set outcome = 'aborted', finished_at = now(), error = v_why where r.job = p_name and r.outcome = 'running';
   end if;
   perform leasehold.record_action('paused', p_name, p_by, jsonb_build_object('reason', p_reason, 'stop_running', p_stop_running,
     'stopped_holder', case when p_stop_running then v_lease.holder end, 'already_paused', v_job.paused_at is not null));
-  return query select true, v_job.paused_at is not null,
-    case when p_stop_running and v_lease.token is not null then v_lease.holder end,
-    case when p_stop_running and v_lease.token is not null then v_lease.fence end;
+  return query select true, v_job.paused_at is not null, case when v_stop then v_lease.holder end, case when v_stop then v_lease.fence end;
 end $$;
 
--- resume_job: the job's slots are claimed again; workers apply its catch-up policy.
+-- resume_job: the job's slots are claimed again; the workers apply its catch-up policy.
 create function leasehold.resume_job(p_name text, p_by text)
 returns table (resumed boolean, paused_at timestamptz, paused_by text)
 language plpgsql volatile
@@ -306,10 +286,7 @@ declare
 begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.check_holder(p_by);
-  select * into v_job from leasehold.jobs j where j.name = p_name and j.removed_at is null for update;
-  if not found then
-    raise exception 'no job named "%"', p_name using errcode = 'LH006';
-  end if;
+  v_job := leasehold.live_job(p_name, 'LH006');
   if v_job.paused_at is null then
     return query select false, null::timestamptz, null::text;
     return;
@@ -322,43 +299,24 @@ begin
   return query select true, v_job.paused_at, v_job.paused_by;
 end $$;
 
--- run_now: asks for one extra occurrence of p_job now; returns the request id. p_by names who
--- asked (checked like a holder name). The job must be defined (leasehold.jobs) and not removed;
--- a paused job may be run now (an operator's explicit act; its schedule stays paused).
-create function leasehold.run_now(p_job text, p_by text) returns bigint
-language plpgsql volatile as $$
-declare
-  v_id bigint;
-begin
-  perform leasehold.check_namespace(array[p_job]);
-  perform leasehold.check_holder(p_by);
-  if not exists (select 1 from leasehold.jobs j where j.name = p_job and j.removed_at is null) then
-    raise exception 'no job named "%"', left(p_job, 200)
-      using errcode = 'P0002', hint = 'leasehold status lists the jobs; a job exists once a worker registered it.';
-  end if;
-  insert into leasehold.run_requests (job, kind, slot, requested_by)
-  values (p_job, 'manual', now(), p_by)
-  returning id into v_id;
-  perform leasehold.record_action('run-now', p_job, p_by, jsonb_build_object('request', v_id));
-  return v_id;
-end $$;
-
--- request_backfill: one backfill request per slot of p_slots (1 to 1,000 slots, none in the
--- future). A slot already requested by an earlier or concurrent backfill is not requested
--- again (unique index, ON CONFLICT DO NOTHING). Returns the slots this call requested.
-create function leasehold.request_backfill(p_job text, p_slots timestamptz[], p_by text)
+-- run_now: asks for one extra run of p_job now, or with p_slots for one run of each past slot (a
+-- backfill: a slot requested before, or concurrently, is not requested again: a unique index).
+create function leasehold.run_now(p_job text, p_by text, p_slots timestamptz[] default null)
 returns table (request_id bigint, slot timestamptz)
 language plpgsql volatile as $$
 #variable_conflict use_column
 declare
   v_count integer := coalesce(cardinality(p_slots), 0);
-  v_created integer;
+  v_id bigint;
 begin
   perform leasehold.check_namespace(array[p_job]);
   perform leasehold.check_holder(p_by);
-  if not exists (select 1 from leasehold.jobs j where j.name = p_job and j.removed_at is null) then
-    raise exception 'no job named "%"', left(p_job, 200)
-      using errcode = 'P0002', hint = 'leasehold status lists the jobs; a job exists once a worker registered it.';
+  perform leasehold.live_job(p_job, 'P0002');
+  if p_slots is null then
+    insert into leasehold.run_requests (job, kind, slot, requested_by) values (p_job, 'manual', now(), p_by) returning id into v_id;
+    perform leasehold.record_action('run-now', p_job, p_by, jsonb_build_object('request', v_id));
+    return query select v_id, now();
+    return;
   end if;
   if v_count < 1 or v_count > 1000 then
     raise exception 'a backfill requests 1 to 1000 slots (got %)', v_count using errcode = '22023';
@@ -374,86 +332,55 @@ begin
     returning q.id, q.slot
   )
   select c.id, c.slot from created c order by c.slot;
-  get diagnostics v_created = row_count;
+  get diagnostics v_id = row_count;
   perform leasehold.record_action('backfill', p_job, p_by, jsonb_build_object(
-    'from', (select min(s) from unnest(p_slots) s), 'to', (select max(s) from unnest(p_slots) s),
-    'slots', v_count, 'requested', v_created));
+    'from', (select min(s) from unnest(p_slots) s), 'to', (select max(s) from unnest(p_slots) s), 'slots', v_count, 'requested', v_id));
 end $$;
 
--- check_claim_requests: the rules every claim's requests follow, checked in one pass (the value
--- named in an error is looked for after): parallel arrays of one length, a known mode, a buffer
--- cap of 0 or more, no null job or slot, ttls within acquire's bounds. Raises 22023 (LH002 for a
--- ttl); claims nothing. Used by claim().
-create function leasehold.check_claim_requests(
-  p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[]
-) returns void
+-- check_claim_requests: the rules of claim()'s requests in one pass (the value an error names is
+-- looked for after): 22023, or LH002 for a ttl out of acquire's bounds.
+create function leasehold.check_claim_requests(p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[])
+returns void
 language plpgsql stable as $$
 declare
   v_n integer := coalesce(cardinality(p_jobs), 0);
-  v_bad text;
-  v_bad_mode boolean;
-  v_bad_cap boolean;
-  v_bad_null boolean;
-  v_null_ttl boolean;
-  v_min_ttl interval;
-  v_max_ttl interval;
+  r record;
 begin
-  if coalesce(cardinality(p_slots), 0) <> v_n or coalesce(cardinality(p_ttls), 0) <> v_n
-     or coalesce(cardinality(p_modes), 0) <> v_n or coalesce(cardinality(p_caps), 0) <> v_n then
+  if array[coalesce(cardinality(p_slots), 0), coalesce(cardinality(p_ttls), 0), coalesce(cardinality(p_modes), 0),
+           coalesce(cardinality(p_caps), 0)] <> array_fill(v_n, array[4]) then
     raise exception 'claim: as many slots, ttls, modes and buffer caps as jobs are needed (% jobs)', v_n using errcode = '22023';
   end if;
   if v_n = 0 then
     return;
   end if;
-  select bool_or(i.mode is null or i.mode not in ('exclusive', 'replace', 'allow')), bool_or(i.cap is null or i.cap < 0),
-         bool_or(i.job is null or i.slot is null), bool_or(i.ttl is null), min(i.ttl), max(i.ttl)
-    into v_bad_mode, v_bad_cap, v_bad_null, v_null_ttl, v_min_ttl, v_max_ttl
-    from unnest(p_jobs, p_slots, p_ttls, p_modes, p_caps) as i(job, slot, ttl, mode, cap);
-  if v_bad_mode then
-    select m into v_bad from unnest(p_modes) m where m is null or m not in ('exclusive', 'replace', 'allow') limit 1;
-    raise exception 'claim: mode must be exclusive, replace or allow (got %)', coalesce(v_bad, 'null') using errcode = '22023';
+  select bool_or(i.mode is null or i.mode not in ('exclusive', 'replace', 'allow')) as bad_mode, bool_or(i.cap is null or i.cap < 0) as bad_cap,
+         bool_or(i.job is null or i.slot is null) as bad_null, bool_or(i.ttl is null) as null_ttl, min(i.ttl) as min_ttl, max(i.ttl) as max_ttl
+    into r from unnest(p_jobs, p_slots, p_ttls, p_modes, p_caps) as i(job, slot, ttl, mode, cap);
+  if r.bad_mode then
+    raise exception 'claim: mode must be exclusive, replace or allow (got %)',
+      coalesce((select m from unnest(p_modes) m where m is null or m not in ('exclusive', 'replace', 'allow') limit 1), 'null') using errcode = '22023';
   end if;
-  if v_bad_cap then
-    select c::text into v_bad from unnest(p_caps) c where c is null or c < 0 limit 1;
-    raise exception 'claim: buffer_cap must be 0 or more (got %)', coalesce(v_bad, 'null') using errcode = '22023';
+  if r.bad_cap then
+    raise exception 'claim: buffer_cap must be 0 or more (got %)',
+      coalesce((select c::text from unnest(p_caps) c where c is null or c < 0 limit 1), 'null') using errcode = '22023';
   end if;
-  if v_bad_null then
+  if r.bad_null then
     raise exception 'claim: job and slot must not be null' using errcode = '22023';
   end if;
-  -- the same bounds as acquire (check_ttl's bounds are a range: its two ends tell for all)
-  if v_null_ttl then
+  -- the bounds are a range: its two ends tell for all
+  if r.null_ttl then
     perform leasehold.check_ttl(null);
   end if;
-  perform leasehold.check_ttl(v_min_ttl);
-  perform leasehold.check_ttl(v_max_ttl);
+  perform leasehold.check_ttl(r.min_ttl);
+  perform leasehold.check_ttl(r.max_ttl);
 end $$;
 
--- claim_requests: a worker takes pending requests of the jobs it has handlers for (p_jobs),
--- at most p_limit, at most one per job per call (a job's requests go one at a time: run-now
--- requests first, by id; then backfill slots in slot order). Each is decided under the job's
--- lease row lock (FOR UPDATE SKIP LOCKED: a row another worker is deciding is left for the
--- next call). Rows come back for what this call decided: claimed (run it: token, fence,
--- expires_at as claim() gives them) or skipped (holder and holder_fence name the holder).
--- A call with nothing pending reads one small partial index and writes nothing.
--- A run now or backfill that takes over a lease records the
--- scheduled run in flight on it as lost, and keeps its own row in run_log.
-create function leasehold.claim_requests(
-  p_jobs text[], p_holder text, p_holder_key bigint default null, p_limit integer default 100
-) returns table (
-  request_id     bigint,
-  job            text,
-  kind           text,
-  slot           timestamptz,
-  requested_by   text,
-  claimed        boolean,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  holder         text,
-  holder_fence   bigint,
-  took_over      boolean,
-  database_time  timestamptz
-)
+-- claim_requests: a worker takes pending run-now and backfill requests of its jobs, one per job
+-- per call, each decided under the job's lease row lock (SKIP LOCKED) by its overlap policy
+-- (docs/sql-api.md). Nothing pending: one read of a small partial index, no write.
+create function leasehold.claim_requests(p_jobs text[], p_holder text, p_holder_key bigint default null, p_limit integer default 100)
+returns table (request_id bigint, job text, kind text, slot timestamptz, requested_by text, claimed boolean, token uuid, fence bigint,
+               expires_at timestamptz, holder text, holder_fence bigint, took_over boolean, database_time timestamptz)
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
@@ -473,13 +400,11 @@ begin
   if p_limit is null or p_limit < 1 or p_limit > 1000 then
     raise exception 'claim_requests: p_limit must be 1 to 1000 (got %)', p_limit using errcode = '22023';
   end if;
-  -- the common case: nothing pending, nothing locked, nothing written
   if not exists (select 1 from leasehold.run_requests q where q.state = 'pending' and q.job = any (p_jobs)) then
     return;
   end if;
-  -- only the job's own workers take its requests: the jobs of another role are not the caller's
-  p_jobs := array(select j.name from leasehold.jobs j
-                   where j.name = any (p_jobs) and leasehold.may_act_as(j.owner_role));
+  -- only the job's own workers take its requests
+  p_jobs := array(select j.name from leasehold.jobs j where j.name = any (p_jobs) and leasehold.may_act_as(j.owner_role));
   perform leasehold.pin_synchronous_commit();
   for v in
     select q.id, q.job, q.kind, q.slot, q.requested_by, j.overlap, j.ttl_ms
@@ -493,15 +418,14 @@ begin
   loop
     v_mode := case v.overlap when 'replace' then 'replace' when 'allow' then 'allow' else 'exclusive' end;
     -- a backfill under allow has no lease to wait for: one backfill run at a time, unless the
-    -- worker of the running one is gone (a peer that claimed this very request meanwhile is
-    -- caught by the pending check under the lock below)
+    -- worker of the running one is gone
     continue when v.kind = 'backfill' and v_mode = 'allow' and exists (
       select 1 from leasehold.run_requests b join leasehold.runs r on r.job = b.job and r.fence = b.fence
        where b.job = v.job and b.kind = 'backfill' and b.state = 'claimed' and r.outcome = 'running'
          and not leasehold.holder_gone(b.holder_key));
     if (v.kind = 'backfill' and v_mode <> 'allow') or v.overlap in ('buffer-one', 'buffer-all') then
-      -- It waits for a free lease: the row is locked only when free (a WHERE that is false
-      -- locks no row), so a request that waits costs its job no lock and no write per call.
+      -- it waits for a free lease: the row is locked only when free, so a request that waits
+      -- costs its job no lock and no write per call
       select * into l from leasehold.leases x where x.name = v.job and leasehold.is_free(x) for update skip locked;
       if not found then
         if v.kind = 'manual' and v.overlap = 'buffer-one' then
@@ -515,8 +439,7 @@ begin
                where q.job = v.job and q.kind = 'manual' and q.state = 'pending' and q.id > v.id
               returning q.id, q.job, q.kind, q.slot, q.requested_by
             )
-            select s.id, s.job, s.kind, s.slot, s.requested_by, false, null::uuid, null::bigint,
-                   null::timestamptz, l.holder, l.fence, false, now()
+            select s.id, s.job, s.kind, s.slot, s.requested_by, false, null::uuid, null::bigint, null::timestamptz, l.holder, l.fence, false, now()
               from later s;
           end if;
         end if;
@@ -524,21 +447,19 @@ begin
       end if;
       v_mode := case when v_mode = 'allow' then 'allow' else 'exclusive' end;
     else
-      -- decided now, whoever holds the lease: a run now under skip, replace or allow, a
-      -- backfill under allow
+      -- decided now, whoever holds the lease: a run now under skip, replace or allow, a backfill under allow
       select * into l from leasehold.leases x where x.name = v.job for update skip locked;
       continue when not found;
     end if;
-    -- under the lease lock, with a fresh snapshot: still pending? (a peer may have decided it
-    -- and committed before we got the lock)
+    -- under the lease lock, with a fresh snapshot: still pending? (a peer may have decided it first)
     perform 1 from leasehold.run_requests q where q.id = v.id and q.state = 'pending';
     continue when not found;
     if v.kind = 'manual' and v.overlap = 'skip' and not leasehold.is_free(l) then
       update leasehold.run_requests q
          set state = 'skipped', decided_at = now(), decided_by = p_holder, skip_holder = l.holder, skip_fence = l.fence
        where q.id = v.id;
-      return query select v.id, v.job, v.kind, v.slot, v.requested_by, false, null::uuid, null::bigint,
-                          null::timestamptz, l.holder, l.fence, false, now();
+      return query select v.id, v.job, v.kind, v.slot, v.requested_by, false, null::uuid, null::bigint, null::timestamptz, l.holder,
+                          l.fence, false, now();
       continue;
     end if;
 
@@ -547,81 +468,43 @@ begin
     if v_incarnation is null and p_holder_key is not null then
       v_incarnation := leasehold.liveness_incarnation(p_holder_key);
     end if;
-    v_fence := leasehold.fence_after(l.fence, v_epoch);
+    v_fence := (leasehold.fences_after(array[l.fence], v_epoch))[1];
     -- a scheduled run in flight on the row loses its lease to this one (as in claim())
     if v_mode <> 'allow' and l.run_slot is not null then
-      perform leasehold.end_runs(array[v.job], null, array[l.run_fence], array['lost'],
-                                 array['lease taken over by ' || p_holder], null);
+      perform leasehold.end_runs(array[v.job], null, array[l.run_fence], array['lost'], array['lease taken over by ' || p_holder], null);
     end if;
-    update leasehold.leases x
-       set fence = v_fence,
-           token = case when v_mode = 'allow' then x.token else gen_random_uuid() end,
-           holder = case when v_mode = 'allow' then x.holder else p_holder end,
-           holder_key = case when v_mode = 'allow' then x.holder_key else p_holder_key end,
-           acquired_at = case when v_mode = 'allow' then x.acquired_at else now() end,
-           expires_at = case when v_mode = 'allow' then x.expires_at else now() + v.ttl_ms * interval '1 millisecond' end,
-           released_at = case when v_mode = 'allow' then x.released_at else null end,
-           ttl = case when v_mode = 'allow' then x.ttl else v.ttl_ms * interval '1 millisecond' end,
-           epoch = case when v_mode = 'allow' then x.epoch else v_epoch end,
-           holder_incarnation = case when v_mode = 'allow' then x.holder_incarnation else v_incarnation end,
-           -- this run's row is in run_log from its start (trigger, requested_by, request_id)
-           run_slot = case when v_mode = 'allow' then x.run_slot end,
-           run_started_at = case when v_mode = 'allow' then x.run_started_at end
-     where x.name = v.job
-    returning x.token, x.expires_at into v_token, v_expires;
+    -- under allow only the fence moves; otherwise a grant, whose run is in run_log from its start
+    if v_mode = 'allow' then
+      update leasehold.leases x set fence = v_fence where x.name = v.job;
+    else
+      update leasehold.leases x
+         set fence = v_fence, token = gen_random_uuid(), holder = p_holder, holder_key = p_holder_key, acquired_at = now(),
+             expires_at = now() + v.ttl_ms * interval '1 millisecond', released_at = null, ttl = v.ttl_ms * interval '1 millisecond',
+             epoch = v_epoch, holder_incarnation = v_incarnation, run_slot = null, run_started_at = null
+       where x.name = v.job
+      returning x.token, x.expires_at into v_token, v_expires;
+    end if;
     insert into leasehold.run_log (job, slot, fence, holder, trigger, requested_by, request_id)
     values (v.job, v.slot, v_fence, p_holder, v.kind, v.requested_by, v.id);
     -- a run still 'running' under an older fence lost its lease to this one (as in claim())
     if v_mode <> 'allow' then
-      update leasehold.run_log r
-         set outcome = 'lost', finished_at = now(), error = 'lease taken over by ' || p_holder
+      update leasehold.run_log r set outcome = 'lost', finished_at = now(), error = 'lease taken over by ' || p_holder
        where r.job = v.job and r.outcome = 'running' and r.fence < v_fence;
     end if;
     update leasehold.run_requests q
-       set state = 'claimed', decided_at = now(), decided_by = p_holder, holder_key = p_holder_key, fence = v_fence
-     where q.id = v.id;
+       set state = 'claimed', decided_at = now(), decided_by = p_holder, holder_key = p_holder_key, fence = v_fence where q.id = v.id;
     insert into leasehold.actions (action, job, actor, detail)
     values ('request-claimed', v.job, p_holder, jsonb_build_object('request', v.id, 'kind', v.kind, 'fence', v_fence));
-    return query select v.id, v.job, v.kind, v.slot, v.requested_by, true,
-                        case when v_mode = 'allow' then null else v_token end, v_fence,
-                        case when v_mode = 'allow' then null else v_expires end,
-                        p_holder, null::bigint, v_mode <> 'allow' and l.token is not null, now();
+    return query select v.id, v.job, v.kind, v.slot, v.requested_by, true, case when v_mode <> 'allow' then v_token end, v_fence,
+                        case when v_mode <> 'allow' then v_expires end, p_holder, null::bigint, v_mode <> 'allow' and l.token is not null, now();
   end loop;
 end $$;
 
--- schedule_snapshot: what a starting worker needs of leasehold.jobs before it follows
--- schedule_changes(): the data jobs of the handlers p_handlers and the paused jobs (code jobs
--- that are not paused, other handlers' jobs and tombstones are none of its business: at 100,000
--- jobs a worker of one handler would otherwise read them all), after revision p_after_revision
--- in revision order, at most p_limit. The caller reads the newest revision of the table first
--- and follows schedule_changes() from it: a change made meanwhile is read twice, never missed.
-create function leasehold.schedule_snapshot(p_handlers text[], p_after_revision bigint default 0, p_limit integer default 1000)
-returns table (
-  revision bigint, name text, source text, handler text, removed boolean,
-  schedule text, timezone text, interval_ms bigint, ttl_ms bigint, overlap text, catch_up text,
-  buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, payload jsonb,
-  paused_at timestamptz, paused_by text, pause_reason text, last_slot timestamptz, database_time timestamptz
-)
-language sql stable as $$
-  select j.revision, j.name, j.source, j.handler, false,
-         j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up,
-         j.buffer_limit, j.starting_deadline_ms, j.timeout_ms, j.jitter_ms,
-         case when j.handler = any (p_handlers) then j.payload end,
-         j.paused_at, j.paused_by, j.pause_reason,
-         (select l.last_slot from leasehold.leases l where l.name = j.name), now()
-    from leasehold.jobs j
-   where j.revision > coalesce(p_after_revision, 0) and j.removed_at is null
-     and ((j.source = 'data' and j.handler = any (p_handlers)) or j.paused_at is not null)
-     and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
-     and leasehold.may_act_as(j.owner_role)
-   order by j.revision
-   limit greatest(1, least(coalesce(p_limit, 1000), 10000));
-$$;
-
--- schedule_changes: the job rows changed after revision p_after_revision, oldest change first,
--- at most p_limit (1-10000) of them: one range of the index on revision. Code jobs come too
--- (their pause state); payloads only for the handlers named in p_handlers (null: all).
-create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000)
+-- schedule_changes: the job rows changed after revision p_after_revision, oldest first: one range
+-- of the index on revision. p_snapshot: only what a starting worker needs (the data jobs of
+-- p_handlers and the paused jobs): at 100,000 jobs a worker of one handler would read them all.
+create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000,
+                                           p_snapshot boolean default false)
 returns table (
   revision bigint, name text, source text, handler text, removed boolean,
   schedule text, timezone text, interval_ms bigint, ttl_ms bigint, overlap text, catch_up text,
@@ -637,6 +520,9 @@ language sql stable as $$
          (select l.last_slot from leasehold.leases l where l.name = j.name), now()
     from leasehold.jobs j
    where j.revision > coalesce(p_after_revision, 0)
+     and (p_snapshot is not true
+          or (j.removed_at is null and (j.paused_at is not null
+                                        or (j.source = 'data' and (p_handlers is null or j.handler = any (p_handlers))))))
      and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
      and leasehold.may_act_as(j.owner_role)
    order by j.revision

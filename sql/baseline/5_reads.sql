@@ -1,32 +1,14 @@
--- leasehold schema, part 5 of 6: read models.
---
--- Views and functions for status pages, the CLI, the dashboard and metrics. None exposes a
--- token. Each reads through an index range per job (LATERAL), so `where job = ...` or
--- `order by job limit n` reads only those jobs, at 100,000 jobs and 10 million history rows.
+-- leasehold schema, part 5 of 6: read models for status pages, the CLI, the dashboard and
+-- metrics. None shows a token. Each reads through an index range per job (LATERAL), so
+-- `where job = ...` or `order by job limit n` reads only those jobs, at any size.
 
-
--- fleet_status: one row per listed job, in order (place 1, 2, ...): the job, why it is
--- listed first (attention: 'expired', 'failing', 'skipping', 'missing', or null for the jobs
--- that fill the page by name after the flagged ones) and that reason's latest time
--- (attention_at), with the fleet's counts on every row. When nothing is listed (no jobs), one
--- row of counts whose place, job, attention and attention_at are null. As before, a reason
--- counts and lists the names its history has, also those without a job_status row (a removed
--- job's failures): the caller joins job_status and leaves those out.
+-- fleet_status: the fleet's counts on every row, and the listed jobs in order: those that need
+-- attention under their most urgent reason, newest first, then the others by name. A reason
+-- counts and lists the names its history has (a removed job's failures too): the caller leaves
+-- out those without a job_status row. Its cost follows the last day's failures, not the history.
 create function leasehold.fleet_status(p_limit integer)
-returns table (
-  place         integer,
-  job           text,
-  attention     text,
-  attention_at  timestamptz,
-  jobs          integer,
-  running       integer,
-  expired       integer,
-  failing       integer,
-  skipping      integer,
-  missing       integer,
-  leases        integer,
-  leases_held   integer
-)
+returns table (place integer, job text, attention text, attention_at timestamptz, jobs integer, running integer,
+               expired integer, failing integer, skipping integer, missing integer, leases integer, leases_held integer)
 language plpgsql stable
 set jit = off
 set plan_cache_mode = force_custom_plan
@@ -40,96 +22,55 @@ begin
     raise exception 'fleet_status: p_limit must be 1 or more (got %)', coalesce(p_limit::text, 'null') using errcode = '22023';
   end if;
   return query
-  -- the leases that are not free or have no job, in one pass over the leases: every lease
-  -- count, and the expired leases of jobs
+  -- the leases that are not free or have no job, in one pass over the leases
   with leases_seen as materialized (
     select l.name, l.state, l.expires_at, j.name is not null as is_job
       from leasehold.lease_status l left join leasehold.jobs j on j.name = l.name
      where l.state <> 'free' or j.name is null
   ),
-  -- each reason: one row per job that has it, with that reason's latest time
-  expired_jobs as materialized (
-    select l.name as job, l.expires_at as at from leases_seen l where l.is_job and l.state = 'expired'
-  ),
-  failing_jobs as materialized (
-    select r.job, max(r.started_at) as at from leasehold.runs r
+  -- each reason (0 the most urgent): one row per name that has it, with its latest time
+  reasons as materialized (
+    select 0 as rank, l.name as job, l.expires_at as at from leases_seen l where l.is_job and l.state = 'expired'
+    union all
+    select 1, r.job, max(r.started_at) from leasehold.runs r
      where r.outcome in ('failed', 'lost', 'timed-out') and r.started_at > v_since group by r.job
-  ),
-  skipping_jobs as materialized (
-    select s.job, max(s.recorded_at) as at from leasehold.skips s where s.recorded_at > v_since group by s.job
-  ),
-  missing_jobs as materialized (
-    select m.job, max(m.recorded_at) as at from leasehold.missed m where m.recorded_at > v_since group by m.job
-  ),
-  -- the page, reason by reason: a reason's most recent jobs (ties by name), as many as are
-  -- left, without the jobs listed under a more urgent reason (all of them, when any room is
-  -- left); a limit of 0 reads nothing
-  page0 as materialized (
-    select e.job, 0 as rank, e.at from expired_jobs e order by e.at desc, e.job limit p_limit
-  ),
-  page1 as materialized (
-    select f.job, 1 as rank, f.at from failing_jobs f
-     where not exists (select 1 from page0 p where p.job = f.job)
-     order by f.at desc, f.job
-     limit greatest(p_limit - (select count(*) from page0), 0)
-  ),
-  page2 as materialized (
-    select s.job, 2 as rank, s.at from skipping_jobs s
-     where not exists (select 1 from page0 p where p.job = s.job) and not exists (select 1 from page1 p where p.job = s.job)
-     order by s.at desc, s.job
-     limit greatest(p_limit - (select count(*) from page0) - (select count(*) from page1), 0)
-  ),
-  page3 as materialized (
-    select m.job, 3 as rank, m.at from missing_jobs m
-     where not exists (select 1 from page0 p where p.job = m.job) and not exists (select 1 from page1 p where p.job = m.job)
-       and not exists (select 1 from page2 p where p.job = m.job)
-     order by m.at desc, m.job
-     limit greatest(p_limit - (select count(*) from page0) - (select count(*) from page1) - (select count(*) from page2), 0)
+    union all
+    select 2, s.job, max(s.recorded_at) from leasehold.skips s where s.recorded_at > v_since group by s.job
+    union all
+    select 3, m.job, max(m.recorded_at) from leasehold.missed m where m.recorded_at > v_since group by m.job
   ),
   flagged as materialized (
-    select * from page0 union all select * from page1 union all select * from page2 union all select * from page3
-  ),
-  -- fewer flagged jobs than p_limit (then all of them are listed): the others by name
-  unflagged as (
-    select j.name as job, null::integer as rank, null::timestamptz as at
-      from leasehold.jobs j
-     where not exists (select 1 from flagged f where f.job = j.name)
-     order by j.name
-     limit greatest(p_limit - (select count(*) from flagged), 0)
+    select distinct on (x.job) x.job, x.rank, x.at from reasons x order by x.job, x.rank
   ),
   page as (
     select (row_number() over (order by p.rank nulls last, p.at desc nulls last, p.job))::integer as n, p.job, p.rank, p.at
-      from (select * from flagged union all select * from unflagged) p
-  ),
-  lease_counts as (
-    select count(*) filter (where l.is_job and l.state = 'held') as running,
-           count(*) filter (where not l.is_job) as leases,
-           count(*) filter (where not l.is_job and l.state <> 'free') as leases_held
-      from leases_seen l
+      from ((select f.job, f.rank, f.at from flagged f order by f.rank, f.at desc, f.job limit p_limit)
+            union all
+            (select j.name, null, null from leasehold.jobs j
+              where not exists (select 1 from flagged f where f.job = j.name)
+              order by j.name limit greatest(p_limit - (select count(*) from flagged), 0))) p
   ),
   counts as (
     select (select count(*) from leasehold.jobs)::integer as jobs,
-           c.running::integer as running,
-           (select count(*) from expired_jobs)::integer as expired,
-           (select count(*) from failing_jobs)::integer as failing,
-           (select count(*) from skipping_jobs)::integer as skipping,
-           (select count(*) from missing_jobs)::integer as missing,
-           c.leases::integer as leases,
-           c.leases_held::integer as leases_held
-      from lease_counts c
+           (select count(*) from leases_seen l where l.is_job and l.state = 'held')::integer as running,
+           (select count(*) filter (where x.rank = 0) from reasons x)::integer as expired,
+           (select count(*) filter (where x.rank = 1) from reasons x)::integer as failing,
+           (select count(*) filter (where x.rank = 2) from reasons x)::integer as skipping,
+           (select count(*) filter (where x.rank = 3) from reasons x)::integer as missing,
+           (select count(*) from leases_seen l where not l.is_job)::integer as leases,
+           (select count(*) from leases_seen l where not l.is_job and l.state <> 'free')::integer as leases_held
   )
   select p.n, p.job, (array['expired', 'failing', 'skipping', 'missing'])[p.rank + 1], p.at,
          c.jobs, c.running, c.expired, c.failing, c.skipping, c.missing, c.leases, c.leases_held
-    from counts c
-    left join page p on true
+    from counts c left join page p on true
    order by p.n;
 end $$;
 
+-- fleet_summary: the fleet's counts over 24 hours. It reads run_counts (runs per minute) and
+-- slow_runs (the only jobs whose p95 can creep), not a day of runs.
 create function leasehold.fleet_summary(p_warn_ratio double precision default 0.8)
-returns table (
-  jobs integer, running integer, expired integer, failing integer, creeping integer, over_interval integer,
-  runs_24h bigint, failed_24h bigint, lost_24h bigint, skips_24h bigint, missed_24h bigint, timed_out_24h bigint
-)
+returns table (jobs integer, running integer, expired integer, failing integer, creeping integer, over_interval integer,
+               runs_24h bigint, failed_24h bigint, lost_24h bigint, skips_24h bigint, missed_24h bigint, timed_out_24h bigint)
 language plpgsql stable set jit = off as $$
 #variable_conflict use_column
 declare
@@ -141,7 +82,6 @@ begin
   end if;
   return query
   with states as (
-    -- a lease without a token is free: neither running nor expired
     select count(*) filter (where l.expires_at > now()) as held, count(*) filter (where l.expires_at <= now()) as expired
       from leasehold.leases l join leasehold.jobs j on j.name = l.name
      where l.token is not null
@@ -150,16 +90,6 @@ begin
     select r.job, r.outcome from leasehold.run_log r
      where r.outcome in ('failed', 'lost', 'timed-out') and r.started_at > v_since and r.finished_at is not null
   ),
-  failures as (
-    select count(*) filter (where r.outcome = 'failed') as failed,
-           count(*) filter (where r.outcome = 'lost') as lost,
-           count(*) filter (where r.outcome = 'timed-out') as timed_out
-      from failed_runs r
-  ),
-  failing_jobs as (
-    select count(*) as jobs
-      from (select r.job from failed_runs r group by r.job) f join leasehold.jobs j on j.name = f.job
-  ),
   ratios as (
     select (select percentile_cont(0.95) within group (order by extract(epoch from r.finished_at - r.started_at))
               from leasehold.run_log r
@@ -167,119 +97,32 @@ begin
       from leasehold.slow_runs s join leasehold.jobs j on j.name = s.job
      where s.last_started > v_since and j.interval_ms > 0
   )
-  select (select count(*) from leasehold.jobs)::integer,
-         (select held from states)::integer,
-         (select expired from states)::integer,
-         (select f.jobs from failing_jobs f)::integer,
+  select (select count(*) from leasehold.jobs)::integer, (select held from states)::integer, (select expired from states)::integer,
+         (select count(*) from (select r.job from failed_runs r group by r.job) f join leasehold.jobs j on j.name = f.job)::integer,
          (select count(*) from ratios where ratio >= p_warn_ratio and ratio < 1)::integer,
          (select count(*) from ratios where ratio >= 1)::integer,
+         -- the minutes inside the window from the counts, the partial minute at its edge from run_log
          (select coalesce(sum(c.runs), 0) from leasehold.run_counts c where c.minute > v_edge)::bigint
            + (select count(*) from leasehold.run_log r
                where r.started_at > v_since and r.started_at < to_timestamp((v_edge + 1) * 60) and r.finished_at is not null)::bigint,
-         (select f.failed from failures f)::bigint,
-         (select f.lost from failures f)::bigint,
+         (select count(*) from failed_runs r where r.outcome = 'failed')::bigint,
+         (select count(*) from failed_runs r where r.outcome = 'lost')::bigint,
          (select count(*) from leasehold.skips where recorded_at > v_since)::bigint,
          (select count(*) from leasehold.missed where recorded_at > v_since)::bigint,
-         (select f.timed_out from failures f)::bigint;
+         (select count(*) from failed_runs r where r.outcome = 'timed-out')::bigint;
 end $$;
-
--- recent_history: the newest p_limit entries of run_history across all jobs, newest first
--- (only those at or after p_since when given). run_history itself has no fleet-wide time
--- index: `order by at desc limit n` on the view reads every row. This looks back through
--- growing windows (BRIN on the time columns) until one holds p_limit entries, so its cost
--- follows how many entries the newest window holds, not the size of the history.
-create function leasehold.recent_history(p_limit integer, p_since timestamptz default null)
-returns table (job text, slot timestamptz, kind text, outcome text, fence bigint, holder text, at timestamptz,
-               finished_at timestamptz, duration_seconds double precision, detail text)
-language plpgsql stable as $$
-#variable_conflict use_column
-declare
-  v_window interval;
-  v_from timestamptz;
-  v_found bigint;
-begin
-  if p_limit is null or p_limit < 1 or p_limit > 10000 then
-    raise exception 'recent_history: p_limit must be 1 to 10000 (got %)', p_limit using errcode = '22023';
-  end if;
-  foreach v_window in array array['5 minutes', '1 hour', '1 day', '7 days', '90 days']::interval[] loop
-    v_from := greatest(now() - v_window, p_since);
-    select (select count(*) from (select 1 from leasehold.runs where started_at >= v_from limit p_limit) a)
-         + (select count(*) from (select 1 from leasehold.skips where recorded_at >= v_from limit p_limit) b)
-         + (select count(*) from (select 1 from leasehold.missed where recorded_at >= v_from limit p_limit) c)
-      into v_found;
-    -- p_limit entries at or after v_from: the newest p_limit overall are among them
-    exit when v_found >= p_limit or v_from = p_since;
-  end loop;
-  if v_found < p_limit and v_from is distinct from p_since then
-    v_from := p_since;  -- fewer than p_limit in 90 days: all of it (or all since p_since)
-  end if;
-  -- Each kind cut at p_limit first; a skip's "ran later" lookup only for the skips kept.
-  return query
-  with r as (
-    select * from leasehold.runs x where x.started_at >= coalesce(v_from, '-infinity')
-     order by x.started_at desc, x.slot desc, x.job limit p_limit
-  ), k as (
-    select * from leasehold.skips x where x.recorded_at >= coalesce(v_from, '-infinity')
-     order by x.recorded_at desc, x.slot desc, x.job limit p_limit
-  ), m as (
-    select * from leasehold.missed x where x.recorded_at >= coalesce(v_from, '-infinity')
-     order by x.recorded_at desc, x.slot desc, x.job limit p_limit
-  ), merged as (
-    select r.job, r.slot, 'run' as kind, r.outcome, r.fence, r.holder, r.started_at as at, r.finished_at,
-           extract(epoch from r.finished_at - r.started_at)::double precision as duration_seconds, r.error as detail,
-           null::text as skip_holder, null::bigint as skip_fence, null::timestamptz as skip_slot, null::interval as held_for
-      from r
-    union all
-    select k.job, k.slot, 'skip', null, k.holder_fence, k.holder, k.recorded_at, null, null, null,
-           k.holder, k.holder_fence, k.holder_slot, k.held_for
-      from k
-    union all
-    select m.job, m.slot, 'missed', 'missed', null, null, m.recorded_at, null, null, m.reason, null, null, null, null
-      from m
-  ), newest as (
-    select * from merged order by at desc, slot desc, job, kind limit p_limit
-  )
-  -- the skip row as run_history words it
-  select n.job, n.slot, n.kind,
-         case when n.kind <> 'skip' then n.outcome when ran.fence is null then 'skipped' else 'buffered' end,
-         n.fence, n.holder, n.at, n.finished_at, n.duration_seconds,
-         case when n.kind <> 'skip' then n.detail else
-           format('held by %s (fence %s%s) for %ss%s', n.skip_holder, n.skip_fence,
-                  coalesce(', slot ' || to_char(n.skip_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-                  round(extract(epoch from n.held_for)::numeric, 1),
-                  case when ran.fence is null then '' else format('; buffered, ran later (fence %s)', ran.fence) end)
-         end
-    from newest n
-    left join lateral (select x.fence from leasehold.runs x
-                        where n.kind = 'skip' and x.job = n.job and x.slot = n.slot limit 1) ran on true
-   order by n.at desc, n.slot desc, n.job, n.kind;
-end $$;
-comment on function leasehold.recent_history is
-  'The newest entries of run_history across all jobs (at most p_limit, 1 to 10000), in the order at desc, slot desc, job, kind.';
 
 create view leasehold.lease_status as
 select l.name,
-       case
-         when l.token is null then 'free'
-         when l.expires_at <= now() then 'expired'
-         else 'held'
-       end as state,
-       l.holder,
-       l.fence,
-       l.acquired_at,
-       l.expires_at,
-       case when l.token is null then null
-            else greatest(extract(epoch from l.expires_at - now()), 0)::double precision
-       end as seconds_left,
+       case when l.token is null then 'free' when l.expires_at <= now() then 'expired' else 'held' end as state,
+       l.holder, l.fence, l.acquired_at, l.expires_at,
+       case when l.token is not null then greatest(extract(epoch from l.expires_at - now()), 0)::double precision end as seconds_left,
        -- liveness locks exist only on the incarnation that took them: elsewhere, unknown
        case when l.token is null or l.holder_key is null
-                 or l.holder_incarnation is distinct from leasehold.incarnation() then null
+                 or l.holder_incarnation is distinct from (select e.incarnation from leasehold.epoch_source() e) then null
             else l.holder_key in (select k.key from leasehold.liveness_locks() k)
        end as holder_alive,
-       l.last_slot,
-       l.released_at,
-       l.epoch,
-       l.holder_key
+       l.last_slot, l.released_at, l.epoch, l.holder_key
   from leasehold.leases l;
 
 create view leasehold.runs as
@@ -327,55 +170,29 @@ select q.id, q.job, q.kind, q.slot, q.requested_by, q.requested_at,
   from leasehold.run_requests q
   left join leasehold.run_log r on r.job = q.job and r.fence = q.fence;
 
--- The views over runs were bound to the table, now run_log: bind them to the view again
--- (their text is that of migrations 11 and 12), so that a run in flight is their last run.
--- Late_p95_seconds at the end: the p95 over the last 24 h of how
--- long after its slot each scheduled run started (started_at - slot; the jitter offset counts).
+-- job_status: late_p95_seconds is the p95 over 24 h of how long after its slot each scheduled
+-- run started (started_at - slot; the jitter offset counts).
 create view leasehold.job_status as
-select j.name as job,
-       j.schedule,
-       j.timezone,
-       j.interval_ms,
-       j.ttl_ms,
-       j.overlap,
-       j.catch_up,
+select j.name as job, j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up,
        case when l.token is null and j.paused_at is not null then 'paused'
             when l.token is null then 'idle' when l.expires_at <= now() then 'expired' else 'running' end as state,
-       case when l.token is null then null else l.holder end as holder,
-       case when l.token is null then null else extract(epoch from now() - l.acquired_at)::double precision end as lease_age_seconds,
-       l.fence,
-       l.last_slot,
-       r.slot as last_run_slot,
-       r.outcome as last_outcome,
-       r.started_at as last_started_at,
-       r.finished_at as last_finished_at,
-       r.error as last_error,
-       coalesce(rc.runs, 0)::integer as runs_24h,
-       coalesce(rc.failed, 0)::integer as failed_24h,
-       coalesce(rc.lost, 0)::integer as lost_24h,
-       rc.p50::double precision as p50_seconds,
-       rc.p95::double precision as p95_seconds,
+       case when l.token is not null then l.holder end as holder,
+       case when l.token is not null then extract(epoch from now() - l.acquired_at)::double precision end as lease_age_seconds,
+       l.fence, l.last_slot, r.slot as last_run_slot, r.outcome as last_outcome, r.started_at as last_started_at,
+       r.finished_at as last_finished_at, r.error as last_error,
+       coalesce(rc.runs, 0)::integer as runs_24h, coalesce(rc.failed, 0)::integer as failed_24h,
+       coalesce(rc.lost, 0)::integer as lost_24h, rc.p50::double precision as p50_seconds, rc.p95::double precision as p95_seconds,
        case when j.interval_ms > 0 and rc.p95 is not null then (rc.p95 * 1000 / j.interval_ms)::double precision end as p95_interval_ratio,
-       coalesce(s.n, 0)::integer as skips_24h,
-       coalesce(m.n, 0)::integer as missed_24h,
-       j.source,
-       j.handler,
-       j.paused_at,
-       j.paused_by,
-       j.pause_reason,
-       coalesce(rc.timed_out, 0)::integer as timed_out_24h,
-       rc.late_p95::double precision as late_p95_seconds
+       coalesce(s.n, 0)::integer as skips_24h, coalesce(m.n, 0)::integer as missed_24h,
+       j.source, j.handler, j.paused_at, j.paused_by, j.pause_reason,
+       coalesce(rc.timed_out, 0)::integer as timed_out_24h, rc.late_p95::double precision as late_p95_seconds
   from leasehold.jobs j
   left join leasehold.leases l on l.name = j.name
+  left join lateral (select x.slot, x.outcome, x.started_at, x.finished_at, x.error
+                       from leasehold.runs x where x.job = j.name order by x.started_at desc limit 1) r on true
   left join lateral (
-    select x.slot, x.outcome, x.started_at, x.finished_at, x.error
-      from leasehold.runs x where x.job = j.name order by x.started_at desc limit 1
-  ) r on true
-  left join lateral (
-    select count(*) as runs,
-           count(*) filter (where x.outcome = 'failed') as failed,
-           count(*) filter (where x.outcome = 'lost') as lost,
-           count(*) filter (where x.outcome = 'timed-out') as timed_out,
+    select count(*) as runs, count(*) filter (where x.outcome = 'failed') as failed,
+           count(*) filter (where x.outcome = 'lost') as lost, count(*) filter (where x.outcome = 'timed-out') as timed_out,
            percentile_cont(0.5) within group (order by extract(epoch from x.finished_at - x.started_at)) as p50,
            percentile_cont(0.95) within group (order by extract(epoch from x.finished_at - x.started_at)) as p95,
            percentile_cont(0.95) within group (order by extract(epoch from x.started_at - x.slot))
@@ -383,12 +200,8 @@ select j.name as job,
       from leasehold.run_log x
      where x.job = j.name and x.finished_at is not null and x.started_at > now() - interval '24 hours'
   ) rc on true
-  left join lateral (
-    select count(*) as n from leasehold.skips x where x.job = j.name and x.recorded_at > now() - interval '24 hours'
-  ) s on true
-  left join lateral (
-    select count(*) as n from leasehold.missed x where x.job = j.name and x.recorded_at > now() - interval '24 hours'
-  ) m on true
+  left join lateral (select count(*) as n from leasehold.skips x where x.job = j.name and x.recorded_at > now() - interval '24 hours') s on true
+  left join lateral (select count(*) as n from leasehold.missed x where x.job = j.name and x.recorded_at > now() - interval '24 hours') m on true
  where j.removed_at is null;
 comment on view leasehold.job_status is
   'One row per scheduled job: lease holder, last run, p50/p95 duration and their ratio to the interval over 24 h, skips and missed slots over 24 h. Each row costs one index range of its job''s runs: filter by job or order by job with a limit at scale.';

@@ -26,54 +26,44 @@ end $$;
 -- baseline (breaking)
 set local check_function_bodies = off;
 -- sql/baseline/1_leases.sql
--- leasehold schema, part 1 of 6: the lease protocol.
+-- leasehold schema, part 1 of 6: the lease protocol, and what every caller of acquire() may
+-- write besides (liveness sessions, skips, clock steps).
 --
 -- Glossary
 --   lease   one row per job name: who may run the job now, and until when.
---   token   random secret of one acquisition; renew, release and fenced writes present it.
---   fence   bigint that grows on every acquisition of a name and never goes back, even across
---           a failover: next_fence() folds the epoch into it. A write checked against it
---           cannot come from an older holder.
---   epoch   the fork of history the server is on (leasehold.forks: the base fixed at the first
---           grant on each WAL timeline), so a grant made on a promoted server is told apart
---           from anything an old primary or another promoted copy issued.
+--   token   random secret of one acquisition; renewals, the release and fenced writes present it.
+--   fence   bigint that grows on every acquisition of a name and never goes back, even across a
+--           failover (next_fence() folds the epoch in): a write checked against it cannot come
+--           from an older holder.
+--   epoch   the fork of history the server is on (leasehold.forks: a base fixed at the first
+--           grant on each WAL timeline), so that a grant on a promoted server is told apart from
+--           anything an old primary or another promoted copy issued.
 --   incarnation  epoch and postmaster start time: one run of one server. Advisory locks
 --           (liveness evidence) exist only in the incarnation that took them.
 --   holder  human-readable identity of the acquirer (host:pid:id), for logs and skips.
---   holder_key  bigint of the holder's liveness session: a session-level advisory lock the
---           holder keeps while its process lives. When the lock is gone the lease is free.
+--   holder_key  the holder's liveness session's key: a session-level advisory lock it keeps
+--           while its process lives. When the lock is gone the lease is free.
 --   slot    the scheduled occurrence a claim is for; each slot is claimed at most once.
---
--- Time: every decision uses the database clock (now()), never the caller's.
--- Errors: custom SQLSTATEs LH001 (bad name), LH002 (bad ttl), LH003 (lease lost),
--- LH004 (bad holder). See docs/sql-api.md for the contract.
-
--- Also here: the liveness sessions (advisory locks), skips and clock steps, which every caller
--- of acquire() may write.
-
+-- Every decision uses the database clock (now()). Errors: LH001 (bad name), LH002 (bad ttl),
+-- LH003 (lease lost), LH004 (bad holder); docs/sql-api.md is the contract.
 
 create type leasehold.lease_renewal as (name text, token uuid, ttl interval);
 
 -- Windows (from_time, to_time] of database time that a forward step of the database clock
--- jumped over, as the workers that noticed it measured them. Slots inside never existed in
--- real time: record_missed_slots() does not record them, whichever worker (started before or after
--- the step) asks. Kept as long as the history (prune_history) and at most 1,000 windows.
+-- jumped over. Slots inside never existed: record_missed_slots() does not record them. Kept as
+-- long as the history, and at most 1,000 windows.
 create table leasehold.clock_steps (
   id bigint generated always as identity primary key,
-  from_time timestamp with time zone not null,
-  to_time timestamp with time zone not null,
-  recorded_by text not null,
-  recorded_at timestamp with time zone not null default now(),
+  from_time timestamp with time zone not null, to_time timestamp with time zone not null,
+  recorded_by text not null, recorded_at timestamp with time zone not null default now(),
   constraint clock_steps_check CHECK ((to_time > from_time))
 );
 
 create table leasehold.forks (
-  timeline integer primary key,
-  base bigint not null,
-  first_grant timestamp with time zone not null default now()
+  timeline integer primary key, base bigint not null, first_grant timestamp with time zone not null default now()
 );
 comment on table leasehold.forks is
-  'The fence base of each timeline this line of history has granted on: fixed at its first grant (see sql/0023_fork_epochs.sql).';
+  'The fence base of each timeline this line of history has granted on, fixed at its first grant (fork_base()).';
 
 create table leasehold.leases (
   name text primary key,
@@ -86,16 +76,12 @@ create table leasehold.leases (
   last_slot timestamp with time zone,
   released_at timestamp with time zone,
   ttl interval,
-  -- the epoch in which the current grant or its latest renewal was confirmed
-  epoch integer,
-  -- the incarnation whose advisory lock table holds holder_key's lock
-  holder_incarnation text,
+  epoch integer, -- the epoch in which the grant or its latest renewal was confirmed
+  holder_incarnation text, -- the incarnation whose advisory lock table holds holder_key's lock
   created_at timestamp with time zone not null default now(),
   suspended text,
-  run_slot timestamp with time zone,
-  run_fence bigint,
-  run_holder text,
-  run_started_at timestamp with time zone,
+  -- the scheduled run in flight (claim()), until finish_runs() writes its history row
+  run_slot timestamp with time zone, run_fence bigint, run_holder text, run_started_at timestamp with time zone,
   constraint leases_suspended_check CHECK ((suspended = ANY (ARRAY['paused'::text, 'removed'::text]))),
   constraint leases_token_has_expiry CHECK (((token IS NULL) = (expires_at IS NULL)))
 ) with (fillfactor=50);
@@ -105,10 +91,7 @@ comment on table leasehold.leases is
 create table leasehold.skips (
   job text not null,
   slot timestamp with time zone not null,
-  holder text,
-  holder_fence bigint,
-  holder_slot timestamp with time zone,
-  held_for interval,
+  holder text, holder_fence bigint, holder_slot timestamp with time zone, held_for interval, -- the holder, as the skip saw it
   recorded_by text not null,
   recorded_at timestamp with time zone not null default now(),
   constraint skips_pkey PRIMARY KEY (job, slot)
@@ -148,12 +131,10 @@ create function leasehold.check_name(p_name text) returns void
 language plpgsql immutable as $$
 begin
   if p_name is null or char_length(p_name) = 0 then
-    raise exception 'lease name must not be empty'
-      using errcode = 'LH001', hint = 'Name the job, e.g. ''nightly-report''.';
+    raise exception 'lease name must not be empty' using errcode = 'LH001', hint = 'Name the job, e.g. ''nightly-report''.';
   end if;
   if char_length(p_name) > 200 then
-    raise exception 'lease name must be 1-200 characters (got %)', char_length(p_name)
-      using errcode = 'LH001', hint = 'Use a shorter name.';
+    raise exception 'lease name must be 1-200 characters (got %)', char_length(p_name) using errcode = 'LH001', hint = 'Use a shorter name.';
   end if;
   if p_name ~ leasehold.bad_characters() then
     raise exception 'lease name must not contain control, bidirectional or invisible characters (found %)', leasehold.check_characters(p_name)
@@ -178,18 +159,15 @@ create function leasehold.check_ttl(p_ttl interval) returns void
 language plpgsql immutable as $$
 begin
   if p_ttl is null or p_ttl <= interval '0' then
-    raise exception 'ttl must be positive (got %)', p_ttl
-      using errcode = 'LH002', hint = 'Pass an interval such as ''30 seconds''.';
+    raise exception 'ttl must be positive (got %)', p_ttl using errcode = 'LH002', hint = 'Pass an interval such as ''30 seconds''.';
   end if;
   if p_ttl < interval '100 milliseconds' or p_ttl > interval '7 days' then
     raise exception 'ttl must be between 100 milliseconds and 7 days (got %)', p_ttl
-      using errcode = 'LH002',
-            hint = 'The ttl bounds how long a stalled holder blocks others; heartbeats renew it while the job runs.';
+      using errcode = 'LH002', hint = 'The ttl bounds how long a stalled holder blocks others; heartbeats renew it while the job runs.';
   end if;
 end $$;
 
--- check_lease_name: the rule of the former constraint leases_name_valid, on insert and on a
--- change of the name only.
+-- check_lease_name: the name rule, on an insert or a change of the name only.
 create function leasehold.check_lease_name() returns trigger
 language plpgsql volatile as $$
 begin
@@ -200,14 +178,9 @@ begin
   return new;
 end $$;
 
--- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves to
--- the new timeline the moment a standby is promoted; pg_control_checkpoint() only after the
--- end-of-recovery checkpoint, which can come seconds later (measured: docs/high-availability.md).
--- During recovery (a standby, read-only) the replayed timeline is reported, for status views.
--- Where a managed service or a revoked grant refuses those functions it
--- falls back to the last checkpoint's timeline, then to 1 (one line of history as far as
--- leasehold can tell); epoch_source() says which one this server gives and why, and the client
--- reports it at start (docs/high-availability.md).
+-- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves the moment
+-- a standby is promoted, pg_control_checkpoint() only after the end-of-recovery checkpoint. Where
+-- they are refused (a managed service): the last checkpoint's timeline, then 1 (epoch_source()).
 create function leasehold.epoch() returns integer
 language plpgsql volatile as $$
 begin
@@ -222,38 +195,42 @@ begin
   begin
     return (pg_control_checkpoint()).timeline_id;
   exception when others then
-    return 1; -- no timeline at all: one line of history as far as leasehold can tell
+    return 1;
   end;
 end $$;
 
 -- epoch_source: where epoch() reads the timeline on this server, with the errors of the sources
--- it could not use. 'wal': the current WAL file (a promotion shows at once); 'checkpoint': the
--- last checkpoint (a promotion shows only after its end-of-recovery checkpoint); 'none': no
--- timeline (epoch() is 1: forks of history cannot be told apart).
-create function leasehold.epoch_source() returns table (source text, timeline integer, detail text)
+-- it could not use ('wal': the current WAL file, a promotion shows at once; 'checkpoint': the
+-- last checkpoint, a promotion shows only after its end-of-recovery checkpoint; 'none': no
+-- timeline, epoch() is 1), and this server's incarnation, for readers (lease_status) and clients.
+create function leasehold.epoch_source() returns table (source text, timeline integer, detail text, incarnation text)
 language plpgsql volatile as $$
 declare
+  v_source text := 'none';
+  v_timeline integer := 1;
   v_detail text;
 begin
   begin
     if not pg_is_in_recovery() then
-      return query select 'wal'::text, ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer, null::text;
-      return;
+      v_timeline := ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
+      v_source := 'wal';
     end if;
   exception when others then
     v_detail := format('pg_walfile_name(pg_current_wal_lsn()): %s (SQLSTATE %s)', sqlerrm, sqlstate);
   end;
-  begin
-    return query select 'checkpoint'::text, (pg_control_checkpoint()).timeline_id, v_detail;
-    return;
-  exception when others then
-    v_detail := concat_ws('; ', v_detail, format('pg_control_checkpoint(): %s (SQLSTATE %s)', sqlerrm, sqlstate));
-  end;
-  return query select 'none'::text, 1, v_detail;
+  if v_source = 'none' then
+    begin
+      v_timeline := (pg_control_checkpoint()).timeline_id;
+      v_source := 'checkpoint';
+    exception when others then
+      v_detail := concat_ws('; ', v_detail, format('pg_control_checkpoint(): %s (SQLSTATE %s)', sqlerrm, sqlstate));
+    end;
+  end if;
+  return query select v_source, v_timeline, v_detail, leasehold.server_incarnation();
 end $$;
 
--- fork_base: the fence base of timeline p_timeline on this server's line of history, made at
--- the first grant on it. 0 on timeline 1.
+-- fork_base: the fence base of timeline p_timeline on this line of history, fixed at the first
+-- grant on it (0 on timeline 1). Concurrent first grants: one row wins and both read it.
 create function leasehold.fork_base(p_timeline integer) returns bigint
 language plpgsql volatile as $$
 declare
@@ -263,51 +240,48 @@ begin
     return 0;
   end if;
   select f.base into v_base from leasehold.forks f where f.timeline = p_timeline;
-  if found then
-    return v_base;
+  if not found then
+    insert into leasehold.forks as f (timeline, base)
+    values (p_timeline,
+            greatest((p_timeline - 1)::bigint << 40,
+                     ((extract(epoch from now()) * 1000)::bigint - 1577836800000) * 1024))
+    on conflict (timeline) do update set base = f.base
+    returning f.base into v_base;
   end if;
-  -- concurrent first grants: one row wins, and both read it (do update returns the existing row)
-  insert into leasehold.forks as f (timeline, base)
-  values (p_timeline,
-          greatest((p_timeline - 1)::bigint << 40,
-                   ((extract(epoch from now()) * 1000)::bigint - 1577836800000) * 1024))
-  on conflict (timeline) do update set base = f.base
-  returning f.base into v_base;
   return v_base;
 end $$;
 
 -- server_incarnation: one run of one server. A restart changes the start time, a promotion the
--- timeline; session advisory locks do not survive either.
+-- timeline; session advisory locks survive neither.
 create function leasehold.server_incarnation() returns text
 language sql volatile as $$
   select leasehold.epoch() || '@' || to_char(pg_postmaster_start_time() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US');
 $$;
 
--- incarnation: server_incarnation() for readers (lease_status), with the owner's rights: on a
--- standby the timeline comes from pg_control_checkpoint(), which a reader may not call.
-create function leasehold.incarnation() returns text
-language sql volatile as $$
-  select leasehold.server_incarnation();
-$$;
-
 -- liveness_incarnation: the incarnation to record with a grant under liveness key p_key: the
--- current one when the key's lock is held on this server right now, else null (the TTL then
--- governs). A client does not notice at once that its liveness session went with an old
--- primary; a grant recorded with that key as if it lived here would look "holder gone" at once.
+-- current one when the key's lock is held here now, else null (the TTL governs). A client whose
+-- liveness session went with an old primary would otherwise look "holder gone" at once.
 create function leasehold.liveness_incarnation(p_key bigint) returns text
 language sql volatile as $$
   select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.server_incarnation() end;
 $$;
 
--- liveness_locks: the liveness locks held in this database right now: session-level advisory
--- locks taken with one bigint key (objsubid 1), exclusive and granted, with the backend that
--- holds each. The key is the bigint register_liveness() returned.
-create function leasehold.liveness_locks() returns table (pid integer, key bigint)
+-- The tag of worker liveness keys (bits 47-62); 'LH'.
+create function leasehold.worker_key_tag() returns bigint
+language sql immutable as $$
+  select 19528::bigint;
+$$;
+
+-- liveness_locks: the liveness locks held in this database now: session-level advisory locks on
+-- one bigint key (objsubid 1), exclusive and granted, with the backend that holds each; worker:
+-- a key in the workers' range (register_liveness(true)).
+create function leasehold.liveness_locks() returns table (pid integer, key bigint, worker boolean)
 language sql volatile as $$
-  select k.pid, (k.classid::bigint << 32) | k.objid::bigint
-    from pg_locks k
-   where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.mode = 'ExclusiveLock'
-     and k.database = (select d.oid from pg_database d where d.datname = current_database());
+  select x.pid, x.key, x.key >> 47 = leasehold.worker_key_tag()
+    from (select k.pid, (k.classid::bigint << 32) | k.objid::bigint as key
+            from pg_locks k
+           where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.mode = 'ExclusiveLock'
+             and k.database = (select d.oid from pg_database d where d.datname = current_database())) x;
 $$;
 
 create function leasehold.holder_gone(p_key bigint) returns boolean
@@ -321,29 +295,12 @@ begin
   return not exists (select 1 from leasehold.liveness_locks() k where k.pid = pg_backend_pid() and k.key = p_key);
 end $$;
 
--- The tag of worker liveness keys (bits 47-62); 'LH'. Private: the two functions below use it.
-create function leasehold.worker_key_tag() returns bigint
-language sql immutable as $$
-  select 19528::bigint;
-$$;
-
--- worker_keys: the liveness keys of the workers alive in this database right now.
-create function leasehold.worker_keys() returns table (pid integer, key bigint)
-language sql volatile as $$
-  select k.pid, k.key from leasehold.liveness_locks() k where k.key >> 47 = leasehold.worker_key_tag();
-$$;
-
 create function leasehold.next_fence(p_old bigint) returns bigint
 language sql volatile as $$
-  select leasehold.fence_after(p_old, leasehold.epoch());
+  select (leasehold.fences_after(array[p_old], leasehold.epoch()))[1];
 $$;
 
-create function leasehold.fence_after(p_old bigint, p_epoch integer) returns bigint
-language sql volatile as $$
-  select (leasehold.fences_after(array[p_old], p_epoch))[1];
-$$;
-
--- fences_after: the one rule for every new fence (next_fence, fence_after, every claim).
+-- fences_after: the one rule for every new fence (next_fence, every claim).
 -- (plpgsql: a sql body with a FROM is planned again in every transaction, every grant)
 create function leasehold.fences_after(p_old bigint[], p_epoch integer) returns bigint[]
 language plpgsql volatile as $$
@@ -372,10 +329,9 @@ language sql volatile as $$
   end;
 $$;
 
--- pin_synchronous_commit: lease-changing functions call it first. A role or session with
--- synchronous_commit = off (or local) would otherwise acknowledge a grant before a
--- synchronous standby has it. Transaction-local, so it still holds at COMMIT (a function's
--- SET clause would be reverted on return, before the commit).
+-- pin_synchronous_commit: lease-changing functions call it first, so that a role or session with
+-- synchronous_commit off (or local) does not acknowledge a grant before a synchronous standby has
+-- it. Transaction-local, so it still holds at COMMIT (a SET clause would end on return).
 create function leasehold.pin_synchronous_commit() returns void
 language plpgsql volatile as $$
 begin
@@ -389,19 +345,33 @@ end $$;
 -- session ends (process killed, connection lost) the lock goes, and so does every lease
 -- recorded with that key. Keys are non-negative so lease_status can match pg_locks.
 -- p_worker: a scheduler worker's session, whose key is in the workers' range (worker_key_tag())
--- so that its peers find it in worker_keys() to share the jobs of a tick.
-create function leasehold.register_liveness(p_worker boolean default false) returns bigint
+-- so that its peers find it in liveness_locks() to share the jobs of a tick; p_handlers: the
+-- handler names it runs data jobs for, counted while the key is live (live_handlers()).
+create function leasehold.register_liveness(p_worker boolean default false, p_holder text default null,
+                                            p_handlers text[] default null) returns bigint
 language plpgsql volatile as $$
 declare
   k bigint;
 begin
+  if p_handlers is not null then
+    perform leasehold.check_holder(p_holder);
+    if p_worker is not true or cardinality(p_handlers) > 10000 then
+      raise exception 'register_liveness: handlers are registered by a worker (p_worker true), at most 10000 (got %)',
+        cardinality(p_handlers) using errcode = '22023';
+    end if;
+  end if;
   loop
     k := case when p_worker then (leasehold.worker_key_tag() << 47) | floor(random() * 140737488355328)::bigint
               else floor(random() * 9.2e18)::bigint end;
-    if pg_try_advisory_lock(k) then
-      return k;
-    end if;
+    exit when pg_try_advisory_lock(k);
   end loop;
+  if p_handlers is not null then
+    -- the rows of keys no longer live go (and any row of this key, drawn again)
+    delete from leasehold.worker_handlers w
+     where w.worker_key = k or not exists (select 1 from leasehold.liveness_locks() l where l.key = w.worker_key);
+    insert into leasehold.worker_handlers (worker_key, holder, handlers) values (k, p_holder, p_handlers);
+  end if;
+  return k;
 end $$;
 
 -- acquire: one call, one round trip, never waits for a row lock.
@@ -607,8 +577,8 @@ begin
   end if;
 end $$;
 
--- confirm: confirm_leases() of one lease; the row, or a row of nulls when the lease is not (or
--- no longer) the caller's. Used by acquire's adoption of a grant whose answer was lost.
+-- confirm: confirm_leases() of one lease; the row, or a row of nulls when the lease is not (or no
+-- longer) the caller's. acquire() adopts with it a grant whose answer was lost.
 create function leasehold.confirm(p_name text, p_token uuid, p_ttl interval) returns leasehold.leases
 language plpgsql volatile as $$
 declare
@@ -618,18 +588,12 @@ begin
   return r;
 end $$;
 
--- confirm_leases: confirm() for many leases in one statement. The one rule by which a holder
--- keeps its lease: while its token matches and the lease has not expired, extend it by the ttl
--- and confirm it in this epoch (after a failover this is what makes its fenced writes
--- acceptable again). Returns the rows it extended. The epoch is asked once per statement.
--- Planned for what it is: a join of the input with as many lease rows, found through the
--- primary key. Statistics taken while most leases were released estimate "not expired" at one
--- row, and a nested loop planned on that estimate compared every lease with every element
--- (1,000 leases: 220 ms instead of 10); a hash or merge join costs the same whatever the
--- estimate.
--- The rows locked in name order first, the order of
--- end_runs(): a renewal still in flight as the same leases are finished waited for the finish
--- while the finish waited for it (the update locked in physical order).
+-- confirm_leases: the one rule by which a holder keeps its leases: while the token matches and a
+-- lease has not expired, extend it and confirm it in this epoch (after a failover, this makes its
+-- fenced writes acceptable again). No nested loop: statistics taken while most leases were
+-- released estimate "not expired" at one row, and a nested loop on that estimate compared every
+-- lease with every element (1,000 leases: 220 ms instead of 10). Rows locked in name order, as
+-- end_runs() locks them: a renewal in flight as the same leases were finished deadlocked.
 create function leasehold.confirm_leases(p_names text[], p_tokens uuid[], p_ttls interval[]) returns setof leasehold.leases
 language plpgsql volatile
 set plan_cache_mode = force_custom_plan
@@ -649,19 +613,12 @@ begin
   returning l.*;
 end $$;
 
--- reconfirm_leases: a holder keeps its leases across a server restart or failover. A restart
--- ends every session, so every holder's liveness lock goes while the server keeps the rows until
--- they expire. A holder whose liveness session the server ended registers a new one and, on it,
--- takes back the leases that are still its own in one statement: same token and fence,
--- unexpired by the database clock, and liveness evidence from an EARLIER incarnation
--- (holder_incarnation is not this server run's). Only then could no peer have taken the lease
--- since the old lock went: is_free asks for the lock only on the incarnation that recorded it,
--- and the row's token shows that nobody acquired it. On the same incarnation (the holder's
--- session alone was ended) the lock's loss made the lease free for anyone at once, and it is not
--- taken back. The new key and incarnation are recorded, so a holder that dies afterwards is freed
--- by liveness at once again. Called on the session that holds liveness key p_key (just
--- registered); one element per lease, in the order given: whether it was taken back, its
--- expiry, and why not ('unknown', 'released', 'taken-over', 'expired', 'same-incarnation').
+-- reconfirm_leases: a holder keeps its leases across a server restart or failover (which ends
+-- every liveness lock): on its new liveness session (key p_key) it takes back the leases still its
+-- own, with liveness evidence from an EARLIER incarnation. Only then could no peer have taken one
+-- since the old lock went (is_free asks for the lock only on the incarnation that recorded it);
+-- on the same incarnation the lock's loss freed the lease at once. The new key and incarnation
+-- are recorded, so that liveness frees them again if the holder dies.
 create function leasehold.reconfirm_leases(p_key bigint, p_names text[], p_tokens uuid[], p_fences bigint[], p_ttls interval[])
 returns table (name text, reconfirmed boolean, expires_at timestamptz, reason text, database_time timestamptz)
 language plpgsql volatile
@@ -679,8 +636,7 @@ begin
     raise exception 'reconfirm_leases: this session does not hold liveness key %', p_key
       using errcode = '42501', hint = 'Call it on the session that called register_liveness().';
   end if;
-  if cardinality(p_names) is distinct from cardinality(p_tokens) or cardinality(p_names) is distinct from cardinality(p_fences)
-     or cardinality(p_names) is distinct from cardinality(p_ttls) then
+  if array[cardinality(p_tokens), cardinality(p_fences), cardinality(p_ttls)] is distinct from array_fill(cardinality(p_names), array[3]) then
     raise exception 'reconfirm_leases: names, tokens, fences and ttls must have one element per lease' using errcode = '22023';
   end if;
   perform leasehold.check_ttl(d.ttl) from (select distinct t as ttl from unnest(p_ttls) t) d;
@@ -692,24 +648,17 @@ begin
      for no key update of l;
   with taken as (
     update leasehold.leases l
-       set expires_at = now() + i.ttl, ttl = i.ttl, epoch = leasehold.epoch(),
-           holder_key = p_key, holder_incarnation = v_incarnation
+       set expires_at = now() + i.ttl, ttl = i.ttl, epoch = leasehold.epoch(), holder_key = p_key, holder_incarnation = v_incarnation
       from unnest(p_names, p_tokens, p_fences, p_ttls) as i(name, token, fence, ttl)
      where l.name = any (p_names) and l.name = i.name and l.token = i.token and l.fence = i.fence
-       and l.expires_at > now()
-       and l.holder_incarnation is distinct from v_incarnation
+       and l.expires_at > now() and l.holder_incarnation is distinct from v_incarnation
     returning l.name, l.expires_at)
   select coalesce(array_agg(t.name), '{}'), coalesce(array_agg(t.expires_at), '{}') into v_names, v_expires from taken t;
   return query
   select e.name, c.name is not null, coalesce(c.expires_at, l.expires_at),
-         case
-           when c.name is not null then 'reconfirmed'
-           when l.name is null then 'unknown'
-           when l.token is null then 'released'
-           when l.token <> e.token or l.fence <> e.fence then 'taken-over'
-           when l.expires_at <= now() then 'expired'
-           else 'same-incarnation'
-         end,
+         case when c.name is not null then 'reconfirmed' when l.name is null then 'unknown' when l.token is null then 'released'
+              when l.token <> e.token or l.fence <> e.fence then 'taken-over' when l.expires_at <= now() then 'expired'
+              else 'same-incarnation' end,
          now()
     from unnest(p_names, p_tokens, p_fences) with ordinality as e(name, token, fence, n)
     left join unnest(v_names, v_expires) as c(name, expires_at) on c.name = e.name
@@ -717,20 +666,9 @@ begin
    order by e.n;
 end $$;
 
--- renew: renew_leases() of one lease.
-create function leasehold.renew(p_name text, p_token uuid, p_ttl interval)
-returns table (renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
-language sql volatile
-set lock_timeout = '2s'
-as $$
-  select r.renewed, r.expires_at, r.fence, r.reason, r.database_time
-    from leasehold.renew_leases(array[row(p_name, p_token, p_ttl)::leasehold.lease_renewal]) r;
-$$;
-
--- renew_leases: extends each given lease while its token matches and it has not expired, in
--- one update; says for each one why not otherwise ('unknown', 'expired': the caller's token but
--- past its expiry, 'released', 'taken-over'). In the order given.
-create function leasehold.renew_leases(p_leases leasehold.lease_renewal[])
+-- renew_leases: confirm_leases() for the caller, saying for each lease not renewed why, in the
+-- order given. Variadic, so that one lease reads plainly: renew_leases(('job', token, '30 seconds')).
+create function leasehold.renew_leases(variadic p_leases leasehold.lease_renewal[])
 returns table (name text, renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -747,10 +685,9 @@ begin
   if p_leases is null then
     return;
   end if;
-  -- a name with a lease row passed the name rule when the row was inserted (leases_name_valid):
-  -- only the others are checked, so that a bad name is refused (LH001) rather than 'unknown'
-  perform leasehold.check_name(e.name) from unnest(p_leases) e
-   where not exists (select 1 from leasehold.leases x where x.name = e.name);
+  -- a name with a lease row passed the name rule when the row was inserted: only the others are
+  -- checked, so that a bad name is refused (LH001) rather than 'unknown'
+  perform leasehold.check_name(e.name) from unnest(p_leases) e where not exists (select 1 from leasehold.leases x where x.name = e.name);
   perform leasehold.check_ttl(d.ttl) from (select distinct e.ttl from unnest(p_leases) e) d;
   perform leasehold.pin_synchronous_commit();
   select coalesce(array_agg(c.name), '{}'), coalesce(array_agg(c.expires_at), '{}'), coalesce(array_agg(c.fence), '{}')
@@ -758,16 +695,11 @@ begin
     from leasehold.confirm_leases(array(select e.name from unnest(p_leases) e), array(select e.token from unnest(p_leases) e),
                                   array(select e.ttl from unnest(p_leases) e)) c;
   -- a lease not renewed: as a new snapshot has it, so that a release or takeover the update
-  -- waited for (its row lock) is the reason given, as renew() gave it
+  -- waited for (its row lock) is the reason given
   return query
   select e.name, c.name is not null, coalesce(c.expires_at, l.expires_at), coalesce(c.fence, l.fence),
-         case
-           when c.name is not null then 'renewed'
-           when l.name is null then 'unknown'
-           when l.token = e.token then 'expired'
-           when l.token is null then 'released'
-           else 'taken-over'
-         end,
+         case when c.name is not null then 'renewed' when l.name is null then 'unknown' when l.token = e.token then 'expired'
+              when l.token is null then 'released' else 'taken-over' end,
          now()
     from unnest(p_leases) with ordinality as e(name, token, ttl, n)
     left join unnest(v_names, v_expires, v_fences) as c(name, expires_at, fence) on c.name = e.name
@@ -775,6 +707,8 @@ begin
    order by e.n;
 end $$;
 
+-- release: frees the lease only for its current token (end_runs, the one rule by which a lease
+-- row lets go), so that a late release from an old holder changes nothing.
 create function leasehold.release(p_name text, p_token uuid) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -790,23 +724,12 @@ begin
   if found then
     return true;
   end if;
-  return exists (select 1 from leasehold.release_matching(array[p_name], array[p_token]));
+  return exists (select 1 from leasehold.end_runs(array[p_name], array[p_token], null, null, null, null) e where e.released);
 end $$;
 
--- release_matching: the one rule by which a lease is released: only for its current token.
--- A late release from an old holder matches nothing and changes nothing. Returns the names
--- released (a null token releases nothing).
--- A step of end_runs().
-create function leasehold.release_matching(p_names text[], p_tokens uuid[]) returns setof text
-language sql volatile as $$
-  select e.name from leasehold.end_runs(p_names, p_tokens, null, null, null, null) e where e.released;
-$$;
-
--- holds_lease: the fence check, as a boolean for WHERE clauses and triggers (assert_lease below
--- raises LH003 where it is false, start_run calls assert_lease):
---   update results set ... where id = $1 and leasehold.holds_lease('job', $token, $fence);
--- A lease of a job with a timeout is not held once the timeout
--- has passed since the lease was granted.
+-- holds_lease: the fence check, as a boolean for WHERE clauses and triggers. Locks the row FOR
+-- KEY SHARE: no takeover (FOR UPDATE) until the transaction ends, while the holder's own renewals
+-- (non-key columns) still go through.
 create function leasehold.holds_lease(p_name text, p_token uuid, p_fence bigint) returns boolean
 language plpgsql volatile as $$
 begin
@@ -818,23 +741,16 @@ begin
   return found;
 end $$;
 
--- assert_lease: the fence check for the caller's own transaction. Locks the lease row (holds_lease)
--- FOR KEY SHARE where name, token and fence match, the lease is unexpired and it was
--- confirmed in the current epoch (a release or takeover lost in a failover must not let the
--- old token write again; the live holder's next renewal re-confirms it), so no
--- takeover (which needs FOR UPDATE) can happen before this transaction ends, while the
--- holder's own renewals (plain UPDATEs of non-key columns) still go through. Raises LH003
--- otherwise. Returns the fence.
--- The timeout named in the refusal (otherwise a timed-out lease,
--- unexpired and with a matching token, would be explained as unconfirmed since a failover, and
--- clients would renew it and try again).
+-- assert_lease: holds_lease() for the caller's own transaction, raising LH003 with the reason
+-- instead of answering false; returns the fence. A lease confirmed in an earlier epoch is refused
+-- (a release or takeover lost in a failover must not let the old token write again; the live
+-- holder's next renewal confirms it again).
 create function leasehold.assert_lease(p_name text, p_token uuid, p_fence bigint) returns bigint
 language plpgsql volatile as $$
 declare
   r leasehold.leases;
   v_detail text;
 begin
-  -- the rule and the lock are holds_lease's; this function only explains a refusal
   if leasehold.holds_lease(p_name, p_token, p_fence) then
     return p_fence;
   end if;
@@ -847,6 +763,7 @@ begin
       when r.expires_at <= now() then 'the lease expired'
       -- a wrong token is no failover, whatever the row's epoch says
       when r.token <> p_token then 'the token does not match the lease'
+      -- named: a timed-out lease (unexpired, the caller's) would pass for one unconfirmed since a failover
       when leasehold.run_timed_out(r.name, r.acquired_at) then
         format('the run timed out: its job''s timeout of %s ms passed at %s',
                (select j.timeout_ms from leasehold.jobs j where j.name = r.name),
@@ -854,24 +771,20 @@ begin
     end;
   if v_detail is not null then
     raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
-      using errcode = 'LH003', detail = v_detail,
-            hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
+      using errcode = 'LH003', detail = v_detail, hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
   end if;
-  -- Not lost as far as this server knows, only unconfirmed since a failover. The DETAIL's
-  -- first words are part of the contract: clients recognise this case by them, renew, and
-  -- run the transaction again.
+  -- Only unconfirmed since a failover. The DETAIL's first words are part of the contract: clients
+  -- recognise this case by them, renew, and run the transaction again.
   raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
     using errcode = 'LH003',
           detail = format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
                           'renew it, or roll back if it is lost', r.epoch, leasehold.epoch()),
-          hint = 'Roll back, renew the lease (leasehold.renew) and run the transaction again; if the renewal fails, the lease is lost.';
+          hint = 'Roll back, renew the lease (leasehold.renew_leases) and run the transaction again; if the renewal fails, the lease is lost.';
 end $$;
 
--- force_release: frees a lease whatever its holder (an operator's act: a stuck holder, a
--- migration): the next fence is taken, so a write of the old holder is refused from then on.
--- p_by: who releases (checked like a holder name); given, the act is recorded in
--- leasehold.actions and the run holding the lease (a scheduled run, leasehold exec, run()) ends
--- lost naming p_by.
+-- force_release: frees a lease whatever its holder (an operator's act) and takes the next fence,
+-- so that a write of the old holder is refused from then on. p_by (checked like a holder): the act
+-- is recorded in actions, and the run holding the lease (a scheduled one, exec, run()) ends lost.
 create function leasehold.force_release(p_name text, p_by text default null)
 returns table (released boolean, previous_holder text, previous_fence bigint, fence bigint)
 language plpgsql volatile as $$
@@ -891,18 +804,17 @@ begin
     return query select false, null::text, null::bigint, null::bigint;
     return;
   end if;
-  -- the scheduled run in flight on the row, if any, ends with its lease
+  -- the scheduled run in flight on the row ends with its lease, and so does, given p_by, a run
+  -- with a run_log row under the lease (exec, run())
   if old.run_slot is not null then
     perform leasehold.end_runs(array[p_name], null, array[old.run_fence], array['lost'], array[v_why], null);
   end if;
-  -- and so does a run with a run_log row under the lease (leasehold exec, run()), naming who
   if p_by is not null and old.token is not null then
     update leasehold.run_log x set outcome = 'lost', finished_at = now(), error = v_why
      where x.job = p_name and x.fence = old.fence and x.outcome = 'running';
   end if;
   update leasehold.leases l
-     set token = null, expires_at = null, holder_key = null, released_at = now(),
-         fence = leasehold.next_fence(l.fence)
+     set token = null, expires_at = null, holder_key = null, released_at = now(), fence = leasehold.next_fence(l.fence)
    where l.name = p_name
   returning l.* into r;
   if p_by is not null then
@@ -912,9 +824,8 @@ begin
   return query select old.token is not null, old.holder, old.fence, r.fence;
 end $$;
 
--- record_skip: records that a caller declined to run `p_name` because it was held, naming the
--- holder as leasehold.acquire reported it. One row per (job, slot); returns false if the slot
--- already had one.
+-- record_skip: records that the caller did not run p_name because it was held, naming the holder
+-- as acquire() reported it. One row per (job, slot); false when the slot had one already.
 create function leasehold.record_skip(p_name text, p_recorded_by text, p_slot timestamptz default null)
 returns boolean
 language sql volatile as $$
@@ -930,6 +841,8 @@ language sql volatile as $$
   select exists (select 1 from inserted);
 $$;
 
+-- record_clock_step: stores the window (p_from, p_to] a forward step of the database clock
+-- jumped over, merged with the stored ones it overlaps; true when it is a new one.
 create function leasehold.record_clock_step(p_from timestamptz, p_to timestamptz, p_holder text)
 returns boolean
 language plpgsql volatile
@@ -942,8 +855,7 @@ declare
   v_to   timestamptz;
 begin
   if p_from is null or p_to is null or not isfinite(p_from) or not isfinite(p_to) or p_to <= p_from then
-    raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to
-      using errcode = '22023';
+    raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to using errcode = '22023';
   end if;
   perform leasehold.check_holder(p_holder);
   -- one writer at a time, so that concurrent reports of the same step merge instead of racing
@@ -954,80 +866,49 @@ begin
   v_new := not found;
   if v_new then
     insert into leasehold.clock_steps (from_time, to_time, recorded_by) values (p_from, p_to, p_holder);
-    -- bounded: the oldest windows go (their slots are long recorded or pruned)
-    delete from leasehold.clock_steps
-     where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
+    delete from leasehold.clock_steps where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
   end if;
-  -- The slots of the window (as merged with the stored ones it overlaps: one interval) never
-  -- existed: delete what record_missed_slots() would have refused had the window been here first.
-  -- Bounds as values, so that the BRIN index on recorded_at reads only the rows recorded since
-  -- the step began, however long the missed history is.
-  select min(w.from_time), max(w.to_time) into v_from, v_to
-    from leasehold.clock_steps w
-   where w.from_time <= p_to and p_from <= w.to_time;
-  delete from leasehold.missed m
-   where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to;
+  -- The window's slots never existed: delete what record_missed_slots() would have refused had
+  -- the window been stored first. Bounds as values, so that the BRIN index on recorded_at reads
+  -- only the rows recorded since the step began.
+  select min(w.from_time), max(w.to_time) into v_from, v_to from leasehold.clock_steps w where w.from_time <= p_to and p_from <= w.to_time;
+  delete from leasehold.missed m where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to;
   return v_new;
 end $$;
 
 create trigger leases_name_valid BEFORE INSERT OR UPDATE OF name ON leasehold.leases FOR EACH ROW EXECUTE FUNCTION leasehold.check_lease_name();
 
 -- sql/baseline/2_scheduler.sql
--- leasehold schema, part 2 of 6: scheduled jobs and slot claims.
---
--- A job's lease row (leasehold.leases, name = job name) carries last_slot: the newest scheduled
--- occurrence anyone claimed. claim() claims many jobs' slots in one call with a fixed number
--- of set-based statements, whatever the number of jobs, and records each skip once per
--- (job, slot) however many workers notice it.
-
+-- leasehold schema, part 2 of 6: scheduled jobs and slot claims. A job's lease row (name = job
+-- name) carries last_slot, the newest occurrence anyone claimed. claim() claims many jobs' slots
+-- with a fixed number of set-based statements, and records each skip once per (job, slot).
 
 create sequence leasehold.job_revisions;
 
--- Slots waiting for the running one to finish (overlap policies buffer-one and buffer-all).
+-- Slots waiting for the running one to finish (overlap buffer-one and buffer-all, catch-up).
 create table leasehold.buffered (
-  job text not null,
-  slot timestamp with time zone not null,
-  buffered_at timestamp with time zone not null default now(),
+  job text not null, slot timestamp with time zone not null, buffered_at timestamp with time zone not null default now(),
   constraint buffered_pkey PRIMARY KEY (job, slot)
 );
 
--- worker_starts: per worker liveness key, through when its runs claimed ahead are (or may be)
--- started, and the latest planned start of a run of it a peer claimed again.
 create table leasehold.worker_starts (
-  holder_key      bigint primary key,
-  started_through timestamptz not null,
-  taken_through   timestamptz,
-  updated_at      timestamptz not null default now()
+  holder_key bigint primary key, started_through timestamptz not null, taken_through timestamptz, updated_at timestamptz not null default now()
 );
 comment on table leasehold.worker_starts is
   'Per worker liveness key: through when its runs claimed ahead are started (start_tick), and the latest planned start of one a peer claimed again.';
 
 create table leasehold.jobs (
   name text primary key,
-  schedule text not null,
-  timezone text,
-  interval_ms bigint,
-  ttl_ms bigint not null,
-  overlap text not null,
-  catch_up text not null,
-  registered_by text not null,
-  registered_at timestamp with time zone not null default now(),
+  schedule text not null, timezone text, interval_ms bigint, ttl_ms bigint not null, overlap text not null, catch_up text not null,
+  registered_by text not null, registered_at timestamp with time zone not null default now(),
   source text not null default 'code'::text,
-  handler text,
-  payload jsonb,
-  defined_by text,
-  buffer_limit integer,
-  starting_deadline_ms bigint,
-  -- stored for the per-run timeout and jitter options; null: none
-  timeout_ms bigint,
-  jitter_ms bigint,
+  handler text, payload jsonb, defined_by text, -- jobs defined as data
+  buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, -- null: the default (or none)
   removed_at timestamp with time zone,
-  paused_at timestamp with time zone,
-  paused_by text,
-  pause_reason text,
+  paused_at timestamp with time zone, paused_by text, pause_reason text,
   revision bigint not null default nextval('leasehold.job_revisions'::regclass),
-  -- the login role that registered or defined it (null: the schema owner or a superuser): only
-  -- that role (or a member of it) changes or removes it, and only its workers run it
+  -- the login role that registered or defined it (null: the schema owner or a superuser): only it
+  -- (or a member) changes or removes it, and only its workers run it
   owner_role text,
   constraint jobs_jitter_ms_check CHECK ((jitter_ms > 0)),
   constraint jobs_source_check CHECK ((source = ANY (ARRAY['code'::text, 'data'::text]))),
@@ -1038,35 +919,29 @@ comment on table leasehold.jobs is
 create unique index jobs_revision on leasehold.jobs (revision);
 
 create table leasehold.missed (
-  job text not null,
-  slot timestamp with time zone not null,
-  reason text not null,
-  recorded_by text not null,
-  recorded_at timestamp with time zone not null default now(),
+  job text not null, slot timestamp with time zone not null, reason text not null,
+  recorded_by text not null, recorded_at timestamp with time zone not null default now(),
   constraint missed_pkey PRIMARY KEY (job, slot)
 );
 create index missed_recorded_brin on leasehold.missed using brin (recorded_at) WITH (pages_per_range='32');
 
 create table leasehold.worker_handlers (
-  worker_key bigint primary key,
-  holder text not null,
-  handlers text[] not null,
-  registered_at timestamp with time zone not null default now()
+  worker_key bigint primary key, holder text not null, handlers text[] not null, registered_at timestamp with time zone not null default now()
 );
 comment on table leasehold.worker_handlers is
-  'The handler names each scheduler worker registered, by its liveness key (live while worker_keys() lists it).';
+  'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
 
--- The writers of this migration say so; any other write of leasehold.jobs is register_jobs (or
--- register_external_job): a code job's registration.
+-- jobs_revision: every write of a jobs row takes the next revision, in order (one writer at a
+-- time). Writers of data jobs say so (leasehold.job_writer); any other write is a code job's
+-- registration (register_jobs, start_run's external job), which takes a data job's name over.
 create function leasehold.jobs_revision() returns trigger
 language plpgsql volatile as $$
 begin
   perform pg_advisory_xact_lock(7308604897068083572);
   if current_setting('leasehold.job_writer', true) is distinct from 'schedules' then
     if tg_op = 'UPDATE' and old.source = 'data' then
-      -- a code job takes the name over: it is claimable again unless paused
-      update leasehold.leases l set suspended = case when old.paused_at is null then null else 'paused' end
-       where l.name = new.name;
+      -- claimable again unless paused
+      update leasehold.leases l set suspended = case when old.paused_at is null then null else 'paused' end where l.name = new.name;
     end if;
     new.source := 'code';
     new.handler := null;
@@ -1078,12 +953,8 @@ begin
   return new;
 end $$;
 
--- notify_changes: tells the listening workers that leasehold.jobs (a definition, pause, resume or
--- removal) or leasehold.run_requests (run now, backfill) changed, with the table's name
--- (tg_argv[0]) as the payload on channel leasehold_changes. A statement trigger: one
--- notification per statement, and PostgreSQL folds equal ones of a transaction into one, sent
--- at commit. The workers read the changes themselves (schedule_changes, the pending requests);
--- the payload carries no data, so any role may listen.
+-- notify_changes: tells the listening workers that jobs or run_requests changed (the table's name
+-- is the payload on channel leasehold_changes; no data, so any role may listen).
 create function leasehold.notify_changes() returns trigger
 language plpgsql volatile as $$
 begin
@@ -1091,12 +962,9 @@ begin
   return null;
 end $$;
 
--- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept,
--- or null. 'UTC', or Area/Location[/Sub] with an area of the tz database (the backward-compatible
--- US, Canada, Brazil, Chile and Mexico included; not posix/ or right/, the copies of the database
--- that PostgreSQL also finds in a system zoneinfo directory), known to this server. Both engines
--- look names up ignoring case, so only the area's spelling and the initials are checked. Every
--- name of Intl.supportedValuesOf('timeZone') has this form (test/control/schedule-definition-checks.test.ts).
+-- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept
+-- ('UTC', or Area/Location[/Sub] of the tz database known to this server), or null. Both look
+-- names up ignoring case, so only the area and the initials are checked.
 create function leasehold.timezone_problem(p_timezone text) returns text
 language plpgsql stable as $$
 begin
@@ -1113,20 +981,33 @@ begin
   return null;
 end $$;
 
--- register_jobs: upserts job definitions and makes sure each has a lease row. Returns each
--- job's last claimed slot, so a starting worker can apply its catch-up policy. When a job's
--- schedule or timezone changes, its last slot moves up to now(): the slots between the old
--- schedule's last run and now never existed, so they are neither caught up nor recorded missed.
+-- register_jobs: upserts job definitions and their lease rows; returns each job's last claimed
+-- slot, for the catch-up policy. A changed schedule or timezone moves last_slot up to now(): the
+-- slots between the old schedule's last run and now never existed.
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
-  p_overlaps text[], p_catch_ups text[], p_holder text
+  p_overlaps text[], p_catch_ups text[], p_holder text, p_timeout_ms bigint[] default null
 ) returns table (name text, last_slot timestamptz, database_time timestamptz)
-language plpgsql volatile as $$
+language plpgsql volatile
+set plan_cache_mode = force_custom_plan
+set jit = off
+as $$
 #variable_conflict use_column
+declare
+  v_bad bigint;
 begin
   perform leasehold.check_namespace(p_names);
   perform leasehold.check_job_owner(p_names);
   perform leasehold.check_name(n) from unnest(p_names) as n;
+  if p_timeout_ms is not null and cardinality(p_timeout_ms) is distinct from cardinality(p_names) then
+    raise exception 'register_jobs needs as many timeouts as names (% names, % timeouts)',
+      coalesce(cardinality(p_names), 0), cardinality(p_timeout_ms) using errcode = '22023';
+  end if;
+  -- the bounds of the client's `timeout` option
+  select t into v_bad from unnest(p_timeout_ms) t where t < 1 or t > 31622400000 limit 1;
+  if found then
+    raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
+  end if;
   insert into leasehold.leases (name) select n from unnest(p_names) as n on conflict do nothing;
   update leasehold.leases l
      set last_slot = greatest(l.last_slot, now())
@@ -1136,116 +1017,38 @@ begin
      and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
   -- a changed definition of an existing job is an act on it: recorded, with the login role
   with written as (
-    insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by, owner_role)
+    insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, timeout_ms, registered_by, owner_role)
     select i.*, p_holder, leasehold.acting_role()
-      from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups) as i
+      from unnest(p_names, p_schedules, p_timezones, p_interval_ms, p_ttl_ms, p_overlaps, p_catch_ups, p_timeout_ms) as i
     on conflict (name) do update
        set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
-           ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
+           ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up, timeout_ms = excluded.timeout_ms,
            registered_by = excluded.registered_by, registered_at = now(), owner_role = coalesce(j.owner_role, excluded.owner_role)
-     where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up)
-           is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap, excluded.catch_up)
-    returning j.name, j.schedule, j.ttl_ms, j.overlap, xmax <> 0 as updated
+     where (j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up, j.timeout_ms)
+           is distinct from (excluded.schedule, excluded.timezone, excluded.interval_ms, excluded.ttl_ms, excluded.overlap,
+                             excluded.catch_up, excluded.timeout_ms)
+    returning j.name, j.schedule, j.ttl_ms, j.overlap, j.timeout_ms, xmax <> 0 as updated
   )
   insert into leasehold.actions (action, job, actor, detail)
-  select 'job-changed', w.name, p_holder, jsonb_build_object('schedule', w.schedule, 'ttl_ms', w.ttl_ms, 'overlap', w.overlap)
+  select 'job-changed', w.name, p_holder,
+         jsonb_build_object('schedule', w.schedule, 'ttl_ms', w.ttl_ms, 'overlap', w.overlap, 'timeout_ms', w.timeout_ms)
     from written w where w.updated;
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
-end $$;
-alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) set plan_cache_mode = force_custom_plan;
-alter function leasehold.register_jobs(text[], text[], text[], bigint[], bigint[], text[], text[], text) set jit = off;
-
--- register_external_job: makes a job visible in job_status without a schedule leasehold runs.
-create function leasehold.register_external_job(p_name text, p_interval_ms bigint, p_ttl_ms bigint, p_holder text)
-returns void
-language sql volatile as $$
-  select leasehold.check_namespace(array[p_name]);
-  select leasehold.check_name(p_name), leasehold.check_holder(p_holder),
-         leasehold.check_ttl(p_ttl_ms * interval '1 millisecond'),
-         leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000,
-                                        'interval_ms', 'must be from 1 millisecond to 366 days');
-  insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by)
-  values (p_name, 'external', null, p_interval_ms, p_ttl_ms, 'skip', 'none', p_holder)
-  on conflict (name) do update
-     set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
-   where j.schedule = 'external';
-$$;
-
--- set_job_timeouts: sets (or, with null, clears) the timeout of each named job, as its latest
--- registration says. Names that are not registered are ignored. Returns the rows changed.
-create function leasehold.set_job_timeouts(p_names text[], p_timeout_ms bigint[]) returns integer
-language plpgsql volatile
-set lock_timeout = '2s'
-as $$
-declare
-  v_bad bigint;
-  v_changed integer;
-begin
-  perform leasehold.check_namespace(p_names);
-  perform leasehold.check_job_owner(p_names);
-  if coalesce(cardinality(p_names), 0) <> coalesce(cardinality(p_timeout_ms), 0) then
-    raise exception 'set_job_timeouts needs as many timeouts as names (% names, % timeouts)',
-      coalesce(cardinality(p_names), 0), coalesce(cardinality(p_timeout_ms), 0)
-      using errcode = '22023';
-  end if;
-  -- the bounds of the client's `timeout` option: 1 ms to 366 days
-  select t into v_bad from unnest(p_timeout_ms) t where t < 1 or t > 31622400000 limit 1;
-  if found then
-    raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
-  end if;
-  with changed as (
-    update leasehold.jobs j
-       set timeout_ms = i.timeout_ms
-      from unnest(p_names, p_timeout_ms) as i(name, timeout_ms)
-     where j.name = i.name and j.timeout_ms is distinct from i.timeout_ms
-    returning j.name, j.timeout_ms
-  ), audited as (
-    insert into leasehold.actions (action, job, actor, detail)
-    select 'timeout-changed', c.name, session_user, jsonb_build_object('timeout_ms', c.timeout_ms) from changed c
-    returning 1
-  )
-  select count(*) into v_changed from audited;
-  return v_changed;
-end $$;
-
--- register_worker_handlers: called by a worker on its liveness session, right after
--- register_liveness(true). Only the session that holds p_key may register under it.
-create function leasehold.register_worker_handlers(p_key bigint, p_holder text, p_handlers text[]) returns void
-language plpgsql volatile as $$
-begin
-  perform leasehold.check_holder(p_holder);
-  if not exists (select 1 from leasehold.worker_keys() k where k.key = p_key and k.pid = pg_backend_pid()) then
-    raise exception 'register_worker_handlers: this session does not hold worker key %', p_key
-      using errcode = '42501', hint = 'Call it on the session that called register_liveness(true).';
-  end if;
-  if cardinality(p_handlers) > 10000 then
-    raise exception 'register_worker_handlers: at most 10000 handlers (got %)', cardinality(p_handlers) using errcode = '22023';
-  end if;
-  delete from leasehold.worker_handlers w
-   where w.worker_key = p_key
-      or not exists (select 1 from leasehold.worker_keys() k where k.key = w.worker_key);
-  insert into leasehold.worker_handlers (worker_key, holder, handlers)
-  values (p_key, p_holder, coalesce(p_handlers, '{}'));
 end $$;
 
 -- live_handlers: each handler name the live workers registered, with how many of them have it.
 create function leasehold.live_handlers() returns table (handler text, workers integer)
 language sql stable as $$
   select h.handler, count(*)::integer
-    from leasehold.worker_handlers w
-    join leasehold.worker_keys() k on k.key = w.worker_key
-    cross join lateral unnest(w.handlers) as h(handler)
+    from leasehold.worker_handlers w join leasehold.liveness_locks() k on k.key = w.worker_key, unnest(w.handlers) as h(handler)
    group by h.handler;
 $$;
 
 -- unhandled_schedules: the data jobs (not removed, not paused) whose handler no live worker
--- registered, with what the recording worker needs to compute their slots. `since`: the
--- latest of the definition's last change and the job's last claimed slot.
+-- registered, with what the worker that records their slots missed needs.
 create function leasehold.unhandled_schedules()
-returns table (
-  job text, handler text, schedule text, timezone text, interval_ms bigint,
-  starting_deadline_ms bigint, since timestamptz, database_time timestamptz
-)
+returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz,
+               database_time timestamptz)
 language sql stable as $$
   select j.name, j.handler, j.schedule, j.timezone, j.interval_ms, j.starting_deadline_ms,
          greatest(j.registered_at, (select l.last_slot from leasehold.leases l where l.name = j.name)), now()
@@ -1256,52 +1059,27 @@ language sql stable as $$
    limit 10000;
 $$;
 
--- claim: the scheduler's claim, the one entry point for every caller (the TypeScript worker,
--- psql, other languages). Parallel arrays, one element per request (job, the slot it claims,
--- ttl in milliseconds, mode: 'exclusive', 'replace' or 'allow', buffer cap: how many slots a
--- held lease may queue (0: none, the skip is recorded)); one statement for any number of jobs. Each slot is claimed at most once: a lease row
--- whose last_slot is at or after the slot answers 'slot-taken'; a lease held by another holder
--- answers 'held' and records one skip per (job, slot) however many callers notice it.
--- p_every: one row per request with its reason; without it only the rows the caller must act on
--- (claimed, buffered, a skip it recorded, or an error). p_ahead_ms (0-10000): a claim ahead of
--- the slots: slots due within it, from free leases only, and only the claimed rows come back;
--- p_starts (with p_ahead_ms): when each run will start (its slot plus the job's jitter), which
--- history records as the run's start. Times are the database clock's. See docs/sql-api.md.
--- A slot claimed ahead whose holder never marked its start (start_tick) is claimed again at its
--- slot by another caller once the lease is free by the usual rule (expired, or the holder's
--- liveness gone): the holder's run is recorded aborted, the slot still runs once. While that
--- lease is still held the answer is 'held-ahead', with the lease's expiry: ask again then. A
--- skip names the slot of the run holding the lease (a backfill's, say).
+-- claim: the scheduler's claim for every caller (docs/sql-api.md): parallel arrays, one element
+-- per request, a fixed number of set-based statements for any number of jobs. Each slot is
+-- claimed at most once (after last_slot); a held lease records one skip per (job, slot). A slot
+-- claimed ahead (p_ahead_ms) whose holder never marked its start (start_tick) is claimed again at
+-- its slot once the lease is free by the usual rule: the holder's run is recorded aborted.
 create function leasehold.claim(
   p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[],
   p_holder text, p_holder_key bigint default null, p_every boolean default false,
   p_ahead_ms bigint default null, p_starts timestamptz[] default null
 ) returns table (
-  job            text,
-  slot           timestamptz,
-  claimed        boolean,
-  reason         text,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  previous_slot  timestamptz,
-  holder         text,
-  holder_fence   bigint,
-  holder_slot    timestamptz,
-  holder_since   timestamptz,
-  skip_recorded  boolean,
-  buffered       boolean,
-  database_time  timestamptz,
-  took_over      boolean
+  job text, slot timestamptz, claimed boolean, reason text, token uuid, fence bigint, expires_at timestamptz,
+  previous_slot timestamptz, holder text, holder_fence bigint, holder_slot timestamptz, holder_since timestamptz,
+  skip_recorded boolean, buffered boolean, database_time timestamptz, took_over boolean
 )
 language plpgsql volatile
 set lock_timeout = '2s'
 set plan_cache_mode = force_custom_plan
 set jit = off
--- Lease rows are hot (every tick touches them): with the default cost of a random page the
--- planner joins a worker's share of 2,500 jobs to the leases by scanning and hashing every
--- lease row (27,500 of them: 24 ms of a 32 ms step), where 2,500 primary-key probes take 7 ms.
--- What a call costs grows with the jobs it is given, not with the jobs registered.
+-- Lease rows are hot: with the default cost of a random page the planner joined a worker's share
+-- of 2,500 jobs to the leases by hashing every lease row (27,500: 24 ms of a 32 ms step), where
+-- 2,500 primary-key probes take 7 ms. What a call costs grows with its jobs, not all jobs.
 set random_page_cost = 1.1
 as $$
 #variable_conflict use_column
@@ -1309,47 +1087,18 @@ declare
   v_asked_ttls interval[] := array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t);
   v_ahead interval := p_ahead_ms * interval '1 millisecond';
   v_n integer := coalesce(cardinality(p_jobs), 0);
-  -- what step 1 locked, as parallel arrays (an element of a text array is found by walking
-  -- the array: values are carried along, never looked up by position): each request's
-  -- position, job, the slot it claims (an older buffered one may come first), the slot it
-  -- asked for, ttl, mode, buffer cap, and from the locked row the slot it held before, whether
-  -- it was held and its fence
-  v_at integer[];
-  v_jobs text[];
-  v_slots timestamptz[];
-  v_wanted timestamptz[];
-  v_ttls interval[];
-  v_modes text[];
-  v_caps integer[];
-  v_previous timestamptz[];
-  v_held boolean[];
-  v_fences bigint[];
-  v_new_fences bigint[];
-  -- the locked rows that carry a run in flight of an earlier claim (a takeover): name, fence
-  v_taken_names text[];
-  v_taken_fences bigint[];
-  -- and those whose previous grant was not claim()'s (run now, start_run, acquire, a forced
-  -- release), which may have a run_log row still running: it is lost to this claim
-  v_older text[];
-  -- and those that claim again a slot claimed ahead that its holder never started 
-  -- name, fence, the holder's liveness key, when the run was to start
-  v_re_names text[];
-  v_re_fences bigint[];
-  v_re_keys bigint[];
-  v_re_starts timestamptz[];
-  -- re-claims refused after the lock: the holder marked the start meanwhile
-  v_refused text[];
-  -- what step 3 claimed, as parallel arrays: positions, jobs, slots, tokens, fences, expiries,
-  -- previous slots, whether the row was held, modes
-  c_at integer[];
-  c_jobs text[];
-  c_slots timestamptz[];
-  c_tokens uuid[];
-  c_fences bigint[];
-  c_expires timestamptz[];
-  c_previous timestamptz[];
-  c_held boolean[];
-  c_modes text[];
+  -- what step 1 locked, as parallel arrays (carried along, never looked up by position): position,
+  -- job, the slot it claims (a buffered one may come first), the slot asked for, ttl, mode, cap,
+  -- and from the row its last slot, whether it was held, its fence
+  v_at integer[]; v_jobs text[]; v_slots timestamptz[]; v_wanted timestamptz[]; v_ttls interval[]; v_modes text[];
+  v_caps integer[]; v_previous timestamptz[]; v_held boolean[]; v_fences bigint[]; v_new_fences bigint[];
+  -- takeovers of a run in flight; rows whose grant was not claim()'s (a run_log row may be
+  -- running); re-claims of a slot claimed ahead and never started; re-claims refused after the lock
+  v_taken_names text[]; v_taken_fences bigint[]; v_older text[];
+  v_re_names text[]; v_re_fences bigint[]; v_re_keys bigint[]; v_re_starts timestamptz[]; v_refused text[];
+  -- what step 3 claimed: positions, jobs, slots, tokens, fences, expiries, previous slots, held, modes
+  c_at integer[]; c_jobs text[]; c_slots timestamptz[]; c_tokens uuid[]; c_fences bigint[]; c_expires timestamptz[];
+  c_previous timestamptz[]; c_held boolean[]; c_modes text[];
   v_epoch integer := leasehold.epoch();
   v_incarnation text := leasehold.liveness_incarnation(p_holder_key);
   v_queued boolean;
@@ -1359,21 +1108,20 @@ begin
   if p_ahead_ms is not null and (p_ahead_ms < 0 or p_ahead_ms > 10000) then
     raise exception 'claim: ahead_ms must be between 0 and 10000 (got %)', p_ahead_ms using errcode = '22023';
   end if;
-  if p_starts is not null and cardinality(p_starts) <> coalesce(cardinality(p_jobs), 0) then
-    raise exception 'claim: as many starts as jobs are needed (% jobs)', coalesce(cardinality(p_jobs), 0) using errcode = '22023';
+  if p_starts is not null and cardinality(p_starts) <> v_n then
+    raise exception 'claim: as many starts as jobs are needed (% jobs)', v_n using errcode = '22023';
   end if;
   perform leasehold.check_claim_requests(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps);
   if v_n = 0 then
     return;
   end if;
-  -- whether any job of this call has queued slots (buffered, catch-up): almost never at a
-  -- tick, and then the per-job lookups of the queue are not planned at all (custom plans)
-  -- (an empty table first: the usual answer, without a probe per job)
+  -- queued slots (buffered, catch-up) of these jobs: almost never at a tick, and then the queue is
+  -- not planned at all (an empty table first: the usual answer, without a probe per job)
   v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
   perform leasehold.pin_synchronous_commit();
 
-  -- 1. Lock the lease rows this call may claim (random order, SKIP LOCKED: workers claiming
-  --    the same tick share the jobs instead of queueing behind one another).
+  -- 1. Lock the lease rows this call may claim (random order, SKIP LOCKED: workers claiming the
+  --    same tick share the jobs instead of queueing behind one another).
   select coalesce(array_agg(x.at), '{}'), coalesce(array_agg(x.job), '{}'), coalesce(array_agg(x.claim_slot), '{}'),
          coalesce(array_agg(x.slot), '{}'), coalesce(array_agg(x.ttl), '{}'), coalesce(array_agg(x.mode), '{}'),
          coalesce(array_agg(x.cap), '{}'), coalesce(array_agg(x.last_slot), '{}'), coalesce(array_agg(x.held), '{}'),
@@ -1431,10 +1179,10 @@ begin
          for update of l skip locked
     ) x;
 
-  -- A re-claim: under the lock of the holder's worker_starts row (start_tick takes it too), a
-  -- run the holder marked started meanwhile is left to it; the others are taken, the latest
-  -- planned start among them kept in taken_through for the holder's next mark to find, and
-  -- their unstarted runs recorded aborted.
+  -- A re-claim: under the lock of the holder's worker_starts row (start_tick takes it too), a run
+  -- the holder marked started meanwhile is left to it (refused); the others are taken, the latest
+  -- planned start among them kept in taken_through for the holder's next mark to find, and their
+  -- unstarted runs recorded aborted.
   if v_re_names is not null then
     insert into leasehold.worker_starts (holder_key, started_through)
     select distinct k, '-infinity'::timestamptz from unnest(v_re_keys) k order by 1
@@ -1444,39 +1192,13 @@ begin
       from unnest(v_re_names, v_re_keys, v_re_starts) r(name, key, planned)
       join leasehold.worker_starts s on s.holder_key = r.key
      where r.planned <= s.started_through;
-    if v_refused is not null then
-      select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
-             coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
-             coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
-             coalesce(array_agg(k.fence), '{}')
-        into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
-        from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
-               k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
-       where not (k.job = any (v_refused));
-      select array_agg(r.name), array_agg(r.fence), array_agg(r.key), array_agg(r.planned)
-        into v_re_names, v_re_fences, v_re_keys, v_re_starts
-        from unnest(v_re_names, v_re_fences, v_re_keys, v_re_starts) r(name, fence, key, planned)
-       where not (r.name = any (v_refused));
-    end if;
-    if v_re_names is not null then
-      update leasehold.worker_starts s
-         set taken_through = greatest(s.taken_through, m.planned), updated_at = now()
-        from (select r.key, max(r.planned) as planned from unnest(v_re_keys, v_re_starts) r(key, planned) group by r.key) m
-       where s.holder_key = m.key;
-      perform leasehold.end_runs(
-        v_re_names, null, v_re_fences,
-        array_fill('aborted'::text, array[cardinality(v_re_names)]),
-        array_fill('not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder,
-                   array[cardinality(v_re_names)]),
-        null);
-    end if;
   end if;
 
-  -- 2. A skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock
-  --    committed before it: a statement after the lock sees it, step 1's snapshot did not.
-  --    Step 3 checks that itself; only a takeover needs the answer earlier, since the run in
-  --    flight it records lost must be a run of a row that step 3 then claims.
-  if v_taken_names is not null or v_older is not null then
+  -- 2. Leave out the refused re-claims, and, before a takeover, the slots with a final skip: a
+  --    skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock committed
+  --    before it, which a statement after the lock sees. Step 3 checks that itself; a takeover
+  --    needs it earlier, since the run it records lost must be one of a row step 3 then claims.
+  if v_refused is not null or v_taken_names is not null or v_older is not null then
     select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
            coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
            coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
@@ -1484,21 +1206,35 @@ begin
       into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
       from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
              k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
-     where not (k.mode = 'exclusive' and k.cap = 0
+     where not (k.job = any (coalesce(v_refused, '{}')))
+       and not ((v_taken_names is not null or v_older is not null) and k.mode = 'exclusive' and k.cap = 0
                 and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot));
   end if;
+  if v_refused is not null then
+    select array_agg(r.name), array_agg(r.fence), array_agg(r.key), array_agg(r.planned)
+      into v_re_names, v_re_fences, v_re_keys, v_re_starts
+      from unnest(v_re_names, v_re_fences, v_re_keys, v_re_starts) r(name, fence, key, planned)
+     where not (r.name = any (v_refused));
+  end if;
+  if v_re_names is not null then
+    update leasehold.worker_starts s
+       set taken_through = greatest(s.taken_through, m.planned), updated_at = now()
+      from (select r.key, max(r.planned) as planned from unnest(v_re_keys, v_re_starts) r(key, planned) group by r.key) m
+     where s.holder_key = m.key;
+    perform leasehold.end_runs(v_re_names, null, v_re_fences, array_fill('aborted'::text, array[cardinality(v_re_names)]),
+      array_fill('not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder,
+                 array[cardinality(v_re_names)]), null);
+  end if;
 
-  -- A takeover: the run in flight of the previous claim is recorded lost before the grant
-  -- below overwrites it (overlap 'allow' keeps the lease and its run). And a run_log row
-  -- still running under an older grant (run now, start_run) is lost too.
+  -- A takeover: the run in flight of the previous claim is recorded lost before the grant below
+  -- overwrites it (overlap 'allow' keeps the lease and its run), and so is a run_log row still
+  -- running under an older grant (run now, start_run).
   if v_taken_names is not null then
     perform leasehold.end_runs(
-      array(select t.name from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)),
-      null,
+      array(select t.name from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)), null,
       array(select t.fence from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)),
       array_fill('lost'::text, array[cardinality(v_taken_names)]),
-      array_fill('lease taken over by ' || p_holder, array[cardinality(v_taken_names)]),
-      null);
+      array_fill('lease taken over by ' || p_holder, array[cardinality(v_taken_names)]), null);
   end if;
   if v_older is not null then
     update leasehold.run_log r
@@ -1506,39 +1242,27 @@ begin
      where r.job = any (v_older) and r.job = any (v_jobs) and r.outcome = 'running';
   end if;
 
-  -- 3. Claim what is locked and still claimable. The rows are locked since step 1: the fence
-  --    each had is the fence it has. A skip recorded for the slot under overlap 'skip' is
-  --    final: this statement's snapshot, taken after the locks, sees every skip a peer
-  --    committed before step 1 locked the row (step 2's recheck, done here in the same pass).
+  -- 3. Claim what is locked and still claimable (the fence each row had is the fence it has). A
+  --    skip recorded for the slot under overlap 'skip' is final: this statement's snapshot, taken
+  --    after the locks, sees every skip a peer committed before step 1 locked the row.
   v_new_fences := leasehold.fences_after(v_fences, v_epoch);
   with claiming as (
     select k.at, k.job as name, k.claim_slot, k.wanted as wanted_slot, k.ttl, k.mode, k.cap, k.previous_slot, k.held, k.new_fence
       from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_new_fences)
              k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, new_fence)
-     where not (k.mode = 'exclusive' and k.cap = 0
-                and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot))
+     where not (k.mode = 'exclusive' and k.cap = 0 and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot))
   ),
-  -- two updates, one per kind of claim: under overlap 'allow' only the fence and the slot
-  -- change (no exclusivity, the holder's token is kept); every other claim takes the lease
+  -- under overlap 'allow' only the fence and the slot change (no exclusivity, the holder's token
+  -- is kept); every other claim takes the lease
   claimed_lease as (
     update leasehold.leases l
-       set fence = c.new_fence,
-           last_slot = c.claim_slot,
-           token = gen_random_uuid(),
-           holder = p_holder,
-           holder_key = p_holder_key,
-           acquired_at = now(),
-           expires_at = now() + c.ttl,
-           released_at = null,
-           ttl = c.ttl,
-           epoch = v_epoch,
-           holder_incarnation = v_incarnation,
-           -- the run, on the lease row until finish_runs() writes its history row; read when
-           -- the row is written, after the lock (so after the previous holder's release)
-           run_slot = c.claim_slot,
-           run_fence = c.new_fence,
-           run_holder = p_holder,
-           -- claimed ahead: the run starts at its start, not at the claim
+       set fence = c.new_fence, last_slot = c.claim_slot, token = gen_random_uuid(), holder = p_holder,
+           holder_key = p_holder_key, acquired_at = now(), expires_at = now() + c.ttl, released_at = null, ttl = c.ttl,
+           epoch = v_epoch, holder_incarnation = v_incarnation,
+           -- the run, on the lease row until finish_runs() writes its history row; its start read
+           -- when the row is written, after the lock (so after the previous holder's release), or
+           -- when claimed ahead, at its planned start
+           run_slot = c.claim_slot, run_fence = c.new_fence, run_holder = p_holder,
            run_started_at = case when v_ahead is null then clock_timestamp()
                                  else greatest(clock_timestamp(), coalesce(p_starts[c.at], c.claim_slot), c.claim_slot) end
       from claiming c
@@ -1552,9 +1276,7 @@ begin
      where l.name = c.name and c.mode = 'allow'
     returning c.at, l.name, c.claim_slot, c.wanted_slot, c.cap, c.mode, l.token, l.fence, l.expires_at, c.previous_slot, c.held
   ),
-  claimed as (
-    select * from claimed_lease union all select * from claimed_allow
-  ),
+  claimed as (select * from claimed_lease union all select * from claimed_allow),
   unbuffered as (
     delete from leasehold.buffered b using claimed c where v_queued and b.job = c.name and b.slot <= c.claim_slot
   ),
@@ -1572,8 +1294,8 @@ begin
     into c_at, c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes
     from claimed c;
 
-  -- overlap 'allow' has no lease to carry its runs: a run_log row from the start, as before (a
-  -- statement of its own, so that a tick without such a job fires no trigger on run_log)
+  -- overlap 'allow' has no lease to carry its runs: a run_log row from the start (a statement of
+  -- its own, so that a tick without such a job fires no trigger on run_log)
   if 'allow' = any (c_modes) then
     insert into leasehold.run_log (job, slot, fence, holder)
     select k.job, k.slot, k.fence, p_holder from unnest(c_jobs, c_slots, c_fences, c_modes) k(job, slot, fence, mode)
@@ -1581,21 +1303,18 @@ begin
   end if;
 
   return query
-  select k.job, k.slot, true, 'claimed'::text, case when k.mode = 'allow' then null else k.token end,
-         k.fence, case when k.mode = 'allow' then null else k.expires end, k.previous_slot,
-         p_holder, null::bigint, null::timestamptz, null::timestamptz, false, false, now(),
-         k.mode <> 'allow' and k.held
+  select k.job, k.slot, true, 'claimed'::text, case when k.mode <> 'allow' then k.token end, k.fence,
+         case when k.mode <> 'allow' then k.expires end, k.previous_slot, p_holder, null::bigint, null::timestamptz,
+         null::timestamptz, false, false, now(), k.mode <> 'allow' and k.held
     from unnest(c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes)
            k(job, slot, token, fence, expires, previous_slot, held, mode);
-
-  -- A claim ahead leaves everything else to the claim at the slot.
   if v_ahead is not null then
-    return;
+    return; -- a claim ahead leaves everything else to the claim at the slot
   end if;
 
-  -- 4. Everything not claimed above: say why, record a real skip once per slot, buffer it
-  --    if the policy says so. Without p_every, a slot already claimed (last_slot only grows)
-  --    is passed over before anything else is asked about it.
+  -- 4. Everything not claimed: say why, record a real skip once per slot, buffer it if the policy
+  --    says so. Without p_every, a slot already claimed (last_slot only grows) is passed over
+  --    before anything else is asked about it.
   return query
   with pending as (
     select i.job, i.slot, i.mode, i.cap, l.holder as l_holder, l.fence as l_fence,
@@ -1645,16 +1364,13 @@ begin
   ),
   skipped as (
     insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
-    select h.job, h.slot, h.holder, h.fence, h.holder_slot, now() - h.acquired_at, p_holder
-      from held h
+    select h.job, h.slot, h.holder, h.fence, h.holder_slot, now() - h.acquired_at, p_holder from held h
     on conflict do nothing
     returning skips.job, skips.slot
   ),
   buffering as (
     insert into leasehold.buffered (job, slot)
-    select h.job, h.slot from held h
-     where h.cap > 0
-       and (select count(*) from leasehold.buffered b where b.job = h.job) < h.cap
+    select h.job, h.slot from held h where h.cap > 0 and (select count(*) from leasehold.buffered b where b.job = h.job) < h.cap
     on conflict do nothing
     returning buffered.job, buffered.slot
   ),
@@ -1667,24 +1383,19 @@ begin
            exists (select 1 from buffering b where b.job = p.job and b.slot = p.slot) as buffered
       from pending p
   )
-  select a.job, a.slot, false, a.why,
-         null::uuid, null::bigint, case when a.why = 'held-ahead' then a.l_expires_at end, null::timestamptz,
-         a.l_holder, a.l_fence, a.l_holder_slot, a.l_acquired_at,
-         a.skip_recorded, a.buffered, now(), false
+  select a.job, a.slot, false, a.why, null::uuid, null::bigint, case when a.why = 'held-ahead' then a.l_expires_at end,
+         null::timestamptz, a.l_holder, a.l_fence, a.l_holder_slot, a.l_acquired_at, a.skip_recorded, a.buffered, now(), false
     from answered a
    where p_every or a.why not in ('slot-taken', 'slot-skipped', 'held') or a.skip_recorded or a.buffered;
 end $$;
 
--- start_tick: a worker marks that it starts (or may start) every run it claimed ahead under
--- liveness key p_holder_key and planned to start at or before p_through (or now, if later),
--- before starting any of them. True: none of them was claimed again by a peer; false: some may
--- have been, and each lease is to be checked (renewed) before its run starts.
+-- start_tick: a worker marks, before starting them, that it starts the runs it claimed ahead
+-- (under p_holder_key) planned by p_through. False: a peer may have claimed one again.
 create function leasehold.start_tick(p_holder_key bigint, p_through timestamptz) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 declare
-  v_new boolean;
   v_old timestamptz;
   v_taken timestamptz;
   v_n integer;
@@ -1695,43 +1406,35 @@ begin
   perform leasehold.pin_synchronous_commit();
   insert into leasehold.worker_starts (holder_key, started_through) values (p_holder_key, '-infinity') on conflict do nothing;
   get diagnostics v_n = row_count;
-  v_new := v_n > 0;
-  select w.started_through, w.taken_through into v_old, v_taken
-    from leasehold.worker_starts w where w.holder_key = p_holder_key for update;
+  select w.started_through, w.taken_through into v_old, v_taken from leasehold.worker_starts w where w.holder_key = p_holder_key for update;
   update leasehold.worker_starts w
      set started_through = greatest(w.started_through, p_through, clock_timestamp()), updated_at = now()
    where w.holder_key = p_holder_key;
-  -- once per key: rows of keys no longer live and unchanged for a week are forgotten (a slot is
-  -- claimed again only within its starting deadline)
-  if v_new then
+  -- once per key: the rows of keys no longer live and unchanged for a week go (a slot is claimed
+  -- again only within its starting deadline)
+  if v_n > 0 then
     delete from leasehold.worker_starts w
-     where w.updated_at < now() - interval '7 days'
-       and not exists (select 1 from leasehold.worker_keys() k where k.key = w.holder_key);
+     where w.updated_at < now() - interval '7 days' and not exists (select 1 from leasehold.liveness_locks() k where k.key = w.holder_key);
   end if;
   return v_taken is null or v_taken <= v_old;
 end $$;
 
-
 -- enqueue_slots: queues slots to run in order, one at a time, as soon as the lease is free
--- (catch-up policy { all: n }). Slots at or before the last claimed one are ignored.
+-- (catch-up { all: n }). Slots at or before the last claimed one are ignored.
 create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
 language sql volatile as $$
   select leasehold.check_namespace(array[p_job]);
   select leasehold.check_name(p_job);
   with inserted as (
     insert into leasehold.buffered (job, slot)
-    select p_job, s from unnest(p_slots) as s
-     where s > coalesce((select l.last_slot from leasehold.leases l where l.name = p_job), '-infinity')
+    select p_job, s from unnest(p_slots) as s where s > coalesce((select l.last_slot from leasehold.leases l where l.name = p_job), '-infinity')
     on conflict do nothing
-    returning 1
-  )
+    returning 1)
   select count(*)::integer from inserted;
 $$;
 
--- record_missed_slots: records the slots of jobs that were missed (a downtime, a catch-up
--- policy that drops them), one element per (job, slot), in one statement: after a downtime every job of a worker has missed slots, and a statement per job was
--- 10,000 statements for 10,000 jobs. Returns the slots it recorded (not the ones that ran, were
--- skipped, lie in a clock step's window, or were recorded already).
+-- record_missed_slots: records missed slots, one element per (job, slot), in one statement (after
+-- a downtime every job has some); not the ones that ran, were skipped or lie in a clock step.
 create function leasehold.record_missed_slots(p_jobs text[], p_slots timestamptz[], p_reason text, p_holder text)
 returns table (job text, slot timestamptz)
 language sql volatile
@@ -1751,41 +1454,34 @@ as $$
   returning m.job, m.slot;
 $$;
 
--- run_timed_out: the deadline rule alone (holds_lease applies it; assert_lease names it in its
--- refusal): a run of job p_job whose lease was granted at p_acquired_at has outlived the job's
--- timeout.
+-- run_timed_out: the deadline rule (holds_lease applies it): a run of job p_job whose lease was
+-- granted at p_acquired_at has outlived the job's timeout.
 create function leasehold.run_timed_out(p_job text, p_acquired_at timestamptz) returns boolean
 language sql stable as $$
-  select exists (
-    select 1 from leasehold.jobs j
-     where j.name = p_job and j.timeout_ms is not null
-       and now() >= p_acquired_at + j.timeout_ms * interval '1 millisecond');
+  select exists (select 1 from leasehold.jobs j
+                  where j.name = p_job and j.timeout_ms is not null and now() >= p_acquired_at + j.timeout_ms * interval '1 millisecond');
 $$;
 
 create trigger jobs_revision BEFORE INSERT OR UPDATE ON leasehold.jobs FOR EACH ROW EXECUTE FUNCTION leasehold.jobs_revision();
 create trigger jobs_notify AFTER INSERT OR UPDATE ON leasehold.jobs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.notify_changes('jobs');
 
 -- sql/baseline/3_history.sql
--- leasehold schema, part 3 of 6: run history.
---
--- One run_log row per run: written 'running' by the claim (or start_run) and ended once by
--- finish_runs()/end_runs(). run_counts keeps per-minute counts (maintained by triggers) so that
--- summaries never scan run_log; slow_runs keeps the runs that came near their interval.
--- prune_history() deletes in bounded batches and never a run in flight.
+-- leasehold schema, part 3 of 6: run history. One run_log row per run, written when it ends (or
+-- when it starts, for runs of run now, backfill, start_run and overlap allow). run_counts keeps
+-- per-minute counts and slow_runs the runs that came near their interval (both by triggers), so
+-- that summaries never scan run_log. prune_history() deletes in batches, never a run in flight.
 
-
--- run_outcomes: every value leasehold.runs.outcome may hold. 'running' until the run ends.
--- 'timed-out' (the run outlived its job's timeout) appended.
+-- run_outcomes: every value leasehold.runs.outcome may hold ('running' until the run ends), as
+-- run_log's check spells them out (a function there would be run by the planner with the rights
+-- of whoever reads run_log; test/sql/contract.test.ts holds the two lists together).
 create function leasehold.run_outcomes() returns text[]
 language sql immutable as $$
   select array['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out'];
 $$;
 
 create table leasehold.run_counts (
-  bucket smallint not null,
-  shard smallint not null,
-  -- minutes since the epoch: floor(extract(epoch from started_at) / 60)
-  minute bigint not null,
+  bucket smallint not null, shard smallint not null,
+  minute bigint not null, -- floor(extract(epoch from started_at) / 60)
   runs bigint not null,
   constraint run_counts_pkey PRIMARY KEY (bucket, shard),
   constraint run_counts_bucket_check CHECK (((bucket >= 0) AND (bucket < 1500))),
@@ -1796,20 +1492,12 @@ comment on table leasehold.run_counts is
 
 create table leasehold.run_log (
   id bigserial,
-  job text not null,
-  slot timestamp with time zone not null,
-  fence bigint not null,
-  holder text not null,
-  started_at timestamp with time zone not null default clock_timestamp(),
-  finished_at timestamp with time zone,
-  outcome text not null default 'running'::text,
-  error text,
-  attempts integer not null default 1,
-  trigger text not null default 'schedule'::text,
-  requested_by text,
-  request_id bigint,
+  job text not null, slot timestamp with time zone not null, fence bigint not null, holder text not null,
+  started_at timestamp with time zone not null default clock_timestamp(), finished_at timestamp with time zone,
+  outcome text not null default 'running'::text, error text, attempts integer not null default 1,
+  trigger text not null default 'schedule'::text, requested_by text, request_id bigint, -- what started it
   constraint runs_pkey PRIMARY KEY (id),
-  constraint runs_outcome_known CHECK ((outcome = ANY (leasehold.run_outcomes()))),
+  constraint runs_outcome_known CHECK ((outcome = ANY (ARRAY['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out']))),
   constraint runs_trigger_check CHECK ((trigger = ANY (ARRAY['schedule'::text, 'manual'::text, 'backfill'::text])))
 );
 comment on table leasehold.run_log is
@@ -1821,10 +1509,7 @@ create index runs_job_started on leasehold.run_log (job, started_at DESC);
 create index runs_running on leasehold.run_log (job) WHERE (outcome = 'running'::text);
 create index runs_started_brin on leasehold.run_log using brin (started_at) WITH (pages_per_range='32');
 
-create table leasehold.slow_runs (
-  job text primary key,
-  last_started timestamp with time zone not null
-);
+create table leasehold.slow_runs (job text primary key, last_started timestamp with time zone not null);
 comment on table leasehold.slow_runs is
   'Per job, the latest start of a finished run that took at least half its interval: the only jobs whose p95 can creep.';
 
@@ -1832,35 +1517,36 @@ comment on table leasehold.slow_runs is
 -- p_started_ms (the worker's estimate of the database clock), kept between the claim and now.
 create function leasehold.run_start(p_claimed timestamptz, p_started_ms double precision) returns timestamptz
 language sql stable as $$
-  select case when p_started_ms is null then p_claimed
-              else least(greatest(p_claimed, to_timestamp(p_started_ms / 1000.0)), now()) end;
+  select case when p_started_ms is null then p_claimed else least(greatest(p_claimed, to_timestamp(p_started_ms / 1000.0)), now()) end;
 $$;
 
--- start_run: records a run under a lease the caller holds, checked by assert_lease (name, token
--- and fence match an unexpired lease confirmed in the current epoch; LH003 otherwise). The slot
--- is the database's now() unless given.
--- Into run_log.
-create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null)
+-- start_run: records a run under a lease the caller holds (assert_lease: LH003 otherwise) at slot
+-- p_slot (now() unless given), once per fence, and makes the name visible as a job (schedule
+-- 'external', interval p_interval_ms) unless a job of that name is scheduled.
+create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null,
+                                    p_interval_ms bigint default null)
 returns timestamptz
 language plpgsql volatile as $$
 declare
   v_slot timestamptz := coalesce(p_slot, now());
-  v_holder text;
+  l leasehold.leases;
 begin
   perform leasehold.check_namespace(array[p_name]);
+  perform leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000,
+                                         'interval_ms', 'must be from 1 millisecond to 366 days');
   perform leasehold.assert_lease(p_name, p_token, p_fence);
-  select l.holder into v_holder from leasehold.leases l where l.name = p_name;
-  insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, v_holder)
-  on conflict (job, fence) do nothing;
+  select * into l from leasehold.leases x where x.name = p_name;
+  insert into leasehold.jobs as j (name, schedule, interval_ms, ttl_ms, overlap, catch_up, registered_by)
+  values (p_name, 'external', p_interval_ms, (extract(epoch from l.ttl) * 1000)::bigint, 'skip', 'none', l.holder)
+  on conflict (name) do update set interval_ms = coalesce(excluded.interval_ms, j.interval_ms), ttl_ms = excluded.ttl_ms
+   where j.schedule = 'external' and (coalesce(excluded.interval_ms, j.interval_ms), excluded.ttl_ms) is distinct from (j.interval_ms, j.ttl_ms);
+  insert into leasehold.run_log (job, slot, fence, holder) values (p_name, v_slot, p_fence, l.holder) on conflict (job, fence) do nothing;
   return v_slot;
 end $$;
 
--- For both kinds of run. A run in flight on its lease row gets
--- its history row now, and the same update of the row that releases the lease forgets it
--- (end_runs); a run with a run_log row from its start (run now, backfill, start_run, allow)
--- has that row updated, as before.
--- Each run's start: p_started_ms[i], the epoch milliseconds
--- (database clock) at which run i's handler was called, or null.
+-- finish_runs: ends runs and releases the leases given with their tokens: a run in flight on its
+-- lease row gets its history row in the update that releases the lease (end_runs), a run with a
+-- run_log row from its start has that row finished.
 create function leasehold.finish_runs(
   p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[],
   p_started_ms double precision[] default null
@@ -1872,40 +1558,32 @@ set jit = off
 as $$
 #variable_conflict use_column
 declare
+  v_n integer := coalesce(cardinality(p_jobs), 0);
   v_bad text;
   v_released text[];
-  -- the runs recorded from their lease rows, as 'job#fence'
-  v_recorded text[];
+  v_recorded text[]; -- the runs recorded from their lease rows, as 'job#fence'
   v_queued boolean;
 begin
   perform leasehold.check_namespace(p_jobs);
   perform leasehold.pin_synchronous_commit();
-  if coalesce(cardinality(p_fences), 0) <> coalesce(cardinality(p_jobs), 0) or coalesce(cardinality(p_tokens), 0) <> coalesce(cardinality(p_jobs), 0)
-     or coalesce(cardinality(p_outcomes), 0) <> coalesce(cardinality(p_jobs), 0)
-     or coalesce(cardinality(p_errors), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0)
-     or coalesce(cardinality(p_attempts), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0)
-     or coalesce(cardinality(p_started_ms), cardinality(p_jobs), 0) <> coalesce(cardinality(p_jobs), 0) then
-    raise exception 'finish_runs: as many fences, tokens, outcomes, errors, attempts and start times as jobs are needed (% jobs)',
-      coalesce(cardinality(p_jobs), 0) using errcode = '22023';
-  end if;
-  select o into v_bad from unnest(p_outcomes) o
-   where o is null or o = 'running' or not (o = any (leasehold.run_outcomes())) limit 1;
-  if found then
-    raise exception 'outcome must be one of % (got %)',
-      array_to_string(array_remove(leasehold.run_outcomes(), 'running'), ', '), coalesce(v_bad, 'null')
+  if array[coalesce(cardinality(p_fences), 0), coalesce(cardinality(p_tokens), 0), coalesce(cardinality(p_outcomes), 0),
+           coalesce(cardinality(p_errors), v_n), coalesce(cardinality(p_attempts), v_n), coalesce(cardinality(p_started_ms), v_n)]
+     <> array_fill(v_n, array[6]) then
+    raise exception 'finish_runs: as many fences, tokens, outcomes, errors, attempts and start times as jobs are needed (% jobs)', v_n
       using errcode = '22023';
   end if;
-  -- the runs in flight on their lease rows get their history rows, and the leases given with
-  -- their tokens are released, in one update of each row
-  select coalesce(array_agg(e.name || '#' || e.fence) filter (where e.recorded), '{}'),
-         coalesce(array_agg(e.name) filter (where e.released), '{}')
+  select o into v_bad from unnest(p_outcomes) o where o is null or o = 'running' or not (o = any (leasehold.run_outcomes())) limit 1;
+  if found then
+    raise exception 'outcome must be one of % (got %)', array_to_string(array_remove(leasehold.run_outcomes(), 'running'), ', '),
+      coalesce(v_bad, 'null') using errcode = '22023';
+  end if;
+  select coalesce(array_agg(e.name || '#' || e.fence) filter (where e.recorded), '{}'), coalesce(array_agg(e.name) filter (where e.released), '{}')
     into v_recorded, v_released
     from leasehold.end_runs(p_jobs, p_tokens, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) e;
   v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
   return query
   with input as materialized (
-    select * from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms)
-      as i(job, fence, outcome, error, attempts, started_ms)
+    select * from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) as i(job, fence, outcome, error, attempts, started_ms)
   ),
   -- the runs that have a run_log row from their start
   recorded as (
@@ -1914,8 +1592,7 @@ begin
            started_at = leasehold.run_start(r.started_at, i.started_ms)
       from input i
      where cardinality(v_recorded) < cardinality(p_jobs)
-       and r.job = i.job and r.fence = i.fence and r.outcome = 'running'
-       and not ((i.job || '#' || i.fence) = any (v_recorded))
+       and r.job = i.job and r.fence = i.fence and r.outcome = 'running' and not ((i.job || '#' || i.fence) = any (v_recorded))
     returning r.job, r.fence
   ),
   stale_buffers as (
@@ -1927,22 +1604,15 @@ begin
          (i.job || '#' || i.fence) = any (v_recorded) or (i.job, i.fence) in (select r.job, r.fence from recorded r),
          i.job in (select unnest(v_released)),
          case when v_queued then (select min(b.slot) from leasehold.buffered b
-           where b.job = i.job
-             and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
+           where b.job = i.job and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
              and not exists (select 1 from stale_buffers s where s.job = b.job and s.slot = b.slot)) end
     from input i;
 end $$;
 
--- end_runs: the one rule by which a lease row lets go: of its lease (release: only for the
--- current token) and of the run in flight on it (its history row is written, complete, now).
--- For each element: the lease p_names[i] is released if its token is p_tokens[i]; the run of
--- fence p_fences[i] in flight on it, if it still is, is recorded with outcome, error and
--- attempts and forgotten on the row. Both in one update of the row, which is locked first (a
--- takeover of the lease, which ends the same run as lost, waits or skips). The lock is FOR NO
--- KEY UPDATE, as an UPDATE's own: the holder's fenced transactions (FOR KEY SHARE) do not
--- block it, so a release goes through while the holder still has a transaction open, as before.
--- Returns the rows it changed: released, and whether the run was recorded.
--- Each run's start (run_start).
+-- end_runs: the one rule by which a lease row lets go of its lease (only for its current token)
+-- and of the run of fence p_fences[i] in flight on it (its history row written, complete, now),
+-- in one update of the row, locked first in name order (a takeover, which ends the same run as
+-- lost, waits or skips). FOR NO KEY UPDATE: the holder's fenced transactions do not block it.
 create function leasehold.end_runs(
   p_names text[], p_tokens uuid[], p_fences bigint[], p_outcomes text[], p_errors text[], p_attempts integer[],
   p_started_ms double precision[] default null
@@ -2001,11 +1671,9 @@ begin
   select c.name, c.fence, c.releasing, c.ending and c.name in (select r.job from recorded r) from changed c;
 end $$;
 
--- finish_held_run: finish_runs() of one run started with start_run, checking the lease first. A run
--- whose lease was force-released, expired or taken over before it finished is recorded 'lost'
--- (whatever the caller saw: a command can finish between two heartbeats without noticing),
--- so the history never shows a success that was not exclusive. With p_release (the default) it
--- also releases the lease, as finish_runs() does. Returns the recorded outcome.
+-- finish_held_run: finish_runs() of a run of start_run, checking the lease first: one that was no
+-- longer held is recorded 'lost' (a command can finish between two heartbeats without noticing),
+-- so the history never shows a success that was not exclusive.
 create function leasehold.finish_held_run(
   p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
 )
@@ -2032,8 +1700,8 @@ begin
   return query select v_outcome, f.recorded, f.released;
 end $$;
 
--- The triggers: one per event (a trigger with transition tables has one event). Each sums the
--- statement's changed rows by minute (added minus removed finished runs) in one aggregate.
+-- The run counts: one trigger per event (a trigger with transition tables has one event), each
+-- summing the statement's changed rows by minute in one aggregate (added minus removed runs).
 create function leasehold.count_runs_inserted() returns trigger
 language plpgsql volatile set jit = off as $$
 begin
@@ -2059,23 +1727,21 @@ begin
   return null;
 end $$;
 
+-- prune_history deletes old rows: only those of the last 25 hours change a count
 create function leasehold.count_runs_deleted() returns trigger
 language plpgsql volatile set jit = off as $$
 begin
-  -- prune_history deletes old rows: only those of the last 25 hours change a count
   perform leasehold.add_run_counts(array_agg(minute), array_agg(-n))
      from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
              from old_runs where finished_at is not null and started_at > now() - interval '25 hours' group by 1) d;
   return null;
 end $$;
 
--- add_run_counts: adds signed per-minute counts to this backend's shard. Minutes older than
--- 25 hours are never read and are dropped; a bucket that still holds a minute 25 hours older
--- is taken over.
--- The first call of a transaction takes its shard's
--- advisory lock: a transaction that records runs twice (the insert and the update trigger of
--- one finish_runs(), a takeover that records both kinds of run) locks buckets in bucket order
--- within each call but not across them, and two such transactions on one shard could deadlock.
+-- add_run_counts: adds signed per-minute counts to this backend's shard; minutes older than 25
+-- hours are never read and are dropped, and a bucket still holding one is taken over. The first
+-- call of a transaction takes its shard's advisory lock: a transaction that records runs twice
+-- (the insert and update triggers of one finish_runs()) locks buckets in order within each call
+-- but not across them, and two such transactions on one shard could deadlock.
 create function leasehold.add_run_counts(p_minutes bigint[], p_counts bigint[]) returns void
 language sql volatile as $$
   select pg_advisory_xact_lock(1819042147, (pg_backend_pid() % 64)::integer);
@@ -2085,14 +1751,12 @@ language sql volatile as $$
    where d.n <> 0 and d.minute > floor(extract(epoch from now()) / 60)::bigint - 1500
    order by 1 -- rows locked in bucket order: two sessions on one shard wait, never deadlock
   on conflict (bucket, shard) do update
-     set minute = excluded.minute,
-         runs = case when c.minute = excluded.minute then c.runs + excluded.runs else excluded.runs end
+     set minute = excluded.minute, runs = case when c.minute = excluded.minute then c.runs + excluded.runs else excluded.runs end
    where c.minute <= excluded.minute;
 $$;
 
--- refresh_run_counts: rebuilds both tables from runs (after a TRUNCATE, or a restore). This
--- migration calls it once for the history already there.
--- From run_log (ended runs only).
+-- refresh_run_counts: rebuilds both tables from run_log's ended runs, for the owner: after a
+-- TRUNCATE of run_log (which the triggers do not see) or a restore of that table alone.
 create function leasehold.refresh_run_counts() returns void
 language plpgsql volatile set jit = off as $$
 begin
@@ -2101,34 +1765,30 @@ begin
   delete from leasehold.slow_runs;
   insert into leasehold.run_counts (bucket, shard, minute, runs)
   select (minute % 1500)::smallint, 0, minute, n
-    from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
-            from leasehold.run_log
-           where finished_at is not null and started_at > now() - interval '25 hours'
-           group by 1) d;
+    from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n from leasehold.run_log
+           where finished_at is not null and started_at > now() - interval '25 hours' group by 1) d;
   insert into leasehold.slow_runs (job, last_started)
-  select r.job, max(r.started_at)
-    from leasehold.run_log r join leasehold.jobs j on j.name = r.job
+  select r.job, max(r.started_at) from leasehold.run_log r join leasehold.jobs j on j.name = r.job
    where r.finished_at is not null and r.started_at > now() - interval '25 hours' and j.interval_ms > 0
      and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
    group by r.job;
 end $$;
 
--- mark_slow_runs: the runs (>= 500 ms, the shortest interval's half) that took at least half
--- their job's interval. Nothing when there are none (the usual case: no join at all).
+-- mark_slow_runs: the runs that took at least half their job's interval (the triggers pass only
+-- those of 500 ms or more, the shortest interval's half: usually none, and then no join at all).
 create function leasehold.mark_slow_runs(p_jobs text[], p_started timestamptz[], p_finished timestamptz[]) returns void
 language sql volatile as $$
   insert into leasehold.slow_runs as s (job, last_started)
   select r.job, max(r.started_at)
     from unnest(p_jobs, p_started, p_finished) as r (job, started_at, finished_at)
     join leasehold.jobs j on j.name = r.job
-   where p_jobs is not null and j.interval_ms > 0
-     and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
+   where p_jobs is not null and j.interval_ms > 0 and extract(epoch from r.finished_at - r.started_at) * 1000 >= 0.5 * j.interval_ms
    group by r.job
   on conflict (job) do update set last_started = greatest(s.last_started, excluded.last_started);
 $$;
 
-
--- On run_log (a run in flight is never pruned).
+-- prune_history: deletes ended runs, skips, missed slots and clock step windows older than
+-- p_keep; with p_batch, at most p_batch of each kind per call (each call its own transaction).
 create function leasehold.prune_history(p_keep interval, p_batch integer default null) returns bigint
 language plpgsql volatile as $$
 declare
@@ -2144,22 +1804,11 @@ begin
     return 0;
   end if;
   loop
-    c := 0;
-    with d as (
-      delete from leasehold.run_log where id in (
-        select id from leasehold.run_log where finished_at < v_before and outcome <> 'running' limit v_batch)
-      returning 1)
-    select c + count(*) into c from d;
-    with d as (
-      delete from leasehold.skips where ctid in (
-        select ctid from leasehold.skips where recorded_at < v_before limit v_batch)
-      returning 1)
-    select c + count(*) into c from d;
-    with d as (
-      delete from leasehold.missed where ctid in (
-        select ctid from leasehold.missed where recorded_at < v_before limit v_batch)
-      returning 1)
-    select c + count(*) into c from d;
+    with d as (delete from leasehold.run_log where id in (
+                 select id from leasehold.run_log where finished_at < v_before and outcome <> 'running' limit v_batch) returning 1),
+         k as (delete from leasehold.skips where ctid in (select ctid from leasehold.skips where recorded_at < v_before limit v_batch) returning 1),
+         m as (delete from leasehold.missed where ctid in (select ctid from leasehold.missed where recorded_at < v_before limit v_batch) returning 1)
+    select (select count(*) from d) + (select count(*) from k) + (select count(*) from m) into c;
     n := n + c;
     exit when p_batch is not null or c = 0;
   end loop;
@@ -2169,32 +1818,20 @@ begin
 end $$;
 
 create trigger runs_count_deleted AFTER DELETE ON leasehold.run_log REFERENCING OLD TABLE AS old_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_deleted();
-
 create trigger runs_count_inserted AFTER INSERT ON leasehold.run_log REFERENCING NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_inserted();
-
 create trigger runs_count_updated AFTER UPDATE ON leasehold.run_log REFERENCING OLD TABLE AS old_runs NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_updated();
 
 -- sql/baseline/4_control.sql
--- leasehold schema, part 4 of 6: control.
---
--- Schedules defined as data (define_schedule / remove_schedule: a handler name and a JSON payload
--- next to the schedule), pause and resume, run-now and backfill requests, and the audit of every
--- act (leasehold.actions).
---
--- Every change of a jobs row takes the next value of leasehold.job_revisions (a trigger, so
--- register_jobs' writes count too). schedule_changes(after) is one range of the unique index on
--- revision: a worker asks once per poll for what changed since the last revision it saw. Writers
--- of leasehold.jobs take one transaction-level advisory lock before they draw a revision, so
--- revisions become visible in the order they were drawn.
-
+-- leasehold schema, part 4 of 6: control. Schedules defined as data (a handler name and a JSON
+-- payload next to the schedule), pause and resume, run-now and backfill requests, and the audit of
+-- every act (leasehold.actions). Every change of a jobs row takes the next revision (a trigger),
+-- and writers take one advisory lock before they draw it, so revisions become visible in order:
+-- schedule_changes(after) is one range of the index on revision.
 
 create table leasehold.actions (
   id bigint generated always as identity primary key,
   at timestamp with time zone not null default now(),
-  action text not null,
-  job text,
-  actor text not null,
-  db_role text not null default SESSION_USER,
+  action text not null, job text, actor text not null, db_role text not null default SESSION_USER,
   detail jsonb not null default '{}'::jsonb
 );
 comment on table leasehold.actions is
@@ -2206,19 +1843,13 @@ create table leasehold.run_requests (
   id bigint generated always as identity primary key,
   job text not null,
   kind text not null,
-  -- backfill: the scheduled slot to run; run now: the moment it was asked for (database time)
-  slot timestamp with time zone not null,
+  slot timestamp with time zone not null, -- backfill: the slot to run; run now: when it was asked for
   requested_by text not null,
   requested_at timestamp with time zone not null default now(),
-  -- pending until a worker decides; claimed: a run started (its outcome is in leasehold.runs,
-  -- under (job, fence)); skipped: held under overlap skip (or buffer-one's second)
+  -- pending until a worker decides; claimed: its run started (leasehold.runs, under (job, fence));
+  -- skipped: held under overlap skip (or buffer-one's second)
   state text not null default 'pending'::text,
-  decided_at timestamp with time zone,
-  decided_by text,
-  holder_key bigint,
-  fence bigint,
-  skip_holder text,
-  skip_fence bigint,
+  decided_at timestamp with time zone, decided_by text, holder_key bigint, fence bigint, skip_holder text, skip_fence bigint,
   constraint run_requests_kind_check CHECK ((kind = ANY (ARRAY['manual'::text, 'backfill'::text]))),
   constraint run_requests_state_check CHECK ((state = ANY (ARRAY['pending'::text, 'claimed'::text, 'skipped'::text])))
 );
@@ -2227,23 +1858,14 @@ comment on table leasehold.run_requests is
 create unique index run_requests_backfill_slot on leasehold.run_requests (job, slot) WHERE (kind = 'backfill'::text);
 create index run_requests_job_at on leasehold.run_requests (job, requested_at DESC);
 create index run_requests_pending on leasehold.run_requests (job, id) WHERE (state = 'pending'::text);
--- a new request reaches the listening workers at once (notify_changes, 2_scheduler.sql)
 create trigger run_requests_notify AFTER INSERT ON leasehold.run_requests FOR EACH STATEMENT EXECUTE FUNCTION leasehold.notify_changes('requests');
 
--- record_action: one row per act. p_by is checked like a holder name (1-200 characters, no
--- control or invisible characters): it ends up in logs and on the dashboard.
-create function leasehold.record_action(p_action text, p_job text, p_by text, p_detail jsonb default '{}'::jsonb)
-returns bigint
-language plpgsql volatile as $$
-declare
-  v_id bigint;
-begin
-  perform leasehold.check_holder(p_by);
-  insert into leasehold.actions (action, job, actor, detail)
-  values (p_action, p_job, p_by, coalesce(p_detail, '{}'::jsonb))
-  returning id into v_id;
-  return v_id;
-end $$;
+-- record_action: one row per act, by p_by (checked like a holder: it ends up in logs and on the dashboard).
+create function leasehold.record_action(p_action text, p_job text, p_by text, p_detail jsonb default '{}'::jsonb) returns void
+language sql volatile as $$
+  select leasehold.check_holder(p_by);
+  insert into leasehold.actions (action, job, actor, detail) values (p_action, p_job, p_by, coalesce(p_detail, '{}'::jsonb));
+$$;
 
 -- check_schedule_field: raises LH005 naming the field when p_ok is not true.
 create function leasehold.check_schedule_field(p_ok boolean, p_field text, p_message text) returns void
@@ -2255,25 +1877,38 @@ begin
   end if;
 end $$;
 
--- define_schedule: creates or changes a job defined as data. Upsert by name; a definition equal
--- to the stored one changes nothing (no new revision, no action recorded). A changed schedule or
--- timezone applies from the next slot (the slots between never existed), as in register_jobs.
--- Refuses a name with whitespace at either end (LH001), a
--- timezone timezone_problem() describes and a payload nested more than 32 levels deep (LH005).
+-- live_job: the job p_name, locked, unless it is removed; else "no job named" with SQLSTATE p_code.
+create function leasehold.live_job(p_name text, p_code text) returns leasehold.jobs
+language plpgsql volatile as $$
+declare
+  j leasehold.jobs;
+begin
+  select * into j from leasehold.jobs x where x.name = p_name and x.removed_at is null for update;
+  if not found then
+    raise exception 'no job named "%"', left(p_name, 200)
+      using errcode = p_code, hint = 'leasehold status lists the jobs; a job exists once a worker registered it.';
+  end if;
+  return j;
+end $$;
+
+-- define_schedule: creates or changes a job defined as data. A definition equal to the stored one
+-- changes nothing (no new revision, no action); a changed schedule or timezone applies from the
+-- next slot, as in register_jobs. Every field is checked here: LH001 (a name with whitespace at
+-- either end too), LH004, LH002, LH005. live_workers: how many live workers have the handler.
 create function leasehold.define_schedule(
   p_name text, p_handler text, p_by text,
   p_cron text default null, p_every interval default null, p_timezone text default null,
   p_payload jsonb default null, p_ttl interval default null,
   p_overlap text default null, p_catch_up text default null, p_buffer_limit integer default 10,
   p_starting_deadline interval default null, p_timeout interval default null, p_jitter interval default null
-) returns table (name text, revision bigint, created boolean, changed boolean)
+) returns table (name text, revision bigint, created boolean, changed boolean, live_workers integer)
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 #variable_conflict use_column
 declare
   v_old leasehold.jobs;
-  -- the defaults of a code job (null: the default), so that a caller may pass null for any
+  -- null means a code job's default
   v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
   v_ttl interval := coalesce(p_ttl, interval '30 seconds');
   v_overlap text := coalesce(p_overlap, 'skip');
@@ -2283,8 +1918,12 @@ declare
   v_schedule text;
   v_interval_ms bigint;
   v_deadline_ms bigint := (extract(epoch from p_starting_deadline) * 1000)::bigint;
+  v_ttl_ms bigint := (extract(epoch from coalesce(p_ttl, interval '30 seconds')) * 1000)::bigint;
+  v_timeout_ms bigint := (extract(epoch from p_timeout) * 1000)::bigint;
+  v_jitter_ms bigint := (extract(epoch from p_jitter) * 1000)::bigint;
   v_row leasehold.jobs;
   v_problem text;
+  v_live integer;
 begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.check_job_owner(array[p_name]);
@@ -2332,6 +1971,7 @@ begin
   perform leasehold.check_schedule_field(not jsonb_path_exists(v_payload, 'strict $.**{32} ? (@.type() == "array" || @.type() == "object")'),
     'payload', 'must nest arrays and objects at most 32 levels deep');
 
+  v_live := coalesce((select h.workers from leasehold.live_handlers() h where h.handler = p_handler), 0);
   perform set_config('leasehold.job_writer', 'schedules', true);
   insert into leasehold.leases (name) values (p_name) on conflict do nothing;
   select * into v_old from leasehold.jobs j where j.name = p_name for update;
@@ -2343,11 +1983,10 @@ begin
   if found and v_old.removed_at is null
      and (v_old.schedule, v_old.timezone, v_old.interval_ms, v_old.ttl_ms, v_old.overlap, v_old.catch_up, v_old.handler,
           v_old.payload, v_old.buffer_limit, v_old.starting_deadline_ms, v_old.timeout_ms, v_old.jitter_ms)
-         is not distinct from
-         (v_schedule, p_timezone, v_interval_ms, (extract(epoch from v_ttl) * 1000)::bigint, v_overlap, v_catch_up, p_handler,
-          v_payload, p_buffer_limit, v_deadline_ms, (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint) then
+         is not distinct from (v_schedule, p_timezone, v_interval_ms, v_ttl_ms, v_overlap, v_catch_up, p_handler, v_payload,
+                               p_buffer_limit, v_deadline_ms, v_timeout_ms, v_jitter_ms) then
     perform set_config('leasehold.job_writer', '', true);
-    return query select p_name, v_old.revision, false, false;
+    return query select p_name, v_old.revision, false, false, v_live;
     return;
   end if;
   -- a new schedule, a changed one, or one defined again after its removal: from the next slot on
@@ -2362,16 +2001,13 @@ begin
   insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by,
                                    source, handler, payload, defined_by, buffer_limit, starting_deadline_ms, timeout_ms, jitter_ms,
                                    owner_role)
-  values (p_name, v_schedule, p_timezone, v_interval_ms, (extract(epoch from v_ttl) * 1000)::bigint, v_overlap, v_catch_up, p_by,
-          'data', p_handler, v_payload, p_by, p_buffer_limit, v_deadline_ms,
-          (extract(epoch from p_timeout) * 1000)::bigint, (extract(epoch from p_jitter) * 1000)::bigint, leasehold.acting_role())
+  values (p_name, v_schedule, p_timezone, v_interval_ms, v_ttl_ms, v_overlap, v_catch_up, p_by, 'data', p_handler, v_payload, p_by,
+          p_buffer_limit, v_deadline_ms, v_timeout_ms, v_jitter_ms, leasehold.acting_role())
   on conflict on constraint jobs_pkey do update
-     set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms,
-         ttl_ms = excluded.ttl_ms, overlap = excluded.overlap, catch_up = excluded.catch_up,
-         registered_by = excluded.registered_by, registered_at = now(), handler = excluded.handler,
-         payload = excluded.payload, defined_by = excluded.defined_by, buffer_limit = excluded.buffer_limit,
-         starting_deadline_ms = excluded.starting_deadline_ms, timeout_ms = excluded.timeout_ms,
-         jitter_ms = excluded.jitter_ms,
+     set schedule = excluded.schedule, timezone = excluded.timezone, interval_ms = excluded.interval_ms, ttl_ms = excluded.ttl_ms,
+         overlap = excluded.overlap, catch_up = excluded.catch_up, registered_by = excluded.registered_by, registered_at = now(),
+         handler = excluded.handler, payload = excluded.payload, defined_by = excluded.defined_by, buffer_limit = excluded.buffer_limit,
+         starting_deadline_ms = excluded.starting_deadline_ms, timeout_ms = excluded.timeout_ms, jitter_ms = excluded.jitter_ms,
          -- defined again after removal: a new job, not paused
          paused_at = case when j.removed_at is null then j.paused_at end,
          paused_by = case when j.removed_at is null then j.paused_by end,
@@ -2384,11 +2020,11 @@ begin
   perform leasehold.record_action(case when v_old.name is null or v_old.removed_at is not null then 'schedule-defined' else 'schedule-changed' end,
     p_name, p_by, jsonb_build_object('schedule', v_schedule, 'timezone', p_timezone, 'handler', p_handler,
       'overlap', v_overlap, 'catch_up', v_catch_up, 'ttl_ms', v_row.ttl_ms, 'revision', v_row.revision));
-  return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true;
+  return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true, v_live;
 end $$;
 
--- remove_schedule: removes a data job (a tombstone the workers read). A run in progress is left
--- to finish under its lease. Returns false when there was nothing to remove.
+-- remove_schedule: removes a data job (a tombstone the workers read); a run in progress finishes
+-- under its lease. False when there was nothing to remove.
 create function leasehold.remove_schedule(p_name text, p_by text) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -2399,8 +2035,8 @@ begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.check_job_owner(array[p_name]);
   perform leasehold.check_holder(p_by);
-  select * into v_old from leasehold.jobs j where j.name = p_name for update;
-  if not found or v_old.removed_at is not null then
+  select * into v_old from leasehold.jobs j where j.name = p_name and j.removed_at is null for update;
+  if not found then
     return false;
   end if;
   if v_old.source = 'code' then
@@ -2416,12 +2052,9 @@ begin
   return true;
 end $$;
 
--- pause_job: no slot of the job is claimed until resume_job. The lease's last_slot stays where
--- it is, so the pause is downtime on purpose: on resume the workers apply the job's catch-up
--- policy and record the slots that do not run as missed ('paused'). With p_stop_running the run
--- in progress loses its lease (its token no longer holds: heartbeats and fenced writes fail)
--- and is recorded aborted; otherwise it finishes.
--- StopRunning ends the run in flight on the lease row too.
+-- pause_job: no slot of the job is claimed until resume_job; last_slot stays, so the pause is
+-- downtime on purpose (the catch-up policy applies on resume). With p_stop_running the run in
+-- progress loses its lease, as force_release takes it, and is recorded aborted.
 create function leasehold.pause_job(p_name text, p_by text, p_reason text default null, p_stop_running boolean default false)
 returns table (paused boolean, already_paused boolean, stopped_holder text, stopped_fence bigint)
 language plpgsql volatile
@@ -2431,6 +2064,8 @@ as $$
 declare
   v_job leasehold.jobs;
   v_lease leasehold.leases;
+  v_stop boolean;
+  v_why text := left('stopped: paused by ' || p_by || coalesce(' (' || p_reason || ')', ''), 4000);
 begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.pin_synchronous_commit();
@@ -2439,10 +2074,7 @@ begin
     perform leasehold.check_schedule_field(char_length(p_reason) <= 1000 and leasehold.check_characters(p_reason) is null,
       'reason', 'must be at most 1000 characters without control or invisible characters');
   end if;
-  select * into v_job from leasehold.jobs j where j.name = p_name and j.removed_at is null for update;
-  if not found then
-    raise exception 'no job named "%"', p_name using errcode = 'LH006';
-  end if;
+  v_job := leasehold.live_job(p_name, 'LH006');
   insert into leasehold.leases (name) values (p_name) on conflict do nothing;
   -- waits for a claim that locked the row first; a later claim sees the mark
   select * into v_lease from leasehold.leases l where l.name = p_name for update;
@@ -2452,26 +2084,21 @@ begin
     update leasehold.jobs j set paused_at = now(), paused_by = p_by, pause_reason = p_reason where j.name = p_name;
     perform set_config('leasehold.job_writer', '', true);
   end if;
-  if p_stop_running and v_lease.token is not null then
-    -- the operator's override, as force_release does it: the fence moves past the holder's
-    -- its run ends aborted, whether it is in flight on the lease row or a run_log row
+  v_stop := p_stop_running and v_lease.token is not null;
+  if v_stop then
+    -- its run ends aborted, whether in flight on the lease row or a run_log row
     if v_lease.run_slot is not null then
-      perform leasehold.end_runs(array[p_name], null, array[v_lease.run_fence], array['aborted'],
-        array['stopped: paused by ' || p_by || coalesce(' (' || p_reason || ')', '')], null);
+      perform leasehold.end_runs(array[p_name], null, array[v_lease.run_fence], array['aborted'], array[v_why], null);
     end if;
     perform from leasehold.force_release(p_name);
-    update leasehold.run_log r
-       set outcome = 'aborted', finished_at = now(), error = left('stopped: paused by ' || p_by || coalesce(' (' || p_reason || ')', ''), 4000)
-     where r.job = p_name and r.outcome = 'running';
+    update leasehold.run_log r set outcome = 'aborted', finished_at = now(), error = v_why where r.job = p_name and r.outcome = 'running';
   end if;
   perform leasehold.record_action('paused', p_name, p_by, jsonb_build_object('reason', p_reason, 'stop_running', p_stop_running,
     'stopped_holder', case when p_stop_running then v_lease.holder end, 'already_paused', v_job.paused_at is not null));
-  return query select true, v_job.paused_at is not null,
-    case when p_stop_running and v_lease.token is not null then v_lease.holder end,
-    case when p_stop_running and v_lease.token is not null then v_lease.fence end;
+  return query select true, v_job.paused_at is not null, case when v_stop then v_lease.holder end, case when v_stop then v_lease.fence end;
 end $$;
 
--- resume_job: the job's slots are claimed again; workers apply its catch-up policy.
+-- resume_job: the job's slots are claimed again; the workers apply its catch-up policy.
 create function leasehold.resume_job(p_name text, p_by text)
 returns table (resumed boolean, paused_at timestamptz, paused_by text)
 language plpgsql volatile
@@ -2483,10 +2110,7 @@ declare
 begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.check_holder(p_by);
-  select * into v_job from leasehold.jobs j where j.name = p_name and j.removed_at is null for update;
-  if not found then
-    raise exception 'no job named "%"', p_name using errcode = 'LH006';
-  end if;
+  v_job := leasehold.live_job(p_name, 'LH006');
   if v_job.paused_at is null then
     return query select false, null::timestamptz, null::text;
     return;
@@ -2499,43 +2123,24 @@ begin
   return query select true, v_job.paused_at, v_job.paused_by;
 end $$;
 
--- run_now: asks for one extra occurrence of p_job now; returns the request id. p_by names who
--- asked (checked like a holder name). The job must be defined (leasehold.jobs) and not removed;
--- a paused job may be run now (an operator's explicit act; its schedule stays paused).
-create function leasehold.run_now(p_job text, p_by text) returns bigint
-language plpgsql volatile as $$
-declare
-  v_id bigint;
-begin
-  perform leasehold.check_namespace(array[p_job]);
-  perform leasehold.check_holder(p_by);
-  if not exists (select 1 from leasehold.jobs j where j.name = p_job and j.removed_at is null) then
-    raise exception 'no job named "%"', left(p_job, 200)
-      using errcode = 'P0002', hint = 'leasehold status lists the jobs; a job exists once a worker registered it.';
-  end if;
-  insert into leasehold.run_requests (job, kind, slot, requested_by)
-  values (p_job, 'manual', now(), p_by)
-  returning id into v_id;
-  perform leasehold.record_action('run-now', p_job, p_by, jsonb_build_object('request', v_id));
-  return v_id;
-end $$;
-
--- request_backfill: one backfill request per slot of p_slots (1 to 1,000 slots, none in the
--- future). A slot already requested by an earlier or concurrent backfill is not requested
--- again (unique index, ON CONFLICT DO NOTHING). Returns the slots this call requested.
-create function leasehold.request_backfill(p_job text, p_slots timestamptz[], p_by text)
+-- run_now: asks for one extra run of p_job now, or with p_slots for one run of each past slot (a
+-- backfill: a slot requested before, or concurrently, is not requested again: a unique index).
+create function leasehold.run_now(p_job text, p_by text, p_slots timestamptz[] default null)
 returns table (request_id bigint, slot timestamptz)
 language plpgsql volatile as $$
 #variable_conflict use_column
 declare
   v_count integer := coalesce(cardinality(p_slots), 0);
-  v_created integer;
+  v_id bigint;
 begin
   perform leasehold.check_namespace(array[p_job]);
   perform leasehold.check_holder(p_by);
-  if not exists (select 1 from leasehold.jobs j where j.name = p_job and j.removed_at is null) then
-    raise exception 'no job named "%"', left(p_job, 200)
-      using errcode = 'P0002', hint = 'leasehold status lists the jobs; a job exists once a worker registered it.';
+  perform leasehold.live_job(p_job, 'P0002');
+  if p_slots is null then
+    insert into leasehold.run_requests (job, kind, slot, requested_by) values (p_job, 'manual', now(), p_by) returning id into v_id;
+    perform leasehold.record_action('run-now', p_job, p_by, jsonb_build_object('request', v_id));
+    return query select v_id, now();
+    return;
   end if;
   if v_count < 1 or v_count > 1000 then
     raise exception 'a backfill requests 1 to 1000 slots (got %)', v_count using errcode = '22023';
@@ -2551,86 +2156,55 @@ begin
     returning q.id, q.slot
   )
   select c.id, c.slot from created c order by c.slot;
-  get diagnostics v_created = row_count;
+  get diagnostics v_id = row_count;
   perform leasehold.record_action('backfill', p_job, p_by, jsonb_build_object(
-    'from', (select min(s) from unnest(p_slots) s), 'to', (select max(s) from unnest(p_slots) s),
-    'slots', v_count, 'requested', v_created));
+    'from', (select min(s) from unnest(p_slots) s), 'to', (select max(s) from unnest(p_slots) s), 'slots', v_count, 'requested', v_id));
 end $$;
 
--- check_claim_requests: the rules every claim's requests follow, checked in one pass (the value
--- named in an error is looked for after): parallel arrays of one length, a known mode, a buffer
--- cap of 0 or more, no null job or slot, ttls within acquire's bounds. Raises 22023 (LH002 for a
--- ttl); claims nothing. Used by claim().
-create function leasehold.check_claim_requests(
-  p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[]
-) returns void
+-- check_claim_requests: the rules of claim()'s requests in one pass (the value an error names is
+-- looked for after): 22023, or LH002 for a ttl out of acquire's bounds.
+create function leasehold.check_claim_requests(p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[])
+returns void
 language plpgsql stable as $$
 declare
   v_n integer := coalesce(cardinality(p_jobs), 0);
-  v_bad text;
-  v_bad_mode boolean;
-  v_bad_cap boolean;
-  v_bad_null boolean;
-  v_null_ttl boolean;
-  v_min_ttl interval;
-  v_max_ttl interval;
+  r record;
 begin
-  if coalesce(cardinality(p_slots), 0) <> v_n or coalesce(cardinality(p_ttls), 0) <> v_n
-     or coalesce(cardinality(p_modes), 0) <> v_n or coalesce(cardinality(p_caps), 0) <> v_n then
+  if array[coalesce(cardinality(p_slots), 0), coalesce(cardinality(p_ttls), 0), coalesce(cardinality(p_modes), 0),
+           coalesce(cardinality(p_caps), 0)] <> array_fill(v_n, array[4]) then
     raise exception 'claim: as many slots, ttls, modes and buffer caps as jobs are needed (% jobs)', v_n using errcode = '22023';
   end if;
   if v_n = 0 then
     return;
   end if;
-  select bool_or(i.mode is null or i.mode not in ('exclusive', 'replace', 'allow')), bool_or(i.cap is null or i.cap < 0),
-         bool_or(i.job is null or i.slot is null), bool_or(i.ttl is null), min(i.ttl), max(i.ttl)
-    into v_bad_mode, v_bad_cap, v_bad_null, v_null_ttl, v_min_ttl, v_max_ttl
-    from unnest(p_jobs, p_slots, p_ttls, p_modes, p_caps) as i(job, slot, ttl, mode, cap);
-  if v_bad_mode then
-    select m into v_bad from unnest(p_modes) m where m is null or m not in ('exclusive', 'replace', 'allow') limit 1;
-    raise exception 'claim: mode must be exclusive, replace or allow (got %)', coalesce(v_bad, 'null') using errcode = '22023';
+  select bool_or(i.mode is null or i.mode not in ('exclusive', 'replace', 'allow')) as bad_mode, bool_or(i.cap is null or i.cap < 0) as bad_cap,
+         bool_or(i.job is null or i.slot is null) as bad_null, bool_or(i.ttl is null) as null_ttl, min(i.ttl) as min_ttl, max(i.ttl) as max_ttl
+    into r from unnest(p_jobs, p_slots, p_ttls, p_modes, p_caps) as i(job, slot, ttl, mode, cap);
+  if r.bad_mode then
+    raise exception 'claim: mode must be exclusive, replace or allow (got %)',
+      coalesce((select m from unnest(p_modes) m where m is null or m not in ('exclusive', 'replace', 'allow') limit 1), 'null') using errcode = '22023';
   end if;
-  if v_bad_cap then
-    select c::text into v_bad from unnest(p_caps) c where c is null or c < 0 limit 1;
-    raise exception 'claim: buffer_cap must be 0 or more (got %)', coalesce(v_bad, 'null') using errcode = '22023';
+  if r.bad_cap then
+    raise exception 'claim: buffer_cap must be 0 or more (got %)',
+      coalesce((select c::text from unnest(p_caps) c where c is null or c < 0 limit 1), 'null') using errcode = '22023';
   end if;
-  if v_bad_null then
+  if r.bad_null then
     raise exception 'claim: job and slot must not be null' using errcode = '22023';
   end if;
-  -- the same bounds as acquire (check_ttl's bounds are a range: its two ends tell for all)
-  if v_null_ttl then
+  -- the bounds are a range: its two ends tell for all
+  if r.null_ttl then
     perform leasehold.check_ttl(null);
   end if;
-  perform leasehold.check_ttl(v_min_ttl);
-  perform leasehold.check_ttl(v_max_ttl);
+  perform leasehold.check_ttl(r.min_ttl);
+  perform leasehold.check_ttl(r.max_ttl);
 end $$;
 
--- claim_requests: a worker takes pending requests of the jobs it has handlers for (p_jobs),
--- at most p_limit, at most one per job per call (a job's requests go one at a time: run-now
--- requests first, by id; then backfill slots in slot order). Each is decided under the job's
--- lease row lock (FOR UPDATE SKIP LOCKED: a row another worker is deciding is left for the
--- next call). Rows come back for what this call decided: claimed (run it: token, fence,
--- expires_at as claim() gives them) or skipped (holder and holder_fence name the holder).
--- A call with nothing pending reads one small partial index and writes nothing.
--- A run now or backfill that takes over a lease records the
--- scheduled run in flight on it as lost, and keeps its own row in run_log.
-create function leasehold.claim_requests(
-  p_jobs text[], p_holder text, p_holder_key bigint default null, p_limit integer default 100
-) returns table (
-  request_id     bigint,
-  job            text,
-  kind           text,
-  slot           timestamptz,
-  requested_by   text,
-  claimed        boolean,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  holder         text,
-  holder_fence   bigint,
-  took_over      boolean,
-  database_time  timestamptz
-)
+-- claim_requests: a worker takes pending run-now and backfill requests of its jobs, one per job
+-- per call, each decided under the job's lease row lock (SKIP LOCKED) by its overlap policy
+-- (docs/sql-api.md). Nothing pending: one read of a small partial index, no write.
+create function leasehold.claim_requests(p_jobs text[], p_holder text, p_holder_key bigint default null, p_limit integer default 100)
+returns table (request_id bigint, job text, kind text, slot timestamptz, requested_by text, claimed boolean, token uuid, fence bigint,
+               expires_at timestamptz, holder text, holder_fence bigint, took_over boolean, database_time timestamptz)
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
@@ -2650,13 +2224,11 @@ begin
   if p_limit is null or p_limit < 1 or p_limit > 1000 then
     raise exception 'claim_requests: p_limit must be 1 to 1000 (got %)', p_limit using errcode = '22023';
   end if;
-  -- the common case: nothing pending, nothing locked, nothing written
   if not exists (select 1 from leasehold.run_requests q where q.state = 'pending' and q.job = any (p_jobs)) then
     return;
   end if;
-  -- only the job's own workers take its requests: the jobs of another role are not the caller's
-  p_jobs := array(select j.name from leasehold.jobs j
-                   where j.name = any (p_jobs) and leasehold.may_act_as(j.owner_role));
+  -- only the job's own workers take its requests
+  p_jobs := array(select j.name from leasehold.jobs j where j.name = any (p_jobs) and leasehold.may_act_as(j.owner_role));
   perform leasehold.pin_synchronous_commit();
   for v in
     select q.id, q.job, q.kind, q.slot, q.requested_by, j.overlap, j.ttl_ms
@@ -2670,15 +2242,14 @@ begin
   loop
     v_mode := case v.overlap when 'replace' then 'replace' when 'allow' then 'allow' else 'exclusive' end;
     -- a backfill under allow has no lease to wait for: one backfill run at a time, unless the
-    -- worker of the running one is gone (a peer that claimed this very request meanwhile is
-    -- caught by the pending check under the lock below)
+    -- worker of the running one is gone
     continue when v.kind = 'backfill' and v_mode = 'allow' and exists (
       select 1 from leasehold.run_requests b join leasehold.runs r on r.job = b.job and r.fence = b.fence
        where b.job = v.job and b.kind = 'backfill' and b.state = 'claimed' and r.outcome = 'running'
          and not leasehold.holder_gone(b.holder_key));
     if (v.kind = 'backfill' and v_mode <> 'allow') or v.overlap in ('buffer-one', 'buffer-all') then
-      -- It waits for a free lease: the row is locked only when free (a WHERE that is false
-      -- locks no row), so a request that waits costs its job no lock and no write per call.
+      -- it waits for a free lease: the row is locked only when free, so a request that waits
+      -- costs its job no lock and no write per call
       select * into l from leasehold.leases x where x.name = v.job and leasehold.is_free(x) for update skip locked;
       if not found then
         if v.kind = 'manual' and v.overlap = 'buffer-one' then
@@ -2692,8 +2263,7 @@ begin
                where q.job = v.job and q.kind = 'manual' and q.state = 'pending' and q.id > v.id
               returning q.id, q.job, q.kind, q.slot, q.requested_by
             )
-            select s.id, s.job, s.kind, s.slot, s.requested_by, false, null::uuid, null::bigint,
-                   null::timestamptz, l.holder, l.fence, false, now()
+            select s.id, s.job, s.kind, s.slot, s.requested_by, false, null::uuid, null::bigint, null::timestamptz, l.holder, l.fence, false, now()
               from later s;
           end if;
         end if;
@@ -2701,21 +2271,19 @@ begin
       end if;
       v_mode := case when v_mode = 'allow' then 'allow' else 'exclusive' end;
     else
-      -- decided now, whoever holds the lease: a run now under skip, replace or allow, a
-      -- backfill under allow
+      -- decided now, whoever holds the lease: a run now under skip, replace or allow, a backfill under allow
       select * into l from leasehold.leases x where x.name = v.job for update skip locked;
       continue when not found;
     end if;
-    -- under the lease lock, with a fresh snapshot: still pending? (a peer may have decided it
-    -- and committed before we got the lock)
+    -- under the lease lock, with a fresh snapshot: still pending? (a peer may have decided it first)
     perform 1 from leasehold.run_requests q where q.id = v.id and q.state = 'pending';
     continue when not found;
     if v.kind = 'manual' and v.overlap = 'skip' and not leasehold.is_free(l) then
       update leasehold.run_requests q
          set state = 'skipped', decided_at = now(), decided_by = p_holder, skip_holder = l.holder, skip_fence = l.fence
        where q.id = v.id;
-      return query select v.id, v.job, v.kind, v.slot, v.requested_by, false, null::uuid, null::bigint,
-                          null::timestamptz, l.holder, l.fence, false, now();
+      return query select v.id, v.job, v.kind, v.slot, v.requested_by, false, null::uuid, null::bigint, null::timestamptz, l.holder,
+                          l.fence, false, now();
       continue;
     end if;
 
@@ -2724,81 +2292,43 @@ begin
     if v_incarnation is null and p_holder_key is not null then
       v_incarnation := leasehold.liveness_incarnation(p_holder_key);
     end if;
-    v_fence := leasehold.fence_after(l.fence, v_epoch);
+    v_fence := (leasehold.fences_after(array[l.fence], v_epoch))[1];
     -- a scheduled run in flight on the row loses its lease to this one (as in claim())
     if v_mode <> 'allow' and l.run_slot is not null then
-      perform leasehold.end_runs(array[v.job], null, array[l.run_fence], array['lost'],
-                                 array['lease taken over by ' || p_holder], null);
+      perform leasehold.end_runs(array[v.job], null, array[l.run_fence], array['lost'], array['lease taken over by ' || p_holder], null);
     end if;
-    update leasehold.leases x
-       set fence = v_fence,
-           token = case when v_mode = 'allow' then x.token else gen_random_uuid() end,
-           holder = case when v_mode = 'allow' then x.holder else p_holder end,
-           holder_key = case when v_mode = 'allow' then x.holder_key else p_holder_key end,
-           acquired_at = case when v_mode = 'allow' then x.acquired_at else now() end,
-           expires_at = case when v_mode = 'allow' then x.expires_at else now() + v.ttl_ms * interval '1 millisecond' end,
-           released_at = case when v_mode = 'allow' then x.released_at else null end,
-           ttl = case when v_mode = 'allow' then x.ttl else v.ttl_ms * interval '1 millisecond' end,
-           epoch = case when v_mode = 'allow' then x.epoch else v_epoch end,
-           holder_incarnation = case when v_mode = 'allow' then x.holder_incarnation else v_incarnation end,
-           -- this run's row is in run_log from its start (trigger, requested_by, request_id)
-           run_slot = case when v_mode = 'allow' then x.run_slot end,
-           run_started_at = case when v_mode = 'allow' then x.run_started_at end
-     where x.name = v.job
-    returning x.token, x.expires_at into v_token, v_expires;
+    -- under allow only the fence moves; otherwise a grant, whose run is in run_log from its start
+    if v_mode = 'allow' then
+      update leasehold.leases x set fence = v_fence where x.name = v.job;
+    else
+      update leasehold.leases x
+         set fence = v_fence, token = gen_random_uuid(), holder = p_holder, holder_key = p_holder_key, acquired_at = now(),
+             expires_at = now() + v.ttl_ms * interval '1 millisecond', released_at = null, ttl = v.ttl_ms * interval '1 millisecond',
+             epoch = v_epoch, holder_incarnation = v_incarnation, run_slot = null, run_started_at = null
+       where x.name = v.job
+      returning x.token, x.expires_at into v_token, v_expires;
+    end if;
     insert into leasehold.run_log (job, slot, fence, holder, trigger, requested_by, request_id)
     values (v.job, v.slot, v_fence, p_holder, v.kind, v.requested_by, v.id);
     -- a run still 'running' under an older fence lost its lease to this one (as in claim())
     if v_mode <> 'allow' then
-      update leasehold.run_log r
-         set outcome = 'lost', finished_at = now(), error = 'lease taken over by ' || p_holder
+      update leasehold.run_log r set outcome = 'lost', finished_at = now(), error = 'lease taken over by ' || p_holder
        where r.job = v.job and r.outcome = 'running' and r.fence < v_fence;
     end if;
     update leasehold.run_requests q
-       set state = 'claimed', decided_at = now(), decided_by = p_holder, holder_key = p_holder_key, fence = v_fence
-     where q.id = v.id;
+       set state = 'claimed', decided_at = now(), decided_by = p_holder, holder_key = p_holder_key, fence = v_fence where q.id = v.id;
     insert into leasehold.actions (action, job, actor, detail)
     values ('request-claimed', v.job, p_holder, jsonb_build_object('request', v.id, 'kind', v.kind, 'fence', v_fence));
-    return query select v.id, v.job, v.kind, v.slot, v.requested_by, true,
-                        case when v_mode = 'allow' then null else v_token end, v_fence,
-                        case when v_mode = 'allow' then null else v_expires end,
-                        p_holder, null::bigint, v_mode <> 'allow' and l.token is not null, now();
+    return query select v.id, v.job, v.kind, v.slot, v.requested_by, true, case when v_mode <> 'allow' then v_token end, v_fence,
+                        case when v_mode <> 'allow' then v_expires end, p_holder, null::bigint, v_mode <> 'allow' and l.token is not null, now();
   end loop;
 end $$;
 
--- schedule_snapshot: what a starting worker needs of leasehold.jobs before it follows
--- schedule_changes(): the data jobs of the handlers p_handlers and the paused jobs (code jobs
--- that are not paused, other handlers' jobs and tombstones are none of its business: at 100,000
--- jobs a worker of one handler would otherwise read them all), after revision p_after_revision
--- in revision order, at most p_limit. The caller reads the newest revision of the table first
--- and follows schedule_changes() from it: a change made meanwhile is read twice, never missed.
-create function leasehold.schedule_snapshot(p_handlers text[], p_after_revision bigint default 0, p_limit integer default 1000)
-returns table (
-  revision bigint, name text, source text, handler text, removed boolean,
-  schedule text, timezone text, interval_ms bigint, ttl_ms bigint, overlap text, catch_up text,
-  buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, payload jsonb,
-  paused_at timestamptz, paused_by text, pause_reason text, last_slot timestamptz, database_time timestamptz
-)
-language sql stable as $$
-  select j.revision, j.name, j.source, j.handler, false,
-         j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up,
-         j.buffer_limit, j.starting_deadline_ms, j.timeout_ms, j.jitter_ms,
-         case when j.handler = any (p_handlers) then j.payload end,
-         j.paused_at, j.paused_by, j.pause_reason,
-         (select l.last_slot from leasehold.leases l where l.name = j.name), now()
-    from leasehold.jobs j
-   where j.revision > coalesce(p_after_revision, 0) and j.removed_at is null
-     and ((j.source = 'data' and j.handler = any (p_handlers)) or j.paused_at is not null)
-     and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
-     and leasehold.may_act_as(j.owner_role)
-   order by j.revision
-   limit greatest(1, least(coalesce(p_limit, 1000), 10000));
-$$;
-
--- schedule_changes: the job rows changed after revision p_after_revision, oldest change first,
--- at most p_limit (1-10000) of them: one range of the index on revision. Code jobs come too
--- (their pause state); payloads only for the handlers named in p_handlers (null: all).
-create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000)
+-- schedule_changes: the job rows changed after revision p_after_revision, oldest first: one range
+-- of the index on revision. p_snapshot: only what a starting worker needs (the data jobs of
+-- p_handlers and the paused jobs): at 100,000 jobs a worker of one handler would read them all.
+create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000,
+                                           p_snapshot boolean default false)
 returns table (
   revision bigint, name text, source text, handler text, removed boolean,
   schedule text, timezone text, interval_ms bigint, ttl_ms bigint, overlap text, catch_up text,
@@ -2814,6 +2344,9 @@ language sql stable as $$
          (select l.last_slot from leasehold.leases l where l.name = j.name), now()
     from leasehold.jobs j
    where j.revision > coalesce(p_after_revision, 0)
+     and (p_snapshot is not true
+          or (j.removed_at is null and (j.paused_at is not null
+                                        or (j.source = 'data' and (p_handlers is null or j.handler = any (p_handlers))))))
      and leasehold.in_namespace(j.name, (select leasehold.namespace_prefixes()))
      and leasehold.may_act_as(j.owner_role)
    order by j.revision
@@ -2821,35 +2354,17 @@ language sql stable as $$
 $$;
 
 -- sql/baseline/5_reads.sql
--- leasehold schema, part 5 of 6: read models.
---
--- Views and functions for status pages, the CLI, the dashboard and metrics. None exposes a
--- token. Each reads through an index range per job (LATERAL), so `where job = ...` or
--- `order by job limit n` reads only those jobs, at 100,000 jobs and 10 million history rows.
+-- leasehold schema, part 5 of 6: read models for status pages, the CLI, the dashboard and
+-- metrics. None shows a token. Each reads through an index range per job (LATERAL), so
+-- `where job = ...` or `order by job limit n` reads only those jobs, at any size.
 
-
--- fleet_status: one row per listed job, in order (place 1, 2, ...): the job, why it is
--- listed first (attention: 'expired', 'failing', 'skipping', 'missing', or null for the jobs
--- that fill the page by name after the flagged ones) and that reason's latest time
--- (attention_at), with the fleet's counts on every row. When nothing is listed (no jobs), one
--- row of counts whose place, job, attention and attention_at are null. As before, a reason
--- counts and lists the names its history has, also those without a job_status row (a removed
--- job's failures): the caller joins job_status and leaves those out.
+-- fleet_status: the fleet's counts on every row, and the listed jobs in order: those that need
+-- attention under their most urgent reason, newest first, then the others by name. A reason
+-- counts and lists the names its history has (a removed job's failures too): the caller leaves
+-- out those without a job_status row. Its cost follows the last day's failures, not the history.
 create function leasehold.fleet_status(p_limit integer)
-returns table (
-  place         integer,
-  job           text,
-  attention     text,
-  attention_at  timestamptz,
-  jobs          integer,
-  running       integer,
-  expired       integer,
-  failing       integer,
-  skipping      integer,
-  missing       integer,
-  leases        integer,
-  leases_held   integer
-)
+returns table (place integer, job text, attention text, attention_at timestamptz, jobs integer, running integer,
+               expired integer, failing integer, skipping integer, missing integer, leases integer, leases_held integer)
 language plpgsql stable
 set jit = off
 set plan_cache_mode = force_custom_plan
@@ -2863,96 +2378,55 @@ begin
     raise exception 'fleet_status: p_limit must be 1 or more (got %)', coalesce(p_limit::text, 'null') using errcode = '22023';
   end if;
   return query
-  -- the leases that are not free or have no job, in one pass over the leases: every lease
-  -- count, and the expired leases of jobs
+  -- the leases that are not free or have no job, in one pass over the leases
   with leases_seen as materialized (
     select l.name, l.state, l.expires_at, j.name is not null as is_job
       from leasehold.lease_status l left join leasehold.jobs j on j.name = l.name
      where l.state <> 'free' or j.name is null
   ),
-  -- each reason: one row per job that has it, with that reason's latest time
-  expired_jobs as materialized (
-    select l.name as job, l.expires_at as at from leases_seen l where l.is_job and l.state = 'expired'
-  ),
-  failing_jobs as materialized (
-    select r.job, max(r.started_at) as at from leasehold.runs r
+  -- each reason (0 the most urgent): one row per name that has it, with its latest time
+  reasons as materialized (
+    select 0 as rank, l.name as job, l.expires_at as at from leases_seen l where l.is_job and l.state = 'expired'
+    union all
+    select 1, r.job, max(r.started_at) from leasehold.runs r
      where r.outcome in ('failed', 'lost', 'timed-out') and r.started_at > v_since group by r.job
-  ),
-  skipping_jobs as materialized (
-    select s.job, max(s.recorded_at) as at from leasehold.skips s where s.recorded_at > v_since group by s.job
-  ),
-  missing_jobs as materialized (
-    select m.job, max(m.recorded_at) as at from leasehold.missed m where m.recorded_at > v_since group by m.job
-  ),
-  -- the page, reason by reason: a reason's most recent jobs (ties by name), as many as are
-  -- left, without the jobs listed under a more urgent reason (all of them, when any room is
-  -- left); a limit of 0 reads nothing
-  page0 as materialized (
-    select e.job, 0 as rank, e.at from expired_jobs e order by e.at desc, e.job limit p_limit
-  ),
-  page1 as materialized (
-    select f.job, 1 as rank, f.at from failing_jobs f
-     where not exists (select 1 from page0 p where p.job = f.job)
-     order by f.at desc, f.job
-     limit greatest(p_limit - (select count(*) from page0), 0)
-  ),
-  page2 as materialized (
-    select s.job, 2 as rank, s.at from skipping_jobs s
-     where not exists (select 1 from page0 p where p.job = s.job) and not exists (select 1 from page1 p where p.job = s.job)
-     order by s.at desc, s.job
-     limit greatest(p_limit - (select count(*) from page0) - (select count(*) from page1), 0)
-  ),
-  page3 as materialized (
-    select m.job, 3 as rank, m.at from missing_jobs m
-     where not exists (select 1 from page0 p where p.job = m.job) and not exists (select 1 from page1 p where p.job = m.job)
-       and not exists (select 1 from page2 p where p.job = m.job)
-     order by m.at desc, m.job
-     limit greatest(p_limit - (select count(*) from page0) - (select count(*) from page1) - (select count(*) from page2), 0)
+    union all
+    select 2, s.job, max(s.recorded_at) from leasehold.skips s where s.recorded_at > v_since group by s.job
+    union all
+    select 3, m.job, max(m.recorded_at) from leasehold.missed m where m.recorded_at > v_since group by m.job
   ),
   flagged as materialized (
-    select * from page0 union all select * from page1 union all select * from page2 union all select * from page3
-  ),
-  -- fewer flagged jobs than p_limit (then all of them are listed): the others by name
-  unflagged as (
-    select j.name as job, null::integer as rank, null::timestamptz as at
-      from leasehold.jobs j
-     where not exists (select 1 from flagged f where f.job = j.name)
-     order by j.name
-     limit greatest(p_limit - (select count(*) from flagged), 0)
+    select distinct on (x.job) x.job, x.rank, x.at from reasons x order by x.job, x.rank
   ),
   page as (
     select (row_number() over (order by p.rank nulls last, p.at desc nulls last, p.job))::integer as n, p.job, p.rank, p.at
-      from (select * from flagged union all select * from unflagged) p
-  ),
-  lease_counts as (
-    select count(*) filter (where l.is_job and l.state = 'held') as running,
-           count(*) filter (where not l.is_job) as leases,
-           count(*) filter (where not l.is_job and l.state <> 'free') as leases_held
-      from leases_seen l
+      from ((select f.job, f.rank, f.at from flagged f order by f.rank, f.at desc, f.job limit p_limit)
+            union all
+            (select j.name, null, null from leasehold.jobs j
+              where not exists (select 1 from flagged f where f.job = j.name)
+              order by j.name limit greatest(p_limit - (select count(*) from flagged), 0))) p
   ),
   counts as (
     select (select count(*) from leasehold.jobs)::integer as jobs,
-           c.running::integer as running,
-           (select count(*) from expired_jobs)::integer as expired,
-           (select count(*) from failing_jobs)::integer as failing,
-           (select count(*) from skipping_jobs)::integer as skipping,
-           (select count(*) from missing_jobs)::integer as missing,
-           c.leases::integer as leases,
-           c.leases_held::integer as leases_held
-      from lease_counts c
+           (select count(*) from leases_seen l where l.is_job and l.state = 'held')::integer as running,
+           (select count(*) filter (where x.rank = 0) from reasons x)::integer as expired,
+           (select count(*) filter (where x.rank = 1) from reasons x)::integer as failing,
+           (select count(*) filter (where x.rank = 2) from reasons x)::integer as skipping,
+           (select count(*) filter (where x.rank = 3) from reasons x)::integer as missing,
+           (select count(*) from leases_seen l where not l.is_job)::integer as leases,
+           (select count(*) from leases_seen l where not l.is_job and l.state <> 'free')::integer as leases_held
   )
   select p.n, p.job, (array['expired', 'failing', 'skipping', 'missing'])[p.rank + 1], p.at,
          c.jobs, c.running, c.expired, c.failing, c.skipping, c.missing, c.leases, c.leases_held
-    from counts c
-    left join page p on true
+    from counts c left join page p on true
    order by p.n;
 end $$;
 
+-- fleet_summary: the fleet's counts over 24 hours. It reads run_counts (runs per minute) and
+-- slow_runs (the only jobs whose p95 can creep), not a day of runs.
 create function leasehold.fleet_summary(p_warn_ratio double precision default 0.8)
-returns table (
-  jobs integer, running integer, expired integer, failing integer, creeping integer, over_interval integer,
-  runs_24h bigint, failed_24h bigint, lost_24h bigint, skips_24h bigint, missed_24h bigint, timed_out_24h bigint
-)
+returns table (jobs integer, running integer, expired integer, failing integer, creeping integer, over_interval integer,
+               runs_24h bigint, failed_24h bigint, lost_24h bigint, skips_24h bigint, missed_24h bigint, timed_out_24h bigint)
 language plpgsql stable set jit = off as $$
 #variable_conflict use_column
 declare
@@ -2964,7 +2438,6 @@ begin
   end if;
   return query
   with states as (
-    -- a lease without a token is free: neither running nor expired
     select count(*) filter (where l.expires_at > now()) as held, count(*) filter (where l.expires_at <= now()) as expired
       from leasehold.leases l join leasehold.jobs j on j.name = l.name
      where l.token is not null
@@ -2973,16 +2446,6 @@ begin
     select r.job, r.outcome from leasehold.run_log r
      where r.outcome in ('failed', 'lost', 'timed-out') and r.started_at > v_since and r.finished_at is not null
   ),
-  failures as (
-    select count(*) filter (where r.outcome = 'failed') as failed,
-           count(*) filter (where r.outcome = 'lost') as lost,
-           count(*) filter (where r.outcome = 'timed-out') as timed_out
-      from failed_runs r
-  ),
-  failing_jobs as (
-    select count(*) as jobs
-      from (select r.job from failed_runs r group by r.job) f join leasehold.jobs j on j.name = f.job
-  ),
   ratios as (
     select (select percentile_cont(0.95) within group (order by extract(epoch from r.finished_at - r.started_at))
               from leasehold.run_log r
@@ -2990,119 +2453,32 @@ begin
       from leasehold.slow_runs s join leasehold.jobs j on j.name = s.job
      where s.last_started > v_since and j.interval_ms > 0
   )
-  select (select count(*) from leasehold.jobs)::integer,
-         (select held from states)::integer,
-         (select expired from states)::integer,
-         (select f.jobs from failing_jobs f)::integer,
+  select (select count(*) from leasehold.jobs)::integer, (select held from states)::integer, (select expired from states)::integer,
+         (select count(*) from (select r.job from failed_runs r group by r.job) f join leasehold.jobs j on j.name = f.job)::integer,
          (select count(*) from ratios where ratio >= p_warn_ratio and ratio < 1)::integer,
          (select count(*) from ratios where ratio >= 1)::integer,
+         -- the minutes inside the window from the counts, the partial minute at its edge from run_log
          (select coalesce(sum(c.runs), 0) from leasehold.run_counts c where c.minute > v_edge)::bigint
            + (select count(*) from leasehold.run_log r
                where r.started_at > v_since and r.started_at < to_timestamp((v_edge + 1) * 60) and r.finished_at is not null)::bigint,
-         (select f.failed from failures f)::bigint,
-         (select f.lost from failures f)::bigint,
+         (select count(*) from failed_runs r where r.outcome = 'failed')::bigint,
+         (select count(*) from failed_runs r where r.outcome = 'lost')::bigint,
          (select count(*) from leasehold.skips where recorded_at > v_since)::bigint,
          (select count(*) from leasehold.missed where recorded_at > v_since)::bigint,
-         (select f.timed_out from failures f)::bigint;
+         (select count(*) from failed_runs r where r.outcome = 'timed-out')::bigint;
 end $$;
-
--- recent_history: the newest p_limit entries of run_history across all jobs, newest first
--- (only those at or after p_since when given). run_history itself has no fleet-wide time
--- index: `order by at desc limit n` on the view reads every row. This looks back through
--- growing windows (BRIN on the time columns) until one holds p_limit entries, so its cost
--- follows how many entries the newest window holds, not the size of the history.
-create function leasehold.recent_history(p_limit integer, p_since timestamptz default null)
-returns table (job text, slot timestamptz, kind text, outcome text, fence bigint, holder text, at timestamptz,
-               finished_at timestamptz, duration_seconds double precision, detail text)
-language plpgsql stable as $$
-#variable_conflict use_column
-declare
-  v_window interval;
-  v_from timestamptz;
-  v_found bigint;
-begin
-  if p_limit is null or p_limit < 1 or p_limit > 10000 then
-    raise exception 'recent_history: p_limit must be 1 to 10000 (got %)', p_limit using errcode = '22023';
-  end if;
-  foreach v_window in array array['5 minutes', '1 hour', '1 day', '7 days', '90 days']::interval[] loop
-    v_from := greatest(now() - v_window, p_since);
-    select (select count(*) from (select 1 from leasehold.runs where started_at >= v_from limit p_limit) a)
-         + (select count(*) from (select 1 from leasehold.skips where recorded_at >= v_from limit p_limit) b)
-         + (select count(*) from (select 1 from leasehold.missed where recorded_at >= v_from limit p_limit) c)
-      into v_found;
-    -- p_limit entries at or after v_from: the newest p_limit overall are among them
-    exit when v_found >= p_limit or v_from = p_since;
-  end loop;
-  if v_found < p_limit and v_from is distinct from p_since then
-    v_from := p_since;  -- fewer than p_limit in 90 days: all of it (or all since p_since)
-  end if;
-  -- Each kind cut at p_limit first; a skip's "ran later" lookup only for the skips kept.
-  return query
-  with r as (
-    select * from leasehold.runs x where x.started_at >= coalesce(v_from, '-infinity')
-     order by x.started_at desc, x.slot desc, x.job limit p_limit
-  ), k as (
-    select * from leasehold.skips x where x.recorded_at >= coalesce(v_from, '-infinity')
-     order by x.recorded_at desc, x.slot desc, x.job limit p_limit
-  ), m as (
-    select * from leasehold.missed x where x.recorded_at >= coalesce(v_from, '-infinity')
-     order by x.recorded_at desc, x.slot desc, x.job limit p_limit
-  ), merged as (
-    select r.job, r.slot, 'run' as kind, r.outcome, r.fence, r.holder, r.started_at as at, r.finished_at,
-           extract(epoch from r.finished_at - r.started_at)::double precision as duration_seconds, r.error as detail,
-           null::text as skip_holder, null::bigint as skip_fence, null::timestamptz as skip_slot, null::interval as held_for
-      from r
-    union all
-    select k.job, k.slot, 'skip', null, k.holder_fence, k.holder, k.recorded_at, null, null, null,
-           k.holder, k.holder_fence, k.holder_slot, k.held_for
-      from k
-    union all
-    select m.job, m.slot, 'missed', 'missed', null, null, m.recorded_at, null, null, m.reason, null, null, null, null
-      from m
-  ), newest as (
-    select * from merged order by at desc, slot desc, job, kind limit p_limit
-  )
-  -- the skip row as run_history words it
-  select n.job, n.slot, n.kind,
-         case when n.kind <> 'skip' then n.outcome when ran.fence is null then 'skipped' else 'buffered' end,
-         n.fence, n.holder, n.at, n.finished_at, n.duration_seconds,
-         case when n.kind <> 'skip' then n.detail else
-           format('held by %s (fence %s%s) for %ss%s', n.skip_holder, n.skip_fence,
-                  coalesce(', slot ' || to_char(n.skip_slot at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"'), ''),
-                  round(extract(epoch from n.held_for)::numeric, 1),
-                  case when ran.fence is null then '' else format('; buffered, ran later (fence %s)', ran.fence) end)
-         end
-    from newest n
-    left join lateral (select x.fence from leasehold.runs x
-                        where n.kind = 'skip' and x.job = n.job and x.slot = n.slot limit 1) ran on true
-   order by n.at desc, n.slot desc, n.job, n.kind;
-end $$;
-comment on function leasehold.recent_history is
-  'The newest entries of run_history across all jobs (at most p_limit, 1 to 10000), in the order at desc, slot desc, job, kind.';
 
 create view leasehold.lease_status as
 select l.name,
-       case
-         when l.token is null then 'free'
-         when l.expires_at <= now() then 'expired'
-         else 'held'
-       end as state,
-       l.holder,
-       l.fence,
-       l.acquired_at,
-       l.expires_at,
-       case when l.token is null then null
-            else greatest(extract(epoch from l.expires_at - now()), 0)::double precision
-       end as seconds_left,
+       case when l.token is null then 'free' when l.expires_at <= now() then 'expired' else 'held' end as state,
+       l.holder, l.fence, l.acquired_at, l.expires_at,
+       case when l.token is not null then greatest(extract(epoch from l.expires_at - now()), 0)::double precision end as seconds_left,
        -- liveness locks exist only on the incarnation that took them: elsewhere, unknown
        case when l.token is null or l.holder_key is null
-                 or l.holder_incarnation is distinct from leasehold.incarnation() then null
+                 or l.holder_incarnation is distinct from (select e.incarnation from leasehold.epoch_source() e) then null
             else l.holder_key in (select k.key from leasehold.liveness_locks() k)
        end as holder_alive,
-       l.last_slot,
-       l.released_at,
-       l.epoch,
-       l.holder_key
+       l.last_slot, l.released_at, l.epoch, l.holder_key
   from leasehold.leases l;
 
 create view leasehold.runs as
@@ -3150,55 +2526,29 @@ select q.id, q.job, q.kind, q.slot, q.requested_by, q.requested_at,
   from leasehold.run_requests q
   left join leasehold.run_log r on r.job = q.job and r.fence = q.fence;
 
--- The views over runs were bound to the table, now run_log: bind them to the view again
--- (their text is that of migrations 11 and 12), so that a run in flight is their last run.
--- Late_p95_seconds at the end: the p95 over the last 24 h of how
--- long after its slot each scheduled run started (started_at - slot; the jitter offset counts).
+-- job_status: late_p95_seconds is the p95 over 24 h of how long after its slot each scheduled
+-- run started (started_at - slot; the jitter offset counts).
 create view leasehold.job_status as
-select j.name as job,
-       j.schedule,
-       j.timezone,
-       j.interval_ms,
-       j.ttl_ms,
-       j.overlap,
-       j.catch_up,
+select j.name as job, j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up,
        case when l.token is null and j.paused_at is not null then 'paused'
             when l.token is null then 'idle' when l.expires_at <= now() then 'expired' else 'running' end as state,
-       case when l.token is null then null else l.holder end as holder,
-       case when l.token is null then null else extract(epoch from now() - l.acquired_at)::double precision end as lease_age_seconds,
-       l.fence,
-       l.last_slot,
-       r.slot as last_run_slot,
-       r.outcome as last_outcome,
-       r.started_at as last_started_at,
-       r.finished_at as last_finished_at,
-       r.error as last_error,
-       coalesce(rc.runs, 0)::integer as runs_24h,
-       coalesce(rc.failed, 0)::integer as failed_24h,
-       coalesce(rc.lost, 0)::integer as lost_24h,
-       rc.p50::double precision as p50_seconds,
-       rc.p95::double precision as p95_seconds,
+       case when l.token is not null then l.holder end as holder,
+       case when l.token is not null then extract(epoch from now() - l.acquired_at)::double precision end as lease_age_seconds,
+       l.fence, l.last_slot, r.slot as last_run_slot, r.outcome as last_outcome, r.started_at as last_started_at,
+       r.finished_at as last_finished_at, r.error as last_error,
+       coalesce(rc.runs, 0)::integer as runs_24h, coalesce(rc.failed, 0)::integer as failed_24h,
+       coalesce(rc.lost, 0)::integer as lost_24h, rc.p50::double precision as p50_seconds, rc.p95::double precision as p95_seconds,
        case when j.interval_ms > 0 and rc.p95 is not null then (rc.p95 * 1000 / j.interval_ms)::double precision end as p95_interval_ratio,
-       coalesce(s.n, 0)::integer as skips_24h,
-       coalesce(m.n, 0)::integer as missed_24h,
-       j.source,
-       j.handler,
-       j.paused_at,
-       j.paused_by,
-       j.pause_reason,
-       coalesce(rc.timed_out, 0)::integer as timed_out_24h,
-       rc.late_p95::double precision as late_p95_seconds
+       coalesce(s.n, 0)::integer as skips_24h, coalesce(m.n, 0)::integer as missed_24h,
+       j.source, j.handler, j.paused_at, j.paused_by, j.pause_reason,
+       coalesce(rc.timed_out, 0)::integer as timed_out_24h, rc.late_p95::double precision as late_p95_seconds
   from leasehold.jobs j
   left join leasehold.leases l on l.name = j.name
+  left join lateral (select x.slot, x.outcome, x.started_at, x.finished_at, x.error
+                       from leasehold.runs x where x.job = j.name order by x.started_at desc limit 1) r on true
   left join lateral (
-    select x.slot, x.outcome, x.started_at, x.finished_at, x.error
-      from leasehold.runs x where x.job = j.name order by x.started_at desc limit 1
-  ) r on true
-  left join lateral (
-    select count(*) as runs,
-           count(*) filter (where x.outcome = 'failed') as failed,
-           count(*) filter (where x.outcome = 'lost') as lost,
-           count(*) filter (where x.outcome = 'timed-out') as timed_out,
+    select count(*) as runs, count(*) filter (where x.outcome = 'failed') as failed,
+           count(*) filter (where x.outcome = 'lost') as lost, count(*) filter (where x.outcome = 'timed-out') as timed_out,
            percentile_cont(0.5) within group (order by extract(epoch from x.finished_at - x.started_at)) as p50,
            percentile_cont(0.95) within group (order by extract(epoch from x.finished_at - x.started_at)) as p95,
            percentile_cont(0.95) within group (order by extract(epoch from x.started_at - x.slot))
@@ -3206,12 +2556,8 @@ select j.name as job,
       from leasehold.run_log x
      where x.job = j.name and x.finished_at is not null and x.started_at > now() - interval '24 hours'
   ) rc on true
-  left join lateral (
-    select count(*) as n from leasehold.skips x where x.job = j.name and x.recorded_at > now() - interval '24 hours'
-  ) s on true
-  left join lateral (
-    select count(*) as n from leasehold.missed x where x.job = j.name and x.recorded_at > now() - interval '24 hours'
-  ) m on true
+  left join lateral (select count(*) as n from leasehold.skips x where x.job = j.name and x.recorded_at > now() - interval '24 hours') s on true
+  left join lateral (select count(*) as n from leasehold.missed x where x.job = j.name and x.recorded_at > now() - interval '24 hours') m on true
  where j.removed_at is null;
 comment on view leasehold.job_status is
   'One row per scheduled job: lease holder, last run, p50/p95 duration and their ratio to the interval over 24 h, skips and missed slots over 24 h. Each row costs one index range of its job''s runs: filter by job or order by job with a limit at scale.';
@@ -3219,66 +2565,54 @@ comment on view leasehold.job_status is
 -- sql/baseline/6_privileges.sql
 -- leasehold schema, part 6 of 6: the privilege model (see docs/security.md).
 --
--- Every function of the schema runs with its owner's rights (SECURITY DEFINER) and a pinned
--- search_path (pg_catalog first, then leasehold, pg_temp last), so that
---   * an application role needs no privilege on the tables: it cannot read another holder's
---     token, change a fence or write a lease row except through the functions;
---   * objects that others may create in their own schemas (an operator public.*, a function
---     shadowing a built-in) are never picked up by the protocol.
--- Nothing is executable or readable by PUBLIC. Deployments grant one of three levels to their
--- roles (leasehold.access says which object belongs to which level):
---   reader    dashboards and metrics: the views (no tokens), schema_version()
---   client    reader + taking leases, fenced writes, running scheduled jobs and `leasehold exec`
---   operator  reader + control (pause, resume, run now, backfill, force release, prune)
--- secure_schema() applies all of this generically; the migration runner (and the install
--- script) call it after every migration, so a function added later is covered too.
-
+-- Every function runs with its owner's rights (SECURITY DEFINER) and a pinned search_path
+-- (pg_catalog, leasehold, pg_temp), so that a role needs no privilege on the tables (it cannot
+-- read a token or write a lease row but through the functions) and objects others create (an
+-- operator public.*) are never picked up. Nothing is granted to PUBLIC; roles get a level
+-- (reader, client, operator: leasehold.access), and secure_schema() applies it all after every
+-- migration, so that a function added later is covered too.
 
 create table leasehold.access (
-  object text primary key,
-  level text not null,
+  object text primary key, level text not null,
   constraint access_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text, 'owner'::text])))
 );
 comment on table leasehold.access is
   'Which level may use each function, view or table of the schema (owner: nobody but the schema owner).';
 
--- Roles granted a level through grant_access(); secure_schema() grants them what later
+-- Roles granted a level through grant_access(): secure_schema() grants them what later
 -- migrations add, so an upgrade never takes a working role's access away.
 create table leasehold.grants (
-  role text not null,
-  level text not null,
-  granted_at timestamp with time zone not null default now(),
+  role text not null, level text not null, granted_at timestamp with time zone not null default now(),
   constraint grants_pkey PRIMARY KEY (role, level),
   constraint grants_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text])))
 );
 
--- Namespaces: a role bound to name prefixes (leasehold grant ROLE --as client --namespace
--- billing:) acts only on leases, jobs, schedules and requests whose names start with one of
--- them, whatever its level: services that share one database cannot reach each other's jobs. A
--- role with no row here (and the schema owner, and superusers) is not bound: the whole schema,
--- as for a database that serves one service. Checked against session_user, the login role, so
--- psql, Python and TypeScript callers are bound alike; a login role is bound by the rows of every
--- role it is a member of.
+-- Namespaces: a role bound to name prefixes acts only on leases, jobs, schedules and requests
+-- whose names start with one of them, whatever its level, so services that share a database
+-- cannot reach each other's jobs. A role without rows (and the schema owner, and superusers) is
+-- not bound. Checked against session_user, and the rows of every role it is a member of.
 create table leasehold.namespaces (
-  role       text not null,
-  prefix     text not null check (char_length(prefix) between 1 and 100),
-  granted_at timestamptz not null default now(),
+  role text not null, prefix text not null check (char_length(prefix) between 1 and 100), granted_at timestamptz not null default now(),
   primary key (role, prefix)
 );
 comment on table leasehold.namespaces is
   'Name prefixes a role is bound to (none: the whole schema). Written by grant_access(role, level, namespace).';
 
--- namespace_prefixes: the prefixes the caller (session_user) is bound to; null when it is not
--- bound. The first probe keeps a database without namespaces at one read of an empty table.
+-- namespace_prefixes: the caller's prefixes, null when it is not bound. The first probe keeps a
+-- database without namespaces at one read of an empty table.
 create function leasehold.namespace_prefixes() returns text[]
 language sql stable as $$
   select case when not exists (select 1 from leasehold.namespaces) then null
               when leasehold.acting_role() is null then null
               else (select array_agg(s.prefix order by s.prefix) from leasehold.namespaces s
-                     where s.role = session_user::text
-                        or (to_regrole(quote_ident(s.role)) is not null
-                            and pg_has_role(session_user, to_regrole(quote_ident(s.role)), 'member')))
+                     where s.role = session_user::text or leasehold.is_member_of(s.role))
          end;
+$$;
+
+-- is_member_of: whether session_user is a member of role p_role (false when there is none).
+create function leasehold.is_member_of(p_role text) returns boolean
+language sql stable as $$
+  select to_regrole(quote_ident(p_role)) is not null and pg_has_role(session_user, to_regrole(quote_ident(p_role)), 'member');
 $$;
 
 -- in_namespace: whether the caller may act on p_name (always, when it is not bound).
@@ -3322,22 +2656,18 @@ $$;
 -- member of it, the schema owner and superusers; anyone for what nobody owns (null).
 create function leasehold.may_act_as(p_role text) returns boolean
 language sql stable as $$
-  select p_role is null or p_role = session_user::text or leasehold.acting_role() is null
-      or (to_regrole(quote_ident(p_role)) is not null and pg_has_role(session_user, to_regrole(quote_ident(p_role)), 'member'));
+  select p_role is null or p_role = session_user::text or leasehold.acting_role() is null or leasehold.is_member_of(p_role);
 $$;
 
 -- check_job_owner: refuses (42501) a change of jobs p_names that another role owns.
 create function leasehold.check_job_owner(p_names text[]) returns void
 language plpgsql stable as $$
 declare
-  v_job text;
-  v_owner text;
+  j leasehold.jobs;
 begin
-  select j.name, j.owner_role into v_job, v_owner
-    from leasehold.jobs j where j.name = any (p_names) and not leasehold.may_act_as(j.owner_role)
-   limit 1;
+  select * into j from leasehold.jobs x where x.name = any (p_names) and not leasehold.may_act_as(x.owner_role) limit 1;
   if found then
-    raise exception 'role "%" may not change job "%": it belongs to role "%"', session_user, v_job, v_owner
+    raise exception 'role "%" may not change job "%": it belongs to role "%"', session_user, j.name, j.owner_role
       using errcode = '42501', hint = 'Register or define it as that role, or have an operator remove it first.';
   end if;
 end $$;
@@ -3356,16 +2686,14 @@ language sql stable as $$
   select coalesce(bool_or(breaking), false) from leasehold.migrations where version > p_version;
 $$;
 
--- grant_statements (0005) printed argument types as they read on its own pinned search_path,
--- which includes this schema: renew_leases' argument came out as a bare lease_renewal[], and
--- that GRANT fails when run elsewhere (`leasehold grant --print`). The same statements, with
--- the argument types of this schema qualified (pg_catalog's types read as before).
+-- grant_statements: the GRANTs of level p_level for p_role. Argument types are printed on a
+-- search_path without this schema, so that its own types come out qualified and the statements
+-- run anywhere (`leasehold grant --print`).
 create function leasehold.grant_statements(p_role text, p_level text) returns setof text
 language plpgsql stable as $$
 begin
   if p_level is null or p_level not in ('reader', 'client', 'operator') then
-    raise exception 'level must be reader, client or operator (got %)', coalesce(p_level, 'null')
-      using errcode = '22023';
+    raise exception 'level must be reader, client or operator (got %)', coalesce(p_level, 'null') using errcode = '22023';
   end if;
   if p_role is null or p_role = '' or lower(p_role) = 'public' then
     raise exception 'name a role (not PUBLIC) to grant leasehold access to' using errcode = '22023';
@@ -3374,19 +2702,25 @@ begin
   perform set_config('search_path', 'pg_catalog, pg_temp', true);
   return next format('grant usage on schema leasehold to %I', p_role);
   return query
-    select format('grant execute on function leasehold.%I(%s) to %I',
-                  p.proname, pg_get_function_identity_arguments(p.oid), p_role)
-      from pg_proc p
-      join leasehold.access a on a.object = p.proname
+    select format('grant execute on function leasehold.%I(%s) to %I', p.proname, pg_get_function_identity_arguments(p.oid), p_role)
+      from pg_proc p join leasehold.access a on a.object = p.proname
      where p.pronamespace = 'leasehold'::regnamespace and a.level in ('reader', p_level)
      order by a.level desc, p.proname, 1;
   return query
     select format('grant select on table leasehold.%I to %I', c.relname, p_role)
-      from pg_class c
-      join leasehold.access a on a.object = c.relname
-     where c.relnamespace = 'leasehold'::regnamespace and c.relkind in ('r', 'v', 'm')
-       and a.level in ('reader', p_level)
+      from pg_class c join leasehold.access a on a.object = c.relname
+     where c.relnamespace = 'leasehold'::regnamespace and c.relkind in ('r', 'v', 'm') and a.level in ('reader', p_level)
      order by c.relname;
+end $$;
+
+-- check_role: refuses (42704) a role that does not exist.
+create function leasehold.check_role(p_role text) returns void
+language plpgsql stable as $$
+begin
+  if to_regrole(quote_ident(p_role)) is null then
+    raise exception 'role "%" does not exist', p_role
+      using errcode = '42704', hint = 'Create it first, e.g. create role ... login password ''...''.';
+  end if;
 end $$;
 
 -- grant_access: applies grant_statements and remembers the role, so that later migrations
@@ -3397,14 +2731,10 @@ language plpgsql volatile as $$
 declare
   s text;
 begin
-  if to_regrole(quote_ident(p_role)) is null then
-    raise exception 'role "%" does not exist', p_role
-      using errcode = '42704', hint = 'Create it first, e.g. create role ... login password ''...''.';
-  end if;
+  perform leasehold.check_role(p_role);
   if p_namespace is not null then
     if char_length(p_namespace) not between 1 and 100 or leasehold.check_characters(p_namespace) is not null then
-      raise exception 'a namespace is a name prefix of 1-100 visible characters (got %)', quote_literal(p_namespace)
-        using errcode = '22023';
+      raise exception 'a namespace is a name prefix of 1-100 visible characters (got %)', quote_literal(p_namespace) using errcode = '22023';
     end if;
     insert into leasehold.namespaces (role, prefix) values (p_role, p_namespace) on conflict do nothing;
   end if;
@@ -3416,192 +2746,92 @@ begin
 end $$;
 
 -- revoke_access: takes the level away (and everything else in the schema), then grants the
--- role's remaining levels again. Returns the number of levels left.
+-- role's remaining levels again; with none left, its namespaces go too. Returns the levels left.
 create function leasehold.revoke_access(p_role text, p_level text) returns integer
 language plpgsql volatile as $$
 declare
-  s text;
-  n integer := 0;
   r record;
+  n integer := 0;
 begin
-  if to_regrole(quote_ident(p_role)) is null then
-    raise exception 'role "%" does not exist', p_role using errcode = '42704';
-  end if;
+  perform leasehold.check_role(p_role);
   delete from leasehold.grants g where g.role = p_role and g.level = p_level;
   execute format('revoke all on all routines in schema leasehold from %I', p_role);
   execute format('revoke all on all tables in schema leasehold from %I', p_role);
   execute format('revoke all on schema leasehold from %I', p_role);
-  for r in select g.level from leasehold.grants g where g.role = p_role loop
-    n := n + 1;
-    for s in select * from leasehold.grant_statements(p_role, r.level) loop
-      execute s;
-    end loop;
+  for r in select s from leasehold.grants g, leasehold.grant_statements(p_role, g.level) s where g.role = p_role loop
+    execute r.s;
   end loop;
-  -- no level left: its namespaces go too (a namespace only ever narrows a level)
+  select count(*) into n from leasehold.grants g where g.role = p_role;
   if n = 0 then
     delete from leasehold.namespaces ns where ns.role = p_role;
   end if;
   return n;
 end $$;
 
--- secure_schema: the generic pass, idempotent. Run after every migration.
---
--- Every function a role may call (levels reader, client, operator), every trigger function and
--- the privilege functions the owner calls at top level run with the owner's rights and the pinned
--- search_path. The internal steps of the protocol (level owner: is_free, epoch, next_fence, the
--- check_* helpers, ...) run inside those functions only: executable by nobody but the owner,
--- they inherit the caller's pinned search_path and rights and pin nothing themselves, so that
--- PostgreSQL can inline them and a call does not save and restore its settings (measured: three
--- quarters of the server time of a declined acquire went to those saves and restores).
+-- secure_schema: the generic pass, idempotent, after every migration. Every function a role may
+-- call, every trigger function and the functions the owner calls at top level (the privilege
+-- tools, refresh_run_counts) run with the owner's rights and the pinned search_path. The internal
+-- steps (level owner: is_free, epoch, next_fence, the check_* helpers, ...) run inside those
+-- only: executable by nobody but the owner, they pin nothing, so that PostgreSQL can inline them
+-- and a call does not save and restore its settings (three quarters of the server time of a
+-- declined acquire went to those).
 create function leasehold.secure_schema() returns void
 language plpgsql volatile as $$
 declare
   f record;
   r record;
-  s text;
 begin
-  -- Only the owner may create objects in the schema: a function or operator planted here
-  -- would be found by every pinned search_path.
+  -- only the owner creates objects here: one planted in the schema would be on every pinned path
   revoke all on schema leasehold from public;
-  for r in select a.grantee::regrole::text as grantee
-             from pg_namespace n, aclexplode(n.nspacl) a
-            where n.nspname = 'leasehold' and a.privilege_type = 'CREATE'
-              and a.grantee <> n.nspowner and a.grantee <> 0 loop
+  for r in select a.grantee::regrole::text as grantee from pg_namespace n, aclexplode(n.nspacl) a
+            where n.nspname = 'leasehold' and a.privilege_type = 'CREATE' and a.grantee not in (n.nspowner, 0) loop
     execute format('revoke create on schema leasehold from %s', r.grantee);
   end loop;
   for f in select p.proname, pg_get_function_identity_arguments(p.oid) as args,
                   coalesce(a.level, 'entry') = 'owner' and p.prorettype <> 'trigger'::regtype
-                    and p.proname not in ('secure_schema', 'grant_access', 'grant_statements', 'revoke_access') as step
+                    and p.proname not in ('secure_schema', 'grant_access', 'grant_statements', 'revoke_access', 'refresh_run_counts') as step
              from pg_proc p left join leasehold.access a on a.object = p.proname
             where p.pronamespace = 'leasehold'::regnamespace and p.prokind in ('f', 'p') loop
     if f.step then
       execute format('alter routine leasehold.%I(%s) security invoker reset search_path', f.proname, f.args);
     else
-      execute format('alter routine leasehold.%I(%s) security definer set search_path = pg_catalog, leasehold, pg_temp',
-                     f.proname, f.args);
+      execute format('alter routine leasehold.%I(%s) security definer set search_path = pg_catalog, leasehold, pg_temp', f.proname, f.args);
     end if;
   end loop;
   revoke all on all routines in schema leasehold from public;
   revoke all on all tables in schema leasehold from public;
   revoke all on all sequences in schema leasehold from public;
-  for r in select g.role, g.level from leasehold.grants g where to_regrole(quote_ident(g.role)) is not null loop
-    for s in select * from leasehold.grant_statements(r.role, r.level) loop
-      execute s;
-    end loop;
+  for r in select s from leasehold.grants g, leasehold.grant_statements(g.role, g.level) s where to_regrole(quote_ident(g.role)) is not null loop
+    execute r.s;
   end loop;
 end $$;
 
-insert into leasehold.access (object, level) values
-  ('acquire', 'client'),
-  ('assert_lease', 'client'),
-  ('claim', 'client'),
-  ('claim_requests', 'client'),
-  ('define_schedule', 'client'),
-  ('enqueue_slots', 'client'),
-  ('finish_held_run', 'client'),
-  ('finish_runs', 'client'),
-  ('holds_lease', 'client'),
-  ('record_clock_step', 'client'),
-  ('record_missed_slots', 'client'),
-  ('record_skip', 'client'),
-  ('register_external_job', 'client'),
-  ('register_jobs', 'client'),
-  ('register_liveness', 'client'),
-  ('register_worker_handlers', 'client'),
-  ('release', 'client'),
-  ('remove_schedule', 'client'),
-  ('renew', 'client'),
-  ('renew_leases', 'client'),
-  ('schedule_changes', 'client'),
-  ('schedule_snapshot', 'client'),
-  ('set_job_timeouts', 'client'),
-  ('start_run', 'client'),
-  ('force_release', 'operator'),
-  ('pause_job', 'operator'),
-  ('prune_history', 'operator'),
-  ('refresh_run_counts', 'operator'),
-  ('request_backfill', 'operator'),
-  ('resume_job', 'operator'),
-  ('run_now', 'operator'),
-  ('add_run_counts', 'owner'),
-  ('check_claim_requests', 'owner'),
-  ('check_lease_name', 'owner'),
-  ('check_schedule_field', 'owner'),
-  ('confirm', 'owner'),
-  ('confirm_leases', 'owner'),
-  ('count_runs_deleted', 'owner'),
-  ('count_runs_inserted', 'owner'),
-  ('count_runs_updated', 'owner'),
-  ('end_runs', 'owner'),
-  ('fence_after', 'owner'),
-  ('fences_after', 'owner'),
-  ('fork_base', 'owner'),
-  ('forks', 'owner'),
-  ('grant_access', 'owner'),
-  ('reconfirm_leases', 'client'),
-  ('epoch_source', 'reader'),
-  ('worker_starts', 'owner'),
-  ('start_tick', 'client'),
-  ('namespace_prefixes', 'owner'),
-  ('in_namespace', 'owner'),
-  ('check_namespace', 'owner'),
-  ('acting_role', 'owner'),
-  ('may_act_as', 'owner'),
-  ('check_job_owner', 'owner'),
-  ('namespaces', 'reader'),
-  ('server_incarnation', 'owner'),
-  ('grant_statements', 'owner'),
-  ('is_free', 'owner'),
-  ('job_revisions', 'owner'),
-  ('jobs_revision', 'owner'),
-  ('liveness_incarnation', 'owner'),
-  ('mark_slow_runs', 'owner'),
-  ('next_fence', 'owner'),
-  ('notify_changes', 'owner'),
-  ('pin_synchronous_commit', 'owner'),
-  ('record_action', 'owner'),
-  ('release_matching', 'owner'),
-  ('revoke_access', 'owner'),
-  ('run_start', 'owner'),
-  ('run_timed_out', 'owner'),
-  ('secure_schema', 'owner'),
-  ('timezone_problem', 'owner'),
-  ('worker_key_tag', 'owner'),
-  ('actions', 'reader'),
-  ('breaking_since', 'reader'),
-  ('bad_characters', 'owner'),
-  ('check_characters', 'owner'),
-  ('check_holder', 'owner'),
-  ('check_name', 'owner'),
-  ('check_ttl', 'owner'),
-  ('clock_steps', 'reader'),
-  ('epoch', 'owner'),
-  ('fleet_status', 'reader'),
-  ('fleet_summary', 'reader'),
-  ('holder_gone', 'owner'),
-  ('incarnation', 'reader'),
-  ('job_status', 'reader'),
-  ('jobs', 'reader'),
-  ('lease_status', 'reader'),
-  ('live_handlers', 'reader'),
-  ('liveness_locks', 'reader'),
-  ('missed', 'reader'),
-  ('recent_history', 'reader'),
-  ('run_counts', 'reader'),
-  ('run_history', 'reader'),
-  ('run_log', 'reader'),
-  ('run_outcomes', 'reader'),
-  ('run_request_status', 'reader'),
-  ('run_requests', 'reader'),
-  ('runs', 'reader'),
-  ('schema_version', 'reader'),
-  ('skips', 'reader'),
-  ('slow_runs', 'reader'),
-  ('unhandled_schedules', 'reader'),
-  ('worker_handlers', 'reader'),
-  ('worker_keys', 'reader');
+-- Each function and view by level, and the tables a level may read; the other tables are the owner's.
+insert into leasehold.access (object, level)
+select unnest(v.objects), v.level from (values
+  ('reader', array['actions', 'breaking_since', 'clock_steps', 'epoch_source', 'fleet_status',
+     'fleet_summary', 'job_status', 'jobs', 'lease_status', 'liveness_locks', 'missed',
+     'namespaces', 'run_counts', 'run_history', 'run_log', 'run_request_status', 'run_requests',
+     'runs', 'schema_version', 'skips', 'slow_runs', 'unhandled_schedules', 'worker_handlers']),
+  ('client', array['acquire', 'assert_lease', 'claim', 'claim_requests', 'define_schedule',
+     'enqueue_slots', 'finish_held_run', 'finish_runs', 'holds_lease', 'reconfirm_leases',
+     'record_clock_step', 'record_missed_slots', 'record_skip', 'register_jobs',
+     'register_liveness', 'release', 'remove_schedule', 'renew_leases', 'schedule_changes',
+     'start_run', 'start_tick']),
+  ('operator', array['force_release', 'pause_job', 'prune_history', 'resume_job', 'run_now']),
+  ('owner', array['acting_role', 'add_run_counts', 'bad_characters', 'check_characters', 'check_claim_requests',
+     'check_holder', 'check_job_owner', 'check_lease_name', 'check_name', 'check_namespace',
+     'check_role', 'check_schedule_field', 'check_ttl', 'confirm', 'confirm_leases', 'count_runs_deleted',
+     'count_runs_inserted', 'count_runs_updated', 'end_runs', 'epoch',
+     'fences_after', 'fork_base', 'grant_access', 'grant_statements', 'holder_gone',
+     'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_handlers', 'live_job', 'liveness_incarnation',
+     'mark_slow_runs', 'may_act_as', 'namespace_prefixes', 'next_fence', 'notify_changes',
+     'pin_synchronous_commit', 'record_action', 'refresh_run_counts',
+     'revoke_access', 'run_outcomes', 'run_start', 'run_timed_out', 'secure_schema',
+     'server_incarnation', 'timezone_problem', 'worker_key_tag'])
+) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'b99b07a37877d2aad4a7735ac520f877d57806e2669c1dc8c613712c1ec34744');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '1b0bffec696d9ffb3fec792a81f5e4f2a7bda6ab885a5fe410ab174c783c754f');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

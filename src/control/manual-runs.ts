@@ -1,6 +1,6 @@
 // Run now and backfill (JobControl.runNow, .backfill, .request, .waitForRequest, and the CLI's
 // run-now and backfill commands): each act is
-// one call of a SQL function of sql/baseline/4_control.sql (run_now, request_backfill), which
+// one call of leasehold.run_now (sql/baseline/4_control.sql; with slots, a backfill), which
 // checks its input again, records the act (leasehold.actions) and leaves a request that the
 // workers with a handler for the job take (src/worker/requests.ts). Backfill slots are computed
 // here, from the job's stored schedule, with the same code the workers use.
@@ -98,7 +98,7 @@ function checkOptions<T>(options: T | undefined, keys: readonly string[], where:
 export async function runNow(db: Queryable, job: string, options: RunNowOptions): Promise<string> {
   const name = checkLeaseName(job);
   const by = checkBy(checkOptions(options, RUN_NOW_KEYS, 'runNow()').by);
-  const { rows } = await query<{ id: string }>(db, 'select leasehold.run_now($1, $2)::text as id', [name, by]).catch(unknownJob(name));
+  const { rows } = await query<{ id: string }>(db, 'select request_id::text as id from leasehold.run_now($1, $2)', [name, by]).catch(unknownJob(name));
   return rows[0]!.id;
 }
 
@@ -131,8 +131,8 @@ export async function backfill(db: Queryable, job: string, options: BackfillOpti
   if (slots.length === 0 || opts.dryRun === true) return { job: name, slots, requested: [], alreadyRequested: 0 };
   const created = await query<{ request_id: string; slot: Date }>(
     db,
-    'select request_id::text as request_id, slot from leasehold.request_backfill($1, $2::timestamptz[], $3)',
-    [name, slots, by],
+    'select request_id::text as request_id, slot from leasehold.run_now($1, $2, $3::timestamptz[])',
+    [name, by, slots],
   ).catch(unknownJob(name));
   const requested = created.rows.map((r) => ({ id: r.request_id, slot: r.slot }));
   return { job: name, slots, requested, alreadyRequested: slots.length - requested.length };

@@ -149,7 +149,7 @@ export async function defineSchedule(db: Queryable, options: ScheduleOptions): P
   const defaultDeadline = options.startingDeadline === undefined;
   const { rows } = await run(() =>
     // durations go as milliseconds times an interval: '2592000000 milliseconds' as interval text overflows before PostgreSQL 15
-    db.query<{ name: string; revision: string; created: boolean; changed: boolean }>(`select * from leasehold.define_schedule(p_name => $1, p_handler => $2, p_by => $3, p_cron => $4, p_every => $5::float8 * interval '1 millisecond',
+    db.query<{ name: string; revision: string; created: boolean; changed: boolean; live_workers: number }>(`select * from leasehold.define_schedule(p_name => $1, p_handler => $2, p_by => $3, p_cron => $4, p_every => $5::float8 * interval '1 millisecond',
          p_timezone => $6, p_payload => $7::jsonb, p_ttl => $8::float8 * interval '1 millisecond', p_overlap => $9, p_catch_up => $10,
          p_buffer_limit => $11, p_starting_deadline => $12::float8 * interval '1 millisecond', p_timeout => $13::float8 * interval '1 millisecond',
          p_jitter => $14::float8 * interval '1 millisecond')`,
@@ -172,10 +172,7 @@ export async function defineSchedule(db: Queryable, options: ScheduleOptions): P
   );
   const row = rows[0];
   if (!row) throw new Error('leasehold.define_schedule returned no row');
-  const live = await run(() =>
-    db.query<{ workers: number }>('select coalesce((select h.workers from leasehold.live_handlers() h where h.handler = $1), 0) as workers', [checked.handler]),
-  );
-  return { name: row.name, revision: Number(row.revision), created: row.created, changed: row.changed, liveWorkers: live.rows[0]?.workers ?? 0 };
+  return { name: row.name, revision: Number(row.revision), created: row.created, changed: row.changed, liveWorkers: row.live_workers };
 }
 
 export async function removeSchedule(db: Queryable, name: string, options: { by: string }): Promise<boolean> {

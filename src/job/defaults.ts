@@ -23,6 +23,6 @@ export const JOB_DEFAULTS = {
   jitter: { default: '0ms', minMs: 0, maxMs: DAY },
   retryAttempts: { default: 1, min: 1, max: 100 } satisfies IntegerSetting,
   retryDelay: { default: '1s', minMs: 1, maxMs: MAX_TTL_MS } satisfies DurationSetting,
-  /** None by default; the bounds are leasehold.set_job_timeouts()'s (sql/baseline/2_scheduler.sql). */
+  /** None by default; the bounds are leasehold.register_jobs()'s (sql/baseline/2_scheduler.sql). */
   timeout: { minMs: 1, maxMs: 366 * DAY },
 } as const;

@@ -14,7 +14,7 @@
 // (confirmWaiting), and a grant before that loses the leases instead of carrying them on.
 //
 // A dead client's sockets close, the witness's wait with them: takeover stays immediate. The wait
-// holds no granted lock, so liveness_locks() and worker_keys() do not list the witness.
+// holds no granted lock, so liveness_locks() does not list the witness.
 import type pg from 'pg';
 import { createDirectClient } from '../db/connection.js';
 import { sendOpening } from '../db/role-timeout.js';

@@ -1,6 +1,6 @@
 // The liveness session: one dedicated connection per client process that holds a
 // session-level advisory lock on a random key (leasehold.register_liveness(), or for a
-// scheduler worker register_liveness(true): a key its peers find in worker_keys()). Leases record
+// scheduler worker register_liveness(true): a key its peers find in liveness_locks()). Leases record
 // the key; when this process dies its connection closes, the lock goes, and acquire() treats
 // the lease as free at once instead of after the TTL.
 //
@@ -22,9 +22,8 @@ export interface LivenessSettings {
   /** A scheduler worker's session: its key is in the workers' range (sql/baseline/1_leases.sql). */
   worker: boolean;
   /**
-   * A worker's handler names and holder, registered under each key it gets, on this session
-   * (leasehold.register_worker_handlers: only the key's own session may), so that a schedule
-   * whose handler no live worker has is seen (sql/baseline/2_scheduler.sql).
+   * A worker's handler names and holder, registered with each key it gets (register_liveness),
+   * so that a schedule whose handler no live worker has is seen (sql/baseline/2_scheduler.sql).
    */
   handlers?: { holder: string; names: readonly string[] } | undefined;
   connectTimeoutMs: number;
@@ -97,8 +96,12 @@ export class LivenessSession {
                 set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', '10000', false)`,
         settings.queryTimeoutMs,
       );
+      const { handlers } = settings;
+      // every worker, with or without handlers: its holder name is what a dashboard shows for it
+      const named = settings.worker && handlers ? handlers : undefined;
       const { rows } = await client.query<{ key: string; incarnation: string }>(
-        `select leasehold.register_liveness(${settings.worker ? 'true' : 'false'})::text as key, leasehold.incarnation() as incarnation`,
+        `select leasehold.register_liveness($1, $2, $3::text[])::text as key, (select incarnation from leasehold.epoch_source()) as incarnation`,
+        [settings.worker, named?.holder ?? null, named?.names ?? null],
       );
       const key = rows[0]?.key;
       const incarnation = rows[0]?.incarnation ?? '';
@@ -108,11 +111,6 @@ export class LivenessSession {
           'the liveness lock is not held by the backend this connection talks to (a transaction pooler such as PgBouncer?): ' +
             'pass liveness: { connectionString: <direct URL> } or liveness: false',
         );
-      }
-      const { handlers } = settings;
-      // every worker, with or without handlers: its holder name is what a dashboard shows for it
-      if (settings.worker && handlers) {
-        await client.query('select leasehold.register_worker_handlers($1::bigint, $2, $3::text[])', [key, handlers.holder, handlers.names]);
       }
       if (this.state.kind === 'closed') {
         await client.end().catch(() => undefined);

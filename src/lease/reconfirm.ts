@@ -75,7 +75,7 @@ export async function sameIncarnation(runtime: LeaseRuntime, incarnation: string
   try {
     const { rows } = await timedQuery<{ incarnation: string }>(
       runtime.renewPool,
-      'select leasehold.incarnation() as incarnation',
+      'select incarnation from leasehold.epoch_source()',
       [],
       Math.min(runtime.queryTimeoutMs, 2_000),
       runtime.where,

@@ -1,7 +1,6 @@
-// Renewing leases over the wire: one lease (Lease.renew) or many in one statement
-// (leasehold.renew_leases, what the heartbeat sends). Both apply the answer the same way: a
-// confirmed renewal moves the lease's local deadline, anything else loses the lease with renew's
-// reason. A statement that timed out loses every lease in it (the renewal may or may not have
+// Renewing leases over the wire (leasehold.renew_leases): one lease (Lease.renew) or many in one
+// statement (what the heartbeat sends). Both apply the answer the same way: a confirmed renewal
+// moves the lease's local deadline, anything else loses the lease with the answer's reason. A statement that timed out loses every lease in it (the renewal may or may not have
 // happened); a broken pooled connection gets one immediate retry on a fresh one.
 import { performance } from 'node:perf_hooks';
 import { isConnectionError, QueryTimeoutError, timedQuery } from '../db/connection.js';
@@ -38,7 +37,7 @@ function lossOf(error: unknown): 'renew-timeout' | 'renew-failed' {
   return error instanceof QueryTimeoutError ? 'renew-timeout' : 'renew-failed';
 }
 
-/** Applies one answer of renew or renew_leases to the lease; returns the new expiry or undefined. */
+/** Applies one answer of renew_leases to the lease; returns the new expiry or undefined. */
 function apply(control: LeaseControl, row: RenewRow | undefined, sentAt: number, ttlMs: number): Date | undefined {
   if (control.state !== 'held') return undefined;
   if (!row?.renewed || !row.expires_at) {
@@ -49,7 +48,7 @@ function apply(control: LeaseControl, row: RenewRow | undefined, sentAt: number,
   return row.expires_at;
 }
 
-/** leasehold.renew for one lease. Throws LeaseLostError when the lease is (presumed) lost. */
+/** leasehold.renew_leases of one lease. Throws LeaseLostError when the lease is (presumed) lost. */
 export async function renewOne(control: LeaseControl, ttlMs: number): Promise<Date> {
   control.throwIfNotHeld();
   if (control.suspended) {
@@ -67,7 +66,7 @@ export async function renewOne(control: LeaseControl, ttlMs: number): Promise<Da
       const attemptSent = performance.now();
       const result = await timedQuery<RenewRow>(
         runtime.renewPool,
-        'select renewed, expires_at, reason, database_time from leasehold.renew($1, $2, $3::interval)',
+        'select renewed, expires_at, reason, database_time from leasehold.renew_leases(($1::text, $2::uuid, $3::interval))',
         [grant.name, grant.token, `${ttlMs} milliseconds`],
         renewTimeoutMs(runtime, ttlMs),
         runtime.where,
@@ -89,8 +88,8 @@ export async function renewOne(control: LeaseControl, ttlMs: number): Promise<Da
 
 /**
  * One heartbeat for many leases: leasehold.renew_leases in one statement. A statement the
- * server refused (say a lock timeout on one row, or a role granted before renew_leases existed)
- * falls back to one renewal per lease, so that only the leases that really failed are lost.
+ * server refused (say a lock timeout on one row) falls back to one renewal per lease, so that
+ * only the leases that really failed are lost.
  */
 export async function renewMany(runtime: LeaseRuntime, batch: readonly LeaseControl[]): Promise<void> {
   // a suspended lease is renewed by reconfirm_leases, if it is kept (tracker.ts)
@@ -114,7 +113,7 @@ export async function renewMany(runtime: LeaseRuntime, batch: readonly LeaseCont
       const result = await timedQuery<RenewRow & { name: string }>(
         runtime.renewPool,
         `select r.name, r.renewed, r.expires_at, r.reason, r.database_time
-           from leasehold.renew_leases(array(
+           from leasehold.renew_leases(variadic array(
                   select row(n, t, i)::leasehold.lease_renewal
                     from unnest($1::text[], $2::uuid[], $3::interval[]) with ordinality as u(n, t, i, k) order by k)) r`,
         [names, tokens, ttls],

@@ -1,5 +1,5 @@
 // History for runs under a plain lease (run(), `leasehold exec`): the same rows the scheduler
-// writes, through the SQL functions of migration 0004, so `leasehold status`, `leasehold runs`
+// writes, through leasehold.start_run and finish_held_run, so `leasehold status`, `leasehold runs`
 // and the dashboard show them. History is informative: failing to write it never fails the run.
 import type pg from 'pg';
 import { dbHandle, type DbHandle } from '../db/handle.js';
@@ -20,12 +20,9 @@ function history(pool: pg.Pool, timeoutMs: number): DbHandle {
  * and records a running run under the lease. One round trip. Returns false if nothing was
  * recorded (the lease was already lost, or the statement failed).
  */
-export async function startHeldRun(pool: pg.Pool, lease: Lease, ttlMs: number, intervalMs: number | null = null, timeoutMs = TIMEOUT_MS): Promise<boolean> {
+export async function startHeldRun(pool: pg.Pool, lease: Lease, intervalMs: number | null = null, timeoutMs = TIMEOUT_MS): Promise<boolean> {
   return history(pool, timeoutMs)
-    .query(
-      'select leasehold.register_external_job($1, $2, $3, $4), leasehold.start_run($1, $5, $6, $7)',
-      [lease.name, intervalMs, ttlMs, lease.holder, lease.token, lease.fence, lease.slot],
-    )
+    .query('select leasehold.start_run($1, $2, $3, $4, $5)', [lease.name, lease.token, lease.fence, lease.slot, intervalMs])
     .then(
       () => true,
       () => false,
@@ -68,8 +65,7 @@ export async function runRecorder(
   logger: Logger,
   timeoutMs = TIMEOUT_MS,
 ): Promise<{ finish(failure: { error: unknown } | null): Promise<boolean> } | null> {
-  const ttlMs = lease.expiresAt.getTime() - lease.acquiredAt.getTime();
-  if (!(await startHeldRun(pool, lease, ttlMs, null, timeoutMs))) {
+  if (!(await startHeldRun(pool, lease, null, timeoutMs))) {
     logger.debug({ event: 'run:history-failed', lease: lease.name, fence: lease.fence }, 'could not record the run in the history');
     return null;
   }

@@ -60,12 +60,11 @@ export class SchedulerStore {
   /** Upserts the definitions; returns the last claimed slot of each job that has one (get() ?? null for the others). */
   async register(jobs: readonly JobDefinition[], holder: string): Promise<Map<string, Date | null>> {
     // sent as array literals, built flat (array-literal.ts): 10,000 jobs are one statement
-    const names = textArrayLiteral(jobs.map((j) => j.name));
     const { rows } = await this.query<{ name: string; last_slot: Date | null }>(
       // only the jobs with a last slot: a row per job would be 10,000 rows to parse for new jobs
-      'select name, last_slot from leasehold.register_jobs($1, $2, $3, $4, $5, $6, $7, $8) where last_slot is not null',
+      'select name, last_slot from leasehold.register_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9) where last_slot is not null',
       [
-        names,
+        textArrayLiteral(jobs.map((j) => j.name)),
         textArrayLiteral(jobs.map((j) => j.schedule.expression)),
         textArrayLiteral(jobs.map((j) => j.schedule.timezone)),
         numberArrayLiteral(jobs.map((j) => j.schedule.nominalIntervalMs)),
@@ -73,18 +72,16 @@ export class SchedulerStore {
         textArrayLiteral(jobs.map((j) => j.overlap)),
         textArrayLiteral(jobs.map((j) => describeCatchUp(j.catchUp))),
         holder,
+        numberArrayLiteral(jobs.map((j) => j.timeoutMs)),
       ],
       batchTimeout(this.runtime.queryTimeoutMs, jobs.length),
     );
-    // the timeouts are not among register_jobs' arguments (SQL callers use its signature): set
-    // (or clear) them right after, before any slot of these jobs is claimed by this worker
-    await this.query('select leasehold.set_job_timeouts($1, $2::bigint[])', [names, numberArrayLiteral(jobs.map((j) => j.timeoutMs))], batchTimeout(this.runtime.queryTimeoutMs, jobs.length));
     return new Map(rows.map((r) => [r.name, r.last_slot]));
   }
 
   /** The liveness keys of the live workers, for the hash shares (shares.ts). */
   async liveKeys(): Promise<string[]> {
-    const { rows } = await this.query<{ key: string }>('select k.key::text as key from leasehold.worker_keys() k', []);
+    const { rows } = await this.query<{ key: string }>('select k.key::text as key from leasehold.liveness_locks() k where k.worker', []);
     return rows.map((r) => r.key);
   }
 

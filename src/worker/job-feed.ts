@@ -108,8 +108,8 @@ export class JobFeed {
    * runs, their last slots for the catch-up plan, and which jobs are paused.
    */
   async load(): Promise<{ jobs: JobDefinition[]; lastSlots: Map<string, Date | null> }> {
-    // Only this worker's data jobs and the paused jobs (schedule_snapshot), not every definition
-    // of the fleet; changes from the revision read first on come through schedule_changes() (a
+    // Only this worker's data jobs and the paused jobs (schedule_changes' snapshot), not every
+    // definition of the fleet; changes from the revision read first on come through the feed (a
     // change made while the snapshot is read is applied twice, which changes nothing).
     const newest = await this.newestRevision();
     const latest = new Map<string, FeedRow>();
@@ -118,8 +118,8 @@ export class JobFeed {
       const { runtime } = this.parts;
       const { rows } = await timedQuery<FeedRow & Record<string, unknown>>(
         runtime.controlPool,
-        'select * from leasehold.schedule_snapshot($1, $2, $3)',
-        [this.handlerNames, after, PAGE],
+        'select * from leasehold.schedule_changes($1, $2, $3, true)',
+        [after, this.handlerNames, PAGE],
         runtime.queryTimeoutMs,
         runtime.where,
       );

@@ -99,7 +99,7 @@ describe('claim_requests on separate connections', () => {
     const sql = rawPool(url, 10);
     await sql.query(`select leasehold.register_jobs(array['race'], array['1h'], array[null]::text[], array[3600000]::bigint[],
                        array[30000]::bigint[], array['allow'], array['none'], 'setup')`);
-    const ids = (await sql.query<{ id: string }>(`select leasehold.run_now('race', 'op-' || g)::text as id from generate_series(1, 20) g`)).rows.map((r) => r.id);
+    const ids = (await sql.query<{ id: string }>(`select r.request_id::text as id from generate_series(1, 20) g, leasehold.run_now('race', 'op-' || g) r`)).rows.map((r) => r.id);
     const claimed: string[] = [];
     // until every request is claimed or 10 s have passed: a racer that finds the rows locked by
     // another gets nothing back, and a fixed number of tight rounds could all be spent that way
@@ -139,7 +139,7 @@ describe('a request that waits for the lease', () => {
     await sql.query(`select leasehold.register_jobs(array['waits', 'waits-buf'], array['1h', '1h'], array[null, null]::text[], array[3600000, 3600000]::bigint[],
                        array[30000, 30000]::bigint[], array['skip', 'buffer-all'], array['none', 'none'], 'setup')`);
     await sql.query(`select leasehold.acquire('waits', '30s', 'someone'), leasehold.acquire('waits-buf', '30s', 'someone')`);
-    await sql.query(`select * from leasehold.request_backfill('waits', array[now() - interval '1 hour'], 'alice')`);
+    await sql.query(`select * from leasehold.run_now('waits', 'alice', array[now() - interval '1 hour'])`);
     await sql.query(`select leasehold.run_now('waits-buf', 'alice')`);
     const conn = await sql.connect();
     try {
@@ -187,9 +187,9 @@ describe('hostile input', () => {
     const code = (text: string, values: unknown[]) => sql.query(text, values).then(() => 'ok', (e: { code?: string }) => e.code);
     expect(await code('select leasehold.run_now($1, $2)', ['nope', 'alice'])).toBe('P0002');
     expect(await code('select leasehold.run_now($1, $2)', ['idle', ''])).toBe('LH004');
-    expect(await code('select * from leasehold.request_backfill($1, array[now() + interval \'1 hour\'], $2)', ['bf', 'alice'])).toBe('22023');
-    expect(await code('select * from leasehold.request_backfill($1, array(select now() - g * interval \'1 s\' from generate_series(1, 1001) g), $2)', ['bf', 'alice'])).toBe('22023');
-    expect(await code('select * from leasehold.request_backfill($1, $2::timestamptz[], $3)', ['bf', [], 'alice'])).toBe('22023');
+    expect(await code('select * from leasehold.run_now($1, $2, array[now() + interval \'1 hour\'])', ['bf', 'alice'])).toBe('22023');
+    expect(await code('select * from leasehold.run_now($1, $2, array(select now() - g * interval \'1 s\' from generate_series(1, 1001) g))', ['bf', 'alice'])).toBe('22023');
+    expect(await code('select * from leasehold.run_now($1, $2, $3::timestamptz[])', ['bf', 'alice', []])).toBe('22023');
     expect(await code('select * from leasehold.claim_requests(array[\'bf\'], $1, null, 0)', ['w'])).toBe('22023');
     // nothing of the above left a request behind
     const { rows } = await sql.query<{ n: number }>(`select count(*)::int as n from leasehold.run_requests where job in ('nope', 'no-such-job') or requested_by = 'evil'`);

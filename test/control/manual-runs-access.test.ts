@@ -1,5 +1,5 @@
 // Run now and backfill through real login roles granted only their documented level: operators
-// ask (run_now, request_backfill), workers (client) take requests (claim_requests), nobody else
+// ask (run_now), workers (client) take requests (claim_requests), nobody else
 // does either. And the CLI commands (`leasehold run-now`, `leasehold backfill`) with their exit codes.
 import { afterAll, describe, expect, it } from 'vitest';
 import type pg from 'pg';

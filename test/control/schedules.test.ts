@@ -210,7 +210,7 @@ describe('a worker with handlers', () => {
     await owner.query(`select * from leasehold.pause_job('snap-b2', 'ops')`);
     const snapshot = async (after = 0, limit = 1000) =>
       (await owner.query<{ name: string; payload: unknown; paused_by: string | null; revision: string }>(
-        "select name, payload, paused_by, revision from leasehold.schedule_snapshot(array['snap-a'], $1, $2) where name like 'snap-%' order by revision",
+        "select name, payload, paused_by, revision from leasehold.schedule_changes($1, array['snap-a'], $2, true) where name like 'snap-%' order by revision",
         [after, limit],
       )).rows;
     const all = await snapshot();

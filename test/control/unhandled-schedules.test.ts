@@ -6,7 +6,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { client, freshDatabase, rawPool, waitFor } from '../support/db.js';
+import { client, connections, freshDatabase, rawPool, waitFor } from '../support/db.js';
 import { cli, startCli, type CliProcess } from '../support/cli.js';
 
 let url: string;
@@ -79,4 +79,21 @@ describe('leasehold worker MODULE with handlers', () => {
     const history = await cli(['runs', 'orphan', '--wide'], { DATABASE_URL: url });
     expect(history.stdout).toMatch(/no live worker has handler "nobody-has-it"/);
   }, 60_000);
+});
+
+describe('register_liveness with handlers (SQL)', () => {
+  it('counts a worker session\'s handlers in define_schedule\'s live_workers while its key is live, and refuses them without worker', async () => {
+    const pool = rawPool(url, 1);
+    const define = async () =>
+      (await pool.query<{ live_workers: number }>(`select live_workers from leasehold.define_schedule('sql-handled', 'sql-handler', 'ops', p_every => '1 hour')`)).rows[0]!
+        .live_workers;
+    expect(await define()).toBe(0);
+    const [session] = await connections(url, 1);
+    await session!.query(`select leasehold.register_liveness(true, 'sql-worker', array['sql-handler'])`);
+    expect(await define()).toBe(1);
+    await expect(session!.query(`select leasehold.register_liveness(false, 'sql-worker', array['sql-handler'])`)).rejects.toMatchObject({ code: '22023' });
+    await expect(session!.query(`select leasehold.register_liveness(true, '', array['sql-handler'])`)).rejects.toMatchObject({ code: 'LH004' });
+    await session!.end();
+    await waitFor(async () => (await define()) === 0, 5_000, 20);
+  });
 });

@@ -145,7 +145,7 @@ async function failoverScenario(): Promise<Observed> {
   const releasedTokenError = await assertError('released', released.token, released.fence);
   const keptBy = await acquire('kept', 'holder-f');
   const keptHoldsBeforeRenew = await holds('kept', kept.token, kept.fence);
-  const renewed = (await pool.query<{ renewed: boolean }>('select * from leasehold.renew($1, $2, $3::interval)', ['kept', kept.token, '60 seconds'])).rows[0];
+  const renewed = (await pool.query<{ renewed: boolean }>('select * from leasehold.renew_leases(($1, $2, $3::interval))', ['kept', kept.token, '60 seconds'])).rows[0];
   const keptHoldsAfterRenew = await holds('kept', kept.token, kept.fence);
   const keptStatus = (await pool.query<{ holder_alive: boolean | null; epoch: number }>("select holder_alive, epoch from leasehold.lease_status where name = 'kept'")).rows[0];
   return {

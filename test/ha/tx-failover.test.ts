@@ -217,7 +217,7 @@ describe.skipIf(missing !== undefined)(`fenced transactions across a failover ($
       await waitFor(async () => {
         const { rows } = await observer.query<{ n: number }>(
           `select count(*)::int as n from pg_stat_activity
-            where pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%leasehold.renew(%'`,
+            where pid <> pg_backend_pid() and wait_event_type = 'Lock' and query like '%leasehold.renew_leases((%'`,
         );
         return (rows[0]?.n ?? 0) > 0;
       }, 2_000, 10);
@@ -249,7 +249,7 @@ describe.skipIf(missing !== undefined)(`fenced transactions across a failover ($
   it('start_run refuses a token confirmed in an earlier epoch, and records the run once the lease is renewed', async () => {
     const standby = pair!.standby.url();
     const start = () =>
-      direct(standby, `select leasehold.register_external_job('exec', null, 60000, 'h'), leasehold.start_run('exec', $1, $2)`, [exec.token, exec.fence]).then(
+      direct(standby, `select leasehold.start_run('exec', $1, $2)`, [exec.token, exec.fence]).then(
         () => undefined,
         (e: { code?: string; detail?: string }) => e,
       );
@@ -257,7 +257,7 @@ describe.skipIf(missing !== undefined)(`fenced transactions across a failover ($
     expect(refused?.code).toBe('LH003');
     expect(refused?.detail).toMatch(/^a database failover happened since the lease was last confirmed/);
     expect(await direct(standby, `select 1 from leasehold.runs where job = 'exec'`)).toHaveLength(0);
-    const [renewed] = await direct<{ renewed: boolean }>(standby, `select renewed from leasehold.renew('exec', $1, '60 seconds')`, [exec.token]);
+    const [renewed] = await direct<{ renewed: boolean }>(standby, `select renewed from leasehold.renew_leases(('exec', $1, '60 seconds'))`, [exec.token]);
     expect(renewed?.renewed).toBe(true);
     expect(await start()).toBeUndefined();
     expect(await direct(standby, `select fence from leasehold.runs where job = 'exec'`)).toEqual([{ fence: String(exec.fence) }]);

@@ -74,7 +74,7 @@ describe('synchronous_commit', () => {
     const grant = await settingAfter('select * from leasehold.acquire($1, $2::interval, $3)', ['sync', '30 seconds', 'h']);
     expect(grant.setting).toBe('on');
     const token = grant.rows[0]?.token as string;
-    expect((await settingAfter('select * from leasehold.renew($1, $2, $3::interval)', ['sync', token, '30 seconds'])).setting).toBe('on');
+    expect((await settingAfter('select * from leasehold.renew_leases(($1, $2, $3::interval))', ['sync', token, '30 seconds'])).setting).toBe('on');
     expect((await settingAfter('select leasehold.release($1, $2)', ['sync', token])).setting).toBe('on');
     expect((await settingAfter('select * from leasehold.force_release($1)', ['sync'])).setting).toBe('on');
     expect(
@@ -114,7 +114,7 @@ describe('synchronous_commit', () => {
       expect(await setting()).toBe('on');
       await c.query('commit');
       await c.query('begin');
-      await c.query("select * from leasehold.renew('role-sync', $1, '30 seconds')", [grant?.token]);
+      await c.query("select * from leasehold.renew_leases(('role-sync', $1, '30 seconds'))", [grant?.token]);
       expect(await setting()).toBe('on');
       await c.query('commit');
       await c.query('begin');

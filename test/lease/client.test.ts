@@ -61,7 +61,7 @@ describe('a released lease', () => {
     await expect(lease.renew()).rejects.toMatchObject({ reason: 'released' });
     await expect(lease.transaction(async () => 'written')).rejects.toBeInstanceOf(LeaseLostError);
     // the token is dead in the database too
-    const { rows } = await rawPool(url, 1).query<{ renewed: boolean }>("select renewed from leasehold.renew('released-token', $1, '30 seconds')", [lease.token]);
+    const { rows } = await rawPool(url, 1).query<{ renewed: boolean }>("select renewed from leasehold.renew_leases(('released-token', $1, '30 seconds'))", [lease.token]);
     expect(rows[0]?.renewed).toBe(false);
   });
 });

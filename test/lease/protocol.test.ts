@@ -20,7 +20,7 @@ const acquire = async (c: pg.Client, name: string, ttl = '30 seconds', holder = 
 const release = async (c: pg.Client, name: string, token: string | null) =>
   (await c.query<{ release: boolean }>('select leasehold.release($1, $2)', [name, token])).rows[0]?.release;
 const renew = async (c: pg.Client, name: string, token: string | null, ttl = '30 seconds') =>
-  (await c.query<{ renewed: boolean; reason: string }>('select * from leasehold.renew($1, $2, $3::interval)', [name, token, ttl])).rows[0];
+  (await c.query<{ renewed: boolean; reason: string }>('select * from leasehold.renew_leases(($1, $2, $3::interval))', [name, token, ttl])).rows[0];
 
 describe('acquire', () => {
   it('gives exactly one winner per round to 16 racing connections, 200 rounds, fences strictly increasing, and the losers name it without locking the row', async () => {

@@ -55,7 +55,7 @@ it('takes back what is still the holder\'s from an earlier incarnation, under th
   const kept = { name: 'kept', ...(await grant('kept')) };
   await fromEarlierIncarnation('kept');
   const same = { name: 'same', ...(await grant('same')) }; // granted on this incarnation (no liveness key: null evidence)
-  await other.query(`update leasehold.leases set holder_incarnation = leasehold.incarnation() where name = 'same'`);
+  await other.query(`update leasehold.leases set holder_incarnation = (select incarnation from leasehold.epoch_source()) where name = 'same'`);
   const taken = { name: 'taken', ...(await grant('taken')) };
   await fromEarlierIncarnation('taken');
   await other.query(`select leasehold.force_release('taken')`);
@@ -75,7 +75,7 @@ it('takes back what is still the holder\'s from an earlier incarnation, under th
     'unknown: unknown',
   ]);
   const { rows } = await other.query(
-    `select x.holder_key::text as key, x.holder_incarnation = leasehold.incarnation() as here, l.holder_alive, x.expires_at > now() + interval '15 seconds' as renewed
+    `select x.holder_key::text as key, x.holder_incarnation = (select incarnation from leasehold.epoch_source()) as here, l.holder_alive, x.expires_at > now() + interval '15 seconds' as renewed
        from leasehold.lease_status l join leasehold.leases x using (name) where name = 'kept'`,
   );
   expect(rows[0]).toEqual({ key, here: true, holder_alive: true, renewed: true });

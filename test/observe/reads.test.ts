@@ -1,7 +1,7 @@
 // Reads at fleet scale (sql/baseline/5_reads.sql, src/monitor/fleet-status.ts): what they return, not
 // how fast (speed is `npm run bench -- reads`). job_status keeps its columns and values,
-// recent_history equals the newest rows of run_history, prune_history deletes in bounded
-// batches, and `leasehold status` prints a summary and a bounded, attention-first list.
+// prune_history deletes in bounded batches, and `leasehold status` prints a summary and a
+// bounded, attention-first list.
 import { readFileSync } from 'node:fs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { fleetStatus } from '../../src/monitor/fleet-status.js';
@@ -52,31 +52,6 @@ describe('job_status', () => {
     const strip = (rows: Array<Record<string, unknown>>) => rows.map(({ lease_age_seconds: _age, ...rest }) => rest);
     expect(strip(now.rows)).toEqual(strip(v5.rows));
     expect(now.rows).toHaveLength(7);
-  });
-});
-
-describe('recent_history', () => {
-  // run_history's columns as recent_history returns them (run_history gained trigger and requested_by after them)
-  const RECENT_COLUMNS = 'job, slot, kind, outcome, fence, holder, at, finished_at, duration_seconds, detail';
-
-  it('returns the newest entries of run_history across all jobs, newest first', async () => {
-    const pool = rawPool(url, 2);
-    for (const limit of [1, 5, 30, 10_000]) {
-      const { rows } = await pool.query(`select * from leasehold.recent_history($1)`, [limit]);
-      const { rows: expected } = await pool.query(`select ${RECENT_COLUMNS} from leasehold.run_history order by at desc, slot desc, job, kind limit $1`, [limit]);
-      expect(rows).toEqual(expected);
-    }
-    const since = (await pool.query<{ t: Date }>(`select now() - interval '30 minutes' as t`)).rows[0]!.t;
-    const { rows } = await pool.query(`select * from leasehold.recent_history(100, $1)`, [since]);
-    const { rows: expected } = await pool.query(`select ${RECENT_COLUMNS} from leasehold.run_history where at >= $1 order by at desc, slot desc, job, kind limit 100`, [since]);
-    expect(rows).toEqual(expected);
-    expect(rows.length).toBeGreaterThan(0);
-  });
-
-  it('refuses a limit outside 1 to 10000', async () => {
-    for (const limit of [0, 10_001, null]) {
-      await expect(rawPool(url, 1).query(`select * from leasehold.recent_history($1)`, [limit])).rejects.toMatchObject({ code: '22023' });
-    }
   });
 });
 

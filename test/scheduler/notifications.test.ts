@@ -53,10 +53,10 @@ describe('notifications of changes', () => {
     await waitFor(() => payloads.length === 1);
     await sql.query("select * from leasehold.pause_job('sql-echo', 'test')");
     await sql.query("select leasehold.run_now('sql-echo', 'test')");
-    await sql.query("select * from leasehold.request_backfill('sql-echo', array[now() - interval '3 hours', now() - interval '2 hours'], 'test')");
+    await sql.query("select * from leasehold.run_now('sql-echo', 'test', array[now() - interval '3 hours', now() - interval '2 hours'])");
     await waitFor(() => payloads.length === 4);
     // a transaction of several writes: one notification of each kind
-    await sql.query("begin; select * from leasehold.resume_job('sql-echo', 'test'); select leasehold.run_now('sql-echo', 'test'); select leasehold.run_now('sql-echo', 'test'); commit");
+    await sql.query("begin; select * from leasehold.resume_job('sql-echo', 'test'); select * from leasehold.run_now('sql-echo', 'test'); select * from leasehold.run_now('sql-echo', 'test'); commit");
     await sleep(300);
     expect(payloads).toEqual(['jobs', 'jobs', 'requests', 'requests', 'jobs', 'requests']);
   });

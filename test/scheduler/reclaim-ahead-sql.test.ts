@@ -117,7 +117,7 @@ describe('a slot claimed ahead and never started', () => {
     // the holder resumes: its mark says a peer took some of its runs, and its lease is gone
     const marked = await holder.conn.query<{ ok: boolean }>('select leasehold.start_tick($1::bigint, $2) as ok', [holder.key, slot]);
     expect(marked.rows[0]!.ok).toBe(false);
-    const renewed = await holder.conn.query(`select * from leasehold.renew('re-paused', $1, interval '30 seconds')`, [holder.token]);
+    const renewed = await holder.conn.query(`select * from leasehold.renew_leases(('re-paused', $1, interval '30 seconds'))`, [holder.token]);
     expect(renewed.rows.filter((r: { renewed?: boolean }) => r.renewed !== false).length).toBe(0);
     // a later mark with nothing newly taken is untouched again
     const later = await holder.conn.query<{ ok: boolean }>('select leasehold.start_tick($1::bigint, $2) as ok', [holder.key, new Date(slot.getTime() + 60_000)]);
@@ -152,7 +152,7 @@ describe('a skip caused by a backfill run', () => {
     const first = await claim(a, 'bf-skip', scheduled, 'worker-a');
     await a.query(`select leasehold.finish_runs(array['bf-skip'::text], array[$1::bigint], array[$2::uuid], array['succeeded'::text], array[null::text], array[1::int])`, [first.fence, first.token]);
     const backfilled = new Date(scheduled.getTime() - 600_000);
-    await a.query(`select * from leasehold.request_backfill('bf-skip', array[$1::timestamptz], 'alice')`, [backfilled]);
+    await a.query(`select * from leasehold.run_now('bf-skip', 'alice', array[$1::timestamptz])`, [backfilled]);
     const { rows: requests } = await a.query<{ claimed: boolean; slot: Date }>(`select claimed, slot from leasehold.claim_requests(array['bf-skip'], 'worker-a')`);
     expect(requests.map((r) => [r.claimed, r.slot.getTime()])).toEqual([[true, backfilled.getTime()]]);
     const next = new Date(scheduled.getTime() + 60_000);

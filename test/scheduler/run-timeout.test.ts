@@ -137,14 +137,13 @@ describe('a run that overruns its timeout', () => {
   }, 20_000);
 });
 
-describe('leasehold.set_job_timeouts and holds_lease (SQL, as a client role)', () => {
+describe('register_jobs timeouts and holds_lease (SQL, as a client role)', () => {
   it('sets and clears a timeout that holds_lease, assert_lease and start_run apply; checks its arguments', async () => {
     const app = pool(url, ROLE.app1);
-    await app.query(
-      `select leasehold.register_jobs(array['sqljob'], array['1h'], array[null]::text[], array[3600000]::bigint[], array[60000]::bigint[],
-                                      array['skip'], array['latest'], 'sql-test')`,
-    );
-    expect((await app.query(`select leasehold.set_job_timeouts(array['sqljob', 'nosuchjob'], array[300, 5]::bigint[]) as n`)).rows[0].n).toBe(1);
+    const register = (names: string, timeouts: string) =>
+      `select * from leasehold.register_jobs(array[${names}], array['1h'], array[null]::text[], array[3600000]::bigint[], array[60000]::bigint[],
+                                             array['skip'], array['latest'], 'sql-test', ${timeouts})`;
+    await app.query(register(`'sqljob'`, 'array[300]::bigint[]'));
     const { rows } = await app.query<{ token: string; fence: string }>(`select token, fence from leasehold.acquire('sqljob', '60 seconds', 'sql-test')`);
     const args = ['sqljob', rows[0]!.token, rows[0]!.fence];
     expect((await app.query('select leasehold.holds_lease($1, $2, $3) as ok', args)).rows[0].ok).toBe(true);
@@ -152,15 +151,15 @@ describe('leasehold.set_job_timeouts and holds_lease (SQL, as a client role)', (
     expect(await outcome(app, 'select leasehold.assert_lease($1, $2, $3)', args)).toMatch(/LH003/);
     expect(await outcome(app, 'select leasehold.start_run($1, $2, $3, now())', args)).toMatch(/LH003/);
     // cleared: the same lease is held again (it never stopped being the holder's)
-    await app.query(`select leasehold.set_job_timeouts(array['sqljob'], array[null]::bigint[])`);
+    await app.query(register(`'sqljob'`, 'array[null]::bigint[]'));
     expect((await app.query('select leasehold.holds_lease($1, $2, $3) as ok', args)).rows[0].ok).toBe(true);
     // the arguments: as many timeouts as names, each within the bounds of the option
-    expect(await outcome(app, `select leasehold.set_job_timeouts(array['a', 'b'], array[1]::bigint[])`)).toMatch(/22023/);
-    expect((await app.query('select leasehold.set_job_timeouts(null, null) as n')).rows[0].n).toBe(0);
-    expect(await outcome(app, `select leasehold.set_job_timeouts(array['sqljob'], array[0]::bigint[])`)).toMatch(/22023/);
-    expect(await outcome(app, `select leasehold.set_job_timeouts(array['sqljob'], array[31622400001]::bigint[])`)).toMatch(/22023/);
+    expect(await outcome(app, register(`'sqljob', 'other'`, 'array[1]::bigint[]'))).toMatch(/22023/);
+    expect(await outcome(app, register(`'sqljob'`, 'array[0]::bigint[]'))).toMatch(/22023/);
+    expect(await outcome(app, register(`'sqljob'`, 'array[31622400001]::bigint[]'))).toMatch(/22023/);
+    expect((await app.query(`select timeout_ms from leasehold.jobs where name = 'sqljob'`)).rows[0].timeout_ms).toBeNull();
     // readers may not set timeouts; nobody but the owner calls the rule directly
-    expect(await outcome(pool(url, ROLE.reader), `select leasehold.set_job_timeouts(array['sqljob'], array[5]::bigint[])`)).toMatch(/42501|permission/);
+    expect(await outcome(pool(url, ROLE.reader), register(`'sqljob'`, 'array[5]::bigint[]'))).toMatch(/42501|permission/);
     expect(await outcome(app, `select leasehold.run_timed_out('sqljob', now())`)).toMatch(/42501|permission/);
   });
 });

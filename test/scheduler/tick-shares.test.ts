@@ -176,7 +176,7 @@ describe('the list of workers', () => {
     try {
       const lockRows = await pool.query<{ n: number }>('select count(*)::int as n from leasehold.liveness_locks()');
       expect(lockRows.rows[0]!.n).toBe(3);
-      expect((await pool.query('select * from leasehold.worker_keys()')).rows).toEqual([]);
+      expect((await pool.query('select pid, key from leasehold.liveness_locks() where worker')).rows).toEqual([]);
       await open.query('commit');
       // then an application's transaction-level lock, open while the worker starts and ticks
       await open.query('begin');
@@ -184,7 +184,7 @@ describe('the list of workers', () => {
       expect((await pool.query<{ n: number }>('select count(*)::int as n from leasehold.liveness_locks()')).rows[0]!.n).toBe(3);
       const all = names('list', 0, 40);
       const w = await worker(all);
-      const keys = (await pool.query<{ key: string }>('select key::text from leasehold.worker_keys()')).rows.map((r) => r.key);
+      const keys = (await pool.query<{ key: string }>('select key::text from leasehold.liveness_locks() where worker')).rows.map((r) => r.key);
       expect(keys).toEqual([trackerKey(w)]);
       // alone in its list, the worker claims all 40 in one statement at every tick (with the
       // three other sessions counted as peers it split by 4 and sent a second pass each tick)
@@ -206,7 +206,7 @@ describe('the list of workers', () => {
     const key = (await c.query<{ key: string }>('select leasehold.register_liveness(true)::text as key')).rows[0]!.key;
     try {
       expect(BigInt(key) >> 47n).toBe(19528n);
-      const live = await pool.query<{ key: string }>('select key::text from leasehold.worker_keys()');
+      const live = await pool.query<{ key: string }>('select key::text from leasehold.liveness_locks() where worker');
       expect(live.rows.map((r) => r.key)).toContain(key);
       const got = await pool.query<{ acquired: boolean }>(`select acquired from leasehold.acquire('list-lease', interval '1 hour', 'w', $1::bigint)`, [key]);
       expect(got.rows[0]!.acquired).toBe(true);
@@ -214,7 +214,7 @@ describe('the list of workers', () => {
     } finally {
       await c.end();
     }
-    await waitFor(async () => (await pool.query('select 1 from leasehold.worker_keys() where key = $1::bigint', [key])).rowCount === 0, 5_000, 20);
+    await waitFor(async () => (await pool.query('select 1 from leasehold.liveness_locks() where worker and key = $1::bigint', [key])).rowCount === 0, 5_000, 20);
     const again = await pool.query<{ acquired: boolean }>(`select acquired from leasehold.acquire('list-lease', interval '1 hour', 'other')`);
     expect(again.rows[0]!.acquired).toBe(true);
   });

@@ -1,6 +1,6 @@
 // The SQL contract's single-sourced rules (sql/baseline/1_leases.sql): the outcome list, claim()
 // in any transaction context, a slot either run or recorded skipped (also in the narrow race
-// where a peer's claim is in flight), and custom plans for the batch functions.
+// where a peer's claim is in flight), custom plans for the batch functions, and start_run.
 import { beforeAll, describe, expect, it } from 'vitest';
 import pg from 'pg';
 import { RUN_OUTCOMES } from '../../src/job/run-outcomes.js';
@@ -54,6 +54,13 @@ describe('run outcomes', () => {
     await expect(c.query(`insert into leasehold.run_log (job, slot, fence, holder, outcome) values ('x', now(), 1, 'h', 'exploded')`)).rejects.toMatchObject({
       code: '23514',
     });
+    // every outcome of the list passes the table's check
+    await c.query('begin');
+    try {
+      await c.query(`insert into leasehold.run_log (job, slot, fence, holder, outcome) select 'x', now(), f, 'h', o from unnest($1::text[]) with ordinality as u(o, f)`, [RUN_OUTCOMES]);
+    } finally {
+      await c.query('rollback');
+    }
     for (const bad of ['running', 'exploded']) {
       await expect(c.query(`select * from leasehold.finish_runs(array['x'::text], array[1::bigint], array[null::uuid], array[$1::text], array[null::text], array[1::int])`, [bad])).rejects.toMatchObject({
         code: '22023',
@@ -252,5 +259,29 @@ describe('a caught-up slot that was skipped', () => {
     const [next] = await claim(b, ['caught'], at(4), 'holder-b');
     expect(next).toMatchObject({ claimed: true, slot: at(4) });
     expect(await history(a, 'caught')).toEqual({ runs: [at(1), at(2), at(4)].map((d) => d.getTime()), skips: [at(3).getTime()] });
+  });
+});
+
+describe('start_run', () => {
+  it('records the run once per fence and makes the name an external job, leaving a scheduled job as it is', async () => {
+    const [c] = conns as [pg.Client];
+    const take = async (name: string) =>
+      (await c.query<{ token: string; fence: string }>(`select token, fence from leasehold.acquire($1, '20 seconds', 'exec-host')`, [name])).rows[0]!;
+    const ext = await take('ext-job');
+    await c.query(`select leasehold.start_run('ext-job', $1, $2, null, 60000)`, [ext.token, ext.fence]);
+    await c.query(`select leasehold.start_run('ext-job', $1, $2)`, [ext.token, ext.fence]);
+    const job = (name: string) => c.query(`select schedule, interval_ms::int, ttl_ms::int, registered_by from leasehold.jobs where name = $1`, [name]);
+    expect((await job('ext-job')).rows).toEqual([{ schedule: 'external', interval_ms: 60000, ttl_ms: 20000, registered_by: 'exec-host' }]);
+    expect((await c.query(`select count(*)::int as n from leasehold.runs where job = 'ext-job'`)).rows[0].n).toBe(1);
+    // a job a worker schedules keeps its definition
+    await register(c, ['scheduled-job']);
+    const scheduled = await take('scheduled-job');
+    await c.query(`select leasehold.start_run('scheduled-job', $1, $2, null, 5000)`, [scheduled.token, scheduled.fence]);
+    expect((await job('scheduled-job')).rows).toEqual([{ schedule: '* * * * *', interval_ms: 60000, ttl_ms: 30000, registered_by: 'test' }]);
+    // an interval out of bounds, and a lease not held, record nothing
+    const other = await take('ext-bad');
+    await expect(c.query(`select leasehold.start_run('ext-bad', $1, $2, null, 0)`, [other.token, other.fence])).rejects.toMatchObject({ code: 'LH005' });
+    await expect(c.query(`select leasehold.start_run('ext-bad', gen_random_uuid(), $1)`, [other.fence])).rejects.toMatchObject({ code: 'LH003' });
+    expect((await job('ext-bad')).rows).toEqual([]);
   });
 });

@@ -83,7 +83,7 @@ describe('an attacking client role against another role\'s live lease', () => {
     expect(await outcome(attacker, 'select token from leasehold.leases where name = $1', [name])).toBe('42501');
     expect(await outcome(attacker, 'select * from leasehold.leases')).toBe('42501');
     // the protocol with a guessed token
-    expect((await attacker.query('select * from leasehold.renew($1, $2, $3)', [name, guess, '7 days'])).rows[0]).toMatchObject({ renewed: false, reason: 'taken-over' });
+    expect((await attacker.query('select * from leasehold.renew_leases(($1, $2, $3))', [name, guess, '7 days'])).rows[0]).toMatchObject({ renewed: false, reason: 'taken-over' });
     expect((await attacker.query('select leasehold.release($1, $2) as r', [name, guess])).rows[0].r).toBe(false);
     expect(await outcome(attacker, 'select leasehold.assert_lease($1, $2, $3)', [name, guess, lease.fence])).toBe('LH003');
     expect((await attacker.query('select leasehold.holds_lease($1, $2, $3) as h', [name, guess, lease.fence])).rows[0].h).toBe(false);
@@ -153,7 +153,6 @@ describe('the operator and reader roles', () => {
   it('reader: status, runs and the dashboard work; no lease function does', async () => {
     const job = `hist-${randomUUID()}`;
     const { rows: held } = await owner.query(`select token, fence from leasehold.acquire($1, '10s', 'h')`, [job]);
-    await owner.query(`select leasehold.register_external_job($1, null, 10000, 'h')`, [job]);
     await owner.query('select leasehold.start_run($1, $2, $3)', [job, held[0].token, held[0].fence]);
     await owner.query(`select * from leasehold.finish_runs(array[$1::text], array[$2::bigint], array[$3::uuid], array['failed'::text], array['boom'::text], array[1::int])`, [job, held[0].fence, held[0].token]);
     const env = { DATABASE_URL: urlAs(url, ROLE.reader) };

@@ -62,7 +62,7 @@ describe('the schema', () => {
         order by 1`,
     );
     expect(calls.filter((c) => c.ok !== true).map((c) => c.call)).toEqual([]);
-    expect(calls.map((c) => c.call)).toContain('lease_status calls incarnation');
+    expect(calls.map((c) => c.call)).toContain('lease_status calls epoch_source');
   });
 
   it('lists in docs/security.md exactly the statements grant_statements() gives for each level', async () => {
@@ -163,20 +163,20 @@ describe('upgrades and drift', () => {
   it('secure_schema() takes back CREATE on the schema from anyone but its owner, and restores lost grants', async () => {
     const db = await installedDatabase();
     await db.owner.query(`select leasehold.grant_access($1, 'client')`, [ROLE.app2]);
-    await db.owner.query(`grant create on schema leasehold to ${ROLE.app2}; revoke execute on function leasehold.renew(text, uuid, interval) from ${ROLE.app2}`);
+    await db.owner.query(`grant create on schema leasehold to ${ROLE.app2}; revoke execute on function leasehold.renew_leases(leasehold.lease_renewal[]) from ${ROLE.app2}`);
     const client = pool(db.url, ROLE.app2);
-    expect(await outcome(client, `select * from leasehold.renew('x', gen_random_uuid(), '1s')`)).toBe('42501');
+    expect(await outcome(client, `select * from leasehold.renew_leases(('x', gen_random_uuid(), '1s'))`)).toBe('42501');
     await db.owner.query('select leasehold.secure_schema()');
     expect(await outcome(client, 'create function leasehold.planted() returns int language sql as $$ select 1 $$')).toBe('42501');
-    expect(await outcome(client, `select * from leasehold.renew('x', gen_random_uuid(), '1s')`)).toBe('ok');
+    expect(await outcome(client, `select * from leasehold.renew_leases(('x', gen_random_uuid(), '1s'))`)).toBe('ok');
   });
 });
 
 describe('mutants: the checks above fail when a function loses its protection', () => {
   it('a function without its pinned search_path runs the planted operator, and the schema check names it', async () => {
     const db = await installedDatabase();
-    await db.owner.query('alter function leasehold.register_liveness(boolean) reset search_path');
-    expect(await insecureFunctions(db.owner)).toEqual(['register_liveness(p_worker boolean)']);
+    await db.owner.query('alter function leasehold.register_liveness(boolean, text, text[]) reset search_path');
+    expect(await insecureFunctions(db.owner)).toEqual(['register_liveness(p_worker boolean, p_holder text, p_handlers text[])']);
     expect((await searchPathAttack(db.url, db.owner)).some((entry) => entry.endsWith(' via *'))).toBe(true);
     await db.owner.query('select leasehold.secure_schema()');
     expect(await insecureFunctions(db.owner)).toEqual([]);
@@ -188,10 +188,9 @@ describe('mutants: the checks above fail when a function loses its protection', 
     const client = pool(db.url, ROLE.app2);
     const name = `m-${randomUUID()}`;
     expect(await outcome(client, `select * from leasehold.acquire($1, '30s', 'me')`, [name])).toBe('ok');
-    // renew() is renew_leases() of one lease (schema 15): the function that reads the table
     await db.owner.query('alter function leasehold.renew_leases(leasehold.lease_renewal[]) security invoker');
-    expect(await insecureFunctions(db.owner)).toEqual(['renew_leases(p_leases leasehold.lease_renewal[])']);
+    expect(await insecureFunctions(db.owner)).toEqual(['renew_leases(VARIADIC p_leases leasehold.lease_renewal[])']);
     // the invoker has no table privileges, so the documented grants no longer suffice
-    expect(await outcome(client, `select * from leasehold.renew_leases(array[row($1, $2, '30s')::leasehold.lease_renewal])`, [name, randomUUID()])).toBe('42501');
+    expect(await outcome(client, `select * from leasehold.renew_leases(($1, $2, '30s'))`, [name, randomUUID()])).toBe('42501');
   });
 });

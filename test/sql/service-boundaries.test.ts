@@ -24,7 +24,6 @@ const acts = (job: string, data: string): Array<[string, string]> => [
   ['acquire', `select * from leasehold.acquire('${job}', '30 seconds', 'thief')`],
   ['record_skip', `select leasehold.record_skip('${job}', 'thief')`],
   ['register_jobs', `select * from leasehold.register_jobs(array['${job}'], array['0 0 1 1 *'], array[null::text], array[null::bigint], array[300::bigint], array['skip'], array['none'], 'forged')`],
-  ['set_job_timeouts', `select leasehold.set_job_timeouts(array['${job}'], array[300::bigint])`],
   ['claim', claimOf(job)],
   ['enqueue_slots', `select leasehold.enqueue_slots('${job}', array[${PAST}])`],
   ['record_missed_slots', `select * from leasehold.record_missed_slots(array['${job}'], array[${PAST}], 'forged', 'thief')`],
@@ -55,7 +54,7 @@ describe('with namespaces: two services in one database', () => {
     expect((typed as Error).message).toMatch(/may not act on "app1:report".*Services in one database/);
     // app2's schedule with app1's handler name never reaches app1's workers
     await app2.query(`select * from leasehold.define_schedule(p_name => 'app2:evil', p_handler => 'export', p_by => 'app2', p_every => '1 second')`);
-    const seen = await app1.query<{ name: string }>(`select name from leasehold.schedule_snapshot(array['export'])`);
+    const seen = await app1.query<{ name: string }>(`select name from leasehold.schedule_changes(0, array['export'], 1000, true)`);
     expect(seen.rows.map((r) => r.name)).not.toContain('app2:evil');
     // the operator (whole schema) acts on both; the reader and a role with nothing act on neither
     const operator = pool(db.url, ROLE.operator);
@@ -83,7 +82,7 @@ describe('without namespaces: a job belongs to the role that registered or defin
     await app1.query(`select * from leasehold.define_schedule(p_name => 'nightly-export', p_handler => 'export', p_by => 'app1', p_cron => '0 3 * * *')`);
     for (const [name, sql] of [
       ['register_jobs', `select * from leasehold.register_jobs(array['report'], array['0 0 1 1 *'], array[null::text], array[null::bigint], array[300::bigint], array['skip'], array['none'], 'app1')`],
-      ['set_job_timeouts', `select leasehold.set_job_timeouts(array['report'], array[300::bigint])`],
+      ['register_jobs (a timeout)', `select * from leasehold.register_jobs(array['report'], array['* * * * *'], array[null::text], array[60000::bigint], array[30000::bigint], array['skip'], array['none'], 'app1', array[300::bigint])`],
       ['remove_schedule', `select leasehold.remove_schedule('nightly-export', 'app2')`],
       ['define_schedule', `select * from leasehold.define_schedule(p_name => 'nightly-export', p_handler => 'export', p_by => 'app2', p_every => '1 second')`],
     ] as const) {
@@ -99,14 +98,14 @@ describe('without namespaces: a job belongs to the role that registered or defin
     expect(feed.rows.map((r) => r.name)).not.toContain('app2-evil');
 
     // the operator's run now is taken by app1's worker only
-    await operator.query(`select leasehold.run_now('report', 'ops')`);
+    await operator.query(`select * from leasehold.run_now('report', 'ops')`);
     expect((await app2.query(`select * from leasehold.claim_requests(array['report'], 'app2-worker')`)).rows).toEqual([]);
     const taken = await app1.query<{ claimed: boolean }>(`select claimed from leasehold.claim_requests(array['report'], 'app1-worker')`);
     expect(taken.rows.map((r) => r.claimed)).toEqual([true]);
 
     // the audit names the login role of every change, whatever name the caller gave
     await app1.query(`select * from leasehold.register_jobs(array['report'], array['*/5 * * * *'], array[null::text], array[300000::bigint], array[30000::bigint], array['skip'], array['none'], 'anyone')`);
-    await app1.query(`select leasehold.set_job_timeouts(array['report'], array[60000::bigint])`);
+    await app1.query(`select * from leasehold.register_jobs(array['report'], array['*/5 * * * *'], array[null::text], array[300000::bigint], array[30000::bigint], array['skip'], array['none'], 'anyone', array[60000::bigint])`);
     const audit = await owner.query<{ action: string; db_role: string }>(
       `select action, db_role from leasehold.actions where job in ('report', 'nightly-export', 'app2-evil') order by id`,
     );
@@ -116,7 +115,7 @@ describe('without namespaces: a job belongs to the role that registered or defin
       { action: 'run-now', db_role: ROLE.operator },
       { action: 'request-claimed', db_role: ROLE.app1 },
       { action: 'job-changed', db_role: ROLE.app1 },
-      { action: 'timeout-changed', db_role: ROLE.app1 },
+      { action: 'job-changed', db_role: ROLE.app1 },
     ]);
   });
 

@@ -123,9 +123,9 @@ describe('docs/sql-api.md against the database', () => {
     const cases: Array<[string, string, unknown[]]> = [
       ['LH001', `select leasehold.acquire($1, '1 minute', 'h')`, ['']],
       ['LH001', `select leasehold.acquire($1, '1 minute', 'h')`, ['x'.repeat(201)]],
-      ['LH001', `select leasehold.renew($1, gen_random_uuid(), '1 minute')`, ['a\nb']],
+      ['LH001', `select leasehold.renew_leases(($1, gen_random_uuid(), '1 minute'))`, ['a\nb']],
       ['LH002', `select leasehold.acquire('job', $1, 'h')`, ['0 seconds']],
-      ['LH002', `select leasehold.renew('job', gen_random_uuid(), $1)`, ['8 days']],
+      ['LH002', `select leasehold.renew_leases(('job', gen_random_uuid(), $1))`, ['8 days']],
       ['LH004', `select leasehold.acquire('job', '1 minute', $1)`, ['']],
     ];
     for (const [code, sql, values] of cases) {

@@ -104,7 +104,7 @@ async function exec(command: string[], options: ExecOptions, io: Io): Promise<vo
       io.exit(skippedExitCode);
       return;
     }
-    const code = await runGuarded(leasehold, lease.lease, command, { graceMs, intervalMs, ttlMs, history: options.history, tokenEnv: options.tokenEnv }, event);
+    const code = await runGuarded(leasehold, lease.lease, command, { graceMs, intervalMs, history: options.history, tokenEnv: options.tokenEnv }, event);
     io.exit(code);
   } finally {
     await leasehold.close();
@@ -145,11 +145,11 @@ async function runGuarded(
   leasehold: Leasehold,
   lease: Lease,
   command: string[],
-  settings: { graceMs: number; intervalMs: number | null; ttlMs: number; history: boolean; tokenEnv: boolean },
+  settings: { graceMs: number; intervalMs: number | null; history: boolean; tokenEnv: boolean },
   event: (fields: Record<string, unknown>, human: string) => void,
 ): Promise<number> {
   if (settings.history) {
-    await startHeldRun(leasehold.pool, lease, settings.ttlMs, settings.intervalMs);
+    await startHeldRun(leasehold.pool, lease, settings.intervalMs);
   }
   const [file, ...args] = command as [string, ...string[]];
   // Without a terminal (cron, Kubernetes, CI) the command gets its own process group, so that
