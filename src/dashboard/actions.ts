@@ -15,7 +15,7 @@ export const DASHBOARD_ACTIONS = {
   pause: { fn: 'pause_job', level: 'operator' },
   resume: { fn: 'resume_job', level: 'operator' },
   'run-now': { fn: 'run_now', level: 'operator' },
-  backfill: { fn: 'request_backfill', level: 'operator' },
+  backfill: { fn: 'run_now', level: 'operator' },
   'force-release': { fn: 'force_release', level: 'operator' },
 } as const;
 

@@ -241,7 +241,7 @@ describe('the database level and namespace', () => {
     const refused = await dashboard(ROLE.reader, { actions: { users } }).then(() => null, (e: unknown) => e);
     expect(refused).toBeInstanceOf(PermissionDeniedError);
     expect((refused as PermissionDeniedError).level).toBe('operator');
-    expect((refused as Error).message).toContain(`may not execute leasehold.force_release, leasehold.pause_job, leasehold.request_backfill, leasehold.resume_job, leasehold.run_now. Have the schema owner run: leasehold grant ${ROLE.reader} --as operator`);
+    expect((refused as Error).message).toContain(`may not execute leasehold.force_release, leasehold.pause_job, leasehold.resume_job, leasehold.run_now. Have the schema owner run: leasehold grant ${ROLE.reader} --as operator`);
     const readOnly = await dashboard(ROLE.reader);
     expect((await session(readOnly)).actions).toBe(false);
     const result = await cli(['dashboard', '--port', '0', '--trusted-proxy', '127.0.0.1'], { DATABASE_URL: urlAs(url, ROLE.reader) });
