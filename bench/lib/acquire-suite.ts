@@ -22,7 +22,7 @@ import {
   type TakeoverResult,
   type TakeoverScenario,
 } from './takeover.js';
-import { measureDeclinedWal, type WalResult } from './wal.js';
+import { measureDeclinedWal, walBytes, type WalResult } from './wal.js';
 
 const CONTESTED_NAME = 'bench-contested';
 const LIVENESS_TTL_SECONDS = 30;
@@ -40,10 +40,7 @@ interface Contender {
 
 async function contender<C extends ClaimConnection>(pattern: ClaimPattern<C>, open: (label: string) => Promise<C>): Promise<Contender> {
   const admin = await open(`bench-admin-${pattern.id}`);
-  const walPosition =
-    admin instanceof Session
-      ? async () => Number((await admin.query<{ b: string }>("select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::text as b"))[0]?.b)
-      : undefined;
+  const walPosition = admin instanceof Session ? () => walBytes(admin) : undefined;
   return {
     info: patternInfo(pattern),
     table: pattern.table,

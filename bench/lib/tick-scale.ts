@@ -14,6 +14,7 @@
 import { performance } from 'node:perf_hooks';
 import { nameHash } from '../../src/worker/shares.js';
 import { cpuMs } from './contested.js';
+import { walBytes } from './wal.js';
 import { Session } from './session.js';
 import { median, percentileOfSorted, round, sleep, sortedCopy } from './stats.js';
 
@@ -119,7 +120,7 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
   const slot = new Date(Number((now as { ms: string }).ms) - 1);
   const keys = claimers.map((c) => c.key).sort();
   const pids = await Promise.all(claimers.map(async (c) => Number((await c.session.query<{ pid: number }>('select pg_backend_pid() as pid'))[0]?.pid)));
-  const walBefore = await walPosition(admin);
+  const walBefore = await walBytes(admin);
   const cpuBefore = cpuMs(pids);
   const finishes: Array<Promise<unknown>> = [];
   const arrivals: number[] = [];
@@ -162,7 +163,7 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
   );
   await Promise.all(finishes);
   const cpuAfter = cpuMs(pids);
-  const walBytes = (await walPosition(admin)) - walBefore;
+  const walWritten = (await walBytes(admin)) - walBefore;
   const [check] = await admin.query<{ once: number; doubled: number }>(
     path === 'baseline'
       ? `select count(*) filter (where last_slot = $2)::int as once, 0 as doubled from leasehold.leases where name = any($1::text[])`
@@ -186,12 +187,7 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
     exactlyOnce: check?.once ?? 0,
     doubled: check?.doubled ?? 0,
     cpuUsPerJob: cpuBefore === null || cpuAfter === null ? null : round(((cpuAfter - cpuBefore) * 1000) / names.length, 1),
-    walBytesPerJob: round(walBytes / names.length, 1),
+    walBytesPerJob: round(walWritten / names.length, 1),
   };
-}
-
-async function walPosition(admin: Session): Promise<number> {
-  const [row] = await admin.query<{ b: string }>("select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::text as b");
-  return Number(row?.b);
 }
 

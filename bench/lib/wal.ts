@@ -32,6 +32,12 @@ interface Position {
   xmax: string;
 }
 
+/** The server's WAL position in bytes: what a span wrote is the difference of two reads. */
+export async function walBytes(session: Session): Promise<number> {
+  const [row] = await session.query<{ b: string }>("select pg_wal_lsn_diff(pg_current_wal_lsn(), '0/0')::text as b");
+  return Number(row?.b);
+}
+
 async function position(session: Session): Promise<Position> {
   const rows = await session.query<Position>(
     'select pg_current_wal_lsn()::text as lsn, pg_snapshot_xmax(pg_current_snapshot())::text as xmax',

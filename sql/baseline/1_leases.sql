@@ -401,7 +401,7 @@ declare
   acquiring boolean;
   -- the class of the acquirers' advisory locks ('LH'); the lock's second half is hashtext(name)
   acquirers constant integer := 19528;
-  saved_lock_timeout text := current_setting('lock_timeout');
+  saved_lock_timeout text;
   why text;
 begin
   perform leasehold.check_namespace(array[p_name]);
@@ -451,6 +451,7 @@ begin
   -- others 'being-acquired'. (A try-lock with a shared-lock wait starves: the waiters' brief
   -- shared holds keep every next try failing.)
   begin
+    saved_lock_timeout := current_setting('lock_timeout');
     perform set_config('lock_timeout', '50ms', true);
     perform pg_advisory_xact_lock(acquirers, hashtext(p_name));
     perform set_config('lock_timeout', saved_lock_timeout, true);

@@ -429,7 +429,7 @@ declare
   acquiring boolean;
   -- the class of the acquirers' advisory locks ('LH'); the lock's second half is hashtext(name)
   acquirers constant integer := 19528;
-  saved_lock_timeout text := current_setting('lock_timeout');
+  saved_lock_timeout text;
   why text;
 begin
   perform leasehold.check_namespace(array[p_name]);
@@ -479,6 +479,7 @@ begin
   -- others 'being-acquired'. (A try-lock with a shared-lock wait starves: the waiters' brief
   -- shared holds keep every next try failing.)
   begin
+    saved_lock_timeout := current_setting('lock_timeout');
     perform set_config('lock_timeout', '50ms', true);
     perform pg_advisory_xact_lock(acquirers, hashtext(p_name));
     perform set_config('lock_timeout', saved_lock_timeout, true);
@@ -2831,7 +2832,7 @@ select unnest(v.objects), v.level from (values
      'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '1b0bffec696d9ffb3fec792a81f5e4f2a7bda6ab885a5fe410ab174c783c754f');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'caa4ece666a03a89d5cbddff388e2ea80fd63ee7e7e4f050a540ef0c2765bd2f');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

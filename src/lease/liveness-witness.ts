@@ -39,8 +39,6 @@ export class LivenessWitness {
   private settle!: (outcome: WitnessOutcome) => void;
   private noticed = false;
   private settled = false;
-  /** Seen waiting for the key by the liveness session: from then on a grant leaves no gap. */
-  private waitingSeen = false;
   private holds = false;
 
   private constructor(
@@ -95,11 +93,6 @@ export class LivenessWitness {
     return this.holds;
   }
 
-  /** Whether a grant now would prove an unbroken hold: the liveness session saw this witness waiting. */
-  get confirmed(): boolean {
-    return this.waitingSeen;
-  }
-
   /**
    * Asks, on the liveness session `owner` (which holds the key), until the witness's wait shows in
    * pg_locks; resolves whether it did within `timeoutMs`. A waiting lock request leaves the queue
@@ -115,7 +108,7 @@ export class LivenessWitness {
         values: [this.pid, key],
         query_timeout: timeoutMs,
       } as pg.QueryConfig);
-      if (rows[0]?.waiting === true) return (this.waitingSeen = true);
+      if (rows[0]?.waiting === true) return true;
       if (Date.now() >= deadline) return false;
       await new Promise((resolve) => setTimeout(resolve, 20));
     }

@@ -172,8 +172,7 @@ export class LivenessSession {
         const seen =
           still() &&
           (await witness.confirmWaiting(owner, key, settings.queryTimeoutMs).catch((error: unknown) => {
-            // the server's 57P01 went to this query; the session's own end then says only "terminated"
-            if (endedByServer(error)) this.noticed.add(owner);
+            this.noteEnd(owner, error);
             return false;
           }));
         if (!seen || this.state.kind !== 'ready' || this.state.client !== owner) {
@@ -217,10 +216,16 @@ export class LivenessSession {
     this.listen(client);
     this.becomeReady(client, key, incarnation);
     // named as the liveness session it now is (pg_stat_activity, the dashboard's connections)
-    client.query("select set_config('application_name', $1, false)", [`${this.settings.applicationName} liveness`]).catch((error: unknown) => {
-      if (endedByServer(error)) this.noticed.add(client);
-    });
+    client.query("select set_config('application_name', $1, false)", [`${this.settings.applicationName} liveness`]).catch((error: unknown) => this.noteEnd(client, error));
     this.settings.logger.info({ event: 'liveness:handover' }, 'leasehold liveness session ended by the server; its witness holds the lock now (no lease lost)');
+  }
+
+  /**
+   * A query on `client` failed: when the server ended the session (57P01/57P02), that error went
+   * to the query, and the session's own end then says only "terminated"; remember who ended it.
+   */
+  private noteEnd(client: pg.Client, error: unknown): void {
+    if (endedByServer(error)) this.noticed.add(client);
   }
 
   private async ping(client: pg.Client): Promise<void> {
