@@ -49,13 +49,19 @@ async function witnessWaiting(key: string): Promise<boolean> {
   return rows[0].n === 1;
 }
 
-it('hands the key over when the liveness session alone is ended while its witness waits', async () => {
+/** A started liveness session whose witness waits for its key, with what it logged and lost. */
+async function startedWithWitness() {
   const logged: string[] = [];
   const lost: Array<{ key: string; message: string }> = [];
   const live = session(logged, lost);
   await live.start();
   const key = live.key as string;
   await waitFor(() => witnessWaiting(key), 5_000, 20);
+  return { logged, lost, live, key };
+}
+
+it('hands the key over when the liveness session alone is ended while its witness waits', async () => {
+  const { logged, lost, live, key } = await startedWithWitness();
   // confirmed: the session saw the wait (the confirmation polls every 20 ms)
   await new Promise((resolve) => setTimeout(resolve, 200));
   await rawPool(url, 1).query('select pg_terminate_backend($1)', [(ownerOf(live) as unknown as { processID: number }).processID]);
@@ -66,12 +72,7 @@ it('hands the key over when the liveness session alone is ended while its witnes
 });
 
 it('loses the key, not adopts it, when a witness finds it already free', async () => {
-  const logged: string[] = [];
-  const lost: Array<{ key: string; message: string }> = [];
-  const live = session(logged, lost);
-  await live.start();
-  const key = live.key as string;
-  await waitFor(() => witnessWaiting(key), 5_000, 20);
+  const { logged, lost, live, key } = await startedWithWitness();
   // the witness ends; before the next one (a second later) the session's lock goes without its
   // client noticing (as when the server ended a session whose end never reached the client):
   // the next witness finds the key free
