@@ -33,6 +33,14 @@ export interface WitnessSettings {
   queryTimeoutMs: number;
 }
 
+/** The witness landed on the server connection that holds the liveness lock: a transaction pooler is in between. */
+export class WitnessBehindPoolerError extends Error {
+  constructor() {
+    super('the liveness witness reached the backend that holds the liveness lock (a transaction pooler such as PgBouncer?)');
+    this.name = 'WitnessBehindPoolerError';
+  }
+}
+
 export class LivenessWitness {
   /** Settles once: the lock was granted, or the session ended first. */
   readonly outcome: Promise<WitnessOutcome>;
@@ -70,7 +78,16 @@ export class LivenessWitness {
                 set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', '10000', false)`,
         settings.queryTimeoutMs,
       );
-      const { rows } = await client.query<{ pid: number }>('select pg_backend_pid() as pid');
+      const { rows } = await client.query<{ pid: number; shared: boolean }>(
+        `select pg_backend_pid() as pid,
+                exists (select 1 from pg_locks k
+                         where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.pid = pg_backend_pid()
+                           and ((k.classid::bigint << 32) | k.objid::bigint) = $1::bigint) as shared`,
+        [key],
+      );
+      // the backend already holds the key: the witness reached the liveness session's own server
+      // connection, which only a transaction pooler does (an advisory lock never waits on itself)
+      if (rows[0]?.shared === true) throw new WitnessBehindPoolerError();
       witness.pid = rows[0]?.pid ?? 0;
     } catch (error) {
       witness.settled = true;

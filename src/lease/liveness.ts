@@ -13,7 +13,7 @@ import { unavailable } from '../db/connect-failure.js';
 import { describeConnection, loginOf } from '../db/connection-url.js';
 import { sendOpening } from '../db/role-timeout.js';
 import type { Logger } from '../observe/logger.js';
-import { LivenessWitness } from './liveness-witness.js';
+import { LivenessWitness, WitnessBehindPoolerError } from './liveness-witness.js';
 import { endedByServer, restartLike } from '../db/server-restart.js';
 
 export interface LivenessSettings {
@@ -203,6 +203,7 @@ export class LivenessSession {
         });
       })
       .catch((error: unknown) => {
+        if (error instanceof WitnessBehindPoolerError) return this.disable(owner, key);
         settings.logger.debug({ event: 'liveness:witness-retry', err: String(error) }, 'liveness witness could not connect');
         retry();
       });
@@ -245,8 +246,9 @@ export class LivenessSession {
   }
 
   /**
-   * The lock is not held by the backend this connection talks to: a transaction-mode pooler
-   * (PgBouncer) sits in between and hands our session to other clients. Liveness cannot work
+   * The lock is not held by the backend this connection talks to, or the witness reached the
+   * backend that holds it: a transaction-mode pooler (PgBouncer) sits in between and hands our
+   * session to other clients. Liveness cannot work
    * there, and left on it would let another client's acquire see a live holder as gone. Turn
    * it off for good; TTLs still free crashed holders' leases.
    */

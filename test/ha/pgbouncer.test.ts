@@ -139,14 +139,33 @@ describe.concurrent('through PgBouncer (pool_mode = transaction)', () => {
       // and an advisory lock never conflicts with its own session. With a bigger pool it happens
       // whenever the pooler hands that server connection to an acquire.
       const single = bouncer!.url(`${new URL(direct).pathname.slice(1)}_single`);
-      const misconfigured = await client(single, { holder: 'liveness-via-pooler' });
-      const challenger = await client(single, { holder: 'challenger', liveness: false });
-      const held = await misconfigured.acquire('misrouted', { ttl: '30s' });
-      if (!held.acquired) throw new Error('expected to acquire');
+      // what a client with liveness on a pooled URL does: its liveness lock lands on a server
+      // connection of the pool, and its lease records that key
+      const misrouted = new pg.Client({ connectionString: single });
+      await misrouted.connect();
+      try {
+        const key = (await misrouted.query<{ key: string }>('select leasehold.register_liveness(false)::text as key')).rows[0]?.key;
+        const granted = await misrouted.query(`select acquired from leasehold.acquire('misrouted', '30 s', 'liveness-via-pooler', $1::bigint)`, [key]);
+        expect(granted.rows).toEqual([{ acquired: true }]);
+      } finally {
+        await misrouted.end();
+      }
       // leasehold.holder_gone() sees that the lock belongs to the acquiring session itself
+      const challenger = await client(single, { holder: 'challenger', liveness: false });
       const taken = await challenger.acquire('misrouted', { ttl: '30s' });
       expect(taken).toMatchObject({ acquired: false, reason: 'held', holder: 'liveness-via-pooler' });
-      await held.lease.transaction((c) => c.query('select 1'));
+
+      // the client itself notices: its liveness witness lands on the server connection that holds
+      // its lock, so it turns liveness off (liveness:unusable) and acquires by TTL alone
+      const errors: string[] = [];
+      const logger = { debug: () => undefined, info: () => undefined, warn: () => undefined, error: (fields: object) => void errors.push(String((fields as { event?: unknown }).event)) };
+      const misconfigured = await client(single, { holder: 'liveness-via-pooler', logger });
+      await waitFor(() => errors.includes('liveness:unusable'), 10_000);
+      const later = await misconfigured.acquire('after-liveness-off', { ttl: '30s' });
+      if (!later.acquired) throw new Error('expected to acquire');
+      const { rows } = await rawPool(direct, 1).query(`select holder_key from leasehold.leases where name = 'after-liveness-off'`);
+      expect(rows).toEqual([{ holder_key: null }]);
+      await later.lease.transaction((c) => c.query('select 1'));
     },
   );
 
