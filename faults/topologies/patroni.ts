@@ -164,6 +164,7 @@ export class PatroniCluster implements FailoverTopology {
     private readonly options: PatroniOptions,
     private readonly folder: { path: string; remove: () => void },
     private readonly etcd: Daemon,
+    private readonly etcdPort: number,
     private readonly haproxy: Daemon,
     private readonly haproxyPort: number,
     readonly nodes: Node[],
@@ -202,7 +203,7 @@ export class PatroniCluster implements FailoverTopology {
       ].join('\n'));
       const haproxy = new Daemon('haproxy', findProgram('haproxy') as string, ['-f', cfg, '-db'], { user });
       daemons.push(haproxy);
-      const cluster = new PatroniCluster(options, folder, etcd, haproxy, haproxyPort, nodes);
+      const cluster = new PatroniCluster(options, folder, etcd, client, haproxy, haproxyPort, nodes);
       // the first node bootstraps alone, so that it is the one leader the others clone; in
       // (strict) synchronous mode nothing commits before a replica streams
       nodes[0]?.start(options.synchronous);
@@ -262,25 +263,53 @@ export class PatroniCluster implements FailoverTopology {
     }, timeoutMs, () => `no primary other than ${old?.name ?? 'none'} behind HAProxy\n${this.logs()}`, 50);
   }
 
-  /** Until the leader streams to every other running node (one of them synchronous, in synchronous mode). */
+  /**
+   * Until the leader streams to every other running node and, in synchronous mode, Patroni's
+   * /sync key names this leader and a standby that streams synchronously from it. Only then may
+   * Patroni fail over: it promotes no node that key does not name, so a leader lost before
+   * Patroni recorded its new synchronous standby (a second after a switchover) stays lost.
+   */
   private async waitForReplicas(timeoutMs: number): Promise<void> {
     const expected = this.nodes.filter((n) => n.up).length - 1;
     await waitFor(async () => {
       const leader = await this.leader();
       if (!leader) return undefined;
+      const sync = this.options.synchronous ? await this.syncKey() : undefined;
+      if (this.options.synchronous && (sync?.leader !== leader.name || !sync.standby)) return undefined;
       const client = new pg.Client({ connectionString: leader.url(), connectionTimeoutMillis: 1_000 });
       client.on('error', () => undefined);
       try {
         await client.connect();
-        const { rows } = await client.query<{ streaming: number; sync: number }>(
-          "select count(*) filter (where state = 'streaming')::int as streaming, count(*) filter (where sync_state = 'sync')::int as sync from pg_stat_replication",
+        const { rows } = await client.query<{ streaming: number; sync: boolean }>(
+          `select count(*) filter (where state = 'streaming')::int as streaming,
+                  coalesce(bool_or(application_name = any($1::text[]) and state = 'streaming' and sync_state = 'sync'), false) as sync
+             from pg_stat_replication`,
+          [sync?.standby?.split(',').map((n) => n.trim()) ?? []],
         );
         const r = rows[0];
-        return !!r && r.streaming >= expected && (!this.options.synchronous || r.sync >= 1);
+        return !!r && r.streaming >= expected && (!this.options.synchronous || r.sync);
       } finally {
         await client.end().catch(() => undefined);
       }
-    }, timeoutMs, () => `the replicas did not stream from the leader\n${this.logs()}`, 250);
+    }, timeoutMs, () => `the replicas did not stream from the leader${this.options.synchronous ? ' (or /sync named no synchronous standby of it)' : ''}\n${this.logs()}`, 250);
+  }
+
+  /** Patroni's /sync key in etcd (v3 JSON gateway): the leader it was written for and its synchronous standby. */
+  private async syncKey(): Promise<{ leader: string | undefined; standby: string | undefined } | undefined> {
+    try {
+      const response = await fetch(`http://127.0.0.1:${this.etcdPort}/v3/kv/range`, {
+        method: 'POST',
+        body: JSON.stringify({ key: Buffer.from('/service/leasehold/sync').toString('base64') }),
+        signal: AbortSignal.timeout(1_000),
+      });
+      const body = (await response.json()) as { kvs?: Array<{ value?: string }> };
+      const value = body.kvs?.[0]?.value;
+      if (!value) return undefined;
+      const sync = JSON.parse(Buffer.from(value, 'base64').toString('utf8')) as { leader?: string; sync_standby?: string | null };
+      return { leader: sync.leader, standby: sync.sync_standby ?? undefined };
+    } catch {
+      return undefined;
+    }
   }
 
   async failover(how: FailoverHow, _holdBackMs: number, beforeMove?: (primaryUrl: string, from: number) => Promise<void>): Promise<FailoverStep[]> {
