@@ -223,6 +223,8 @@ declare
   v_queued boolean;
 begin
   perform leasehold.check_namespace(p_jobs);
+  -- another service's jobs are not this caller's to run (one index probe a job)
+  perform leasehold.check_job_owner(p_jobs);
   perform leasehold.check_holder(p_holder);
   if p_ahead_ms is not null and (p_ahead_ms < 0 or p_ahead_ms > 10000) then
     raise exception 'claim: ahead_ms must be between 0 and 10000 (got %)', p_ahead_ms using errcode = '22023';
@@ -543,6 +545,7 @@ end $$;
 create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
 language sql volatile as $$
   select leasehold.check_namespace(array[p_job]);
+  select leasehold.check_job_owner(array[p_job]);
   select leasehold.check_name(p_job);
   with inserted as (
     insert into leasehold.buffered (job, slot)

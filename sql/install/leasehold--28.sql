@@ -818,10 +818,9 @@ begin
      set token = null, expires_at = null, holder_key = null, released_at = now(), fence = leasehold.next_fence(l.fence)
    where l.name = p_name
   returning l.* into r;
-  if p_by is not null then
-    perform leasehold.record_action('force-released', p_name, p_by,
-      jsonb_build_object('released', old.token is not null, 'previous_holder', old.holder, 'previous_fence', old.fence, 'fence', r.fence));
-  end if;
+  -- audited also without p_by: the login role is recorded either way
+  perform leasehold.record_action('force-released', p_name, coalesce(p_by, session_user::text),
+    jsonb_build_object('released', old.token is not null, 'previous_holder', old.holder, 'previous_fence', old.fence, 'fence', r.fence));
   return query select old.token is not null, old.holder, old.fence, r.fence;
 end $$;
 
@@ -831,6 +830,7 @@ create function leasehold.record_skip(p_name text, p_recorded_by text, p_slot ti
 returns boolean
 language sql volatile as $$
   select leasehold.check_namespace(array[p_name]);
+  select leasehold.check_job_owner(array[p_name]);
   select leasehold.check_holder(p_recorded_by);
   with inserted as (
     insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
@@ -854,6 +854,7 @@ declare
   v_new  boolean;
   v_from timestamptz;
   v_to   timestamptz;
+  v_prefixes text[];
 begin
   if p_from is null or p_to is null or not isfinite(p_from) or not isfinite(p_to) or p_to <= p_from then
     raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to using errcode = '22023';
@@ -868,12 +869,18 @@ begin
   if v_new then
     insert into leasehold.clock_steps (from_time, to_time, recorded_by) values (p_from, p_to, p_holder);
     delete from leasehold.clock_steps where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
+    perform leasehold.record_action('clock-step', null, p_holder, jsonb_build_object('from', p_from, 'to', p_to));
   end if;
   -- The window's slots never existed: delete what record_missed_slots() would have refused had
   -- the window been stored first. Bounds as values, so that the BRIN index on recorded_at reads
   -- only the rows recorded since the step began.
   select min(w.from_time), max(w.to_time) into v_from, v_to from leasehold.clock_steps w where w.from_time <= p_to and p_from <= w.to_time;
-  delete from leasehold.missed m where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to;
+  -- only of jobs the caller may act for: a service's report cannot clear another's history
+  v_prefixes := leasehold.namespace_prefixes();
+  delete from leasehold.missed m
+   where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to
+     and (v_prefixes is null or leasehold.in_namespace(m.job, v_prefixes))
+     and not exists (select 1 from leasehold.jobs j where j.name = m.job and not leasehold.may_act_as(j.owner_role));
   return v_new;
 end $$;
 
@@ -1105,6 +1112,8 @@ declare
   v_queued boolean;
 begin
   perform leasehold.check_namespace(p_jobs);
+  -- another service's jobs are not this caller's to run (one index probe a job)
+  perform leasehold.check_job_owner(p_jobs);
   perform leasehold.check_holder(p_holder);
   if p_ahead_ms is not null and (p_ahead_ms < 0 or p_ahead_ms > 10000) then
     raise exception 'claim: ahead_ms must be between 0 and 10000 (got %)', p_ahead_ms using errcode = '22023';
@@ -1425,6 +1434,7 @@ end $$;
 create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
 language sql volatile as $$
   select leasehold.check_namespace(array[p_job]);
+  select leasehold.check_job_owner(array[p_job]);
   select leasehold.check_name(p_job);
   with inserted as (
     insert into leasehold.buffered (job, slot)
@@ -2832,7 +2842,7 @@ select unnest(v.objects), v.level from (values
      'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'caa4ece666a03a89d5cbddff388e2ea80fd63ee7e7e4f050a540ef0c2765bd2f');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'fe3c680eb0f7005b39ed194e724ea122b0fdad5f3a8ba0f4c7d2b540b54e7002');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

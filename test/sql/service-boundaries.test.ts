@@ -85,11 +85,18 @@ describe('without namespaces: a job belongs to the role that registered or defin
       ['register_jobs (a timeout)', `select * from leasehold.register_jobs(array['report'], array['* * * * *'], array[null::text], array[60000::bigint], array[30000::bigint], array['skip'], array['none'], 'app1', array[300::bigint])`],
       ['remove_schedule', `select leasehold.remove_schedule('nightly-export', 'app2')`],
       ['define_schedule', `select * from leasehold.define_schedule(p_name => 'nightly-export', p_handler => 'export', p_by => 'app2', p_every => '1 second')`],
+      ['claim', claimOf('report')],
+      ['claim (a data job)', claimOf('nightly-export')],
+      ['enqueue_slots', `select leasehold.enqueue_slots('report', array[${PAST}])`],
+      ['record_skip', `select leasehold.record_skip('report', 'app2')`],
     ] as const) {
       expect(await outcome(app2, sql), name).toBe('42501');
     }
     const definition = (await owner.query(`select schedule, ttl_ms, registered_by from leasehold.jobs where name = 'report'`)).rows[0];
     expect(definition).toEqual({ schedule: '* * * * *', ttl_ms: '30000', registered_by: 'app1-worker' });
+    const touched = await owner.query(`select (select count(*) from leasehold.buffered where job = 'report')::int as queued,
+      (select count(*) from leasehold.skips where job = 'report')::int as skips, (select last_slot from leasehold.leases where name = 'report') as last_slot`);
+    expect(touched.rows[0]).toEqual({ queued: 0, skips: 0, last_slot: null });
 
     // a schedule app2 defines with app1's handler name is not app1's workers' business
     await app2.query(`select * from leasehold.define_schedule(p_name => 'app2-evil', p_handler => 'export', p_by => 'app2', p_every => '1 second', p_payload => '{"customer":"victim-42"}')`);
@@ -103,9 +110,17 @@ describe('without namespaces: a job belongs to the role that registered or defin
     const taken = await app1.query<{ claimed: boolean }>(`select claimed from leasehold.claim_requests(array['report'], 'app1-worker')`);
     expect(taken.rows.map((r) => r.claimed)).toEqual([true]);
 
+    // a clock step app2 reports clears only missed slots of jobs it may act for
+    await owner.query(`insert into leasehold.missed (job, slot, reason, recorded_by) values ('report', now() - interval '1 minute', 'test', 'w')`);
+    await app2.query(`select leasehold.record_clock_step(now() - interval '1 hour', now(), 'app2-worker')`);
+    expect((await owner.query(`select count(*)::int as n from leasehold.missed where job = 'report'`)).rows[0].n).toBe(1);
+    await app1.query(`select leasehold.record_clock_step(now() - interval '1 hour', now(), 'app1-worker')`);
+    expect((await owner.query(`select count(*)::int as n from leasehold.missed where job = 'report'`)).rows[0].n).toBe(0);
+
     // the audit names the login role of every change, whatever name the caller gave
     await app1.query(`select * from leasehold.register_jobs(array['report'], array['*/5 * * * *'], array[null::text], array[300000::bigint], array[30000::bigint], array['skip'], array['none'], 'anyone')`);
     await app1.query(`select * from leasehold.register_jobs(array['report'], array['*/5 * * * *'], array[null::text], array[300000::bigint], array[30000::bigint], array['skip'], array['none'], 'anyone', array[60000::bigint])`);
+    await operator.query(`select * from leasehold.force_release('report')`); // no by: the login role is the actor
     const audit = await owner.query<{ action: string; db_role: string }>(
       `select action, db_role from leasehold.actions where job in ('report', 'nightly-export', 'app2-evil') order by id`,
     );
@@ -116,7 +131,25 @@ describe('without namespaces: a job belongs to the role that registered or defin
       { action: 'request-claimed', db_role: ROLE.app1 },
       { action: 'job-changed', db_role: ROLE.app1 },
       { action: 'job-changed', db_role: ROLE.app1 },
+      { action: 'force-released', db_role: ROLE.operator },
     ]);
+    const steps = await owner.query(`select actor, db_role from leasehold.actions where action = 'clock-step' order by id`);
+    expect(steps.rows).toEqual([{ actor: 'app2-worker', db_role: ROLE.app2 }]); // the second report widened no window
+    const forced = await owner.query(`select actor from leasehold.actions where action = 'force-released' and job = 'report'`);
+    expect(forced.rows).toEqual([{ actor: ROLE.operator }]);
+  });
+
+  it('a mutant without the job-owner check lets one service claim and rewrite the other\'s job (the test above would fail)', async () => {
+    const db = await installedDatabase();
+    const [app1, app2] = [pool(db.url, ROLE.app1), pool(db.url, ROLE.app2)];
+    await db.owner.query(`select leasehold.grant_access($1, 'client'), leasehold.grant_access($2, 'client')`, [ROLE.app1, ROLE.app2]);
+    await app1.query(`select * from leasehold.register_jobs(array['report'], array['* * * * *'], array[null::text], array[60000::bigint], array[30000::bigint], array['skip'], array['none'], 'app1')`);
+    const rewrite = `select * from leasehold.register_jobs(array['report'], array['0 0 1 1 *'], array[null::text], array[null::bigint], array[300::bigint], array['skip'], array['none'], 'app1')`;
+    expect(await outcome(app2, claimOf('report'))).toBe('42501');
+    expect(await outcome(app2, rewrite)).toBe('42501');
+    await installMutantFunction(db.owner, 'check_job_owner(text[])', 'begin end');
+    expect(await outcome(app2, claimOf('report'))).toBe('ok');
+    expect(await outcome(app2, rewrite)).toBe('ok');
   });
 
   it('a paused job runs no occurrence by any path: acquire with its slot is declined as paused', async () => {
