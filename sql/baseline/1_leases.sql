@@ -1,29 +1,18 @@
 -- leasehold schema, part 1 of 6: the lease protocol, and what every caller of acquire() may
--- write besides (liveness sessions, skips, clock steps).
---
--- Glossary
---   lease   one row per job name: who may run the job now, and until when.
---   token   random secret of one acquisition; renewals, the release and fenced writes present it.
---   fence   bigint that grows on every acquisition of a name and never goes back, even across a
---           failover (next_fence() folds the epoch in): a write checked against it cannot come
---           from an older holder.
---   epoch   the fork of history the server is on (leasehold.forks: a base fixed at the first
---           grant on each WAL timeline), so that a grant on a promoted server is told apart from
---           anything an old primary or another promoted copy issued.
---   incarnation  epoch and postmaster start time: one run of one server. Advisory locks
---           (liveness evidence) exist only in the incarnation that took them.
---   holder  human-readable identity of the acquirer (host:pid:id), for logs and skips.
---   holder_key  the holder's liveness session's key: a session-level advisory lock it keeps
---           while its process lives. When the lock is gone the lease is free.
---   slot    the scheduled occurrence a claim is for; each slot is claimed at most once.
--- Every decision uses the database clock (now()). Errors: LH001 (bad name), LH002 (bad ttl),
--- LH003 (lease lost), LH004 (bad holder); docs/sql-api.md is the contract.
+-- write besides (liveness sessions, skips, clock steps). docs/sql-api.md is the contract.
+--   token  secret of one acquisition; renewals, the release and fenced writes present it.
+--   fence  grows on every acquisition of a name, never goes back, even across a failover (the
+--          epoch is folded in): a write checked against it cannot come from an older holder.
+--   epoch  the fork of history (leasehold.forks: a base fixed at the first grant on each WAL
+--          timeline); incarnation: epoch and postmaster start, where advisory locks live.
+--   holder_key  the key of the holder's liveness session lock: when it is gone, the lease is free.
+--   slot   a scheduled occurrence, claimed at most once.
+-- Every decision uses the database clock. Errors: LH001 name, LH002 ttl, LH003 lease lost, LH004 holder.
 
 create type leasehold.lease_renewal as (name text, token uuid, ttl interval);
 
--- Windows (from_time, to_time] of database time that a forward step of the database clock
--- jumped over. Slots inside never existed: record_missed_slots() does not record them. Kept as
--- long as the history, and at most 1,000 windows.
+-- Windows (from_time, to_time] a forward step of the database clock jumped over: their slots
+-- never existed (not recorded missed). Kept as long as the history, at most 1,000.
 create table leasehold.clock_steps (
   id bigint generated always as identity primary key,
   from_time timestamp with time zone not null, to_time timestamp with time zone not null,
@@ -38,20 +27,12 @@ comment on table leasehold.forks is
   'The fence base of each timeline this line of history has granted on, fixed at its first grant (fork_base()).';
 
 create table leasehold.leases (
-  name text primary key,
-  token uuid,
-  fence bigint not null default 0,
-  holder text,
-  holder_key bigint,
-  acquired_at timestamp with time zone,
-  expires_at timestamp with time zone,
-  last_slot timestamp with time zone,
-  released_at timestamp with time zone,
-  ttl interval,
+  name text primary key, token uuid, fence bigint not null default 0, holder text, holder_key bigint,
+  acquired_at timestamp with time zone, expires_at timestamp with time zone, last_slot timestamp with time zone,
+  released_at timestamp with time zone, ttl interval,
   epoch integer, -- the epoch in which the grant or its latest renewal was confirmed
   holder_incarnation text, -- the incarnation whose advisory lock table holds holder_key's lock
-  created_at timestamp with time zone not null default now(),
-  suspended text,
+  created_at timestamp with time zone not null default now(), suspended text,
   -- the scheduled run in flight (claim()), until finish_runs() writes its history row
   run_slot timestamp with time zone, run_fence bigint, run_holder text, run_started_at timestamp with time zone,
   constraint leases_suspended_check CHECK ((suspended = ANY (ARRAY['paused'::text, 'removed'::text]))),
@@ -61,27 +42,22 @@ comment on table leasehold.leases is
   'One row per lease name. Write it only through the leasehold.* functions.';
 
 create table leasehold.skips (
-  job text not null,
-  slot timestamp with time zone not null,
+  job text not null, slot timestamp with time zone not null,
   holder text, holder_fence bigint, holder_slot timestamp with time zone, held_for interval, -- the holder, as the skip saw it
-  recorded_by text not null,
-  recorded_at timestamp with time zone not null default now(),
+  recorded_by text not null, recorded_at timestamp with time zone not null default now(),
   constraint skips_pkey PRIMARY KEY (job, slot)
 );
 create index skips_recorded_brin on leasehold.skips using brin (recorded_at) WITH (pages_per_range='32');
 
--- bad_characters: the characters a name, holder or operator's text must not contain, as one
--- regular-expression class: C0/C1 controls and line separators, bidirectional controls (they
--- reorder what a terminal or page shows: 'invoice\u202Egnp.exe' renders as 'invoiceexe.png')
--- and invisible format characters (zero-width space, joiners, BOM, fillers, tags:
--- 'pay\u200Bments' would look like 'payments'). Immutable, so callers get it as a constant.
+-- bad_characters: what a name, holder or operator's text must not contain (one regex class):
+-- controls, bidirectional controls ('invoice\u202Egnp.exe' shows as 'invoiceexe.png') and
+-- invisible characters ('pay\u200Bments' looks like 'payments'). Immutable: a constant.
 create function leasehold.bad_characters() returns text
 language sql immutable as $$
   select '[\u0001-\u001f\u007f-\u009f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f]'::text;
 $$;
 
--- check_characters: describes the first bad character of p_text, or null. Positions count code
--- points from 0, as the TypeScript client does.
+-- check_characters: the first bad character of p_text, or null (code point position from 0, as in TypeScript).
 create function leasehold.check_characters(p_text text) returns text
 language sql immutable strict as $$
   select format('U+%s, %s, at position %s',
@@ -96,9 +72,8 @@ language sql immutable strict as $$
    where m.c is not null;
 $$;
 
--- Argument checks shared by every entry point, so psql, Python and TypeScript callers get
--- the same answer with the same SQLSTATE. The hot path tests the pattern in plpgsql (a cached
--- expression); check_characters, planned per call, only describes a refusal.
+-- Argument checks shared by every entry point (one answer, one SQLSTATE for every client). The
+-- pattern is tested in plpgsql (a cached expression); check_characters only describes a refusal.
 create function leasehold.check_name(p_name text) returns void
 language plpgsql immutable as $$
 begin
@@ -139,7 +114,6 @@ begin
   end if;
 end $$;
 
--- check_lease_name: the name rule, on an insert or a change of the name only.
 create function leasehold.check_lease_name() returns trigger
 language plpgsql volatile as $$
 begin
@@ -150,19 +124,16 @@ begin
   return new;
 end $$;
 
--- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves the moment
--- a standby is promoted, pg_control_checkpoint() only after the end-of-recovery checkpoint. Where
--- they are refused (a managed service): the last checkpoint's timeline, then 1 (epoch_source()).
+-- epoch: the current WAL timeline: the WAL file name moves at promotion, the checkpoint's only
+-- after the end-of-recovery checkpoint; where refused (managed services): the checkpoint's, else 1.
 create function leasehold.epoch() returns integer
 language plpgsql volatile as $$
 begin
   begin
-    if pg_is_in_recovery() then
-      return (pg_control_checkpoint()).timeline_id;
-    end if;
+    if pg_is_in_recovery() then return (pg_control_checkpoint()).timeline_id; end if;
     return ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
   exception when others then
-    null; -- refused or unsupported here: the next source
+    null;
   end;
   begin
     return (pg_control_checkpoint()).timeline_id;
@@ -171,16 +142,12 @@ begin
   end;
 end $$;
 
--- epoch_source: where epoch() reads the timeline on this server, with the errors of the sources
--- it could not use ('wal': the current WAL file, a promotion shows at once; 'checkpoint': the
--- last checkpoint, a promotion shows only after its end-of-recovery checkpoint; 'none': no
--- timeline, epoch() is 1), and this server's incarnation, for readers (lease_status) and clients.
+-- epoch_source: where epoch() reads the timeline here ('wal', 'checkpoint', or 'none': epoch 1),
+-- the errors of the sources it could not use, and the server's incarnation.
 create function leasehold.epoch_source() returns table (source text, timeline integer, detail text, incarnation text)
 language plpgsql volatile as $$
 declare
-  v_source text := 'none';
-  v_timeline integer := 1;
-  v_detail text;
+  v_source text := 'none'; v_timeline integer := 1; v_detail text;
 begin
   begin
     if not pg_is_in_recovery() then
@@ -201,22 +168,18 @@ begin
   return query select v_source, v_timeline, v_detail, leasehold.server_incarnation();
 end $$;
 
--- fork_base: the fence base of timeline p_timeline on this line of history, fixed at the first
--- grant on it (0 on timeline 1). Concurrent first grants: one row wins and both read it.
+-- fork_base: the fence base of a timeline, fixed at its first grant (0 on timeline 1; of two
+-- concurrent first grants one row wins and both read it).
 create function leasehold.fork_base(p_timeline integer) returns bigint
 language plpgsql volatile as $$
 declare
   v_base bigint;
 begin
-  if p_timeline <= 1 then
-    return 0;
-  end if;
+  if p_timeline <= 1 then return 0; end if;
   select f.base into v_base from leasehold.forks f where f.timeline = p_timeline;
   if not found then
     insert into leasehold.forks as f (timeline, base)
-    values (p_timeline,
-            greatest((p_timeline - 1)::bigint << 40,
-                     ((extract(epoch from now()) * 1000)::bigint - 1577836800000) * 1024))
+    values (p_timeline, greatest((p_timeline - 1)::bigint << 40, ((extract(epoch from now()) * 1000)::bigint - 1577836800000) * 1024))
     on conflict (timeline) do update set base = f.base
     returning f.base into v_base;
   end if;
@@ -230,9 +193,9 @@ language sql volatile as $$
   select leasehold.epoch() || '@' || to_char(pg_postmaster_start_time() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US');
 $$;
 
--- liveness_incarnation: the incarnation to record with a grant under liveness key p_key: the
--- current one when the key's lock is held here now, else null (the TTL governs). A client whose
--- liveness session went with an old primary would otherwise look "holder gone" at once.
+-- liveness_incarnation: the incarnation to record with a grant under key p_key: the current one
+-- if the key's lock is held here, else null (the TTL governs: a session lost with an old primary
+-- must not look "holder gone" at once).
 create function leasehold.liveness_incarnation(p_key bigint) returns text
 language sql volatile as $$
   select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.server_incarnation() end;
@@ -244,9 +207,8 @@ language sql immutable as $$
   select 19528::bigint;
 $$;
 
--- liveness_locks: the liveness locks held in this database now: session-level advisory locks on
--- one bigint key (objsubid 1), exclusive and granted, with the backend that holds each; worker:
--- a key in the workers' range (register_liveness(true)).
+-- liveness_locks: the session advisory locks on one bigint key held in this database now, with
+-- their backend; worker: a key in the workers' range.
 create function leasehold.liveness_locks() returns table (pid integer, key bigint, worker boolean)
 language sql volatile as $$
   select x.pid, x.key, x.key >> 47 = leasehold.worker_key_tag()
@@ -259,11 +221,8 @@ $$;
 create function leasehold.holder_gone(p_key bigint) returns boolean
 language plpgsql volatile as $$
 begin
-  -- plpgsql, not sql: its plans are cached for the session (a sql body with a subquery is
-  -- planned again in every transaction that calls it, on every declined acquire)
-  if p_key is null or not pg_try_advisory_xact_lock_shared(p_key) then
-    return false;
-  end if;
+  -- plpgsql: plans cached per session (a sql body is planned again on every declined acquire)
+  if p_key is null or not pg_try_advisory_xact_lock_shared(p_key) then return false; end if;
   return not exists (select 1 from leasehold.liveness_locks() k where k.pid = pg_backend_pid() and k.key = p_key);
 end $$;
 
@@ -272,8 +231,7 @@ language sql volatile as $$
   select (leasehold.fences_after(array[p_old], leasehold.epoch()))[1];
 $$;
 
--- fences_after: the one rule for every new fence (next_fence, every claim).
--- (plpgsql: a sql body with a FROM is planned again in every transaction, every grant)
+-- fences_after: the one rule for every new fence (plpgsql: a sql body is planned on every grant).
 create function leasehold.fences_after(p_old bigint[], p_epoch integer) returns bigint[]
 language plpgsql volatile as $$
 declare
@@ -283,13 +241,9 @@ begin
             from unnest(p_old) with ordinality as o(old, n));
 end $$;
 
--- is_free: the one rule for "anyone may take this lease now".
---   * never held or released;
---   * expired by the database clock; a lease last confirmed in an earlier epoch (before a
---     failover) gets a grace of one more ttl, because with asynchronous replication the
---     holder's latest renewals may be lost with the old primary while it still runs;
---   * its holder's liveness lock is gone, asked only on the incarnation where the lock was
---     taken: after a restart or promotion no advisory lock exists, which proves nothing.
+-- is_free: the one rule for "anyone may take this lease now": released; expired (confirmed
+-- before a failover: one more ttl, its last renewals may be lost with the old primary); or its
+-- holder's liveness lock gone, asked only on the incarnation that took it (elsewhere none exists).
 create function leasehold.is_free(l leasehold.leases) returns boolean
 language sql volatile as $$
   select case
@@ -301,9 +255,8 @@ language sql volatile as $$
   end;
 $$;
 
--- pin_synchronous_commit: lease-changing functions call it first, so that a role or session with
--- synchronous_commit off (or local) does not acknowledge a grant before a synchronous standby has
--- it. Transaction-local, so it still holds at COMMIT (a SET clause would end on return).
+-- pin_synchronous_commit: no grant is acknowledged before a synchronous standby has it, whatever
+-- the session's setting. Transaction-local: still set at COMMIT (a SET clause ends on return).
 create function leasehold.pin_synchronous_commit() returns void
 language plpgsql volatile as $$
 begin
@@ -312,15 +265,10 @@ begin
   end if;
 end $$;
 
--- register_liveness: run once on the holder's dedicated session. Takes a session-level
--- advisory lock on a fresh random key and returns it; pass the key to acquire. When the
--- session ends (process killed, connection lost) the lock goes, and so does every lease
--- recorded with that key. Keys are non-negative so lease_status can match pg_locks.
--- p_worker: a scheduler worker's session, whose key is in the workers' range (worker_key_tag())
--- so that its peers find it in liveness_locks() to share the jobs of a tick; p_handlers: the
--- handler names it runs data jobs for, counted while the key is live (live_handlers()).
-create function leasehold.register_liveness(p_worker boolean default false, p_holder text default null,
-                                            p_handlers text[] default null) returns bigint
+-- register_liveness: on the holder's dedicated session, a session advisory lock on a fresh
+-- non-negative key; when the session ends, every lease held with the key is free. p_worker: a key
+-- in the workers' range (peers share a tick's jobs); p_handlers: counted while the key is live.
+create function leasehold.register_liveness(p_worker boolean default false, p_holder text default null, p_handlers text[] default null) returns bigint
 language plpgsql volatile as $$
 declare
   k bigint;
@@ -346,173 +294,112 @@ begin
   return k;
 end $$;
 
--- acquire: one call, one round trip, never waits for a row lock.
---
--- Takes the lease where it is free (is_free). Sets a token, the next fence (next_fence),
--- now() + ttl and the current epoch and incarnation.
--- With p_slot, the claim also needs p_slot newer than the last claimed slot and not in
--- the future, so each scheduled occurrence is claimed once across a fleet.
--- p_token: the caller's own random token for this acquisition (null: the server makes one).
--- A retry whose first answer was lost passes the same token; while the lease is held with
--- it, the answer is 'acquired' again with the same fence (the caller adopts its own grant)
--- instead of 'held' by itself. Never reuse a token for a second acquisition.
---
--- Why this shape (measured, see docs/design.md): the losing path must write nothing. A
--- SELECT ... FOR UPDATE whose WHERE is false locks nothing, takes no transaction id and
--- writes no WAL; INSERT ... ON CONFLICT DO UPDATE would lock the row on every losing call.
--- A row locked by someone else is first skipped (SKIP LOCKED). When it is free by the rules
--- but locked, the caller waits up to 50 ms for the locker (a concurrent acquirer, or an expired
--- holder's fenced transaction, FOR KEY SHARE) and decides on what it left: held (the answer
--- names the winner, since when), or free (the caller takes it). Still locked after that:
--- 'holder-committing' or 'being-acquired'. The wait takes no row lock unless it wins.
--- A winner that takes over a lease with a scheduled run in flight on it records that run as
--- lost, as a claim does.
+-- acquire: takes the lease where it is free (is_free) in one round trip, never waiting for a
+-- row lock. p_slot: only a slot after last_slot and not in the future (each slot once per fleet).
+-- p_token: the caller's token; a retry of a lost answer passes it again and adopts its own grant.
+-- The losing path writes nothing (docs/design.md): a FOR UPDATE whose WHERE is false takes no
+-- lock, no xid, no WAL, where ON CONFLICT DO UPDATE would lock the row on every losing call.
 create function leasehold.acquire(
-  p_name       text,
-  p_ttl        interval,
-  p_holder     text,
-  p_holder_key bigint default null,
-  p_slot       timestamptz default null,
-  p_token      uuid default null
+  p_name text, p_ttl interval, p_holder text, p_holder_key bigint default null, p_slot timestamptz default null, p_token uuid default null
 ) returns table (
-  acquired       boolean,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  holder         text,
-  acquired_at    timestamptz,
-  last_slot      timestamptz,
-  reason         text,
-  database_time  timestamptz,
-  took_over      boolean
+  acquired boolean, token uuid, fence bigint, expires_at timestamptz, holder text, acquired_at timestamptz,
+  last_slot timestamptz, reason text, database_time timestamptz, took_over boolean
 )
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 #variable_conflict use_column
 declare
-  r leasehold.leases;
-  candidate text;
-  previous_token uuid;
-  -- a scheduled run in flight on the row (claim), lost to this acquisition
-  previous_run_slot timestamptz;
-  previous_run_fence bigint;
-  key_share_free boolean;
-  acquiring boolean;
-  -- the class of the acquirers' advisory locks ('LH'); the lock's second half is hashtext(name)
-  acquirers constant integer := 19528;
+  r leasehold.leases; candidate text; previous_token uuid; key_share_free boolean; acquiring boolean; why text;
+  previous_run_slot timestamptz; previous_run_fence bigint; -- a scheduled run in flight on the row, lost to this acquisition
   saved_lock_timeout text;
-  why text;
 begin
   perform leasehold.check_namespace(array[p_name]);
-
-  -- A paused job runs no occurrence by any path: a slot claim of it is refused as claim() refuses.
+  -- a paused job runs no slot by any path
   if p_slot is not null and exists (select 1 from leasehold.jobs j where j.name = p_name and j.paused_at is not null) then
-    return query select false, null::uuid, coalesce(l.fence, 0), null::timestamptz, null::text, null::timestamptz,
-                        l.last_slot, 'paused'::text, now(), false
-                   from (select 1) one left join leasehold.leases l on l.name = p_name;
+    return query select false, null::uuid, coalesce(l.fence, 0), null::timestamptz, null::text, null::timestamptz, l.last_slot,
+                        'paused'::text, now(), false from (select 1) one left join leasehold.leases l on l.name = p_name;
     return;
   end if;
   perform leasehold.check_name(p_name);
   perform leasehold.check_ttl(p_ttl);
   perform leasehold.check_holder(p_holder);
 
-  -- Held by another live holder (most calls of a contested name): one read of the row, no lock,
-  -- no write, and the answer names the holder. The retry of a lost answer (p_token) reads on.
+  -- Held (most calls of a contested name): one read, no lock, no write. A retry (p_token) reads on.
   if p_token is null then
     select * into r from leasehold.leases l where l.name = p_name;
     if found and r.token is not null and not leasehold.is_free(r) then
       return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot,
-                          case when p_slot is not null and p_slot > now() then 'slot-not-due'
-                               when p_slot is not null and r.last_slot is not null and p_slot <= r.last_slot then 'slot-taken'
-                               else 'held' end,
-                          now(), false;
+                          case when p_slot > now() then 'slot-not-due' when p_slot <= r.last_slot then 'slot-taken' else 'held' end, now(), false;
       return;
     end if;
   end if;
-
   perform leasehold.pin_synchronous_commit();
-
   if p_token is not null then
-    -- the retry of an acquisition whose answer was lost: still ours, so hand it back
-    -- (renewed and confirmed in this epoch), with the fence it was granted
+    -- a retry whose answer was lost: still ours, so hand it back renewed, with its fence
     r := leasehold.confirm(p_name, p_token, p_ttl);
     if r.name is not null then
-      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
-                          r.last_slot, 'acquired'::text, now(), false;
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired'::text, now(), false;
       return;
     end if;
   end if;
 
-  -- The acquirers of one name take turns on a transaction-level advisory lock (the two-int form,
-  -- apart from liveness keys), waiting at most 50 ms. The wait takes no transaction id and writes
-  -- nothing (a wait on the row would lock the winner's new version); a turn that comes after a
-  -- winner committed finds the row held and names it. A winner slower than that leaves the
-  -- others 'being-acquired'. (A try-lock with a shared-lock wait starves: the waiters' brief
-  -- shared holds keep every next try failing.)
+  -- The acquirers of a name take turns on an advisory lock ('LH', hashtext(name): apart from
+  -- liveness keys), waiting at most 50 ms, without an xid or a write (a wait on the row would lock
+  -- the winner's new version); a later turn finds the row held and names the winner. Slower:
+  -- 'being-acquired'. (A try-lock with a shared-lock wait starves.)
   begin
     saved_lock_timeout := current_setting('lock_timeout');
     perform set_config('lock_timeout', '50ms', true);
-    perform pg_advisory_xact_lock(acquirers, hashtext(p_name));
+    perform pg_advisory_xact_lock(19528, hashtext(p_name));
     perform set_config('lock_timeout', saved_lock_timeout, true);
     acquiring := true;
   exception when lock_not_available then
     acquiring := false;
   end;
-
   if acquiring then
-    -- The lock that decides is the row's: free by the rules and not locked (a holder's fenced
-    -- transaction holds FOR KEY SHARE, a claim, renewal or release FOR UPDATE).
+    -- the row lock decides: free by the rules and not locked
     select l.name, l.token, l.run_slot, l.run_fence into candidate, previous_token, previous_run_slot, previous_run_fence
       from leasehold.leases l
-     where l.name = p_name
-       and leasehold.is_free(l)
+     where l.name = p_name and leasehold.is_free(l)
        and (p_slot is null or ((l.last_slot is null or p_slot > l.last_slot) and p_slot <= now()))
        for update skip locked;
     if not found and not exists (select 1 from leasehold.leases l where l.name = p_name) then
       if p_slot is not null and p_slot > now() then
-        return query select false, null::uuid, 0::bigint, null::timestamptz, null::text,
-                            null::timestamptz, null::timestamptz, 'slot-not-due'::text, now(), false;
+        return query select false, null::uuid, 0::bigint, null::timestamptz, null::text, null::timestamptz, null::timestamptz,
+                            'slot-not-due'::text, now(), false;
         return;
       end if;
-      -- First use of this name. A creator that does not hold the advisory lock (an older client)
-      -- is resolved by the primary key: one inserts, the other reports it below.
-      insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at,
-                                        last_slot, ttl, epoch, holder_incarnation)
+      -- first use of the name (a creator without the advisory lock loses on the primary key)
+      insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at, last_slot, ttl, epoch, holder_incarnation)
       values (p_name, coalesce(p_token, gen_random_uuid()), leasehold.next_fence(0), p_holder, p_holder_key,
               now(), now() + p_ttl, p_slot, p_ttl, leasehold.epoch(), leasehold.liveness_incarnation(p_holder_key))
       on conflict (name) do nothing
       returning l.* into r;
       if found then
-        return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
-                            r.last_slot, 'acquired'::text, now(), false;
+        return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired'::text, now(), false;
         return;
       end if;
     end if;
   end if;
-
   if candidate is not null then
     if previous_run_slot is not null then
-      perform leasehold.end_runs(array[p_name], null, array[previous_run_fence], array['lost'],
-                                 array['lease taken over by ' || p_holder], null);
+      perform leasehold.end_runs(array[p_name], null, array[previous_run_fence], array['lost'], array['lease taken over by ' || p_holder], null);
     end if;
     update leasehold.leases l
-       set token = coalesce(p_token, gen_random_uuid()), fence = leasehold.next_fence(l.fence),
-           holder = p_holder, holder_key = p_holder_key, acquired_at = now(),
-           expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch(),
-           holder_incarnation = leasehold.liveness_incarnation(p_holder_key),
-           released_at = null, last_slot = coalesce(p_slot, l.last_slot)
+       set token = coalesce(p_token, gen_random_uuid()), fence = leasehold.next_fence(l.fence), holder = p_holder,
+           holder_key = p_holder_key, acquired_at = now(), expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch(),
+           holder_incarnation = leasehold.liveness_incarnation(p_holder_key), released_at = null, last_slot = coalesce(p_slot, l.last_slot)
      where l.name = p_name
     returning l.* into r;
-    -- took_over: the previous holder never released (expired, or its liveness lock is gone)
-    return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
-                        r.last_slot, 'acquired'::text, now(), previous_token is not null;
+    -- took_over: the previous holder never released
+    return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired'::text, now(),
+                        previous_token is not null;
     return;
   end if;
 
-  -- Lost. Free by the rules, yet locked, while this call held the acquirers' lock: find out by
-  -- whom. A fenced transaction holds FOR KEY SHARE, which a KEY SHARE probe passes; a claim,
-  -- renewal or release holds FOR UPDATE, which it does not. (A rare path: the probe locks.)
+  -- Lost: free yet locked, under the acquirers' lock. A KEY SHARE probe passes a holder's fenced
+  -- transaction (FOR KEY SHARE), not a claim, renewal or release (FOR UPDATE). Rare: it locks.
   select * into r from leasehold.leases l where l.name = p_name;
   if acquiring and found and leasehold.is_free(r) and (p_slot is null or r.last_slot is null or p_slot > r.last_slot) then
     perform 1 from leasehold.leases l where l.name = p_name for key share skip locked;
@@ -520,38 +407,32 @@ begin
     select * into r from leasehold.leases l where l.name = p_name;
   end if;
 
-  -- Our own first attempt may have committed since the token check at the top: adopt it.
+  -- our own first attempt may have committed since the check at the top: adopt it
   if p_token is not null and r.token = p_token then
     r := leasehold.confirm(p_name, p_token, p_ttl);
     if r.name is not null then
-      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
-                          r.last_slot, 'acquired'::text, now(), false;
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired'::text, now(), false;
       return;
     end if;
     select * into r from leasehold.leases l where l.name = p_name;
   end if;
 
   why := case
-      when p_slot is not null and p_slot > now() then 'slot-not-due'
-      when p_slot is not null and r.last_slot is not null and p_slot <= r.last_slot then 'slot-taken'
+      when p_slot > now() then 'slot-not-due'
+      when p_slot <= r.last_slot then 'slot-taken'
       when not leasehold.is_free(r) then 'held'
-      -- locked by its holder's fenced transaction, which is committing
       when key_share_free then 'holder-committing'
-      -- free by the rules but being taken right now by another acquirer (or a claim): the row
-      -- still names the previous holder, which must not be reported
+      -- being taken by another acquirer: the row still names the previous holder, not to be reported
       else 'being-acquired'
     end;
   if why = 'being-acquired' then
-    return query select false, null::uuid, coalesce(r.fence, 0), null::timestamptz, null::text, null::timestamptz,
-                        r.last_slot, why, now(), false;
+    return query select false, null::uuid, coalesce(r.fence, 0), null::timestamptz, null::text, null::timestamptz, r.last_slot, why, now(), false;
   else
-    return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at,
-                        r.last_slot, why, now(), false;
+    return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, why, now(), false;
   end if;
 end $$;
 
--- confirm: confirm_leases() of one lease; the row, or a row of nulls when the lease is not (or no
--- longer) the caller's. acquire() adopts with it a grant whose answer was lost.
+-- confirm: confirm_leases() of one lease: the row, or nulls when it is not the caller's.
 create function leasehold.confirm(p_name text, p_token uuid, p_ttl interval) returns leasehold.leases
 language plpgsql volatile as $$
 declare
@@ -561,12 +442,10 @@ begin
   return r;
 end $$;
 
--- confirm_leases: the one rule by which a holder keeps its leases: while the token matches and a
--- lease has not expired, extend it and confirm it in this epoch (after a failover, this makes its
--- fenced writes acceptable again). No nested loop: statistics taken while most leases were
--- released estimate "not expired" at one row, and a nested loop on that estimate compared every
--- lease with every element (1,000 leases: 220 ms instead of 10). Rows locked in name order, as
--- end_runs() locks them: a renewal in flight as the same leases were finished deadlocked.
+-- confirm_leases: the one rule by which a holder keeps its leases (token matches, not expired):
+-- extended and confirmed in this epoch. No nested loop: on an estimate of one unexpired row it
+-- compared every lease with every element (1,000 leases: 220 ms, not 10). Rows locked in name
+-- order, as end_runs() locks them (else a renewal and a finish of the same leases deadlock).
 create function leasehold.confirm_leases(p_names text[], p_tokens uuid[], p_ttls interval[]) returns setof leasehold.leases
 language plpgsql volatile
 set plan_cache_mode = force_custom_plan
@@ -586,12 +465,10 @@ begin
   returning l.*;
 end $$;
 
--- reconfirm_leases: a holder keeps its leases across a server restart or failover (which ends
--- every liveness lock): on its new liveness session (key p_key) it takes back the leases still its
--- own, with liveness evidence from an EARLIER incarnation. Only then could no peer have taken one
--- since the old lock went (is_free asks for the lock only on the incarnation that recorded it);
--- on the same incarnation the lock's loss freed the lease at once. The new key and incarnation
--- are recorded, so that liveness frees them again if the holder dies.
+-- reconfirm_leases: after a restart or failover (which end every liveness lock), a holder's new
+-- liveness session (p_key) takes back its leases recorded on an EARLIER incarnation (no peer could
+-- take them since: is_free asks for the lock only on its own incarnation; on the same one the loss
+-- freed them). The new key and incarnation are recorded, so liveness frees them again.
 create function leasehold.reconfirm_leases(p_key bigint, p_names text[], p_tokens uuid[], p_fences bigint[], p_ttls interval[])
 returns table (name text, reconfirmed boolean, expires_at timestamptz, reason text, database_time timestamptz)
 language plpgsql volatile
@@ -601,9 +478,7 @@ set jit = off
 as $$
 #variable_conflict use_column
 declare
-  v_incarnation text := leasehold.server_incarnation();
-  v_names text[];
-  v_expires timestamptz[];
+  v_incarnation text := leasehold.server_incarnation(); v_names text[]; v_expires timestamptz[];
 begin
   if p_key is null or not exists (select 1 from leasehold.liveness_locks() k where k.key = p_key and k.pid = pg_backend_pid()) then
     raise exception 'reconfirm_leases: this session does not hold liveness key %', p_key
@@ -614,7 +489,6 @@ begin
   end if;
   perform leasehold.check_ttl(d.ttl) from (select distinct t as ttl from unnest(p_ttls) t) d;
   perform leasehold.pin_synchronous_commit();
-  -- rows locked in name order, as confirm_leases and end_runs lock them
   perform 1 from leasehold.leases l join unnest(p_names, p_tokens) as i(name, token) on l.name = i.name and l.token = i.token
    where l.name = any (p_names)
    order by l.name
@@ -639,8 +513,8 @@ begin
    order by e.n;
 end $$;
 
--- renew_leases: confirm_leases() for the caller, saying for each lease not renewed why, in the
--- order given. Variadic, so that one lease reads plainly: renew_leases(('job', token, '30 seconds')).
+-- renew_leases: confirm_leases() saying, in the order given, why a lease was not renewed.
+-- Variadic: renew_leases(('job', token, '30 seconds')).
 create function leasehold.renew_leases(variadic p_leases leasehold.lease_renewal[])
 returns table (name text, renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
 language plpgsql volatile
@@ -650,16 +524,10 @@ set jit = off
 as $$
 #variable_conflict use_column
 declare
-  -- the leases this call renewed
-  v_names text[];
-  v_expires timestamptz[];
-  v_fences bigint[];
+  v_names text[]; v_expires timestamptz[]; v_fences bigint[];
 begin
-  if p_leases is null then
-    return;
-  end if;
-  -- a name with a lease row passed the name rule when the row was inserted: only the others are
-  -- checked, so that a bad name is refused (LH001) rather than 'unknown'
+  if p_leases is null then return; end if;
+  -- a name with a row passed the name rule; a bad one is refused (LH001), not 'unknown'
   perform leasehold.check_name(e.name) from unnest(p_leases) e where not exists (select 1 from leasehold.leases x where x.name = e.name);
   perform leasehold.check_ttl(d.ttl) from (select distinct e.ttl from unnest(p_leases) e) d;
   perform leasehold.pin_synchronous_commit();
@@ -667,8 +535,7 @@ begin
     into v_names, v_expires, v_fences
     from leasehold.confirm_leases(array(select e.name from unnest(p_leases) e), array(select e.token from unnest(p_leases) e),
                                   array(select e.ttl from unnest(p_leases) e)) c;
-  -- a lease not renewed: as a new snapshot has it, so that a release or takeover the update
-  -- waited for (its row lock) is the reason given
+  -- not renewed: as a new snapshot has it (a release or takeover the update waited for is the reason)
   return query
   select e.name, c.name is not null, coalesce(c.expires_at, l.expires_at), coalesce(c.fence, l.fence),
          case when c.name is not null then 'renewed' when l.name is null then 'unknown' when l.token = e.token then 'expired'
@@ -680,74 +547,59 @@ begin
    order by e.n;
 end $$;
 
--- release: frees the lease only for its current token (end_runs, the one rule by which a lease
--- row lets go), so that a late release from an old holder changes nothing.
+-- release: frees the lease only for its current token: a late release of an old holder changes nothing.
 create function leasehold.release(p_name text, p_token uuid) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 begin
   perform leasehold.pin_synchronous_commit();
-  -- A lease with no scheduled run in flight (acquire()'s, an exec guard's): one update, without
-  -- end_runs' batch statement (planned per call) and its history triggers (which fire per
-  -- statement even when it records nothing). The columns are those end_runs clears.
+  -- no scheduled run in flight: one update clearing end_runs' columns, without its planning and triggers
   update leasehold.leases l
      set token = null, expires_at = null, holder_key = null, released_at = now()
    where l.name = p_name and l.token = p_token and l.run_slot is null;
-  if found then
-    return true;
-  end if;
+  if found then return true; end if;
   return exists (select 1 from leasehold.end_runs(array[p_name], array[p_token], null, null, null, null) e where e.released);
 end $$;
 
--- holds_lease: the fence check, as a boolean for WHERE clauses and triggers. Locks the row FOR
--- KEY SHARE: no takeover (FOR UPDATE) until the transaction ends, while the holder's own renewals
--- (non-key columns) still go through.
+-- holds_lease: the fence check, for WHERE clauses and triggers. FOR KEY SHARE: no takeover until
+-- the transaction ends, while the holder's renewals still go through.
 create function leasehold.holds_lease(p_name text, p_token uuid, p_fence bigint) returns boolean
 language plpgsql volatile as $$
 begin
   perform 1 from leasehold.leases l
    where l.name = p_name and l.token = p_token and l.fence = p_fence and l.expires_at > now()
-     and l.epoch = leasehold.epoch()
-     and not leasehold.run_timed_out(l.name, l.acquired_at)
+     and l.epoch = leasehold.epoch() and not leasehold.run_timed_out(l.name, l.acquired_at)
      for key share of l;
   return found;
 end $$;
 
--- assert_lease: holds_lease() for the caller's own transaction, raising LH003 with the reason
--- instead of answering false; returns the fence. A lease confirmed in an earlier epoch is refused
--- (a release or takeover lost in a failover must not let the old token write again; the live
--- holder's next renewal confirms it again).
+-- assert_lease: holds_lease() raising LH003 with the reason; returns the fence. A lease confirmed
+-- before a failover is refused (a release or takeover lost with it must not let the old token write).
 create function leasehold.assert_lease(p_name text, p_token uuid, p_fence bigint) returns bigint
 language plpgsql volatile as $$
 declare
-  r leasehold.leases;
-  v_detail text;
+  r leasehold.leases; v_detail text; v_timeout bigint;
 begin
-  if leasehold.holds_lease(p_name, p_token, p_fence) then
-    return p_fence;
-  end if;
+  if leasehold.holds_lease(p_name, p_token, p_fence) then return p_fence; end if;
   select * into r from leasehold.leases l where l.name = p_name;
+  select j.timeout_ms into v_timeout from leasehold.jobs j where j.name = p_name;
   v_detail := case
       when r.name is null then 'no such lease'
       when r.fence <> p_fence and r.token is null then format('the lease was force-released (fence is now %s, held by nobody)', r.fence)
       when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, r.holder)
       when r.token is null then 'the lease was released'
       when r.expires_at <= now() then 'the lease expired'
-      -- a wrong token is no failover, whatever the row's epoch says
       when r.token <> p_token then 'the token does not match the lease'
-      -- named: a timed-out lease (unexpired, the caller's) would pass for one unconfirmed since a failover
+      -- (else a timed-out run would pass for a lease unconfirmed since a failover)
       when leasehold.run_timed_out(r.name, r.acquired_at) then
-        format('the run timed out: its job''s timeout of %s ms passed at %s',
-               (select j.timeout_ms from leasehold.jobs j where j.name = r.name),
-               r.acquired_at + (select j.timeout_ms from leasehold.jobs j where j.name = r.name) * interval '1 millisecond')
+        format('the run timed out: its job''s timeout of %s ms passed at %s', v_timeout, r.acquired_at + v_timeout * interval '1 millisecond')
     end;
   if v_detail is not null then
     raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
       using errcode = 'LH003', detail = v_detail, hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
   end if;
-  -- Only unconfirmed since a failover. The DETAIL's first words are part of the contract: clients
-  -- recognise this case by them, renew, and run the transaction again.
+  -- unconfirmed since a failover: clients recognise the DETAIL's first words, renew and retry
   raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
     using errcode = 'LH003',
           detail = format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
@@ -755,16 +607,14 @@ begin
           hint = 'Roll back, renew the lease (leasehold.renew_leases) and run the transaction again; if the renewal fails, the lease is lost.';
 end $$;
 
--- force_release: frees a lease whatever its holder (an operator's act) and takes the next fence,
--- so that a write of the old holder is refused from then on. p_by (checked like a holder): the act
--- is recorded in actions, and the run holding the lease (a scheduled one, exec, run()) ends lost.
+-- force_release: frees a lease whatever its holder and takes the next fence, so the old holder's
+-- writes are refused. With p_by the act is recorded and the run holding the lease ends lost.
 create function leasehold.force_release(p_name text, p_by text default null)
 returns table (released boolean, previous_holder text, previous_fence bigint, fence bigint)
 language plpgsql volatile as $$
 #variable_conflict use_column
 declare
-  old leasehold.leases;
-  r leasehold.leases;
+  old leasehold.leases; r leasehold.leases;
   v_why text := coalesce('the lease was force-released by ' || p_by, 'the lease was released by force (leasehold.force_release)');
 begin
   perform leasehold.check_namespace(array[p_name]);
@@ -777,8 +627,6 @@ begin
     return query select false, null::text, null::bigint, null::bigint;
     return;
   end if;
-  -- the scheduled run in flight on the row ends with its lease, and so does, given p_by, a run
-  -- with a run_log row under the lease (exec, run())
   if old.run_slot is not null then
     perform leasehold.end_runs(array[p_name], null, array[old.run_fence], array['lost'], array[v_why], null);
   end if;
@@ -786,18 +634,16 @@ begin
     update leasehold.run_log x set outcome = 'lost', finished_at = now(), error = v_why
      where x.job = p_name and x.fence = old.fence and x.outcome = 'running';
   end if;
-  update leasehold.leases l
-     set token = null, expires_at = null, holder_key = null, released_at = now(), fence = leasehold.next_fence(l.fence)
-   where l.name = p_name
-  returning l.* into r;
-  -- audited also without p_by: the login role is recorded either way
+  update leasehold.leases l set token = null, expires_at = null, holder_key = null, released_at = now(), fence = leasehold.next_fence(l.fence)
+   where l.name = p_name returning l.* into r;
+  -- audited also without p_by: the login role is the actor then
   perform leasehold.record_action('force-released', p_name, coalesce(p_by, session_user::text),
     jsonb_build_object('released', old.token is not null, 'previous_holder', old.holder, 'previous_fence', old.fence, 'fence', r.fence));
   return query select old.token is not null, old.holder, old.fence, r.fence;
 end $$;
 
--- record_skip: records that the caller did not run p_name because it was held, naming the holder
--- as acquire() reported it. One row per (job, slot); false when the slot had one already.
+-- record_skip: the caller did not run p_name, held by the holder acquire() named; one row per
+-- (job, slot), false when the slot had one.
 create function leasehold.record_skip(p_name text, p_recorded_by text, p_slot timestamptz default null)
 returns boolean
 language sql volatile as $$
@@ -814,25 +660,19 @@ language sql volatile as $$
   select exists (select 1 from inserted);
 $$;
 
--- record_clock_step: stores the window (p_from, p_to] a forward step of the database clock
--- jumped over, merged with the stored ones it overlaps; true when it is a new one.
-create function leasehold.record_clock_step(p_from timestamptz, p_to timestamptz, p_holder text)
-returns boolean
+-- record_clock_step: stores a clock step's window, merged with those it overlaps; true when new.
+create function leasehold.record_clock_step(p_from timestamptz, p_to timestamptz, p_holder text) returns boolean
 language plpgsql volatile
--- a custom plan per call: a generic one would not know how recent the window is, and read all of missed
-set plan_cache_mode = force_custom_plan
+set plan_cache_mode = force_custom_plan -- a generic plan would not know the window is recent and read all of missed
 as $$
 declare
-  v_new  boolean;
-  v_from timestamptz;
-  v_to   timestamptz;
-  v_prefixes text[];
+  v_new boolean; v_from timestamptz; v_to timestamptz; v_prefixes text[];
 begin
   if p_from is null or p_to is null or not isfinite(p_from) or not isfinite(p_to) or p_to <= p_from then
     raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to using errcode = '22023';
   end if;
   perform leasehold.check_holder(p_holder);
-  -- one writer at a time, so that concurrent reports of the same step merge instead of racing
+  -- one writer at a time: concurrent reports of a step merge
   perform pg_advisory_xact_lock(7308604897068083571);
   update leasehold.clock_steps
      set from_time = least(from_time, p_from), to_time = greatest(to_time, p_to)
@@ -843,9 +683,7 @@ begin
     delete from leasehold.clock_steps where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
     perform leasehold.record_action('clock-step', null, p_holder, jsonb_build_object('from', p_from, 'to', p_to));
   end if;
-  -- The window's slots never existed: delete what record_missed_slots() would have refused had
-  -- the window been stored first. Bounds as values, so that the BRIN index on recorded_at reads
-  -- only the rows recorded since the step began.
+  -- the window's slots never existed: their missed rows go (bounds as values: the BRIN index applies)
   select min(w.from_time), max(w.to_time) into v_from, v_to from leasehold.clock_steps w where w.from_time <= p_to and p_from <= w.to_time;
   -- only of jobs the caller may act for: a service's report cannot clear another's history
   v_prefixes := leasehold.namespace_prefixes();

@@ -1,6 +1,5 @@
--- leasehold schema, part 2 of 6: scheduled jobs and slot claims. A job's lease row (name = job
--- name) carries last_slot, the newest occurrence anyone claimed. claim() claims many jobs' slots
--- with a fixed number of set-based statements, and records each skip once per (job, slot).
+-- leasehold schema, part 2 of 6: scheduled jobs and slot claims. A job's lease row carries
+-- last_slot, the newest slot anyone claimed.
 
 create sequence leasehold.job_revisions;
 
@@ -20,15 +19,11 @@ create table leasehold.jobs (
   name text primary key,
   schedule text not null, timezone text, interval_ms bigint, ttl_ms bigint not null, overlap text not null, catch_up text not null,
   registered_by text not null, registered_at timestamp with time zone not null default now(),
-  source text not null default 'code'::text,
-  handler text, payload jsonb, defined_by text, -- jobs defined as data
+  source text not null default 'code'::text, handler text, payload jsonb, defined_by text, -- jobs defined as data
   buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, -- null: the default (or none)
-  removed_at timestamp with time zone,
-  paused_at timestamp with time zone, paused_by text, pause_reason text,
+  removed_at timestamp with time zone, paused_at timestamp with time zone, paused_by text, pause_reason text,
   revision bigint not null default nextval('leasehold.job_revisions'::regclass),
-  -- the login role that registered or defined it (null: the schema owner or a superuser): only it
-  -- (or a member) changes or removes it, and only its workers run it
-  owner_role text,
+  owner_role text, -- who registered or defined it (null: owner or superuser): only it changes it, its workers run it
   constraint jobs_jitter_ms_check CHECK ((jitter_ms > 0)),
   constraint jobs_source_check CHECK ((source = ANY (ARRAY['code'::text, 'data'::text]))),
   constraint jobs_timeout_ms_check CHECK ((timeout_ms > 0))
@@ -38,8 +33,8 @@ comment on table leasehold.jobs is
 create unique index jobs_revision on leasehold.jobs (revision);
 
 create table leasehold.missed (
-  job text not null, slot timestamp with time zone not null, reason text not null,
-  recorded_by text not null, recorded_at timestamp with time zone not null default now(),
+  job text not null, slot timestamp with time zone not null, reason text not null, recorded_by text not null,
+  recorded_at timestamp with time zone not null default now(),
   constraint missed_pkey PRIMARY KEY (job, slot)
 );
 create index missed_recorded_brin on leasehold.missed using brin (recorded_at) WITH (pages_per_range='32');
@@ -50,16 +45,14 @@ create table leasehold.worker_handlers (
 comment on table leasehold.worker_handlers is
   'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
 
--- jobs_revision: every write of a jobs row takes the next revision, in order (one writer at a
--- time). Writers of data jobs say so (leasehold.job_writer); any other write is a code job's
--- registration (register_jobs, start_run's external job), which takes a data job's name over.
+-- jobs_revision: every write of a jobs row takes the next revision, one writer at a time. A write
+-- not marked by leasehold.job_writer is a code job's registration, which takes a data job's name over.
 create function leasehold.jobs_revision() returns trigger
 language plpgsql volatile as $$
 begin
   perform pg_advisory_xact_lock(7308604897068083572);
   if current_setting('leasehold.job_writer', true) is distinct from 'schedules' then
     if tg_op = 'UPDATE' and old.source = 'data' then
-      -- claimable again unless paused
       update leasehold.leases l set suspended = case when old.paused_at is null then null else 'paused' end where l.name = new.name;
     end if;
     new.source := 'code';
@@ -72,8 +65,7 @@ begin
   return new;
 end $$;
 
--- notify_changes: tells the listening workers that jobs or run_requests changed (the table's name
--- is the payload on channel leasehold_changes; no data, so any role may listen).
+-- notify_changes: the table's name on channel leasehold_changes (no data: any role may listen).
 create function leasehold.notify_changes() returns trigger
 language plpgsql volatile as $$
 begin
@@ -81,9 +73,8 @@ begin
   return null;
 end $$;
 
--- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept
--- ('UTC', or Area/Location[/Sub] of the tz database known to this server), or null. Both look
--- names up ignoring case, so only the area and the initials are checked.
+-- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept, or
+-- null (both ignore case, so only the area and the initials are checked).
 create function leasehold.timezone_problem(p_timezone text) returns text
 language plpgsql stable as $$
 begin
@@ -100,9 +91,8 @@ begin
   return null;
 end $$;
 
--- register_jobs: upserts job definitions and their lease rows; returns each job's last claimed
--- slot, for the catch-up policy. A changed schedule or timezone moves last_slot up to now(): the
--- slots between the old schedule's last run and now never existed.
+-- register_jobs: upserts job definitions and their lease rows; returns each last_slot (catch-up).
+-- A changed schedule or timezone moves last_slot to now(): the old schedule's slots never existed.
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
   p_overlaps text[], p_catch_ups text[], p_holder text, p_timeout_ms bigint[] default null
@@ -122,19 +112,15 @@ begin
     raise exception 'register_jobs needs as many timeouts as names (% names, % timeouts)',
       coalesce(cardinality(p_names), 0), cardinality(p_timeout_ms) using errcode = '22023';
   end if;
-  -- the bounds of the client's `timeout` option
   select t into v_bad from unnest(p_timeout_ms) t where t < 1 or t > 31622400000 limit 1;
   if found then
     raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
   end if;
   insert into leasehold.leases (name) select n from unnest(p_names) as n on conflict do nothing;
-  update leasehold.leases l
-     set last_slot = greatest(l.last_slot, now())
-    from unnest(p_names, p_schedules, p_timezones) as i(name, schedule, timezone)
-    join leasehold.jobs j on j.name = i.name
-   where l.name = i.name and l.last_slot is not null
-     and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
-  -- a changed definition of an existing job is an act on it: recorded, with the login role
+  update leasehold.leases l set last_slot = greatest(l.last_slot, now())
+    from unnest(p_names, p_schedules, p_timezones) as i(name, schedule, timezone) join leasehold.jobs j on j.name = i.name
+   where l.name = i.name and l.last_slot is not null and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
+  -- a changed definition is an act on the job: recorded
   with written as (
     insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, timeout_ms, registered_by, owner_role)
     select i.*, p_holder, leasehold.acting_role()
@@ -155,7 +141,7 @@ begin
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
 end $$;
 
--- live_handlers: each handler name the live workers registered, with how many of them have it.
+-- live_handlers: each handler the live workers registered, with how many have it.
 create function leasehold.live_handlers() returns table (handler text, workers integer)
 language sql stable as $$
   select h.handler, count(*)::integer
@@ -163,11 +149,9 @@ language sql stable as $$
    group by h.handler;
 $$;
 
--- unhandled_schedules: the data jobs (not removed, not paused) whose handler no live worker
--- registered, with what the worker that records their slots missed needs.
+-- unhandled_schedules: the live data jobs whose handler no live worker has (their slots are missed).
 create function leasehold.unhandled_schedules()
-returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz,
-               database_time timestamptz)
+returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz, database_time timestamptz)
 language sql stable as $$
   select j.name, j.handler, j.schedule, j.timezone, j.interval_ms, j.starting_deadline_ms,
          greatest(j.registered_at, (select l.last_slot from leasehold.leases l where l.name = j.name)), now()
@@ -178,15 +162,13 @@ language sql stable as $$
    limit 10000;
 $$;
 
--- claim: the scheduler's claim for every caller (docs/sql-api.md): parallel arrays, one element
--- per request, a fixed number of set-based statements for any number of jobs. Each slot is
--- claimed at most once (after last_slot); a held lease records one skip per (job, slot). A slot
--- claimed ahead (p_ahead_ms) whose holder never marked its start (start_tick) is claimed again at
--- its slot once the lease is free by the usual rule: the holder's run is recorded aborted.
+-- claim: the scheduler's claim (docs/sql-api.md): parallel arrays, a fixed number of set-based
+-- statements for any number of jobs. Each slot is claimed at most once; a held lease records one
+-- skip per (job, slot). A slot claimed ahead whose holder never marked its start (start_tick) is
+-- claimed again at its slot once the lease is free: the holder's run is recorded aborted.
 create function leasehold.claim(
-  p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[],
-  p_holder text, p_holder_key bigint default null, p_every boolean default false,
-  p_ahead_ms bigint default null, p_starts timestamptz[] default null
+  p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[], p_holder text,
+  p_holder_key bigint default null, p_every boolean default false, p_ahead_ms bigint default null, p_starts timestamptz[] default null
 ) returns table (
   job text, slot timestamptz, claimed boolean, reason text, token uuid, fence bigint, expires_at timestamptz,
   previous_slot timestamptz, holder text, holder_fence bigint, holder_slot timestamptz, holder_since timestamptz,
@@ -196,9 +178,7 @@ language plpgsql volatile
 set lock_timeout = '2s'
 set plan_cache_mode = force_custom_plan
 set jit = off
--- Lease rows are hot: with the default cost of a random page the planner joined a worker's share
--- of 2,500 jobs to the leases by hashing every lease row (27,500: 24 ms of a 32 ms step), where
--- 2,500 primary-key probes take 7 ms. What a call costs grows with its jobs, not all jobs.
+-- lease rows are hot: by default 2,500 jobs were hashed against all 27,500 leases (24 ms, probes: 7)
 set random_page_cost = 1.1
 as $$
 #variable_conflict use_column
@@ -206,16 +186,13 @@ declare
   v_asked_ttls interval[] := array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t);
   v_ahead interval := p_ahead_ms * interval '1 millisecond';
   v_n integer := coalesce(cardinality(p_jobs), 0);
-  -- what step 1 locked, as parallel arrays (carried along, never looked up by position): position,
-  -- job, the slot it claims (a buffered one may come first), the slot asked for, ttl, mode, cap,
-  -- and from the row its last slot, whether it was held, its fence
+  -- what step 1 locked (v_slots: the slot claimed, a buffered one may come first; v_wanted: asked for)
   v_at integer[]; v_jobs text[]; v_slots timestamptz[]; v_wanted timestamptz[]; v_ttls interval[]; v_modes text[];
   v_caps integer[]; v_previous timestamptz[]; v_held boolean[]; v_fences bigint[]; v_new_fences bigint[];
-  -- takeovers of a run in flight; rows whose grant was not claim()'s (a run_log row may be
-  -- running); re-claims of a slot claimed ahead and never started; re-claims refused after the lock
+  -- takeovers of a run in flight; grants not claim()'s (a run_log row may run); re-claims, refused ones
   v_taken_names text[]; v_taken_fences bigint[]; v_older text[];
   v_re_names text[]; v_re_fences bigint[]; v_re_keys bigint[]; v_re_starts timestamptz[]; v_refused text[];
-  -- what step 3 claimed: positions, jobs, slots, tokens, fences, expiries, previous slots, held, modes
+  -- what step 3 claimed
   c_at integer[]; c_jobs text[]; c_slots timestamptz[]; c_tokens uuid[]; c_fences bigint[]; c_expires timestamptz[];
   c_previous timestamptz[]; c_held boolean[]; c_modes text[];
   v_epoch integer := leasehold.epoch();
@@ -233,20 +210,15 @@ begin
     raise exception 'claim: as many starts as jobs are needed (% jobs)', v_n using errcode = '22023';
   end if;
   perform leasehold.check_claim_requests(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps);
-  if v_n = 0 then
-    return;
-  end if;
-  -- queued slots (buffered, catch-up) of these jobs: almost never at a tick, and then the queue is
-  -- not planned at all (an empty table first: the usual answer, without a probe per job)
+  if v_n = 0 then return; end if;
+  -- queued slots (buffered, catch-up): almost never; an empty table answers without a probe per job
   v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
   perform leasehold.pin_synchronous_commit();
 
-  -- 1. Lock the lease rows this call may claim (random order, SKIP LOCKED: workers claiming the
-  --    same tick share the jobs instead of queueing behind one another).
+  -- 1. Lock the rows this call may claim (random order, SKIP LOCKED: workers share a tick's jobs).
   select coalesce(array_agg(x.at), '{}'), coalesce(array_agg(x.job), '{}'), coalesce(array_agg(x.claim_slot), '{}'),
-         coalesce(array_agg(x.slot), '{}'), coalesce(array_agg(x.ttl), '{}'), coalesce(array_agg(x.mode), '{}'),
-         coalesce(array_agg(x.cap), '{}'), coalesce(array_agg(x.last_slot), '{}'), coalesce(array_agg(x.held), '{}'),
-         coalesce(array_agg(x.fence), '{}'),
+         coalesce(array_agg(x.slot), '{}'), coalesce(array_agg(x.ttl), '{}'), coalesce(array_agg(x.mode), '{}'), coalesce(array_agg(x.cap), '{}'),
+         coalesce(array_agg(x.last_slot), '{}'), coalesce(array_agg(x.held), '{}'), coalesce(array_agg(x.fence), '{}'),
          array_agg(x.job) filter (where x.run_slot is not null and x.mode <> 'allow' and not x.reclaim),
          array_agg(x.run_fence) filter (where x.run_slot is not null and x.mode <> 'allow' and not x.reclaim),
          array_agg(x.job) filter (where x.mode <> 'allow' and x.run_fence is distinct from x.fence),
@@ -259,7 +231,6 @@ begin
              l.last_slot, l.token is not null as held, l.run_slot, l.run_fence, l.fence,
              l.holder_key, l.run_started_at, l.last_slot is not distinct from w.claim_slot as reclaim
         from leasehold.leases l
-        -- the holders' marks of the runs they started ahead (a handful of rows: hashed)
         left join leasehold.worker_starts s on s.holder_key = l.holder_key
         join (
           select i.at, i.job, i.slot, i.ttl, i.mode, i.cap,
@@ -267,29 +238,23 @@ begin
                    (select min(b.slot) from leasehold.buffered b
                      where b.job = i.job
                        and b.slot > coalesce((select l2.last_slot from leasehold.leases l2 where l2.name = i.job), '-infinity')
-                       -- a queued catch-up slot whose skip is final never runs: it must not
-                       -- stand in front of the later slots for ever
+                       -- a queued slot whose skip is final never runs: not in front of later ones
                        and not (i.mode = 'exclusive' and i.cap = 0
                                 and exists (select 1 from leasehold.skips k where k.job = b.job and k.slot = b.slot))),
                    i.slot)) end as claim_slot
             from unnest(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps) with ordinality as i(job, slot, ttl, mode, cap, at)
         ) w on w.job = l.name
        where case when v_ahead is null then w.claim_slot <= now()
-                  -- ahead: due within v_ahead, from a lease that is free in the plainest sense
+                  -- ahead: due within v_ahead, from a lease free in the plainest sense
                   else w.claim_slot <= now() + v_ahead and w.claim_slot = w.slot and w.mode in ('exclusive', 'replace')
                        and l.token is null and l.run_slot is null and (l.run_fence = l.fence or l.fence = 0) end
          and l.suspended is null
-         -- one CASE, so that the slot guard comes first and is_free() is asked last (a slot
-         -- claimed already, the second pass's usual row, asks nothing of the lease)
+         -- one CASE: the slot guard first, is_free() last (a slot claimed already asks nothing more)
          and case
                when l.last_slot is null or (w.slot > l.last_slot and w.claim_slot > l.last_slot)
-                 -- (a recorded skip under overlap 'skip' is final: step 3 checks it, after this lock)
-                 -- a released row is free: is_free() is asked only about a row with a token
                  then w.mode in ('replace', 'allow') or l.token is null or leasehold.is_free(l)
-               -- the slot itself again: claimed ahead (granted before the slot), under a
-               -- liveness key, its run never marked started by its holder (start_tick), and the
-               -- lease free by the usual rule (expired, or its holder gone); a re-claim is never
-               -- a claim ahead
+               -- the slot itself again: claimed ahead under a liveness key, never marked started,
+               -- and the lease free (a re-claim is never a claim ahead)
                when v_ahead is not null or w.slot is distinct from l.last_slot or w.claim_slot <> w.slot or w.mode = 'allow'
                     or l.token is null or l.holder_key is null or l.run_slot is distinct from l.last_slot
                     or l.run_fence is distinct from l.fence or l.acquired_at >= l.run_slot
@@ -300,10 +265,9 @@ begin
          for update of l skip locked
     ) x;
 
-  -- A re-claim: under the lock of the holder's worker_starts row (start_tick takes it too), a run
-  -- the holder marked started meanwhile is left to it (refused); the others are taken, the latest
-  -- planned start among them kept in taken_through for the holder's next mark to find, and their
-  -- unstarted runs recorded aborted.
+  -- A re-claim, under the lock of the holder's worker_starts row (start_tick takes it too): a run
+  -- marked started meanwhile is left to it; the others are taken (the latest planned start kept in
+  -- taken_through for the holder's next mark) and their runs recorded aborted.
   if v_re_names is not null then
     insert into leasehold.worker_starts (holder_key, started_through)
     select distinct k, '-infinity'::timestamptz from unnest(v_re_keys) k order by 1
@@ -315,15 +279,13 @@ begin
      where r.planned <= s.started_through;
   end if;
 
-  -- 2. Leave out the refused re-claims, and, before a takeover, the slots with a final skip: a
-  --    skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock committed
-  --    before it, which a statement after the lock sees. Step 3 checks that itself; a takeover
-  --    needs it earlier, since the run it records lost must be one of a row step 3 then claims.
+  -- 2. Leave out the refused re-claims, and before a takeover the slots with a final skip (a
+  --    statement after the lock sees it; step 3 checks too, but the run recorded lost must be
+  --    one of a row step 3 claims).
   if v_refused is not null or v_taken_names is not null or v_older is not null then
     select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
-           coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
-           coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
-           coalesce(array_agg(k.fence), '{}')
+           coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'), coalesce(array_agg(k.cap), '{}'),
+           coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'), coalesce(array_agg(k.fence), '{}')
       into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
       from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
              k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
@@ -342,30 +304,24 @@ begin
        set taken_through = greatest(s.taken_through, m.planned), updated_at = now()
       from (select r.key, max(r.planned) as planned from unnest(v_re_keys, v_re_starts) r(key, planned) group by r.key) m
      where s.holder_key = m.key;
-    perform leasehold.end_runs(v_re_names, null, v_re_fences, array_fill('aborted'::text, array[cardinality(v_re_names)]),
-      array_fill('not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder,
-                 array[cardinality(v_re_names)]), null);
+    perform leasehold.end_runs(v_re_names, null, v_re_fences, array_fill('aborted'::text, array[cardinality(v_re_names)]), array_fill(
+      'not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder, array[cardinality(v_re_names)]), null);
   end if;
 
-  -- A takeover: the run in flight of the previous claim is recorded lost before the grant below
-  -- overwrites it (overlap 'allow' keeps the lease and its run), and so is a run_log row still
-  -- running under an older grant (run now, start_run).
+  -- A takeover: the run in flight, and a run_log row still running under an older grant, end lost.
   if v_taken_names is not null then
     perform leasehold.end_runs(
       array(select t.name from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)), null,
       array(select t.fence from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)),
-      array_fill('lost'::text, array[cardinality(v_taken_names)]),
-      array_fill('lease taken over by ' || p_holder, array[cardinality(v_taken_names)]), null);
+      array_fill('lost'::text, array[cardinality(v_taken_names)]), array_fill('lease taken over by ' || p_holder, array[cardinality(v_taken_names)]), null);
   end if;
   if v_older is not null then
-    update leasehold.run_log r
-       set outcome = 'lost', finished_at = now(), error = 'lease taken over by ' || p_holder
+    update leasehold.run_log r set outcome = 'lost', finished_at = now(), error = 'lease taken over by ' || p_holder
      where r.job = any (v_older) and r.job = any (v_jobs) and r.outcome = 'running';
   end if;
 
-  -- 3. Claim what is locked and still claimable (the fence each row had is the fence it has). A
-  --    skip recorded for the slot under overlap 'skip' is final: this statement's snapshot, taken
-  --    after the locks, sees every skip a peer committed before step 1 locked the row.
+  -- 3. Claim what is locked and still claimable. A skip recorded under overlap 'skip' is final:
+  --    this snapshot, after the locks, sees every skip a peer committed before step 1's lock.
   v_new_fences := leasehold.fences_after(v_fences, v_epoch);
   with claiming as (
     select k.at, k.job as name, k.claim_slot, k.wanted as wanted_slot, k.ttl, k.mode, k.cap, k.previous_slot, k.held, k.new_fence
@@ -373,16 +329,13 @@ begin
              k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, new_fence)
      where not (k.mode = 'exclusive' and k.cap = 0 and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot))
   ),
-  -- under overlap 'allow' only the fence and the slot change (no exclusivity, the holder's token
-  -- is kept); every other claim takes the lease
+  -- under overlap 'allow' only the fence and the slot change; every other claim takes the lease
   claimed_lease as (
     update leasehold.leases l
        set fence = c.new_fence, last_slot = c.claim_slot, token = gen_random_uuid(), holder = p_holder,
            holder_key = p_holder_key, acquired_at = now(), expires_at = now() + c.ttl, released_at = null, ttl = c.ttl,
            epoch = v_epoch, holder_incarnation = v_incarnation,
-           -- the run, on the lease row until finish_runs() writes its history row; its start read
-           -- when the row is written, after the lock (so after the previous holder's release), or
-           -- when claimed ahead, at its planned start
+           -- the run, until finish_runs() writes its history row; it starts now, or ahead at its plan
            run_slot = c.claim_slot, run_fence = c.new_fence, run_holder = p_holder,
            run_started_at = case when v_ahead is null then clock_timestamp()
                                  else greatest(clock_timestamp(), coalesce(p_starts[c.at], c.claim_slot), c.claim_slot) end
@@ -391,10 +344,8 @@ begin
     returning c.at, l.name, c.claim_slot, c.wanted_slot, c.cap, c.mode, l.token, l.fence, l.expires_at, c.previous_slot, c.held
   ),
   claimed_allow as (
-    update leasehold.leases l
-       set fence = c.new_fence, last_slot = c.claim_slot
-      from claiming c
-     where l.name = c.name and c.mode = 'allow'
+    update leasehold.leases l set fence = c.new_fence, last_slot = c.claim_slot
+      from claiming c where l.name = c.name and c.mode = 'allow'
     returning c.at, l.name, c.claim_slot, c.wanted_slot, c.cap, c.mode, l.token, l.fence, l.expires_at, c.previous_slot, c.held
   ),
   claimed as (select * from claimed_lease union all select * from claimed_allow),
@@ -402,7 +353,6 @@ begin
     delete from leasehold.buffered b using claimed c where v_queued and b.job = c.name and b.slot <= c.claim_slot
   ),
   rebuffered as (
-    -- the slot that came in behind a buffered one waits its turn (within the cap)
     insert into leasehold.buffered (job, slot)
     select c.name, c.wanted_slot from claimed c
      where v_queued and c.claim_slot < c.wanted_slot
@@ -415,27 +365,21 @@ begin
     into c_at, c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes
     from claimed c;
 
-  -- overlap 'allow' has no lease to carry its runs: a run_log row from the start (a statement of
-  -- its own, so that a tick without such a job fires no trigger on run_log)
+  -- overlap 'allow': a run_log row from the start (own statement: no run_log trigger otherwise)
   if 'allow' = any (c_modes) then
     insert into leasehold.run_log (job, slot, fence, holder)
-    select k.job, k.slot, k.fence, p_holder from unnest(c_jobs, c_slots, c_fences, c_modes) k(job, slot, fence, mode)
-     where k.mode = 'allow';
+    select k.job, k.slot, k.fence, p_holder from unnest(c_jobs, c_slots, c_fences, c_modes) k(job, slot, fence, mode) where k.mode = 'allow';
   end if;
 
   return query
   select k.job, k.slot, true, 'claimed'::text, case when k.mode <> 'allow' then k.token end, k.fence,
          case when k.mode <> 'allow' then k.expires end, k.previous_slot, p_holder, null::bigint, null::timestamptz,
          null::timestamptz, false, false, now(), k.mode <> 'allow' and k.held
-    from unnest(c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes)
-           k(job, slot, token, fence, expires, previous_slot, held, mode);
-  if v_ahead is not null then
-    return; -- a claim ahead leaves everything else to the claim at the slot
-  end if;
+    from unnest(c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes) k(job, slot, token, fence, expires, previous_slot, held, mode);
+  if v_ahead is not null then return; end if; -- the rest is the claim at the slot's
 
-  -- 4. Everything not claimed: say why, record a real skip once per slot, buffer it if the policy
-  --    says so. Without p_every, a slot already claimed (last_slot only grows) is passed over
-  --    before anything else is asked about it.
+  -- 4. Everything not claimed: say why, record a skip once per slot, buffer it if the policy says
+  --    so. Without p_every, a slot already claimed is passed over before anything is asked.
   return query
   with pending as (
     select i.job, i.slot, i.mode, i.cap, l.holder as l_holder, l.fence as l_fence,
@@ -450,8 +394,7 @@ begin
              when l.suspended = 'paused' then 'paused'
              when l.suspended = 'removed' then 'removed'
              when i.slot > now() then 'slot-not-due'
-             -- claimed ahead by a holder that has not started it, and whose lease is not free:
-             -- ask again when the lease expires (a row locked meanwhile: shortly)
+             -- claimed ahead, not started: ask again when the lease expires
              when i.slot = l.last_slot and i.mode <> 'allow' and l.token is not null and l.holder_key is not null
                   and l.run_slot = l.last_slot and l.run_fence = l.fence and l.acquired_at < l.run_slot
                   and l.run_started_at > coalesce(s.started_through, '-infinity')
@@ -472,9 +415,8 @@ begin
             or (i.slot = l.last_slot and l.token is not null and l.run_slot = l.last_slot and l.acquired_at < l.run_slot
                 and l.run_started_at > coalesce(s.started_through, '-infinity')))
   ),
-  -- held, as the newest row version says under a lock no claim can pass; a row a claimer has
-  -- locked (SKIP LOCKED) or that changed meanwhile is reported holder-committing: ask again.
-  -- A slot whose skip is recorded already needs no lock (and takes no lock, no xid).
+  -- held, as the newest row version says under a lock no claim passes (a row locked or changed
+  -- meanwhile: holder-committing); a slot whose skip is recorded takes no lock, no xid
   held as (
     select p.job, p.slot, p.cap, l.holder, l.fence, p.l_holder_slot as holder_slot, l.acquired_at
       from pending p join leasehold.leases l on l.name = p.job
@@ -510,16 +452,14 @@ begin
    where p_every or a.why not in ('slot-taken', 'slot-skipped', 'held') or a.skip_recorded or a.buffered;
 end $$;
 
--- start_tick: a worker marks, before starting them, that it starts the runs it claimed ahead
--- (under p_holder_key) planned by p_through. False: a peer may have claimed one again.
+-- start_tick: before starting them, a worker marks the runs it claimed ahead planned by p_through
+-- as started. False: a peer may have claimed one again.
 create function leasehold.start_tick(p_holder_key bigint, p_through timestamptz) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 declare
-  v_old timestamptz;
-  v_taken timestamptz;
-  v_n integer;
+  v_old timestamptz; v_taken timestamptz; v_n integer;
 begin
   if p_holder_key is null or p_through is null then
     raise exception 'start_tick: holder_key and through must not be null' using errcode = '22023';
@@ -528,11 +468,9 @@ begin
   insert into leasehold.worker_starts (holder_key, started_through) values (p_holder_key, '-infinity') on conflict do nothing;
   get diagnostics v_n = row_count;
   select w.started_through, w.taken_through into v_old, v_taken from leasehold.worker_starts w where w.holder_key = p_holder_key for update;
-  update leasehold.worker_starts w
-     set started_through = greatest(w.started_through, p_through, clock_timestamp()), updated_at = now()
+  update leasehold.worker_starts w set started_through = greatest(w.started_through, p_through, clock_timestamp()), updated_at = now()
    where w.holder_key = p_holder_key;
-  -- once per key: the rows of keys no longer live and unchanged for a week go (a slot is claimed
-  -- again only within its starting deadline)
+  -- once per key: rows of dead keys unchanged for a week go
   if v_n > 0 then
     delete from leasehold.worker_starts w
      where w.updated_at < now() - interval '7 days' and not exists (select 1 from leasehold.liveness_locks() k where k.key = w.holder_key);
@@ -540,8 +478,7 @@ begin
   return v_taken is null or v_taken <= v_old;
 end $$;
 
--- enqueue_slots: queues slots to run in order, one at a time, as soon as the lease is free
--- (catch-up { all: n }). Slots at or before the last claimed one are ignored.
+-- enqueue_slots: queues slots after last_slot, run in order as the lease is free (catch-up all).
 create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
 language sql volatile as $$
   select leasehold.check_namespace(array[p_job]);
@@ -555,8 +492,8 @@ language sql volatile as $$
   select count(*)::integer from inserted;
 $$;
 
--- record_missed_slots: records missed slots, one element per (job, slot), in one statement (after
--- a downtime every job has some); not the ones that ran, were skipped or lie in a clock step.
+-- record_missed_slots: in one statement (after a downtime every job has some); not the slots that
+-- ran, were skipped or lie in a clock step.
 create function leasehold.record_missed_slots(p_jobs text[], p_slots timestamptz[], p_reason text, p_holder text)
 returns table (job text, slot timestamptz)
 language sql volatile
@@ -576,8 +513,7 @@ as $$
   returning m.job, m.slot;
 $$;
 
--- run_timed_out: the deadline rule (holds_lease applies it): a run of job p_job whose lease was
--- granted at p_acquired_at has outlived the job's timeout.
+-- run_timed_out: the deadline rule of holds_lease: the run granted at p_acquired_at outlived the job's timeout.
 create function leasehold.run_timed_out(p_job text, p_acquired_at timestamptz) returns boolean
 language sql stable as $$
   select exists (select 1 from leasehold.jobs j

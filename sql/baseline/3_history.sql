@@ -1,20 +1,15 @@
--- leasehold schema, part 3 of 6: run history. One run_log row per run, written when it ends (or
--- when it starts, for runs of run now, backfill, start_run and overlap allow). run_counts keeps
--- per-minute counts and slow_runs the runs that came near their interval (both by triggers), so
--- that summaries never scan run_log. prune_history() deletes in batches, never a run in flight.
+-- leasehold schema, part 3 of 6: run history. run_counts and slow_runs (kept by triggers) spare
+-- the summaries a scan of run_log.
 
--- run_outcomes: every value leasehold.runs.outcome may hold ('running' until the run ends), as
--- run_log's check spells them out (a function there would be run by the planner with the rights
--- of whoever reads run_log; test/sql/contract.test.ts holds the two lists together).
+-- run_outcomes: the values of runs.outcome. run_log's check spells them out (a function there would
+-- run with the reader's rights); test/sql/contract.test.ts holds the two lists together.
 create function leasehold.run_outcomes() returns text[]
 language sql immutable as $$
   select array['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out'];
 $$;
 
 create table leasehold.run_counts (
-  bucket smallint not null, shard smallint not null,
-  minute bigint not null, -- floor(extract(epoch from started_at) / 60)
-  runs bigint not null,
+  bucket smallint not null, shard smallint not null, minute bigint not null, runs bigint not null,
   constraint run_counts_pkey PRIMARY KEY (bucket, shard),
   constraint run_counts_bucket_check CHECK (((bucket >= 0) AND (bucket < 1500))),
   constraint run_counts_shard_check CHECK (((shard >= 0) AND (shard < 64)))
@@ -45,18 +40,15 @@ create table leasehold.slow_runs (job text primary key, last_started timestamp w
 comment on table leasehold.slow_runs is
   'Per job, the latest start of a finished run that took at least half its interval: the only jobs whose p95 can creep.';
 
--- run_start: the recorded start of a run claimed at p_claimed whose handler started at
--- p_started_ms (the worker's estimate of the database clock), kept between the claim and now.
+-- run_start: the handler's start (the worker's estimate of the database clock), kept between the claim and now.
 create function leasehold.run_start(p_claimed timestamptz, p_started_ms double precision) returns timestamptz
 language sql stable as $$
   select case when p_started_ms is null then p_claimed else least(greatest(p_claimed, to_timestamp(p_started_ms / 1000.0)), now()) end;
 $$;
 
--- start_run: records a run under a lease the caller holds (assert_lease: LH003 otherwise) at slot
--- p_slot (now() unless given), once per fence, and makes the name visible as a job (schedule
--- 'external', interval p_interval_ms) unless a job of that name is scheduled.
-create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null,
-                                    p_interval_ms bigint default null)
+-- start_run: records a run under a held lease (LH003 otherwise), once per fence, and shows the name
+-- as a job (schedule 'external') unless a job of that name is scheduled.
+create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null, p_interval_ms bigint default null)
 returns timestamptz
 language plpgsql volatile as $$
 declare
@@ -64,8 +56,8 @@ declare
   l leasehold.leases;
 begin
   perform leasehold.check_namespace(array[p_name]);
-  perform leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000,
-                                         'interval_ms', 'must be from 1 millisecond to 366 days');
+  perform leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000, 'interval_ms',
+    'must be from 1 millisecond to 366 days');
   perform leasehold.assert_lease(p_name, p_token, p_fence);
   select * into l from leasehold.leases x where x.name = p_name;
   insert into leasehold.jobs as j (name, schedule, interval_ms, ttl_ms, overlap, catch_up, registered_by)
@@ -76,12 +68,10 @@ begin
   return v_slot;
 end $$;
 
--- finish_runs: ends runs and releases the leases given with their tokens: a run in flight on its
--- lease row gets its history row in the update that releases the lease (end_runs), a run with a
--- run_log row from its start has that row finished.
+-- finish_runs: ends runs (a run in flight on its lease row through end_runs, a run_log row in place)
+-- and releases the leases given with their tokens.
 create function leasehold.finish_runs(
-  p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[],
-  p_started_ms double precision[] default null
+  p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[], p_started_ms double precision[] default null
 ) returns table (job text, fence bigint, recorded boolean, released boolean, next_buffered_slot timestamptz)
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -91,10 +81,8 @@ as $$
 #variable_conflict use_column
 declare
   v_n integer := coalesce(cardinality(p_jobs), 0);
-  v_bad text;
-  v_released text[];
+  v_bad text; v_released text[]; v_queued boolean;
   v_recorded text[]; -- the runs recorded from their lease rows, as 'job#fence'
-  v_queued boolean;
 begin
   perform leasehold.check_namespace(p_jobs);
   perform leasehold.pin_synchronous_commit();
@@ -117,7 +105,6 @@ begin
   with input as materialized (
     select * from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) as i(job, fence, outcome, error, attempts, started_ms)
   ),
-  -- the runs that have a run_log row from their start
   recorded as (
     update leasehold.run_log r
        set outcome = i.outcome, finished_at = now(), error = left(i.error, 4000), attempts = coalesce(i.attempts, 1),
@@ -141,20 +128,16 @@ begin
     from input i;
 end $$;
 
--- end_runs: the one rule by which a lease row lets go of its lease (only for its current token)
--- and of the run of fence p_fences[i] in flight on it (its history row written, complete, now),
--- in one update of the row, locked first in name order (a takeover, which ends the same run as
--- lost, waits or skips). FOR NO KEY UPDATE: the holder's fenced transactions do not block it.
+-- end_runs: the one rule by which a lease row lets go of its lease (only for its current token) and
+-- of the run of fence p_fences[i] in flight on it (history row written), in one update; rows locked
+-- in name order. FOR NO KEY UPDATE: the holder's fenced transactions do not block it.
 create function leasehold.end_runs(
-  p_names text[], p_tokens uuid[], p_fences bigint[], p_outcomes text[], p_errors text[], p_attempts integer[],
-  p_started_ms double precision[] default null
+  p_names text[], p_tokens uuid[], p_fences bigint[], p_outcomes text[], p_errors text[], p_attempts integer[], p_started_ms double precision[] default null
 ) returns table (name text, fence bigint, released boolean, recorded boolean)
 language plpgsql volatile
 set plan_cache_mode = force_custom_plan
 set jit = off
--- the lease rows of a batch are found through the primary key, not by a scan of every lease
--- (see claim)
-set random_page_cost = 1.1
+set random_page_cost = 1.1 -- primary-key probes, not a scan of every lease (see claim)
 as $$
 #variable_conflict use_column
 begin
@@ -172,8 +155,7 @@ begin
      order by l.name
        for no key update of l
   ),
-  -- one change per row: a name given twice is released if any element has its token, and its
-  -- run is recorded with the element that ends it
+  -- one change per row: released if any element has its token, recorded with the element that ends it
   changing as (
     select distinct on (k.name) k.name, k.fence, k.outcome, k.error, k.attempts, k.started_ms, k.ending,
            bool_or(k.releasing) over (partition by k.name) as releasing,
@@ -203,21 +185,15 @@ begin
   select c.name, c.fence, c.releasing, c.ending and c.name in (select r.job from recorded r) from changed c;
 end $$;
 
--- finish_held_run: finish_runs() of a run of start_run, checking the lease first: one that was no
--- longer held is recorded 'lost' (a command can finish between two heartbeats without noticing),
--- so the history never shows a success that was not exclusive.
-create function leasehold.finish_held_run(
-  p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
-)
+-- finish_held_run: finish_runs() of a start_run run; one no longer held is recorded 'lost' (a run
+-- may end between two heartbeats), so the history never shows a success that was not exclusive.
+create function leasehold.finish_held_run(p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true)
 returns table (outcome text, recorded boolean, released boolean)
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 declare
-  v_held boolean;
-  v_outcome text := p_outcome;
-  v_error text := p_error;
-  f record;
+  v_held boolean; v_outcome text := p_outcome; v_error text := p_error; f record;
 begin
   perform leasehold.check_namespace(array[p_name]);
   -- the row lock keeps the lease as it is seen here until finish_runs() releases it
@@ -232,8 +208,7 @@ begin
   return query select v_outcome, f.recorded, f.released;
 end $$;
 
--- The run counts: one trigger per event (a trigger with transition tables has one event), each
--- summing the statement's changed rows by minute in one aggregate (added minus removed runs).
+-- The run counts: one trigger per event (transition tables allow one), each summing by minute.
 create function leasehold.count_runs_inserted() returns trigger
 language plpgsql volatile set jit = off as $$
 begin
@@ -269,11 +244,9 @@ begin
   return null;
 end $$;
 
--- add_run_counts: adds signed per-minute counts to this backend's shard; minutes older than 25
--- hours are never read and are dropped, and a bucket still holding one is taken over. The first
--- call of a transaction takes its shard's advisory lock: a transaction that records runs twice
--- (the insert and update triggers of one finish_runs()) locks buckets in order within each call
--- but not across them, and two such transactions on one shard could deadlock.
+-- add_run_counts: signed per-minute counts into this backend's shard (minutes older than 25 hours
+-- dropped, their buckets taken over). The shard's advisory lock first: a transaction counting twice
+-- (insert and update triggers) locks buckets in order within a call, not across calls: deadlock.
 create function leasehold.add_run_counts(p_minutes bigint[], p_counts bigint[]) returns void
 language sql volatile as $$
   select pg_advisory_xact_lock(1819042147, (pg_backend_pid() % 64)::integer);
@@ -287,8 +260,7 @@ language sql volatile as $$
    where c.minute <= excluded.minute;
 $$;
 
--- refresh_run_counts: rebuilds both tables from run_log's ended runs, for the owner: after a
--- TRUNCATE of run_log (which the triggers do not see) or a restore of that table alone.
+-- refresh_run_counts: rebuilds both tables from run_log (after a TRUNCATE or a restore of it alone).
 create function leasehold.refresh_run_counts() returns void
 language plpgsql volatile set jit = off as $$
 begin
@@ -306,8 +278,7 @@ begin
    group by r.job;
 end $$;
 
--- mark_slow_runs: the runs that took at least half their job's interval (the triggers pass only
--- those of 500 ms or more, the shortest interval's half: usually none, and then no join at all).
+-- mark_slow_runs: runs that took half their interval (the triggers pass only those of 500 ms or more).
 create function leasehold.mark_slow_runs(p_jobs text[], p_started timestamptz[], p_finished timestamptz[]) returns void
 language sql volatile as $$
   insert into leasehold.slow_runs as s (job, last_started)
@@ -319,22 +290,19 @@ language sql volatile as $$
   on conflict (job) do update set last_started = greatest(s.last_started, excluded.last_started);
 $$;
 
--- prune_history: deletes ended runs, skips, missed slots and clock step windows older than
--- p_keep; with p_batch, at most p_batch of each kind per call (each call its own transaction).
+-- prune_history: deletes ended runs, skips, missed slots and clock steps older than p_keep; with
+-- p_batch, at most p_batch of each per call.
 create function leasehold.prune_history(p_keep interval, p_batch integer default null) returns bigint
 language plpgsql volatile as $$
 declare
-  n bigint := 0;
-  c bigint;
+  n bigint := 0; c bigint;
   v_before timestamptz := now() - p_keep;
   v_batch integer := coalesce(p_batch, 10000);
 begin
   if v_batch < 1 then
     raise exception 'prune_history: p_batch must be at least 1 (got %)', p_batch using errcode = '22023';
   end if;
-  if not pg_try_advisory_xact_lock(7308604897068083570) then
-    return 0;
-  end if;
+  if not pg_try_advisory_xact_lock(7308604897068083570) then return 0; end if;
   loop
     with d as (delete from leasehold.run_log where id in (
                  select id from leasehold.run_log where finished_at < v_before and outcome <> 'running' limit v_batch) returning 1),

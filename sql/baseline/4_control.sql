@@ -1,8 +1,5 @@
--- leasehold schema, part 4 of 6: control. Schedules defined as data (a handler name and a JSON
--- payload next to the schedule), pause and resume, run-now and backfill requests, and the audit of
--- every act (leasehold.actions). Every change of a jobs row takes the next revision (a trigger),
--- and writers take one advisory lock before they draw it, so revisions become visible in order:
--- schedule_changes(after) is one range of the index on revision.
+-- leasehold schema, part 4 of 6: control. Schedules defined as data (handler and JSON payload),
+-- pause and resume, run-now and backfill requests, and the audit of every act (actions).
 
 create table leasehold.actions (
   id bigint generated always as identity primary key,
@@ -16,14 +13,10 @@ create index actions_at_brin on leasehold.actions using brin (at) WITH (pages_pe
 create index actions_job_at on leasehold.actions (job, at DESC);
 
 create table leasehold.run_requests (
-  id bigint generated always as identity primary key,
-  job text not null,
-  kind text not null,
+  id bigint generated always as identity primary key, job text not null, kind text not null,
   slot timestamp with time zone not null, -- backfill: the slot to run; run now: when it was asked for
-  requested_by text not null,
-  requested_at timestamp with time zone not null default now(),
-  -- pending until a worker decides; claimed: its run started (leasehold.runs, under (job, fence));
-  -- skipped: held under overlap skip (or buffer-one's second)
+  requested_by text not null, requested_at timestamp with time zone not null default now(),
+  -- claimed: its run started (runs, under (job, fence)); skipped: held under overlap skip (or buffer-one's second)
   state text not null default 'pending'::text,
   decided_at timestamp with time zone, decided_by text, holder_key bigint, fence bigint, skip_holder text, skip_fence bigint,
   constraint run_requests_kind_check CHECK ((kind = ANY (ARRAY['manual'::text, 'backfill'::text]))),
@@ -36,14 +29,13 @@ create index run_requests_job_at on leasehold.run_requests (job, requested_at DE
 create index run_requests_pending on leasehold.run_requests (job, id) WHERE (state = 'pending'::text);
 create trigger run_requests_notify AFTER INSERT ON leasehold.run_requests FOR EACH STATEMENT EXECUTE FUNCTION leasehold.notify_changes('requests');
 
--- record_action: one row per act, by p_by (checked like a holder: it ends up in logs and on the dashboard).
+-- record_action: one row per act, by p_by (checked like a holder: it is shown in logs).
 create function leasehold.record_action(p_action text, p_job text, p_by text, p_detail jsonb default '{}'::jsonb) returns void
 language sql volatile as $$
   select leasehold.check_holder(p_by);
   insert into leasehold.actions (action, job, actor, detail) values (p_action, p_job, p_by, coalesce(p_detail, '{}'::jsonb));
 $$;
 
--- check_schedule_field: raises LH005 naming the field when p_ok is not true.
 create function leasehold.check_schedule_field(p_ok boolean, p_field text, p_message text) returns void
 language plpgsql immutable as $$
 begin
@@ -53,7 +45,7 @@ begin
   end if;
 end $$;
 
--- live_job: the job p_name, locked, unless it is removed; else "no job named" with SQLSTATE p_code.
+-- live_job: the job p_name, locked, unless removed; else "no job named" with SQLSTATE p_code.
 create function leasehold.live_job(p_name text, p_code text) returns leasehold.jobs
 language plpgsql volatile as $$
 declare
@@ -67,16 +59,12 @@ begin
   return j;
 end $$;
 
--- define_schedule: creates or changes a job defined as data. A definition equal to the stored one
--- changes nothing (no new revision, no action); a changed schedule or timezone applies from the
--- next slot, as in register_jobs. Every field is checked here: LH001 (a name with whitespace at
--- either end too), LH004, LH002, LH005. live_workers: how many live workers have the handler.
+-- define_schedule: creates or changes a data job; an unchanged definition writes nothing, a changed
+-- schedule or timezone applies from the next slot. live_workers: the live workers with the handler.
 create function leasehold.define_schedule(
-  p_name text, p_handler text, p_by text,
-  p_cron text default null, p_every interval default null, p_timezone text default null,
-  p_payload jsonb default null, p_ttl interval default null,
-  p_overlap text default null, p_catch_up text default null, p_buffer_limit integer default 10,
-  p_starting_deadline interval default null, p_timeout interval default null, p_jitter interval default null
+  p_name text, p_handler text, p_by text, p_cron text default null, p_every interval default null, p_timezone text default null,
+  p_payload jsonb default null, p_ttl interval default null, p_overlap text default null, p_catch_up text default null,
+  p_buffer_limit integer default 10, p_starting_deadline interval default null, p_timeout interval default null, p_jitter interval default null
 ) returns table (name text, revision bigint, created boolean, changed boolean, live_workers integer)
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -84,27 +72,22 @@ as $$
 #variable_conflict use_column
 declare
   v_old leasehold.jobs;
-  -- null means a code job's default
-  v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
+  v_payload jsonb := coalesce(p_payload, '{}'::jsonb); -- null: a code job's default
   v_ttl interval := coalesce(p_ttl, interval '30 seconds');
-  v_overlap text := coalesce(p_overlap, 'skip');
-  v_catch_up text := coalesce(p_catch_up, 'latest');
+  v_overlap text := coalesce(p_overlap, 'skip'); v_catch_up text := coalesce(p_catch_up, 'latest');
   v_cron text := btrim(p_cron);
   v_every_ms bigint := (extract(epoch from p_every) * 1000)::bigint;
-  v_schedule text;
-  v_interval_ms bigint;
+  v_schedule text; v_interval_ms bigint;
   v_deadline_ms bigint := (extract(epoch from p_starting_deadline) * 1000)::bigint;
-  v_ttl_ms bigint := (extract(epoch from coalesce(p_ttl, interval '30 seconds')) * 1000)::bigint;
+  v_ttl_ms bigint := (extract(epoch from v_ttl) * 1000)::bigint;
   v_timeout_ms bigint := (extract(epoch from p_timeout) * 1000)::bigint;
   v_jitter_ms bigint := (extract(epoch from p_jitter) * 1000)::bigint;
-  v_row leasehold.jobs;
-  v_problem text;
-  v_live integer;
+  v_row leasehold.jobs; v_problem text; v_live integer;
 begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.check_job_owner(array[p_name]);
   perform leasehold.check_name(p_name);
-  -- the name is the job's in every list and log: ' nightly' must not pass for 'nightly'
+  -- ' nightly' must not pass for 'nightly' in lists and logs
   if p_name ~ '^[ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]|[ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]$' then
     raise exception 'lease name must not begin or end with whitespace (got %)', quote_literal(p_name)
       using errcode = 'LH001', hint = 'Trim the name: a schedule name is shown in lists and logs, where edge spaces do not show.';
@@ -122,7 +105,6 @@ begin
       perform leasehold.check_schedule_field(v_problem is null, 'timezone', v_problem);
     end if;
     v_schedule := v_cron;
-    v_interval_ms := null;
   else
     perform leasehold.check_schedule_field(p_timezone is null, 'timezone', 'applies to cron schedules only');
     perform leasehold.check_schedule_field(v_every_ms between 1000 and 366::bigint * 86400000
@@ -152,7 +134,6 @@ begin
   insert into leasehold.leases (name) values (p_name) on conflict do nothing;
   select * into v_old from leasehold.jobs j where j.name = p_name for update;
   if found and v_old.source = 'code' then
-    perform set_config('leasehold.job_writer', '', true);
     raise exception 'job "%" is defined in code (registered by %): a data schedule cannot take its name', p_name, v_old.registered_by
       using errcode = 'LH006', hint = 'Pick another name, or remove the job from the workers'' code first.';
   end if;
@@ -165,7 +146,7 @@ begin
     return query select p_name, v_old.revision, false, false, v_live;
     return;
   end if;
-  -- a new schedule, a changed one, or one defined again after its removal: from the next slot on
+  -- new, changed, or defined again after its removal: from the next slot on
   update leasehold.leases l
      set last_slot = greatest(l.last_slot, now()),
          suspended = case when v_old.paused_at is not null and v_old.removed_at is null then 'paused' else null end
@@ -174,9 +155,8 @@ begin
           or (v_old.schedule, v_old.timezone) is distinct from (v_schedule, p_timezone)
           or l.suspended = 'removed')
      and (l.last_slot is not null or l.suspended is not null);
-  insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by,
-                                   source, handler, payload, defined_by, buffer_limit, starting_deadline_ms, timeout_ms, jitter_ms,
-                                   owner_role)
+  insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by, source, handler,
+                                   payload, defined_by, buffer_limit, starting_deadline_ms, timeout_ms, jitter_ms, owner_role)
   values (p_name, v_schedule, p_timezone, v_interval_ms, v_ttl_ms, v_overlap, v_catch_up, p_by, 'data', p_handler, v_payload, p_by,
           p_buffer_limit, v_deadline_ms, v_timeout_ms, v_jitter_ms, leasehold.acting_role())
   on conflict on constraint jobs_pkey do update
@@ -184,12 +164,9 @@ begin
          overlap = excluded.overlap, catch_up = excluded.catch_up, registered_by = excluded.registered_by, registered_at = now(),
          handler = excluded.handler, payload = excluded.payload, defined_by = excluded.defined_by, buffer_limit = excluded.buffer_limit,
          starting_deadline_ms = excluded.starting_deadline_ms, timeout_ms = excluded.timeout_ms, jitter_ms = excluded.jitter_ms,
-         -- defined again after removal: a new job, not paused
-         paused_at = case when j.removed_at is null then j.paused_at end,
-         paused_by = case when j.removed_at is null then j.paused_by end,
-         pause_reason = case when j.removed_at is null then j.pause_reason end,
-         removed_at = null,
-         -- defined again after removal: the definer's
+         -- defined again after removal: a new job, not paused, the definer's
+         paused_at = case when j.removed_at is null then j.paused_at end, paused_by = case when j.removed_at is null then j.paused_by end,
+         pause_reason = case when j.removed_at is null then j.pause_reason end, removed_at = null,
          owner_role = case when j.removed_at is null then coalesce(j.owner_role, excluded.owner_role) else excluded.owner_role end
   returning j.* into v_row;
   perform set_config('leasehold.job_writer', '', true);
@@ -199,8 +176,7 @@ begin
   return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true, v_live;
 end $$;
 
--- remove_schedule: removes a data job (a tombstone the workers read); a run in progress finishes
--- under its lease. False when there was nothing to remove.
+-- remove_schedule: a tombstone the workers read; a run in progress finishes. False: nothing removed.
 create function leasehold.remove_schedule(p_name text, p_by text) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -212,9 +188,7 @@ begin
   perform leasehold.check_job_owner(array[p_name]);
   perform leasehold.check_holder(p_by);
   select * into v_old from leasehold.jobs j where j.name = p_name and j.removed_at is null for update;
-  if not found then
-    return false;
-  end if;
+  if not found then return false; end if;
   if v_old.source = 'code' then
     raise exception 'job "%" is defined in code (registered by %): remove it from the workers'' code', p_name, v_old.registered_by
       using errcode = 'LH006';
@@ -228,9 +202,8 @@ begin
   return true;
 end $$;
 
--- pause_job: no slot of the job is claimed until resume_job; last_slot stays, so the pause is
--- downtime on purpose (the catch-up policy applies on resume). With p_stop_running the run in
--- progress loses its lease, as force_release takes it, and is recorded aborted.
+-- pause_job: no slot is claimed until resume_job; last_slot stays (catch-up applies on resume).
+-- p_stop_running: the run in progress loses its lease (force_release) and is recorded aborted.
 create function leasehold.pause_job(p_name text, p_by text, p_reason text default null, p_stop_running boolean default false)
 returns table (paused boolean, already_paused boolean, stopped_holder text, stopped_fence bigint)
 language plpgsql volatile
@@ -238,18 +211,14 @@ set lock_timeout = '2s'
 as $$
 #variable_conflict use_column
 declare
-  v_job leasehold.jobs;
-  v_lease leasehold.leases;
-  v_stop boolean;
+  v_job leasehold.jobs; v_lease leasehold.leases; v_stop boolean;
   v_why text := left('stopped: paused by ' || p_by || coalesce(' (' || p_reason || ')', ''), 4000);
 begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.pin_synchronous_commit();
   perform leasehold.check_holder(p_by);
-  if p_reason is not null then
-    perform leasehold.check_schedule_field(char_length(p_reason) <= 1000 and leasehold.check_characters(p_reason) is null,
-      'reason', 'must be at most 1000 characters without control or invisible characters');
-  end if;
+  perform leasehold.check_schedule_field(p_reason is null or (char_length(p_reason) <= 1000 and leasehold.check_characters(p_reason) is null),
+    'reason', 'must be at most 1000 characters without control or invisible characters');
   v_job := leasehold.live_job(p_name, 'LH006');
   insert into leasehold.leases (name) values (p_name) on conflict do nothing;
   -- waits for a claim that locked the row first; a later claim sees the mark
@@ -262,7 +231,6 @@ begin
   end if;
   v_stop := p_stop_running and v_lease.token is not null;
   if v_stop then
-    -- its run ends aborted, whether in flight on the lease row or a run_log row
     if v_lease.run_slot is not null then
       perform leasehold.end_runs(array[p_name], null, array[v_lease.run_fence], array['aborted'], array[v_why], null);
     end if;
@@ -274,7 +242,7 @@ begin
   return query select true, v_job.paused_at is not null, case when v_stop then v_lease.holder end, case when v_stop then v_lease.fence end;
 end $$;
 
--- resume_job: the job's slots are claimed again; the workers apply its catch-up policy.
+-- resume_job: the job's slots are claimed again (the workers apply its catch-up policy).
 create function leasehold.resume_job(p_name text, p_by text)
 returns table (resumed boolean, paused_at timestamptz, paused_by text)
 language plpgsql volatile
@@ -299,8 +267,8 @@ begin
   return query select true, v_job.paused_at, v_job.paused_by;
 end $$;
 
--- run_now: asks for one extra run of p_job now, or with p_slots for one run of each past slot (a
--- backfill: a slot requested before, or concurrently, is not requested again: a unique index).
+-- run_now: one extra run of p_job now, or with p_slots one run of each past slot (a backfill;
+-- a unique index: a slot is requested once).
 create function leasehold.run_now(p_job text, p_by text, p_slots timestamptz[] default null)
 returns table (request_id bigint, slot timestamptz)
 language plpgsql volatile as $$
@@ -337,10 +305,8 @@ begin
     'from', (select min(s) from unnest(p_slots) s), 'to', (select max(s) from unnest(p_slots) s), 'slots', v_count, 'requested', v_id));
 end $$;
 
--- check_claim_requests: the rules of claim()'s requests in one pass (the value an error names is
--- looked for after): 22023, or LH002 for a ttl out of acquire's bounds.
-create function leasehold.check_claim_requests(p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[])
-returns void
+-- check_claim_requests: claim()'s request rules in one pass (the value named is looked for after).
+create function leasehold.check_claim_requests(p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[]) returns void
 language plpgsql stable as $$
 declare
   v_n integer := coalesce(cardinality(p_jobs), 0);
@@ -350,9 +316,7 @@ begin
            coalesce(cardinality(p_caps), 0)] <> array_fill(v_n, array[4]) then
     raise exception 'claim: as many slots, ttls, modes and buffer caps as jobs are needed (% jobs)', v_n using errcode = '22023';
   end if;
-  if v_n = 0 then
-    return;
-  end if;
+  if v_n = 0 then return; end if;
   select bool_or(i.mode is null or i.mode not in ('exclusive', 'replace', 'allow')) as bad_mode, bool_or(i.cap is null or i.cap < 0) as bad_cap,
          bool_or(i.job is null or i.slot is null) as bad_null, bool_or(i.ttl is null) as null_ttl, min(i.ttl) as min_ttl, max(i.ttl) as max_ttl
     into r from unnest(p_jobs, p_slots, p_ttls, p_modes, p_caps) as i(job, slot, ttl, mode, cap);
@@ -367,7 +331,7 @@ begin
   if r.bad_null then
     raise exception 'claim: job and slot must not be null' using errcode = '22023';
   end if;
-  -- the bounds are a range: its two ends tell for all
+  -- the two ends of the range tell for all
   if r.null_ttl then
     perform leasehold.check_ttl(null);
   end if;
@@ -375,9 +339,8 @@ begin
   perform leasehold.check_ttl(r.max_ttl);
 end $$;
 
--- claim_requests: a worker takes pending run-now and backfill requests of its jobs, one per job
--- per call, each decided under the job's lease row lock (SKIP LOCKED) by its overlap policy
--- (docs/sql-api.md). Nothing pending: one read of a small partial index, no write.
+-- claim_requests: a worker takes pending requests of its jobs, one per job per call, each decided
+-- under the lease row lock (SKIP LOCKED) by its overlap policy. Nothing pending: one index read.
 create function leasehold.claim_requests(p_jobs text[], p_holder text, p_holder_key bigint default null, p_limit integer default 100)
 returns table (request_id bigint, job text, kind text, slot timestamptz, requested_by text, claimed boolean, token uuid, fence bigint,
                expires_at timestamptz, holder text, holder_fence bigint, took_over boolean, database_time timestamptz)
@@ -386,23 +349,15 @@ set lock_timeout = '2s'
 as $$
 #variable_conflict use_column
 declare
-  v record;
-  l leasehold.leases;
-  v_mode text;
-  v_epoch integer;
-  v_incarnation text;
-  v_fence bigint;
-  v_token uuid;
-  v_expires timestamptz;
+  v record; l leasehold.leases; v_mode text; v_epoch integer; v_incarnation text; v_fence bigint;
+  v_token uuid; v_expires timestamptz;
 begin
   perform leasehold.check_namespace(p_jobs);
   perform leasehold.check_holder(p_holder);
   if p_limit is null or p_limit < 1 or p_limit > 1000 then
     raise exception 'claim_requests: p_limit must be 1 to 1000 (got %)', p_limit using errcode = '22023';
   end if;
-  if not exists (select 1 from leasehold.run_requests q where q.state = 'pending' and q.job = any (p_jobs)) then
-    return;
-  end if;
+  if not exists (select 1 from leasehold.run_requests q where q.state = 'pending' and q.job = any (p_jobs)) then return; end if;
   -- only the job's own workers take its requests
   p_jobs := array(select j.name from leasehold.jobs j where j.name = any (p_jobs) and leasehold.may_act_as(j.owner_role));
   perform leasehold.pin_synchronous_commit();
@@ -417,15 +372,13 @@ begin
      limit p_limit
   loop
     v_mode := case v.overlap when 'replace' then 'replace' when 'allow' then 'allow' else 'exclusive' end;
-    -- a backfill under allow has no lease to wait for: one backfill run at a time, unless the
-    -- worker of the running one is gone
+    -- a backfill under allow: one at a time, unless the worker of the running one is gone
     continue when v.kind = 'backfill' and v_mode = 'allow' and exists (
       select 1 from leasehold.run_requests b join leasehold.runs r on r.job = b.job and r.fence = b.fence
        where b.job = v.job and b.kind = 'backfill' and b.state = 'claimed' and r.outcome = 'running'
          and not leasehold.holder_gone(b.holder_key));
     if (v.kind = 'backfill' and v_mode <> 'allow') or v.overlap in ('buffer-one', 'buffer-all') then
-      -- it waits for a free lease: the row is locked only when free, so a request that waits
-      -- costs its job no lock and no write per call
+      -- waits for a free lease: locked only when free (a waiting request costs no lock, no write)
       select * into l from leasehold.leases x where x.name = v.job and leasehold.is_free(x) for update skip locked;
       if not found then
         if v.kind = 'manual' and v.overlap = 'buffer-one' then
@@ -447,11 +400,11 @@ begin
       end if;
       v_mode := case when v_mode = 'allow' then 'allow' else 'exclusive' end;
     else
-      -- decided now, whoever holds the lease: a run now under skip, replace or allow, a backfill under allow
+      -- decided now, whoever holds the lease
       select * into l from leasehold.leases x where x.name = v.job for update skip locked;
       continue when not found;
     end if;
-    -- under the lease lock, with a fresh snapshot: still pending? (a peer may have decided it first)
+    -- still pending under the lock, with a fresh snapshot?
     perform 1 from leasehold.run_requests q where q.id = v.id and q.state = 'pending';
     continue when not found;
     if v.kind = 'manual' and v.overlap = 'skip' and not leasehold.is_free(l) then
@@ -463,17 +416,14 @@ begin
       continue;
     end if;
 
-    -- claim: the same grant as claim() gives a slot, except that last_slot stays
+    -- claim() gives the same grant, except that last_slot stays
     v_epoch := coalesce(v_epoch, leasehold.epoch());
-    if v_incarnation is null and p_holder_key is not null then
-      v_incarnation := leasehold.liveness_incarnation(p_holder_key);
-    end if;
+    v_incarnation := coalesce(v_incarnation, leasehold.liveness_incarnation(p_holder_key));
     v_fence := (leasehold.fences_after(array[l.fence], v_epoch))[1];
-    -- a scheduled run in flight on the row loses its lease to this one (as in claim())
     if v_mode <> 'allow' and l.run_slot is not null then
       perform leasehold.end_runs(array[v.job], null, array[l.run_fence], array['lost'], array['lease taken over by ' || p_holder], null);
     end if;
-    -- under allow only the fence moves; otherwise a grant, whose run is in run_log from its start
+    -- under allow only the fence moves; a grant's run is in run_log from its start
     if v_mode = 'allow' then
       update leasehold.leases x set fence = v_fence where x.name = v.job;
     else
@@ -486,7 +436,7 @@ begin
     end if;
     insert into leasehold.run_log (job, slot, fence, holder, trigger, requested_by, request_id)
     values (v.job, v.slot, v_fence, p_holder, v.kind, v.requested_by, v.id);
-    -- a run still 'running' under an older fence lost its lease to this one (as in claim())
+    -- a run still 'running' under an older fence lost its lease (as in claim())
     if v_mode <> 'allow' then
       update leasehold.run_log r set outcome = 'lost', finished_at = now(), error = 'lease taken over by ' || p_holder
        where r.job = v.job and r.outcome = 'running' and r.fence < v_fence;
@@ -500,15 +450,13 @@ begin
   end loop;
 end $$;
 
--- schedule_changes: the job rows changed after revision p_after_revision, oldest first: one range
--- of the index on revision. p_snapshot: only what a starting worker needs (the data jobs of
--- p_handlers and the paused jobs): at 100,000 jobs a worker of one handler would read them all.
-create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000,
-                                           p_snapshot boolean default false)
+-- schedule_changes: the job rows changed after p_after_revision, oldest first: one index range
+-- (revisions become visible in order: writers draw them under one lock). p_snapshot: only the
+-- data jobs of p_handlers and the paused ones (a starting worker must not read 100,000 jobs).
+create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000, p_snapshot boolean default false)
 returns table (
-  revision bigint, name text, source text, handler text, removed boolean,
-  schedule text, timezone text, interval_ms bigint, ttl_ms bigint, overlap text, catch_up text,
-  buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, payload jsonb,
+  revision bigint, name text, source text, handler text, removed boolean, schedule text, timezone text, interval_ms bigint, ttl_ms bigint,
+  overlap text, catch_up text, buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, payload jsonb,
   paused_at timestamptz, paused_by text, pause_reason text, last_slot timestamptz, database_time timestamptz
 )
 language sql stable as $$

@@ -1,11 +1,9 @@
--- leasehold schema, part 5 of 6: read models for status pages, the CLI, the dashboard and
--- metrics. None shows a token. Each reads through an index range per job (LATERAL), so
--- `where job = ...` or `order by job limit n` reads only those jobs, at any size.
+-- leasehold schema, part 5 of 6: read models (no token shown). Each reads an index range per job,
+-- so `where job = ...` or `order by job limit n` reads only those jobs.
 
--- fleet_status: the fleet's counts on every row, and the listed jobs in order: those that need
--- attention under their most urgent reason, newest first, then the others by name. A reason
--- counts and lists the names its history has (a removed job's failures too): the caller leaves
--- out those without a job_status row. Its cost follows the last day's failures, not the history.
+-- fleet_status: the fleet's counts on every row, and the jobs needing attention (most urgent reason,
+-- newest first), then the others by name. A reason lists the names its history has (the caller
+-- leaves out those without a job_status row). Its cost follows the last day's failures.
 create function leasehold.fleet_status(p_limit integer)
 returns table (place integer, job text, attention text, attention_at timestamptz, jobs integer, running integer,
                expired integer, failing integer, skipping integer, missing integer, leases integer, leases_held integer)
@@ -22,7 +20,6 @@ begin
     raise exception 'fleet_status: p_limit must be 1 or more (got %)', coalesce(p_limit::text, 'null') using errcode = '22023';
   end if;
   return query
-  -- the leases that are not free or have no job, in one pass over the leases
   with leases_seen as materialized (
     select l.name, l.state, l.expires_at, j.name is not null as is_job
       from leasehold.lease_status l left join leasehold.jobs j on j.name = l.name
@@ -66,8 +63,7 @@ begin
    order by p.n;
 end $$;
 
--- fleet_summary: the fleet's counts over 24 hours. It reads run_counts (runs per minute) and
--- slow_runs (the only jobs whose p95 can creep), not a day of runs.
+-- fleet_summary: the fleet's counts over 24 hours, from run_counts and slow_runs, not a day of runs.
 create function leasehold.fleet_summary(p_warn_ratio double precision default 0.8)
 returns table (jobs integer, running integer, expired integer, failing integer, creeping integer, over_interval integer,
                runs_24h bigint, failed_24h bigint, lost_24h bigint, skips_24h bigint, missed_24h bigint, timed_out_24h bigint)
@@ -126,8 +122,7 @@ select l.name,
   from leasehold.leases l;
 
 create view leasehold.runs as
-select r.id, r.job, r.slot, r.fence, r.holder, r.started_at, r.finished_at, r.outcome, r.error, r.attempts,
-       r.trigger, r.requested_by, r.request_id
+select r.id, r.job, r.slot, r.fence, r.holder, r.started_at, r.finished_at, r.outcome, r.error, r.attempts, r.trigger, r.requested_by, r.request_id
   from leasehold.run_log r
 union all
 select null::bigint, l.name, l.run_slot, l.run_fence, l.run_holder, l.run_started_at, null::timestamptz,
@@ -139,8 +134,7 @@ comment on view leasehold.runs is
 
 create view leasehold.run_history as
 select job, slot, 'run' as kind, outcome, fence, holder, started_at as at, finished_at,
-       extract(epoch from finished_at - started_at)::double precision as duration_seconds, error as detail,
-       trigger, requested_by
+       extract(epoch from finished_at - started_at)::double precision as duration_seconds, error as detail, trigger, requested_by
   from leasehold.runs
 union all
 select k.job, k.slot, 'skip', case when ran.fence is null then 'skipped' else 'buffered' end,
@@ -165,8 +159,7 @@ select q.job, q.slot, 'skip', 'skipped', q.skip_fence, q.skip_holder, q.decided_
 create view leasehold.run_request_status as
 select q.id, q.job, q.kind, q.slot, q.requested_by, q.requested_at,
        case when q.state = 'claimed' and r.outcome is distinct from 'running' then 'done' else q.state end as state,
-       q.decided_at, q.decided_by, q.fence, r.outcome, r.started_at, r.finished_at, r.error,
-       q.skip_holder, q.skip_fence
+       q.decided_at, q.decided_by, q.fence, r.outcome, r.started_at, r.finished_at, r.error, q.skip_holder, q.skip_fence
   from leasehold.run_requests q
   left join leasehold.run_log r on r.job = q.job and r.fence = q.fence;
 

@@ -1,11 +1,6 @@
--- leasehold schema, part 6 of 6: the privilege model (see docs/security.md).
---
--- Every function runs with its owner's rights (SECURITY DEFINER) and a pinned search_path
--- (pg_catalog, leasehold, pg_temp), so that a role needs no privilege on the tables (it cannot
--- read a token or write a lease row but through the functions) and objects others create (an
--- operator public.*) are never picked up. Nothing is granted to PUBLIC; roles get a level
--- (reader, client, operator: leasehold.access), and secure_schema() applies it all after every
--- migration, so that a function added later is covered too.
+-- leasehold schema, part 6 of 6: the privilege model (docs/security.md). Entry points run as the
+-- owner with a pinned search_path (no table privileges needed, no planted object picked up);
+-- nothing is granted to PUBLIC; roles get a level, applied by secure_schema() after every migration.
 
 create table leasehold.access (
   object text primary key, level text not null,
@@ -14,18 +9,15 @@ create table leasehold.access (
 comment on table leasehold.access is
   'Which level may use each function, view or table of the schema (owner: nobody but the schema owner).';
 
--- Roles granted a level through grant_access(): secure_schema() grants them what later
--- migrations add, so an upgrade never takes a working role's access away.
+-- Roles granted a level (grant_access()): an upgrade grants them what it adds.
 create table leasehold.grants (
   role text not null, level text not null, granted_at timestamp with time zone not null default now(),
   constraint grants_pkey PRIMARY KEY (role, level),
   constraint grants_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text])))
 );
 
--- Namespaces: a role bound to name prefixes acts only on leases, jobs, schedules and requests
--- whose names start with one of them, whatever its level, so services that share a database
--- cannot reach each other's jobs. A role without rows (and the schema owner, and superusers) is
--- not bound. Checked against session_user, and the rows of every role it is a member of.
+-- Namespaces: a role bound to name prefixes (itself or a role it is a member of) acts only on
+-- names starting with one, so services sharing a database cannot reach each other's jobs.
 create table leasehold.namespaces (
   role text not null, prefix text not null check (char_length(prefix) between 1 and 100), granted_at timestamptz not null default now(),
   primary key (role, prefix)
@@ -33,8 +25,7 @@ create table leasehold.namespaces (
 comment on table leasehold.namespaces is
   'Name prefixes a role is bound to (none: the whole schema). Written by grant_access(role, level, namespace).';
 
--- namespace_prefixes: the caller's prefixes, null when it is not bound. The first probe keeps a
--- database without namespaces at one read of an empty table.
+-- namespace_prefixes: the caller's prefixes, null when not bound.
 create function leasehold.namespace_prefixes() returns text[]
 language sql stable as $$
   select case when not exists (select 1 from leasehold.namespaces) then null
@@ -44,13 +35,11 @@ language sql stable as $$
          end;
 $$;
 
--- is_member_of: whether session_user is a member of role p_role (false when there is none).
 create function leasehold.is_member_of(p_role text) returns boolean
 language sql stable as $$
   select to_regrole(quote_ident(p_role)) is not null and pg_has_role(session_user, to_regrole(quote_ident(p_role)), 'member');
 $$;
 
--- in_namespace: whether the caller may act on p_name (always, when it is not bound).
 create function leasehold.in_namespace(p_name text, p_prefixes text[]) returns boolean
 language sql immutable as $$
   select p_prefixes is null or exists (select 1 from unnest(p_prefixes) x where starts_with(p_name, x));
@@ -64,13 +53,9 @@ declare
   v_outside text;
 begin
   -- no namespace at all (most installations): one probe with a cached plan, on every acquire
-  if not exists (select 1 from leasehold.namespaces) then
-    return;
-  end if;
+  if not exists (select 1 from leasehold.namespaces) then return; end if;
   v_prefixes := leasehold.namespace_prefixes();
-  if v_prefixes is null then
-    return;
-  end if;
+  if v_prefixes is null then return; end if;
   select x into v_outside from unnest(p_names) x where x is not null and not leasehold.in_namespace(x, v_prefixes) limit 1;
   if found then
     raise exception 'role "%" may not act on "%": it is bound to the namespace %', session_user, v_outside,
@@ -79,16 +64,14 @@ begin
   end if;
 end $$;
 
--- acting_role: the login role a job written now belongs to (jobs.owner_role): null for the
--- schema owner and superusers (a job any service's workers may run), else session_user.
+-- acting_role: the owner_role of a job written now: null for the schema owner and superusers.
 create function leasehold.acting_role() returns text
 language sql stable as $$
   select case when r.rolsuper or r.oid = n.nspowner then null else r.rolname::text end
     from pg_roles r, pg_namespace n where r.rolname = session_user and n.nspname = 'leasehold';
 $$;
 
--- may_act_as: whether the caller may change, remove or run what p_role owns: p_role itself, a
--- member of it, the schema owner and superusers; anyone for what nobody owns (null).
+-- may_act_as: the caller may change or run what p_role owns (a member, the owner; null: anyone).
 create function leasehold.may_act_as(p_role text) returns boolean
 language sql stable as $$
   select p_role is null or p_role = session_user::text or leasehold.acting_role() is null or leasehold.is_member_of(p_role);
@@ -107,23 +90,19 @@ begin
   end if;
 end $$;
 
--- schema_version: the installed version, for every level (clients check it at start without
--- reading leasehold.migrations).
+-- schema_version: the installed version, for every level.
 create function leasehold.schema_version() returns integer
 language sql stable as $$
   select coalesce(max(version), 0)::integer from leasehold.migrations;
 $$;
 
--- breaking_since: whether a migration newer than p_version changed the SQL contract. A client
--- that knows p_version may run against a newer schema when this is false (rolling deploys).
+-- breaking_since: a migration newer than p_version changed the contract (false: rolling deploys work).
 create function leasehold.breaking_since(p_version integer) returns boolean
 language sql stable as $$
   select coalesce(bool_or(breaking), false) from leasehold.migrations where version > p_version;
 $$;
 
--- grant_statements: the GRANTs of level p_level for p_role. Argument types are printed on a
--- search_path without this schema, so that its own types come out qualified and the statements
--- run anywhere (`leasehold grant --print`).
+-- grant_statements: the GRANTs of a level, argument types printed schema-qualified (run anywhere).
 create function leasehold.grant_statements(p_role text, p_level text) returns setof text
 language plpgsql stable as $$
 begin
@@ -133,7 +112,6 @@ begin
   if p_role is null or p_role = '' or lower(p_role) = 'public' then
     raise exception 'name a role (not PUBLIC) to grant leasehold access to' using errcode = '22023';
   end if;
-  -- local to this call: the function's own search_path comes back when it returns
   perform set_config('search_path', 'pg_catalog, pg_temp', true);
   return next format('grant usage on schema leasehold to %I', p_role);
   return query
@@ -148,7 +126,6 @@ begin
      order by c.relname;
 end $$;
 
--- check_role: refuses (42704) a role that does not exist.
 create function leasehold.check_role(p_role text) returns void
 language plpgsql stable as $$
 begin
@@ -158,9 +135,7 @@ begin
   end if;
 end $$;
 
--- grant_access: applies grant_statements and remembers the role, so that later migrations
--- extend its grants; with p_namespace, also binds the role to that name prefix (more than one
--- call: more prefixes). Returns the statements it ran.
+-- grant_access: runs grant_statements and remembers the role; p_namespace binds it to one more prefix.
 create function leasehold.grant_access(p_role text, p_level text, p_namespace text default null) returns setof text
 language plpgsql volatile as $$
 declare
@@ -180,8 +155,7 @@ begin
   insert into leasehold.grants (role, level) values (p_role, p_level) on conflict do nothing;
 end $$;
 
--- revoke_access: takes the level away (and everything else in the schema), then grants the
--- role's remaining levels again; with none left, its namespaces go too. Returns the levels left.
+-- revoke_access: revokes everything, grants the remaining levels again (none: namespaces go too).
 create function leasehold.revoke_access(p_role text, p_level text) returns integer
 language plpgsql volatile as $$
 declare
@@ -203,20 +177,16 @@ begin
   return n;
 end $$;
 
--- secure_schema: the generic pass, idempotent, after every migration. Every function a role may
--- call, every trigger function and the functions the owner calls at top level (the privilege
--- tools, refresh_run_counts) run with the owner's rights and the pinned search_path. The internal
--- steps (level owner: is_free, epoch, next_fence, the check_* helpers, ...) run inside those
--- only: executable by nobody but the owner, they pin nothing, so that PostgreSQL can inline them
--- and a call does not save and restore its settings (three quarters of the server time of a
--- declined acquire went to those).
+-- secure_schema: idempotent, after every migration. Entry points and trigger functions run as the
+-- owner with the pinned path; internal steps (level owner) pin nothing, so that they can be inlined
+-- (saving and restoring settings was three quarters of a declined acquire's server time).
 create function leasehold.secure_schema() returns void
 language plpgsql volatile as $$
 declare
   f record;
   r record;
 begin
-  -- only the owner creates objects here: one planted in the schema would be on every pinned path
+  -- an object planted in the schema would be on every pinned path
   revoke all on schema leasehold from public;
   for r in select a.grantee::regrole::text as grantee from pg_namespace n, aclexplode(n.nspacl) a
             where n.nspname = 'leasehold' and a.privilege_type = 'CREATE' and a.grantee not in (n.nspowner, 0) loop
@@ -244,24 +214,21 @@ end $$;
 -- Each function and view by level, and the tables a level may read; the other tables are the owner's.
 insert into leasehold.access (object, level)
 select unnest(v.objects), v.level from (values
-  ('reader', array['actions', 'breaking_since', 'clock_steps', 'epoch_source', 'fleet_status',
-     'fleet_summary', 'job_status', 'jobs', 'lease_status', 'liveness_locks', 'missed',
-     'namespaces', 'run_counts', 'run_history', 'run_log', 'run_request_status', 'run_requests',
-     'runs', 'schema_version', 'skips', 'slow_runs', 'unhandled_schedules', 'worker_handlers']),
-  ('client', array['acquire', 'assert_lease', 'claim', 'claim_requests', 'define_schedule',
-     'enqueue_slots', 'finish_held_run', 'finish_runs', 'holds_lease', 'reconfirm_leases',
-     'record_clock_step', 'record_missed_slots', 'record_skip', 'register_jobs',
-     'register_liveness', 'release', 'remove_schedule', 'renew_leases', 'schedule_changes',
-     'start_run', 'start_tick']),
+  ('reader', array['actions', 'breaking_since', 'clock_steps', 'epoch_source', 'fleet_status', 'fleet_summary',
+     'job_status', 'jobs', 'lease_status', 'liveness_locks', 'missed', 'namespaces', 'run_counts', 'run_history',
+     'run_log', 'run_request_status', 'run_requests', 'runs', 'schema_version', 'skips', 'slow_runs',
+     'unhandled_schedules', 'worker_handlers']),
+  ('client', array['acquire', 'assert_lease', 'claim', 'claim_requests', 'define_schedule', 'enqueue_slots',
+     'finish_held_run', 'finish_runs', 'holds_lease', 'reconfirm_leases', 'record_clock_step', 'record_missed_slots',
+     'record_skip', 'register_jobs', 'register_liveness', 'release', 'remove_schedule', 'renew_leases',
+     'schedule_changes', 'start_run', 'start_tick']),
   ('operator', array['force_release', 'pause_job', 'prune_history', 'resume_job', 'run_now']),
   ('owner', array['acting_role', 'add_run_counts', 'bad_characters', 'check_characters', 'check_claim_requests',
-     'check_holder', 'check_job_owner', 'check_lease_name', 'check_name', 'check_namespace',
-     'check_role', 'check_schedule_field', 'check_ttl', 'confirm', 'confirm_leases', 'count_runs_deleted',
-     'count_runs_inserted', 'count_runs_updated', 'end_runs', 'epoch',
-     'fences_after', 'fork_base', 'grant_access', 'grant_statements', 'holder_gone',
-     'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_handlers', 'live_job', 'liveness_incarnation',
-     'mark_slow_runs', 'may_act_as', 'namespace_prefixes', 'next_fence', 'notify_changes',
-     'pin_synchronous_commit', 'record_action', 'refresh_run_counts',
-     'revoke_access', 'run_outcomes', 'run_start', 'run_timed_out', 'secure_schema',
-     'server_incarnation', 'timezone_problem', 'worker_key_tag'])
+     'check_holder', 'check_job_owner', 'check_lease_name', 'check_name', 'check_namespace', 'check_role',
+     'check_schedule_field', 'check_ttl', 'confirm', 'confirm_leases', 'count_runs_deleted', 'count_runs_inserted',
+     'count_runs_updated', 'end_runs', 'epoch', 'fences_after', 'fork_base', 'grant_access', 'grant_statements',
+     'holder_gone', 'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_handlers', 'live_job',
+     'liveness_incarnation', 'mark_slow_runs', 'may_act_as', 'namespace_prefixes', 'next_fence', 'notify_changes',
+     'pin_synchronous_commit', 'record_action', 'refresh_run_counts', 'revoke_access', 'run_outcomes', 'run_start',
+     'run_timed_out', 'secure_schema', 'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);

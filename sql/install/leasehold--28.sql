@@ -27,31 +27,20 @@ end $$;
 set local check_function_bodies = off;
 -- sql/baseline/1_leases.sql
 -- leasehold schema, part 1 of 6: the lease protocol, and what every caller of acquire() may
--- write besides (liveness sessions, skips, clock steps).
---
--- Glossary
---   lease   one row per job name: who may run the job now, and until when.
---   token   random secret of one acquisition; renewals, the release and fenced writes present it.
---   fence   bigint that grows on every acquisition of a name and never goes back, even across a
---           failover (next_fence() folds the epoch in): a write checked against it cannot come
---           from an older holder.
---   epoch   the fork of history the server is on (leasehold.forks: a base fixed at the first
---           grant on each WAL timeline), so that a grant on a promoted server is told apart from
---           anything an old primary or another promoted copy issued.
---   incarnation  epoch and postmaster start time: one run of one server. Advisory locks
---           (liveness evidence) exist only in the incarnation that took them.
---   holder  human-readable identity of the acquirer (host:pid:id), for logs and skips.
---   holder_key  the holder's liveness session's key: a session-level advisory lock it keeps
---           while its process lives. When the lock is gone the lease is free.
---   slot    the scheduled occurrence a claim is for; each slot is claimed at most once.
--- Every decision uses the database clock (now()). Errors: LH001 (bad name), LH002 (bad ttl),
--- LH003 (lease lost), LH004 (bad holder); docs/sql-api.md is the contract.
+-- write besides (liveness sessions, skips, clock steps). docs/sql-api.md is the contract.
+--   token  secret of one acquisition; renewals, the release and fenced writes present it.
+--   fence  grows on every acquisition of a name, never goes back, even across a failover (the
+--          epoch is folded in): a write checked against it cannot come from an older holder.
+--   epoch  the fork of history (leasehold.forks: a base fixed at the first grant on each WAL
+--          timeline); incarnation: epoch and postmaster start, where advisory locks live.
+--   holder_key  the key of the holder's liveness session lock: when it is gone, the lease is free.
+--   slot   a scheduled occurrence, claimed at most once.
+-- Every decision uses the database clock. Errors: LH001 name, LH002 ttl, LH003 lease lost, LH004 holder.
 
 create type leasehold.lease_renewal as (name text, token uuid, ttl interval);
 
--- Windows (from_time, to_time] of database time that a forward step of the database clock
--- jumped over. Slots inside never existed: record_missed_slots() does not record them. Kept as
--- long as the history, and at most 1,000 windows.
+-- Windows (from_time, to_time] a forward step of the database clock jumped over: their slots
+-- never existed (not recorded missed). Kept as long as the history, at most 1,000.
 create table leasehold.clock_steps (
   id bigint generated always as identity primary key,
   from_time timestamp with time zone not null, to_time timestamp with time zone not null,
@@ -66,20 +55,12 @@ comment on table leasehold.forks is
   'The fence base of each timeline this line of history has granted on, fixed at its first grant (fork_base()).';
 
 create table leasehold.leases (
-  name text primary key,
-  token uuid,
-  fence bigint not null default 0,
-  holder text,
-  holder_key bigint,
-  acquired_at timestamp with time zone,
-  expires_at timestamp with time zone,
-  last_slot timestamp with time zone,
-  released_at timestamp with time zone,
-  ttl interval,
+  name text primary key, token uuid, fence bigint not null default 0, holder text, holder_key bigint,
+  acquired_at timestamp with time zone, expires_at timestamp with time zone, last_slot timestamp with time zone,
+  released_at timestamp with time zone, ttl interval,
   epoch integer, -- the epoch in which the grant or its latest renewal was confirmed
   holder_incarnation text, -- the incarnation whose advisory lock table holds holder_key's lock
-  created_at timestamp with time zone not null default now(),
-  suspended text,
+  created_at timestamp with time zone not null default now(), suspended text,
   -- the scheduled run in flight (claim()), until finish_runs() writes its history row
   run_slot timestamp with time zone, run_fence bigint, run_holder text, run_started_at timestamp with time zone,
   constraint leases_suspended_check CHECK ((suspended = ANY (ARRAY['paused'::text, 'removed'::text]))),
@@ -89,27 +70,22 @@ comment on table leasehold.leases is
   'One row per lease name. Write it only through the leasehold.* functions.';
 
 create table leasehold.skips (
-  job text not null,
-  slot timestamp with time zone not null,
+  job text not null, slot timestamp with time zone not null,
   holder text, holder_fence bigint, holder_slot timestamp with time zone, held_for interval, -- the holder, as the skip saw it
-  recorded_by text not null,
-  recorded_at timestamp with time zone not null default now(),
+  recorded_by text not null, recorded_at timestamp with time zone not null default now(),
   constraint skips_pkey PRIMARY KEY (job, slot)
 );
 create index skips_recorded_brin on leasehold.skips using brin (recorded_at) WITH (pages_per_range='32');
 
--- bad_characters: the characters a name, holder or operator's text must not contain, as one
--- regular-expression class: C0/C1 controls and line separators, bidirectional controls (they
--- reorder what a terminal or page shows: 'invoice\u202Egnp.exe' renders as 'invoiceexe.png')
--- and invisible format characters (zero-width space, joiners, BOM, fillers, tags:
--- 'pay\u200Bments' would look like 'payments'). Immutable, so callers get it as a constant.
+-- bad_characters: what a name, holder or operator's text must not contain (one regex class):
+-- controls, bidirectional controls ('invoice\u202Egnp.exe' shows as 'invoiceexe.png') and
+-- invisible characters ('pay\u200Bments' looks like 'payments'). Immutable: a constant.
 create function leasehold.bad_characters() returns text
 language sql immutable as $$
   select '[\u0001-\u001f\u007f-\u009f\u00ad\u034f\u061c\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u2028-\u202e\u2060-\u206f\u3164\ufeff\uffa0\ufff9-\ufffb\U000e0000-\U000e007f]'::text;
 $$;
 
--- check_characters: describes the first bad character of p_text, or null. Positions count code
--- points from 0, as the TypeScript client does.
+-- check_characters: the first bad character of p_text, or null (code point position from 0, as in TypeScript).
 create function leasehold.check_characters(p_text text) returns text
 language sql immutable strict as $$
   select format('U+%s, %s, at position %s',
@@ -124,9 +100,8 @@ language sql immutable strict as $$
    where m.c is not null;
 $$;
 
--- Argument checks shared by every entry point, so psql, Python and TypeScript callers get
--- the same answer with the same SQLSTATE. The hot path tests the pattern in plpgsql (a cached
--- expression); check_characters, planned per call, only describes a refusal.
+-- Argument checks shared by every entry point (one answer, one SQLSTATE for every client). The
+-- pattern is tested in plpgsql (a cached expression); check_characters only describes a refusal.
 create function leasehold.check_name(p_name text) returns void
 language plpgsql immutable as $$
 begin
@@ -167,7 +142,6 @@ begin
   end if;
 end $$;
 
--- check_lease_name: the name rule, on an insert or a change of the name only.
 create function leasehold.check_lease_name() returns trigger
 language plpgsql volatile as $$
 begin
@@ -178,19 +152,16 @@ begin
   return new;
 end $$;
 
--- epoch: the server's current WAL timeline. pg_walfile_name(pg_current_wal_lsn()) moves the moment
--- a standby is promoted, pg_control_checkpoint() only after the end-of-recovery checkpoint. Where
--- they are refused (a managed service): the last checkpoint's timeline, then 1 (epoch_source()).
+-- epoch: the current WAL timeline: the WAL file name moves at promotion, the checkpoint's only
+-- after the end-of-recovery checkpoint; where refused (managed services): the checkpoint's, else 1.
 create function leasehold.epoch() returns integer
 language plpgsql volatile as $$
 begin
   begin
-    if pg_is_in_recovery() then
-      return (pg_control_checkpoint()).timeline_id;
-    end if;
+    if pg_is_in_recovery() then return (pg_control_checkpoint()).timeline_id; end if;
     return ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::integer;
   exception when others then
-    null; -- refused or unsupported here: the next source
+    null;
   end;
   begin
     return (pg_control_checkpoint()).timeline_id;
@@ -199,16 +170,12 @@ begin
   end;
 end $$;
 
--- epoch_source: where epoch() reads the timeline on this server, with the errors of the sources
--- it could not use ('wal': the current WAL file, a promotion shows at once; 'checkpoint': the
--- last checkpoint, a promotion shows only after its end-of-recovery checkpoint; 'none': no
--- timeline, epoch() is 1), and this server's incarnation, for readers (lease_status) and clients.
+-- epoch_source: where epoch() reads the timeline here ('wal', 'checkpoint', or 'none': epoch 1),
+-- the errors of the sources it could not use, and the server's incarnation.
 create function leasehold.epoch_source() returns table (source text, timeline integer, detail text, incarnation text)
 language plpgsql volatile as $$
 declare
-  v_source text := 'none';
-  v_timeline integer := 1;
-  v_detail text;
+  v_source text := 'none'; v_timeline integer := 1; v_detail text;
 begin
   begin
     if not pg_is_in_recovery() then
@@ -229,22 +196,18 @@ begin
   return query select v_source, v_timeline, v_detail, leasehold.server_incarnation();
 end $$;
 
--- fork_base: the fence base of timeline p_timeline on this line of history, fixed at the first
--- grant on it (0 on timeline 1). Concurrent first grants: one row wins and both read it.
+-- fork_base: the fence base of a timeline, fixed at its first grant (0 on timeline 1; of two
+-- concurrent first grants one row wins and both read it).
 create function leasehold.fork_base(p_timeline integer) returns bigint
 language plpgsql volatile as $$
 declare
   v_base bigint;
 begin
-  if p_timeline <= 1 then
-    return 0;
-  end if;
+  if p_timeline <= 1 then return 0; end if;
   select f.base into v_base from leasehold.forks f where f.timeline = p_timeline;
   if not found then
     insert into leasehold.forks as f (timeline, base)
-    values (p_timeline,
-            greatest((p_timeline - 1)::bigint << 40,
-                     ((extract(epoch from now()) * 1000)::bigint - 1577836800000) * 1024))
+    values (p_timeline, greatest((p_timeline - 1)::bigint << 40, ((extract(epoch from now()) * 1000)::bigint - 1577836800000) * 1024))
     on conflict (timeline) do update set base = f.base
     returning f.base into v_base;
   end if;
@@ -258,9 +221,9 @@ language sql volatile as $$
   select leasehold.epoch() || '@' || to_char(pg_postmaster_start_time() at time zone 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US');
 $$;
 
--- liveness_incarnation: the incarnation to record with a grant under liveness key p_key: the
--- current one when the key's lock is held here now, else null (the TTL governs). A client whose
--- liveness session went with an old primary would otherwise look "holder gone" at once.
+-- liveness_incarnation: the incarnation to record with a grant under key p_key: the current one
+-- if the key's lock is held here, else null (the TTL governs: a session lost with an old primary
+-- must not look "holder gone" at once).
 create function leasehold.liveness_incarnation(p_key bigint) returns text
 language sql volatile as $$
   select case when p_key is null or leasehold.holder_gone(p_key) then null else leasehold.server_incarnation() end;
@@ -272,9 +235,8 @@ language sql immutable as $$
   select 19528::bigint;
 $$;
 
--- liveness_locks: the liveness locks held in this database now: session-level advisory locks on
--- one bigint key (objsubid 1), exclusive and granted, with the backend that holds each; worker:
--- a key in the workers' range (register_liveness(true)).
+-- liveness_locks: the session advisory locks on one bigint key held in this database now, with
+-- their backend; worker: a key in the workers' range.
 create function leasehold.liveness_locks() returns table (pid integer, key bigint, worker boolean)
 language sql volatile as $$
   select x.pid, x.key, x.key >> 47 = leasehold.worker_key_tag()
@@ -287,11 +249,8 @@ $$;
 create function leasehold.holder_gone(p_key bigint) returns boolean
 language plpgsql volatile as $$
 begin
-  -- plpgsql, not sql: its plans are cached for the session (a sql body with a subquery is
-  -- planned again in every transaction that calls it, on every declined acquire)
-  if p_key is null or not pg_try_advisory_xact_lock_shared(p_key) then
-    return false;
-  end if;
+  -- plpgsql: plans cached per session (a sql body is planned again on every declined acquire)
+  if p_key is null or not pg_try_advisory_xact_lock_shared(p_key) then return false; end if;
   return not exists (select 1 from leasehold.liveness_locks() k where k.pid = pg_backend_pid() and k.key = p_key);
 end $$;
 
@@ -300,8 +259,7 @@ language sql volatile as $$
   select (leasehold.fences_after(array[p_old], leasehold.epoch()))[1];
 $$;
 
--- fences_after: the one rule for every new fence (next_fence, every claim).
--- (plpgsql: a sql body with a FROM is planned again in every transaction, every grant)
+-- fences_after: the one rule for every new fence (plpgsql: a sql body is planned on every grant).
 create function leasehold.fences_after(p_old bigint[], p_epoch integer) returns bigint[]
 language plpgsql volatile as $$
 declare
@@ -311,13 +269,9 @@ begin
             from unnest(p_old) with ordinality as o(old, n));
 end $$;
 
--- is_free: the one rule for "anyone may take this lease now".
---   * never held or released;
---   * expired by the database clock; a lease last confirmed in an earlier epoch (before a
---     failover) gets a grace of one more ttl, because with asynchronous replication the
---     holder's latest renewals may be lost with the old primary while it still runs;
---   * its holder's liveness lock is gone, asked only on the incarnation where the lock was
---     taken: after a restart or promotion no advisory lock exists, which proves nothing.
+-- is_free: the one rule for "anyone may take this lease now": released; expired (confirmed
+-- before a failover: one more ttl, its last renewals may be lost with the old primary); or its
+-- holder's liveness lock gone, asked only on the incarnation that took it (elsewhere none exists).
 create function leasehold.is_free(l leasehold.leases) returns boolean
 language sql volatile as $$
   select case
@@ -329,9 +283,8 @@ language sql volatile as $$
   end;
 $$;
 
--- pin_synchronous_commit: lease-changing functions call it first, so that a role or session with
--- synchronous_commit off (or local) does not acknowledge a grant before a synchronous standby has
--- it. Transaction-local, so it still holds at COMMIT (a SET clause would end on return).
+-- pin_synchronous_commit: no grant is acknowledged before a synchronous standby has it, whatever
+-- the session's setting. Transaction-local: still set at COMMIT (a SET clause ends on return).
 create function leasehold.pin_synchronous_commit() returns void
 language plpgsql volatile as $$
 begin
@@ -340,15 +293,10 @@ begin
   end if;
 end $$;
 
--- register_liveness: run once on the holder's dedicated session. Takes a session-level
--- advisory lock on a fresh random key and returns it; pass the key to acquire. When the
--- session ends (process killed, connection lost) the lock goes, and so does every lease
--- recorded with that key. Keys are non-negative so lease_status can match pg_locks.
--- p_worker: a scheduler worker's session, whose key is in the workers' range (worker_key_tag())
--- so that its peers find it in liveness_locks() to share the jobs of a tick; p_handlers: the
--- handler names it runs data jobs for, counted while the key is live (live_handlers()).
-create function leasehold.register_liveness(p_worker boolean default false, p_holder text default null,
-                                            p_handlers text[] default null) returns bigint
+-- register_liveness: on the holder's dedicated session, a session advisory lock on a fresh
+-- non-negative key; when the session ends, every lease held with the key is free. p_worker: a key
+-- in the workers' range (peers share a tick's jobs); p_handlers: counted while the key is live.
+create function leasehold.register_liveness(p_worker boolean default false, p_holder text default null, p_handlers text[] default null) returns bigint
 language plpgsql volatile as $$
 declare
   k bigint;
@@ -374,173 +322,112 @@ begin
   return k;
 end $$;
 
--- acquire: one call, one round trip, never waits for a row lock.
---
--- Takes the lease where it is free (is_free). Sets a token, the next fence (next_fence),
--- now() + ttl and the current epoch and incarnation.
--- With p_slot, the claim also needs p_slot newer than the last claimed slot and not in
--- the future, so each scheduled occurrence is claimed once across a fleet.
--- p_token: the caller's own random token for this acquisition (null: the server makes one).
--- A retry whose first answer was lost passes the same token; while the lease is held with
--- it, the answer is 'acquired' again with the same fence (the caller adopts its own grant)
--- instead of 'held' by itself. Never reuse a token for a second acquisition.
---
--- Why this shape (measured, see docs/design.md): the losing path must write nothing. A
--- SELECT ... FOR UPDATE whose WHERE is false locks nothing, takes no transaction id and
--- writes no WAL; INSERT ... ON CONFLICT DO UPDATE would lock the row on every losing call.
--- A row locked by someone else is first skipped (SKIP LOCKED). When it is free by the rules
--- but locked, the caller waits up to 50 ms for the locker (a concurrent acquirer, or an expired
--- holder's fenced transaction, FOR KEY SHARE) and decides on what it left: held (the answer
--- names the winner, since when), or free (the caller takes it). Still locked after that:
--- 'holder-committing' or 'being-acquired'. The wait takes no row lock unless it wins.
--- A winner that takes over a lease with a scheduled run in flight on it records that run as
--- lost, as a claim does.
+-- acquire: takes the lease where it is free (is_free) in one round trip, never waiting for a
+-- row lock. p_slot: only a slot after last_slot and not in the future (each slot once per fleet).
+-- p_token: the caller's token; a retry of a lost answer passes it again and adopts its own grant.
+-- The losing path writes nothing (docs/design.md): a FOR UPDATE whose WHERE is false takes no
+-- lock, no xid, no WAL, where ON CONFLICT DO UPDATE would lock the row on every losing call.
 create function leasehold.acquire(
-  p_name       text,
-  p_ttl        interval,
-  p_holder     text,
-  p_holder_key bigint default null,
-  p_slot       timestamptz default null,
-  p_token      uuid default null
+  p_name text, p_ttl interval, p_holder text, p_holder_key bigint default null, p_slot timestamptz default null, p_token uuid default null
 ) returns table (
-  acquired       boolean,
-  token          uuid,
-  fence          bigint,
-  expires_at     timestamptz,
-  holder         text,
-  acquired_at    timestamptz,
-  last_slot      timestamptz,
-  reason         text,
-  database_time  timestamptz,
-  took_over      boolean
+  acquired boolean, token uuid, fence bigint, expires_at timestamptz, holder text, acquired_at timestamptz,
+  last_slot timestamptz, reason text, database_time timestamptz, took_over boolean
 )
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 #variable_conflict use_column
 declare
-  r leasehold.leases;
-  candidate text;
-  previous_token uuid;
-  -- a scheduled run in flight on the row (claim), lost to this acquisition
-  previous_run_slot timestamptz;
-  previous_run_fence bigint;
-  key_share_free boolean;
-  acquiring boolean;
-  -- the class of the acquirers' advisory locks ('LH'); the lock's second half is hashtext(name)
-  acquirers constant integer := 19528;
+  r leasehold.leases; candidate text; previous_token uuid; key_share_free boolean; acquiring boolean; why text;
+  previous_run_slot timestamptz; previous_run_fence bigint; -- a scheduled run in flight on the row, lost to this acquisition
   saved_lock_timeout text;
-  why text;
 begin
   perform leasehold.check_namespace(array[p_name]);
-
-  -- A paused job runs no occurrence by any path: a slot claim of it is refused as claim() refuses.
+  -- a paused job runs no slot by any path
   if p_slot is not null and exists (select 1 from leasehold.jobs j where j.name = p_name and j.paused_at is not null) then
-    return query select false, null::uuid, coalesce(l.fence, 0), null::timestamptz, null::text, null::timestamptz,
-                        l.last_slot, 'paused'::text, now(), false
-                   from (select 1) one left join leasehold.leases l on l.name = p_name;
+    return query select false, null::uuid, coalesce(l.fence, 0), null::timestamptz, null::text, null::timestamptz, l.last_slot,
+                        'paused'::text, now(), false from (select 1) one left join leasehold.leases l on l.name = p_name;
     return;
   end if;
   perform leasehold.check_name(p_name);
   perform leasehold.check_ttl(p_ttl);
   perform leasehold.check_holder(p_holder);
 
-  -- Held by another live holder (most calls of a contested name): one read of the row, no lock,
-  -- no write, and the answer names the holder. The retry of a lost answer (p_token) reads on.
+  -- Held (most calls of a contested name): one read, no lock, no write. A retry (p_token) reads on.
   if p_token is null then
     select * into r from leasehold.leases l where l.name = p_name;
     if found and r.token is not null and not leasehold.is_free(r) then
       return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot,
-                          case when p_slot is not null and p_slot > now() then 'slot-not-due'
-                               when p_slot is not null and r.last_slot is not null and p_slot <= r.last_slot then 'slot-taken'
-                               else 'held' end,
-                          now(), false;
+                          case when p_slot > now() then 'slot-not-due' when p_slot <= r.last_slot then 'slot-taken' else 'held' end, now(), false;
       return;
     end if;
   end if;
-
   perform leasehold.pin_synchronous_commit();
-
   if p_token is not null then
-    -- the retry of an acquisition whose answer was lost: still ours, so hand it back
-    -- (renewed and confirmed in this epoch), with the fence it was granted
+    -- a retry whose answer was lost: still ours, so hand it back renewed, with its fence
     r := leasehold.confirm(p_name, p_token, p_ttl);
     if r.name is not null then
-      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
-                          r.last_slot, 'acquired'::text, now(), false;
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired'::text, now(), false;
       return;
     end if;
   end if;
 
-  -- The acquirers of one name take turns on a transaction-level advisory lock (the two-int form,
-  -- apart from liveness keys), waiting at most 50 ms. The wait takes no transaction id and writes
-  -- nothing (a wait on the row would lock the winner's new version); a turn that comes after a
-  -- winner committed finds the row held and names it. A winner slower than that leaves the
-  -- others 'being-acquired'. (A try-lock with a shared-lock wait starves: the waiters' brief
-  -- shared holds keep every next try failing.)
+  -- The acquirers of a name take turns on an advisory lock ('LH', hashtext(name): apart from
+  -- liveness keys), waiting at most 50 ms, without an xid or a write (a wait on the row would lock
+  -- the winner's new version); a later turn finds the row held and names the winner. Slower:
+  -- 'being-acquired'. (A try-lock with a shared-lock wait starves.)
   begin
     saved_lock_timeout := current_setting('lock_timeout');
     perform set_config('lock_timeout', '50ms', true);
-    perform pg_advisory_xact_lock(acquirers, hashtext(p_name));
+    perform pg_advisory_xact_lock(19528, hashtext(p_name));
     perform set_config('lock_timeout', saved_lock_timeout, true);
     acquiring := true;
   exception when lock_not_available then
     acquiring := false;
   end;
-
   if acquiring then
-    -- The lock that decides is the row's: free by the rules and not locked (a holder's fenced
-    -- transaction holds FOR KEY SHARE, a claim, renewal or release FOR UPDATE).
+    -- the row lock decides: free by the rules and not locked
     select l.name, l.token, l.run_slot, l.run_fence into candidate, previous_token, previous_run_slot, previous_run_fence
       from leasehold.leases l
-     where l.name = p_name
-       and leasehold.is_free(l)
+     where l.name = p_name and leasehold.is_free(l)
        and (p_slot is null or ((l.last_slot is null or p_slot > l.last_slot) and p_slot <= now()))
        for update skip locked;
     if not found and not exists (select 1 from leasehold.leases l where l.name = p_name) then
       if p_slot is not null and p_slot > now() then
-        return query select false, null::uuid, 0::bigint, null::timestamptz, null::text,
-                            null::timestamptz, null::timestamptz, 'slot-not-due'::text, now(), false;
+        return query select false, null::uuid, 0::bigint, null::timestamptz, null::text, null::timestamptz, null::timestamptz,
+                            'slot-not-due'::text, now(), false;
         return;
       end if;
-      -- First use of this name. A creator that does not hold the advisory lock (an older client)
-      -- is resolved by the primary key: one inserts, the other reports it below.
-      insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at,
-                                        last_slot, ttl, epoch, holder_incarnation)
+      -- first use of the name (a creator without the advisory lock loses on the primary key)
+      insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at, last_slot, ttl, epoch, holder_incarnation)
       values (p_name, coalesce(p_token, gen_random_uuid()), leasehold.next_fence(0), p_holder, p_holder_key,
               now(), now() + p_ttl, p_slot, p_ttl, leasehold.epoch(), leasehold.liveness_incarnation(p_holder_key))
       on conflict (name) do nothing
       returning l.* into r;
       if found then
-        return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
-                            r.last_slot, 'acquired'::text, now(), false;
+        return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired'::text, now(), false;
         return;
       end if;
     end if;
   end if;
-
   if candidate is not null then
     if previous_run_slot is not null then
-      perform leasehold.end_runs(array[p_name], null, array[previous_run_fence], array['lost'],
-                                 array['lease taken over by ' || p_holder], null);
+      perform leasehold.end_runs(array[p_name], null, array[previous_run_fence], array['lost'], array['lease taken over by ' || p_holder], null);
     end if;
     update leasehold.leases l
-       set token = coalesce(p_token, gen_random_uuid()), fence = leasehold.next_fence(l.fence),
-           holder = p_holder, holder_key = p_holder_key, acquired_at = now(),
-           expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch(),
-           holder_incarnation = leasehold.liveness_incarnation(p_holder_key),
-           released_at = null, last_slot = coalesce(p_slot, l.last_slot)
+       set token = coalesce(p_token, gen_random_uuid()), fence = leasehold.next_fence(l.fence), holder = p_holder,
+           holder_key = p_holder_key, acquired_at = now(), expires_at = now() + p_ttl, ttl = p_ttl, epoch = leasehold.epoch(),
+           holder_incarnation = leasehold.liveness_incarnation(p_holder_key), released_at = null, last_slot = coalesce(p_slot, l.last_slot)
      where l.name = p_name
     returning l.* into r;
-    -- took_over: the previous holder never released (expired, or its liveness lock is gone)
-    return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
-                        r.last_slot, 'acquired'::text, now(), previous_token is not null;
+    -- took_over: the previous holder never released
+    return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired'::text, now(),
+                        previous_token is not null;
     return;
   end if;
 
-  -- Lost. Free by the rules, yet locked, while this call held the acquirers' lock: find out by
-  -- whom. A fenced transaction holds FOR KEY SHARE, which a KEY SHARE probe passes; a claim,
-  -- renewal or release holds FOR UPDATE, which it does not. (A rare path: the probe locks.)
+  -- Lost: free yet locked, under the acquirers' lock. A KEY SHARE probe passes a holder's fenced
+  -- transaction (FOR KEY SHARE), not a claim, renewal or release (FOR UPDATE). Rare: it locks.
   select * into r from leasehold.leases l where l.name = p_name;
   if acquiring and found and leasehold.is_free(r) and (p_slot is null or r.last_slot is null or p_slot > r.last_slot) then
     perform 1 from leasehold.leases l where l.name = p_name for key share skip locked;
@@ -548,38 +435,32 @@ begin
     select * into r from leasehold.leases l where l.name = p_name;
   end if;
 
-  -- Our own first attempt may have committed since the token check at the top: adopt it.
+  -- our own first attempt may have committed since the check at the top: adopt it
   if p_token is not null and r.token = p_token then
     r := leasehold.confirm(p_name, p_token, p_ttl);
     if r.name is not null then
-      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at,
-                          r.last_slot, 'acquired'::text, now(), false;
+      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired'::text, now(), false;
       return;
     end if;
     select * into r from leasehold.leases l where l.name = p_name;
   end if;
 
   why := case
-      when p_slot is not null and p_slot > now() then 'slot-not-due'
-      when p_slot is not null and r.last_slot is not null and p_slot <= r.last_slot then 'slot-taken'
+      when p_slot > now() then 'slot-not-due'
+      when p_slot <= r.last_slot then 'slot-taken'
       when not leasehold.is_free(r) then 'held'
-      -- locked by its holder's fenced transaction, which is committing
       when key_share_free then 'holder-committing'
-      -- free by the rules but being taken right now by another acquirer (or a claim): the row
-      -- still names the previous holder, which must not be reported
+      -- being taken by another acquirer: the row still names the previous holder, not to be reported
       else 'being-acquired'
     end;
   if why = 'being-acquired' then
-    return query select false, null::uuid, coalesce(r.fence, 0), null::timestamptz, null::text, null::timestamptz,
-                        r.last_slot, why, now(), false;
+    return query select false, null::uuid, coalesce(r.fence, 0), null::timestamptz, null::text, null::timestamptz, r.last_slot, why, now(), false;
   else
-    return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at,
-                        r.last_slot, why, now(), false;
+    return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, why, now(), false;
   end if;
 end $$;
 
--- confirm: confirm_leases() of one lease; the row, or a row of nulls when the lease is not (or no
--- longer) the caller's. acquire() adopts with it a grant whose answer was lost.
+-- confirm: confirm_leases() of one lease: the row, or nulls when it is not the caller's.
 create function leasehold.confirm(p_name text, p_token uuid, p_ttl interval) returns leasehold.leases
 language plpgsql volatile as $$
 declare
@@ -589,12 +470,10 @@ begin
   return r;
 end $$;
 
--- confirm_leases: the one rule by which a holder keeps its leases: while the token matches and a
--- lease has not expired, extend it and confirm it in this epoch (after a failover, this makes its
--- fenced writes acceptable again). No nested loop: statistics taken while most leases were
--- released estimate "not expired" at one row, and a nested loop on that estimate compared every
--- lease with every element (1,000 leases: 220 ms instead of 10). Rows locked in name order, as
--- end_runs() locks them: a renewal in flight as the same leases were finished deadlocked.
+-- confirm_leases: the one rule by which a holder keeps its leases (token matches, not expired):
+-- extended and confirmed in this epoch. No nested loop: on an estimate of one unexpired row it
+-- compared every lease with every element (1,000 leases: 220 ms, not 10). Rows locked in name
+-- order, as end_runs() locks them (else a renewal and a finish of the same leases deadlock).
 create function leasehold.confirm_leases(p_names text[], p_tokens uuid[], p_ttls interval[]) returns setof leasehold.leases
 language plpgsql volatile
 set plan_cache_mode = force_custom_plan
@@ -614,12 +493,10 @@ begin
   returning l.*;
 end $$;
 
--- reconfirm_leases: a holder keeps its leases across a server restart or failover (which ends
--- every liveness lock): on its new liveness session (key p_key) it takes back the leases still its
--- own, with liveness evidence from an EARLIER incarnation. Only then could no peer have taken one
--- since the old lock went (is_free asks for the lock only on the incarnation that recorded it);
--- on the same incarnation the lock's loss freed the lease at once. The new key and incarnation
--- are recorded, so that liveness frees them again if the holder dies.
+-- reconfirm_leases: after a restart or failover (which end every liveness lock), a holder's new
+-- liveness session (p_key) takes back its leases recorded on an EARLIER incarnation (no peer could
+-- take them since: is_free asks for the lock only on its own incarnation; on the same one the loss
+-- freed them). The new key and incarnation are recorded, so liveness frees them again.
 create function leasehold.reconfirm_leases(p_key bigint, p_names text[], p_tokens uuid[], p_fences bigint[], p_ttls interval[])
 returns table (name text, reconfirmed boolean, expires_at timestamptz, reason text, database_time timestamptz)
 language plpgsql volatile
@@ -629,9 +506,7 @@ set jit = off
 as $$
 #variable_conflict use_column
 declare
-  v_incarnation text := leasehold.server_incarnation();
-  v_names text[];
-  v_expires timestamptz[];
+  v_incarnation text := leasehold.server_incarnation(); v_names text[]; v_expires timestamptz[];
 begin
   if p_key is null or not exists (select 1 from leasehold.liveness_locks() k where k.key = p_key and k.pid = pg_backend_pid()) then
     raise exception 'reconfirm_leases: this session does not hold liveness key %', p_key
@@ -642,7 +517,6 @@ begin
   end if;
   perform leasehold.check_ttl(d.ttl) from (select distinct t as ttl from unnest(p_ttls) t) d;
   perform leasehold.pin_synchronous_commit();
-  -- rows locked in name order, as confirm_leases and end_runs lock them
   perform 1 from leasehold.leases l join unnest(p_names, p_tokens) as i(name, token) on l.name = i.name and l.token = i.token
    where l.name = any (p_names)
    order by l.name
@@ -667,8 +541,8 @@ begin
    order by e.n;
 end $$;
 
--- renew_leases: confirm_leases() for the caller, saying for each lease not renewed why, in the
--- order given. Variadic, so that one lease reads plainly: renew_leases(('job', token, '30 seconds')).
+-- renew_leases: confirm_leases() saying, in the order given, why a lease was not renewed.
+-- Variadic: renew_leases(('job', token, '30 seconds')).
 create function leasehold.renew_leases(variadic p_leases leasehold.lease_renewal[])
 returns table (name text, renewed boolean, expires_at timestamptz, fence bigint, reason text, database_time timestamptz)
 language plpgsql volatile
@@ -678,16 +552,10 @@ set jit = off
 as $$
 #variable_conflict use_column
 declare
-  -- the leases this call renewed
-  v_names text[];
-  v_expires timestamptz[];
-  v_fences bigint[];
+  v_names text[]; v_expires timestamptz[]; v_fences bigint[];
 begin
-  if p_leases is null then
-    return;
-  end if;
-  -- a name with a lease row passed the name rule when the row was inserted: only the others are
-  -- checked, so that a bad name is refused (LH001) rather than 'unknown'
+  if p_leases is null then return; end if;
+  -- a name with a row passed the name rule; a bad one is refused (LH001), not 'unknown'
   perform leasehold.check_name(e.name) from unnest(p_leases) e where not exists (select 1 from leasehold.leases x where x.name = e.name);
   perform leasehold.check_ttl(d.ttl) from (select distinct e.ttl from unnest(p_leases) e) d;
   perform leasehold.pin_synchronous_commit();
@@ -695,8 +563,7 @@ begin
     into v_names, v_expires, v_fences
     from leasehold.confirm_leases(array(select e.name from unnest(p_leases) e), array(select e.token from unnest(p_leases) e),
                                   array(select e.ttl from unnest(p_leases) e)) c;
-  -- a lease not renewed: as a new snapshot has it, so that a release or takeover the update
-  -- waited for (its row lock) is the reason given
+  -- not renewed: as a new snapshot has it (a release or takeover the update waited for is the reason)
   return query
   select e.name, c.name is not null, coalesce(c.expires_at, l.expires_at), coalesce(c.fence, l.fence),
          case when c.name is not null then 'renewed' when l.name is null then 'unknown' when l.token = e.token then 'expired'
@@ -708,74 +575,59 @@ begin
    order by e.n;
 end $$;
 
--- release: frees the lease only for its current token (end_runs, the one rule by which a lease
--- row lets go), so that a late release from an old holder changes nothing.
+-- release: frees the lease only for its current token: a late release of an old holder changes nothing.
 create function leasehold.release(p_name text, p_token uuid) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 begin
   perform leasehold.pin_synchronous_commit();
-  -- A lease with no scheduled run in flight (acquire()'s, an exec guard's): one update, without
-  -- end_runs' batch statement (planned per call) and its history triggers (which fire per
-  -- statement even when it records nothing). The columns are those end_runs clears.
+  -- no scheduled run in flight: one update clearing end_runs' columns, without its planning and triggers
   update leasehold.leases l
      set token = null, expires_at = null, holder_key = null, released_at = now()
    where l.name = p_name and l.token = p_token and l.run_slot is null;
-  if found then
-    return true;
-  end if;
+  if found then return true; end if;
   return exists (select 1 from leasehold.end_runs(array[p_name], array[p_token], null, null, null, null) e where e.released);
 end $$;
 
--- holds_lease: the fence check, as a boolean for WHERE clauses and triggers. Locks the row FOR
--- KEY SHARE: no takeover (FOR UPDATE) until the transaction ends, while the holder's own renewals
--- (non-key columns) still go through.
+-- holds_lease: the fence check, for WHERE clauses and triggers. FOR KEY SHARE: no takeover until
+-- the transaction ends, while the holder's renewals still go through.
 create function leasehold.holds_lease(p_name text, p_token uuid, p_fence bigint) returns boolean
 language plpgsql volatile as $$
 begin
   perform 1 from leasehold.leases l
    where l.name = p_name and l.token = p_token and l.fence = p_fence and l.expires_at > now()
-     and l.epoch = leasehold.epoch()
-     and not leasehold.run_timed_out(l.name, l.acquired_at)
+     and l.epoch = leasehold.epoch() and not leasehold.run_timed_out(l.name, l.acquired_at)
      for key share of l;
   return found;
 end $$;
 
--- assert_lease: holds_lease() for the caller's own transaction, raising LH003 with the reason
--- instead of answering false; returns the fence. A lease confirmed in an earlier epoch is refused
--- (a release or takeover lost in a failover must not let the old token write again; the live
--- holder's next renewal confirms it again).
+-- assert_lease: holds_lease() raising LH003 with the reason; returns the fence. A lease confirmed
+-- before a failover is refused (a release or takeover lost with it must not let the old token write).
 create function leasehold.assert_lease(p_name text, p_token uuid, p_fence bigint) returns bigint
 language plpgsql volatile as $$
 declare
-  r leasehold.leases;
-  v_detail text;
+  r leasehold.leases; v_detail text; v_timeout bigint;
 begin
-  if leasehold.holds_lease(p_name, p_token, p_fence) then
-    return p_fence;
-  end if;
+  if leasehold.holds_lease(p_name, p_token, p_fence) then return p_fence; end if;
   select * into r from leasehold.leases l where l.name = p_name;
+  select j.timeout_ms into v_timeout from leasehold.jobs j where j.name = p_name;
   v_detail := case
       when r.name is null then 'no such lease'
       when r.fence <> p_fence and r.token is null then format('the lease was force-released (fence is now %s, held by nobody)', r.fence)
       when r.fence <> p_fence then format('fence is now %s, held by %s', r.fence, r.holder)
       when r.token is null then 'the lease was released'
       when r.expires_at <= now() then 'the lease expired'
-      -- a wrong token is no failover, whatever the row's epoch says
       when r.token <> p_token then 'the token does not match the lease'
-      -- named: a timed-out lease (unexpired, the caller's) would pass for one unconfirmed since a failover
+      -- (else a timed-out run would pass for a lease unconfirmed since a failover)
       when leasehold.run_timed_out(r.name, r.acquired_at) then
-        format('the run timed out: its job''s timeout of %s ms passed at %s',
-               (select j.timeout_ms from leasehold.jobs j where j.name = r.name),
-               r.acquired_at + (select j.timeout_ms from leasehold.jobs j where j.name = r.name) * interval '1 millisecond')
+        format('the run timed out: its job''s timeout of %s ms passed at %s', v_timeout, r.acquired_at + v_timeout * interval '1 millisecond')
     end;
   if v_detail is not null then
     raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
       using errcode = 'LH003', detail = v_detail, hint = 'Roll back: another holder may be running. Do not retry the write under this lease.';
   end if;
-  -- Only unconfirmed since a failover. The DETAIL's first words are part of the contract: clients
-  -- recognise this case by them, renew, and run the transaction again.
+  -- unconfirmed since a failover: clients recognise the DETAIL's first words, renew and retry
   raise exception 'lease "%" (fence %) is no longer held', p_name, p_fence
     using errcode = 'LH003',
           detail = format('a database failover happened since the lease was last confirmed (epoch %s, now %s): '
@@ -783,16 +635,14 @@ begin
           hint = 'Roll back, renew the lease (leasehold.renew_leases) and run the transaction again; if the renewal fails, the lease is lost.';
 end $$;
 
--- force_release: frees a lease whatever its holder (an operator's act) and takes the next fence,
--- so that a write of the old holder is refused from then on. p_by (checked like a holder): the act
--- is recorded in actions, and the run holding the lease (a scheduled one, exec, run()) ends lost.
+-- force_release: frees a lease whatever its holder and takes the next fence, so the old holder's
+-- writes are refused. With p_by the act is recorded and the run holding the lease ends lost.
 create function leasehold.force_release(p_name text, p_by text default null)
 returns table (released boolean, previous_holder text, previous_fence bigint, fence bigint)
 language plpgsql volatile as $$
 #variable_conflict use_column
 declare
-  old leasehold.leases;
-  r leasehold.leases;
+  old leasehold.leases; r leasehold.leases;
   v_why text := coalesce('the lease was force-released by ' || p_by, 'the lease was released by force (leasehold.force_release)');
 begin
   perform leasehold.check_namespace(array[p_name]);
@@ -805,8 +655,6 @@ begin
     return query select false, null::text, null::bigint, null::bigint;
     return;
   end if;
-  -- the scheduled run in flight on the row ends with its lease, and so does, given p_by, a run
-  -- with a run_log row under the lease (exec, run())
   if old.run_slot is not null then
     perform leasehold.end_runs(array[p_name], null, array[old.run_fence], array['lost'], array[v_why], null);
   end if;
@@ -814,18 +662,16 @@ begin
     update leasehold.run_log x set outcome = 'lost', finished_at = now(), error = v_why
      where x.job = p_name and x.fence = old.fence and x.outcome = 'running';
   end if;
-  update leasehold.leases l
-     set token = null, expires_at = null, holder_key = null, released_at = now(), fence = leasehold.next_fence(l.fence)
-   where l.name = p_name
-  returning l.* into r;
-  -- audited also without p_by: the login role is recorded either way
+  update leasehold.leases l set token = null, expires_at = null, holder_key = null, released_at = now(), fence = leasehold.next_fence(l.fence)
+   where l.name = p_name returning l.* into r;
+  -- audited also without p_by: the login role is the actor then
   perform leasehold.record_action('force-released', p_name, coalesce(p_by, session_user::text),
     jsonb_build_object('released', old.token is not null, 'previous_holder', old.holder, 'previous_fence', old.fence, 'fence', r.fence));
   return query select old.token is not null, old.holder, old.fence, r.fence;
 end $$;
 
--- record_skip: records that the caller did not run p_name because it was held, naming the holder
--- as acquire() reported it. One row per (job, slot); false when the slot had one already.
+-- record_skip: the caller did not run p_name, held by the holder acquire() named; one row per
+-- (job, slot), false when the slot had one.
 create function leasehold.record_skip(p_name text, p_recorded_by text, p_slot timestamptz default null)
 returns boolean
 language sql volatile as $$
@@ -842,25 +688,19 @@ language sql volatile as $$
   select exists (select 1 from inserted);
 $$;
 
--- record_clock_step: stores the window (p_from, p_to] a forward step of the database clock
--- jumped over, merged with the stored ones it overlaps; true when it is a new one.
-create function leasehold.record_clock_step(p_from timestamptz, p_to timestamptz, p_holder text)
-returns boolean
+-- record_clock_step: stores a clock step's window, merged with those it overlaps; true when new.
+create function leasehold.record_clock_step(p_from timestamptz, p_to timestamptz, p_holder text) returns boolean
 language plpgsql volatile
--- a custom plan per call: a generic one would not know how recent the window is, and read all of missed
-set plan_cache_mode = force_custom_plan
+set plan_cache_mode = force_custom_plan -- a generic plan would not know the window is recent and read all of missed
 as $$
 declare
-  v_new  boolean;
-  v_from timestamptz;
-  v_to   timestamptz;
-  v_prefixes text[];
+  v_new boolean; v_from timestamptz; v_to timestamptz; v_prefixes text[];
 begin
   if p_from is null or p_to is null or not isfinite(p_from) or not isfinite(p_to) or p_to <= p_from then
     raise exception 'leasehold: a clock step window needs finite times with from < to (got % .. %)', p_from, p_to using errcode = '22023';
   end if;
   perform leasehold.check_holder(p_holder);
-  -- one writer at a time, so that concurrent reports of the same step merge instead of racing
+  -- one writer at a time: concurrent reports of a step merge
   perform pg_advisory_xact_lock(7308604897068083571);
   update leasehold.clock_steps
      set from_time = least(from_time, p_from), to_time = greatest(to_time, p_to)
@@ -871,9 +711,7 @@ begin
     delete from leasehold.clock_steps where id <= (select id from leasehold.clock_steps order by id desc offset 1000 limit 1);
     perform leasehold.record_action('clock-step', null, p_holder, jsonb_build_object('from', p_from, 'to', p_to));
   end if;
-  -- The window's slots never existed: delete what record_missed_slots() would have refused had
-  -- the window been stored first. Bounds as values, so that the BRIN index on recorded_at reads
-  -- only the rows recorded since the step began.
+  -- the window's slots never existed: their missed rows go (bounds as values: the BRIN index applies)
   select min(w.from_time), max(w.to_time) into v_from, v_to from leasehold.clock_steps w where w.from_time <= p_to and p_from <= w.to_time;
   -- only of jobs the caller may act for: a service's report cannot clear another's history
   v_prefixes := leasehold.namespace_prefixes();
@@ -887,9 +725,8 @@ end $$;
 create trigger leases_name_valid BEFORE INSERT OR UPDATE OF name ON leasehold.leases FOR EACH ROW EXECUTE FUNCTION leasehold.check_lease_name();
 
 -- sql/baseline/2_scheduler.sql
--- leasehold schema, part 2 of 6: scheduled jobs and slot claims. A job's lease row (name = job
--- name) carries last_slot, the newest occurrence anyone claimed. claim() claims many jobs' slots
--- with a fixed number of set-based statements, and records each skip once per (job, slot).
+-- leasehold schema, part 2 of 6: scheduled jobs and slot claims. A job's lease row carries
+-- last_slot, the newest slot anyone claimed.
 
 create sequence leasehold.job_revisions;
 
@@ -909,15 +746,11 @@ create table leasehold.jobs (
   name text primary key,
   schedule text not null, timezone text, interval_ms bigint, ttl_ms bigint not null, overlap text not null, catch_up text not null,
   registered_by text not null, registered_at timestamp with time zone not null default now(),
-  source text not null default 'code'::text,
-  handler text, payload jsonb, defined_by text, -- jobs defined as data
+  source text not null default 'code'::text, handler text, payload jsonb, defined_by text, -- jobs defined as data
   buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, -- null: the default (or none)
-  removed_at timestamp with time zone,
-  paused_at timestamp with time zone, paused_by text, pause_reason text,
+  removed_at timestamp with time zone, paused_at timestamp with time zone, paused_by text, pause_reason text,
   revision bigint not null default nextval('leasehold.job_revisions'::regclass),
-  -- the login role that registered or defined it (null: the schema owner or a superuser): only it
-  -- (or a member) changes or removes it, and only its workers run it
-  owner_role text,
+  owner_role text, -- who registered or defined it (null: owner or superuser): only it changes it, its workers run it
   constraint jobs_jitter_ms_check CHECK ((jitter_ms > 0)),
   constraint jobs_source_check CHECK ((source = ANY (ARRAY['code'::text, 'data'::text]))),
   constraint jobs_timeout_ms_check CHECK ((timeout_ms > 0))
@@ -927,8 +760,8 @@ comment on table leasehold.jobs is
 create unique index jobs_revision on leasehold.jobs (revision);
 
 create table leasehold.missed (
-  job text not null, slot timestamp with time zone not null, reason text not null,
-  recorded_by text not null, recorded_at timestamp with time zone not null default now(),
+  job text not null, slot timestamp with time zone not null, reason text not null, recorded_by text not null,
+  recorded_at timestamp with time zone not null default now(),
   constraint missed_pkey PRIMARY KEY (job, slot)
 );
 create index missed_recorded_brin on leasehold.missed using brin (recorded_at) WITH (pages_per_range='32');
@@ -939,16 +772,14 @@ create table leasehold.worker_handlers (
 comment on table leasehold.worker_handlers is
   'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
 
--- jobs_revision: every write of a jobs row takes the next revision, in order (one writer at a
--- time). Writers of data jobs say so (leasehold.job_writer); any other write is a code job's
--- registration (register_jobs, start_run's external job), which takes a data job's name over.
+-- jobs_revision: every write of a jobs row takes the next revision, one writer at a time. A write
+-- not marked by leasehold.job_writer is a code job's registration, which takes a data job's name over.
 create function leasehold.jobs_revision() returns trigger
 language plpgsql volatile as $$
 begin
   perform pg_advisory_xact_lock(7308604897068083572);
   if current_setting('leasehold.job_writer', true) is distinct from 'schedules' then
     if tg_op = 'UPDATE' and old.source = 'data' then
-      -- claimable again unless paused
       update leasehold.leases l set suspended = case when old.paused_at is null then null else 'paused' end where l.name = new.name;
     end if;
     new.source := 'code';
@@ -961,8 +792,7 @@ begin
   return new;
 end $$;
 
--- notify_changes: tells the listening workers that jobs or run_requests changed (the table's name
--- is the payload on channel leasehold_changes; no data, so any role may listen).
+-- notify_changes: the table's name on channel leasehold_changes (no data: any role may listen).
 create function leasehold.notify_changes() returns trigger
 language plpgsql volatile as $$
 begin
@@ -970,9 +800,8 @@ begin
   return null;
 end $$;
 
--- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept
--- ('UTC', or Area/Location[/Sub] of the tz database known to this server), or null. Both look
--- names up ignoring case, so only the area and the initials are checked.
+-- timezone_problem: why p_timezone is not a name both PostgreSQL and the workers' Intl accept, or
+-- null (both ignore case, so only the area and the initials are checked).
 create function leasehold.timezone_problem(p_timezone text) returns text
 language plpgsql stable as $$
 begin
@@ -989,9 +818,8 @@ begin
   return null;
 end $$;
 
--- register_jobs: upserts job definitions and their lease rows; returns each job's last claimed
--- slot, for the catch-up policy. A changed schedule or timezone moves last_slot up to now(): the
--- slots between the old schedule's last run and now never existed.
+-- register_jobs: upserts job definitions and their lease rows; returns each last_slot (catch-up).
+-- A changed schedule or timezone moves last_slot to now(): the old schedule's slots never existed.
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
   p_overlaps text[], p_catch_ups text[], p_holder text, p_timeout_ms bigint[] default null
@@ -1011,19 +839,15 @@ begin
     raise exception 'register_jobs needs as many timeouts as names (% names, % timeouts)',
       coalesce(cardinality(p_names), 0), cardinality(p_timeout_ms) using errcode = '22023';
   end if;
-  -- the bounds of the client's `timeout` option
   select t into v_bad from unnest(p_timeout_ms) t where t < 1 or t > 31622400000 limit 1;
   if found then
     raise exception 'a job timeout must be between 1 ms and 366 days (got % ms)', v_bad using errcode = '22023';
   end if;
   insert into leasehold.leases (name) select n from unnest(p_names) as n on conflict do nothing;
-  update leasehold.leases l
-     set last_slot = greatest(l.last_slot, now())
-    from unnest(p_names, p_schedules, p_timezones) as i(name, schedule, timezone)
-    join leasehold.jobs j on j.name = i.name
-   where l.name = i.name and l.last_slot is not null
-     and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
-  -- a changed definition of an existing job is an act on it: recorded, with the login role
+  update leasehold.leases l set last_slot = greatest(l.last_slot, now())
+    from unnest(p_names, p_schedules, p_timezones) as i(name, schedule, timezone) join leasehold.jobs j on j.name = i.name
+   where l.name = i.name and l.last_slot is not null and (j.schedule, j.timezone) is distinct from (i.schedule, i.timezone);
+  -- a changed definition is an act on the job: recorded
   with written as (
     insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, timeout_ms, registered_by, owner_role)
     select i.*, p_holder, leasehold.acting_role()
@@ -1044,7 +868,7 @@ begin
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
 end $$;
 
--- live_handlers: each handler name the live workers registered, with how many of them have it.
+-- live_handlers: each handler the live workers registered, with how many have it.
 create function leasehold.live_handlers() returns table (handler text, workers integer)
 language sql stable as $$
   select h.handler, count(*)::integer
@@ -1052,11 +876,9 @@ language sql stable as $$
    group by h.handler;
 $$;
 
--- unhandled_schedules: the data jobs (not removed, not paused) whose handler no live worker
--- registered, with what the worker that records their slots missed needs.
+-- unhandled_schedules: the live data jobs whose handler no live worker has (their slots are missed).
 create function leasehold.unhandled_schedules()
-returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz,
-               database_time timestamptz)
+returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz, database_time timestamptz)
 language sql stable as $$
   select j.name, j.handler, j.schedule, j.timezone, j.interval_ms, j.starting_deadline_ms,
          greatest(j.registered_at, (select l.last_slot from leasehold.leases l where l.name = j.name)), now()
@@ -1067,15 +889,13 @@ language sql stable as $$
    limit 10000;
 $$;
 
--- claim: the scheduler's claim for every caller (docs/sql-api.md): parallel arrays, one element
--- per request, a fixed number of set-based statements for any number of jobs. Each slot is
--- claimed at most once (after last_slot); a held lease records one skip per (job, slot). A slot
--- claimed ahead (p_ahead_ms) whose holder never marked its start (start_tick) is claimed again at
--- its slot once the lease is free by the usual rule: the holder's run is recorded aborted.
+-- claim: the scheduler's claim (docs/sql-api.md): parallel arrays, a fixed number of set-based
+-- statements for any number of jobs. Each slot is claimed at most once; a held lease records one
+-- skip per (job, slot). A slot claimed ahead whose holder never marked its start (start_tick) is
+-- claimed again at its slot once the lease is free: the holder's run is recorded aborted.
 create function leasehold.claim(
-  p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[],
-  p_holder text, p_holder_key bigint default null, p_every boolean default false,
-  p_ahead_ms bigint default null, p_starts timestamptz[] default null
+  p_jobs text[], p_slots timestamptz[], p_ttl_ms bigint[], p_modes text[], p_caps integer[], p_holder text,
+  p_holder_key bigint default null, p_every boolean default false, p_ahead_ms bigint default null, p_starts timestamptz[] default null
 ) returns table (
   job text, slot timestamptz, claimed boolean, reason text, token uuid, fence bigint, expires_at timestamptz,
   previous_slot timestamptz, holder text, holder_fence bigint, holder_slot timestamptz, holder_since timestamptz,
@@ -1085,9 +905,7 @@ language plpgsql volatile
 set lock_timeout = '2s'
 set plan_cache_mode = force_custom_plan
 set jit = off
--- Lease rows are hot: with the default cost of a random page the planner joined a worker's share
--- of 2,500 jobs to the leases by hashing every lease row (27,500: 24 ms of a 32 ms step), where
--- 2,500 primary-key probes take 7 ms. What a call costs grows with its jobs, not all jobs.
+-- lease rows are hot: by default 2,500 jobs were hashed against all 27,500 leases (24 ms, probes: 7)
 set random_page_cost = 1.1
 as $$
 #variable_conflict use_column
@@ -1095,16 +913,13 @@ declare
   v_asked_ttls interval[] := array(select t * interval '1 millisecond' from unnest(p_ttl_ms) t);
   v_ahead interval := p_ahead_ms * interval '1 millisecond';
   v_n integer := coalesce(cardinality(p_jobs), 0);
-  -- what step 1 locked, as parallel arrays (carried along, never looked up by position): position,
-  -- job, the slot it claims (a buffered one may come first), the slot asked for, ttl, mode, cap,
-  -- and from the row its last slot, whether it was held, its fence
+  -- what step 1 locked (v_slots: the slot claimed, a buffered one may come first; v_wanted: asked for)
   v_at integer[]; v_jobs text[]; v_slots timestamptz[]; v_wanted timestamptz[]; v_ttls interval[]; v_modes text[];
   v_caps integer[]; v_previous timestamptz[]; v_held boolean[]; v_fences bigint[]; v_new_fences bigint[];
-  -- takeovers of a run in flight; rows whose grant was not claim()'s (a run_log row may be
-  -- running); re-claims of a slot claimed ahead and never started; re-claims refused after the lock
+  -- takeovers of a run in flight; grants not claim()'s (a run_log row may run); re-claims, refused ones
   v_taken_names text[]; v_taken_fences bigint[]; v_older text[];
   v_re_names text[]; v_re_fences bigint[]; v_re_keys bigint[]; v_re_starts timestamptz[]; v_refused text[];
-  -- what step 3 claimed: positions, jobs, slots, tokens, fences, expiries, previous slots, held, modes
+  -- what step 3 claimed
   c_at integer[]; c_jobs text[]; c_slots timestamptz[]; c_tokens uuid[]; c_fences bigint[]; c_expires timestamptz[];
   c_previous timestamptz[]; c_held boolean[]; c_modes text[];
   v_epoch integer := leasehold.epoch();
@@ -1122,20 +937,15 @@ begin
     raise exception 'claim: as many starts as jobs are needed (% jobs)', v_n using errcode = '22023';
   end if;
   perform leasehold.check_claim_requests(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps);
-  if v_n = 0 then
-    return;
-  end if;
-  -- queued slots (buffered, catch-up) of these jobs: almost never at a tick, and then the queue is
-  -- not planned at all (an empty table first: the usual answer, without a probe per job)
+  if v_n = 0 then return; end if;
+  -- queued slots (buffered, catch-up): almost never; an empty table answers without a probe per job
   v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
   perform leasehold.pin_synchronous_commit();
 
-  -- 1. Lock the lease rows this call may claim (random order, SKIP LOCKED: workers claiming the
-  --    same tick share the jobs instead of queueing behind one another).
+  -- 1. Lock the rows this call may claim (random order, SKIP LOCKED: workers share a tick's jobs).
   select coalesce(array_agg(x.at), '{}'), coalesce(array_agg(x.job), '{}'), coalesce(array_agg(x.claim_slot), '{}'),
-         coalesce(array_agg(x.slot), '{}'), coalesce(array_agg(x.ttl), '{}'), coalesce(array_agg(x.mode), '{}'),
-         coalesce(array_agg(x.cap), '{}'), coalesce(array_agg(x.last_slot), '{}'), coalesce(array_agg(x.held), '{}'),
-         coalesce(array_agg(x.fence), '{}'),
+         coalesce(array_agg(x.slot), '{}'), coalesce(array_agg(x.ttl), '{}'), coalesce(array_agg(x.mode), '{}'), coalesce(array_agg(x.cap), '{}'),
+         coalesce(array_agg(x.last_slot), '{}'), coalesce(array_agg(x.held), '{}'), coalesce(array_agg(x.fence), '{}'),
          array_agg(x.job) filter (where x.run_slot is not null and x.mode <> 'allow' and not x.reclaim),
          array_agg(x.run_fence) filter (where x.run_slot is not null and x.mode <> 'allow' and not x.reclaim),
          array_agg(x.job) filter (where x.mode <> 'allow' and x.run_fence is distinct from x.fence),
@@ -1148,7 +958,6 @@ begin
              l.last_slot, l.token is not null as held, l.run_slot, l.run_fence, l.fence,
              l.holder_key, l.run_started_at, l.last_slot is not distinct from w.claim_slot as reclaim
         from leasehold.leases l
-        -- the holders' marks of the runs they started ahead (a handful of rows: hashed)
         left join leasehold.worker_starts s on s.holder_key = l.holder_key
         join (
           select i.at, i.job, i.slot, i.ttl, i.mode, i.cap,
@@ -1156,29 +965,23 @@ begin
                    (select min(b.slot) from leasehold.buffered b
                      where b.job = i.job
                        and b.slot > coalesce((select l2.last_slot from leasehold.leases l2 where l2.name = i.job), '-infinity')
-                       -- a queued catch-up slot whose skip is final never runs: it must not
-                       -- stand in front of the later slots for ever
+                       -- a queued slot whose skip is final never runs: not in front of later ones
                        and not (i.mode = 'exclusive' and i.cap = 0
                                 and exists (select 1 from leasehold.skips k where k.job = b.job and k.slot = b.slot))),
                    i.slot)) end as claim_slot
             from unnest(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps) with ordinality as i(job, slot, ttl, mode, cap, at)
         ) w on w.job = l.name
        where case when v_ahead is null then w.claim_slot <= now()
-                  -- ahead: due within v_ahead, from a lease that is free in the plainest sense
+                  -- ahead: due within v_ahead, from a lease free in the plainest sense
                   else w.claim_slot <= now() + v_ahead and w.claim_slot = w.slot and w.mode in ('exclusive', 'replace')
                        and l.token is null and l.run_slot is null and (l.run_fence = l.fence or l.fence = 0) end
          and l.suspended is null
-         -- one CASE, so that the slot guard comes first and is_free() is asked last (a slot
-         -- claimed already, the second pass's usual row, asks nothing of the lease)
+         -- one CASE: the slot guard first, is_free() last (a slot claimed already asks nothing more)
          and case
                when l.last_slot is null or (w.slot > l.last_slot and w.claim_slot > l.last_slot)
-                 -- (a recorded skip under overlap 'skip' is final: step 3 checks it, after this lock)
-                 -- a released row is free: is_free() is asked only about a row with a token
                  then w.mode in ('replace', 'allow') or l.token is null or leasehold.is_free(l)
-               -- the slot itself again: claimed ahead (granted before the slot), under a
-               -- liveness key, its run never marked started by its holder (start_tick), and the
-               -- lease free by the usual rule (expired, or its holder gone); a re-claim is never
-               -- a claim ahead
+               -- the slot itself again: claimed ahead under a liveness key, never marked started,
+               -- and the lease free (a re-claim is never a claim ahead)
                when v_ahead is not null or w.slot is distinct from l.last_slot or w.claim_slot <> w.slot or w.mode = 'allow'
                     or l.token is null or l.holder_key is null or l.run_slot is distinct from l.last_slot
                     or l.run_fence is distinct from l.fence or l.acquired_at >= l.run_slot
@@ -1189,10 +992,9 @@ begin
          for update of l skip locked
     ) x;
 
-  -- A re-claim: under the lock of the holder's worker_starts row (start_tick takes it too), a run
-  -- the holder marked started meanwhile is left to it (refused); the others are taken, the latest
-  -- planned start among them kept in taken_through for the holder's next mark to find, and their
-  -- unstarted runs recorded aborted.
+  -- A re-claim, under the lock of the holder's worker_starts row (start_tick takes it too): a run
+  -- marked started meanwhile is left to it; the others are taken (the latest planned start kept in
+  -- taken_through for the holder's next mark) and their runs recorded aborted.
   if v_re_names is not null then
     insert into leasehold.worker_starts (holder_key, started_through)
     select distinct k, '-infinity'::timestamptz from unnest(v_re_keys) k order by 1
@@ -1204,15 +1006,13 @@ begin
      where r.planned <= s.started_through;
   end if;
 
-  -- 2. Leave out the refused re-claims, and, before a takeover, the slots with a final skip: a
-  --    skip recorded by a peer that held the row (FOR SHARE) until step 1 got its lock committed
-  --    before it, which a statement after the lock sees. Step 3 checks that itself; a takeover
-  --    needs it earlier, since the run it records lost must be one of a row step 3 then claims.
+  -- 2. Leave out the refused re-claims, and before a takeover the slots with a final skip (a
+  --    statement after the lock sees it; step 3 checks too, but the run recorded lost must be
+  --    one of a row step 3 claims).
   if v_refused is not null or v_taken_names is not null or v_older is not null then
     select coalesce(array_agg(k.at), '{}'), coalesce(array_agg(k.job), '{}'), coalesce(array_agg(k.claim_slot), '{}'),
-           coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'),
-           coalesce(array_agg(k.cap), '{}'), coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'),
-           coalesce(array_agg(k.fence), '{}')
+           coalesce(array_agg(k.wanted), '{}'), coalesce(array_agg(k.ttl), '{}'), coalesce(array_agg(k.mode), '{}'), coalesce(array_agg(k.cap), '{}'),
+           coalesce(array_agg(k.previous_slot), '{}'), coalesce(array_agg(k.held), '{}'), coalesce(array_agg(k.fence), '{}')
       into v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences
       from unnest(v_at, v_jobs, v_slots, v_wanted, v_ttls, v_modes, v_caps, v_previous, v_held, v_fences)
              k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, fence)
@@ -1231,30 +1031,24 @@ begin
        set taken_through = greatest(s.taken_through, m.planned), updated_at = now()
       from (select r.key, max(r.planned) as planned from unnest(v_re_keys, v_re_starts) r(key, planned) group by r.key) m
      where s.holder_key = m.key;
-    perform leasehold.end_runs(v_re_names, null, v_re_fences, array_fill('aborted'::text, array[cardinality(v_re_names)]),
-      array_fill('not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder,
-                 array[cardinality(v_re_names)]), null);
+    perform leasehold.end_runs(v_re_names, null, v_re_fences, array_fill('aborted'::text, array[cardinality(v_re_names)]), array_fill(
+      'not started: its lease was free (expired, or its holder gone) before the start; run by ' || p_holder, array[cardinality(v_re_names)]), null);
   end if;
 
-  -- A takeover: the run in flight of the previous claim is recorded lost before the grant below
-  -- overwrites it (overlap 'allow' keeps the lease and its run), and so is a run_log row still
-  -- running under an older grant (run now, start_run).
+  -- A takeover: the run in flight, and a run_log row still running under an older grant, end lost.
   if v_taken_names is not null then
     perform leasehold.end_runs(
       array(select t.name from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)), null,
       array(select t.fence from unnest(v_taken_names, v_taken_fences) t(name, fence) where t.name = any (v_jobs)),
-      array_fill('lost'::text, array[cardinality(v_taken_names)]),
-      array_fill('lease taken over by ' || p_holder, array[cardinality(v_taken_names)]), null);
+      array_fill('lost'::text, array[cardinality(v_taken_names)]), array_fill('lease taken over by ' || p_holder, array[cardinality(v_taken_names)]), null);
   end if;
   if v_older is not null then
-    update leasehold.run_log r
-       set outcome = 'lost', finished_at = now(), error = 'lease taken over by ' || p_holder
+    update leasehold.run_log r set outcome = 'lost', finished_at = now(), error = 'lease taken over by ' || p_holder
      where r.job = any (v_older) and r.job = any (v_jobs) and r.outcome = 'running';
   end if;
 
-  -- 3. Claim what is locked and still claimable (the fence each row had is the fence it has). A
-  --    skip recorded for the slot under overlap 'skip' is final: this statement's snapshot, taken
-  --    after the locks, sees every skip a peer committed before step 1 locked the row.
+  -- 3. Claim what is locked and still claimable. A skip recorded under overlap 'skip' is final:
+  --    this snapshot, after the locks, sees every skip a peer committed before step 1's lock.
   v_new_fences := leasehold.fences_after(v_fences, v_epoch);
   with claiming as (
     select k.at, k.job as name, k.claim_slot, k.wanted as wanted_slot, k.ttl, k.mode, k.cap, k.previous_slot, k.held, k.new_fence
@@ -1262,16 +1056,13 @@ begin
              k(at, job, claim_slot, wanted, ttl, mode, cap, previous_slot, held, new_fence)
      where not (k.mode = 'exclusive' and k.cap = 0 and exists (select 1 from leasehold.skips s where s.job = k.job and s.slot = k.claim_slot))
   ),
-  -- under overlap 'allow' only the fence and the slot change (no exclusivity, the holder's token
-  -- is kept); every other claim takes the lease
+  -- under overlap 'allow' only the fence and the slot change; every other claim takes the lease
   claimed_lease as (
     update leasehold.leases l
        set fence = c.new_fence, last_slot = c.claim_slot, token = gen_random_uuid(), holder = p_holder,
            holder_key = p_holder_key, acquired_at = now(), expires_at = now() + c.ttl, released_at = null, ttl = c.ttl,
            epoch = v_epoch, holder_incarnation = v_incarnation,
-           -- the run, on the lease row until finish_runs() writes its history row; its start read
-           -- when the row is written, after the lock (so after the previous holder's release), or
-           -- when claimed ahead, at its planned start
+           -- the run, until finish_runs() writes its history row; it starts now, or ahead at its plan
            run_slot = c.claim_slot, run_fence = c.new_fence, run_holder = p_holder,
            run_started_at = case when v_ahead is null then clock_timestamp()
                                  else greatest(clock_timestamp(), coalesce(p_starts[c.at], c.claim_slot), c.claim_slot) end
@@ -1280,10 +1071,8 @@ begin
     returning c.at, l.name, c.claim_slot, c.wanted_slot, c.cap, c.mode, l.token, l.fence, l.expires_at, c.previous_slot, c.held
   ),
   claimed_allow as (
-    update leasehold.leases l
-       set fence = c.new_fence, last_slot = c.claim_slot
-      from claiming c
-     where l.name = c.name and c.mode = 'allow'
+    update leasehold.leases l set fence = c.new_fence, last_slot = c.claim_slot
+      from claiming c where l.name = c.name and c.mode = 'allow'
     returning c.at, l.name, c.claim_slot, c.wanted_slot, c.cap, c.mode, l.token, l.fence, l.expires_at, c.previous_slot, c.held
   ),
   claimed as (select * from claimed_lease union all select * from claimed_allow),
@@ -1291,7 +1080,6 @@ begin
     delete from leasehold.buffered b using claimed c where v_queued and b.job = c.name and b.slot <= c.claim_slot
   ),
   rebuffered as (
-    -- the slot that came in behind a buffered one waits its turn (within the cap)
     insert into leasehold.buffered (job, slot)
     select c.name, c.wanted_slot from claimed c
      where v_queued and c.claim_slot < c.wanted_slot
@@ -1304,27 +1092,21 @@ begin
     into c_at, c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes
     from claimed c;
 
-  -- overlap 'allow' has no lease to carry its runs: a run_log row from the start (a statement of
-  -- its own, so that a tick without such a job fires no trigger on run_log)
+  -- overlap 'allow': a run_log row from the start (own statement: no run_log trigger otherwise)
   if 'allow' = any (c_modes) then
     insert into leasehold.run_log (job, slot, fence, holder)
-    select k.job, k.slot, k.fence, p_holder from unnest(c_jobs, c_slots, c_fences, c_modes) k(job, slot, fence, mode)
-     where k.mode = 'allow';
+    select k.job, k.slot, k.fence, p_holder from unnest(c_jobs, c_slots, c_fences, c_modes) k(job, slot, fence, mode) where k.mode = 'allow';
   end if;
 
   return query
   select k.job, k.slot, true, 'claimed'::text, case when k.mode <> 'allow' then k.token end, k.fence,
          case when k.mode <> 'allow' then k.expires end, k.previous_slot, p_holder, null::bigint, null::timestamptz,
          null::timestamptz, false, false, now(), k.mode <> 'allow' and k.held
-    from unnest(c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes)
-           k(job, slot, token, fence, expires, previous_slot, held, mode);
-  if v_ahead is not null then
-    return; -- a claim ahead leaves everything else to the claim at the slot
-  end if;
+    from unnest(c_jobs, c_slots, c_tokens, c_fences, c_expires, c_previous, c_held, c_modes) k(job, slot, token, fence, expires, previous_slot, held, mode);
+  if v_ahead is not null then return; end if; -- the rest is the claim at the slot's
 
-  -- 4. Everything not claimed: say why, record a real skip once per slot, buffer it if the policy
-  --    says so. Without p_every, a slot already claimed (last_slot only grows) is passed over
-  --    before anything else is asked about it.
+  -- 4. Everything not claimed: say why, record a skip once per slot, buffer it if the policy says
+  --    so. Without p_every, a slot already claimed is passed over before anything is asked.
   return query
   with pending as (
     select i.job, i.slot, i.mode, i.cap, l.holder as l_holder, l.fence as l_fence,
@@ -1339,8 +1121,7 @@ begin
              when l.suspended = 'paused' then 'paused'
              when l.suspended = 'removed' then 'removed'
              when i.slot > now() then 'slot-not-due'
-             -- claimed ahead by a holder that has not started it, and whose lease is not free:
-             -- ask again when the lease expires (a row locked meanwhile: shortly)
+             -- claimed ahead, not started: ask again when the lease expires
              when i.slot = l.last_slot and i.mode <> 'allow' and l.token is not null and l.holder_key is not null
                   and l.run_slot = l.last_slot and l.run_fence = l.fence and l.acquired_at < l.run_slot
                   and l.run_started_at > coalesce(s.started_through, '-infinity')
@@ -1361,9 +1142,8 @@ begin
             or (i.slot = l.last_slot and l.token is not null and l.run_slot = l.last_slot and l.acquired_at < l.run_slot
                 and l.run_started_at > coalesce(s.started_through, '-infinity')))
   ),
-  -- held, as the newest row version says under a lock no claim can pass; a row a claimer has
-  -- locked (SKIP LOCKED) or that changed meanwhile is reported holder-committing: ask again.
-  -- A slot whose skip is recorded already needs no lock (and takes no lock, no xid).
+  -- held, as the newest row version says under a lock no claim passes (a row locked or changed
+  -- meanwhile: holder-committing); a slot whose skip is recorded takes no lock, no xid
   held as (
     select p.job, p.slot, p.cap, l.holder, l.fence, p.l_holder_slot as holder_slot, l.acquired_at
       from pending p join leasehold.leases l on l.name = p.job
@@ -1399,16 +1179,14 @@ begin
    where p_every or a.why not in ('slot-taken', 'slot-skipped', 'held') or a.skip_recorded or a.buffered;
 end $$;
 
--- start_tick: a worker marks, before starting them, that it starts the runs it claimed ahead
--- (under p_holder_key) planned by p_through. False: a peer may have claimed one again.
+-- start_tick: before starting them, a worker marks the runs it claimed ahead planned by p_through
+-- as started. False: a peer may have claimed one again.
 create function leasehold.start_tick(p_holder_key bigint, p_through timestamptz) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 declare
-  v_old timestamptz;
-  v_taken timestamptz;
-  v_n integer;
+  v_old timestamptz; v_taken timestamptz; v_n integer;
 begin
   if p_holder_key is null or p_through is null then
     raise exception 'start_tick: holder_key and through must not be null' using errcode = '22023';
@@ -1417,11 +1195,9 @@ begin
   insert into leasehold.worker_starts (holder_key, started_through) values (p_holder_key, '-infinity') on conflict do nothing;
   get diagnostics v_n = row_count;
   select w.started_through, w.taken_through into v_old, v_taken from leasehold.worker_starts w where w.holder_key = p_holder_key for update;
-  update leasehold.worker_starts w
-     set started_through = greatest(w.started_through, p_through, clock_timestamp()), updated_at = now()
+  update leasehold.worker_starts w set started_through = greatest(w.started_through, p_through, clock_timestamp()), updated_at = now()
    where w.holder_key = p_holder_key;
-  -- once per key: the rows of keys no longer live and unchanged for a week go (a slot is claimed
-  -- again only within its starting deadline)
+  -- once per key: rows of dead keys unchanged for a week go
   if v_n > 0 then
     delete from leasehold.worker_starts w
      where w.updated_at < now() - interval '7 days' and not exists (select 1 from leasehold.liveness_locks() k where k.key = w.holder_key);
@@ -1429,8 +1205,7 @@ begin
   return v_taken is null or v_taken <= v_old;
 end $$;
 
--- enqueue_slots: queues slots to run in order, one at a time, as soon as the lease is free
--- (catch-up { all: n }). Slots at or before the last claimed one are ignored.
+-- enqueue_slots: queues slots after last_slot, run in order as the lease is free (catch-up all).
 create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
 language sql volatile as $$
   select leasehold.check_namespace(array[p_job]);
@@ -1444,8 +1219,8 @@ language sql volatile as $$
   select count(*)::integer from inserted;
 $$;
 
--- record_missed_slots: records missed slots, one element per (job, slot), in one statement (after
--- a downtime every job has some); not the ones that ran, were skipped or lie in a clock step.
+-- record_missed_slots: in one statement (after a downtime every job has some); not the slots that
+-- ran, were skipped or lie in a clock step.
 create function leasehold.record_missed_slots(p_jobs text[], p_slots timestamptz[], p_reason text, p_holder text)
 returns table (job text, slot timestamptz)
 language sql volatile
@@ -1465,8 +1240,7 @@ as $$
   returning m.job, m.slot;
 $$;
 
--- run_timed_out: the deadline rule (holds_lease applies it): a run of job p_job whose lease was
--- granted at p_acquired_at has outlived the job's timeout.
+-- run_timed_out: the deadline rule of holds_lease: the run granted at p_acquired_at outlived the job's timeout.
 create function leasehold.run_timed_out(p_job text, p_acquired_at timestamptz) returns boolean
 language sql stable as $$
   select exists (select 1 from leasehold.jobs j
@@ -1477,23 +1251,18 @@ create trigger jobs_revision BEFORE INSERT OR UPDATE ON leasehold.jobs FOR EACH 
 create trigger jobs_notify AFTER INSERT OR UPDATE ON leasehold.jobs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.notify_changes('jobs');
 
 -- sql/baseline/3_history.sql
--- leasehold schema, part 3 of 6: run history. One run_log row per run, written when it ends (or
--- when it starts, for runs of run now, backfill, start_run and overlap allow). run_counts keeps
--- per-minute counts and slow_runs the runs that came near their interval (both by triggers), so
--- that summaries never scan run_log. prune_history() deletes in batches, never a run in flight.
+-- leasehold schema, part 3 of 6: run history. run_counts and slow_runs (kept by triggers) spare
+-- the summaries a scan of run_log.
 
--- run_outcomes: every value leasehold.runs.outcome may hold ('running' until the run ends), as
--- run_log's check spells them out (a function there would be run by the planner with the rights
--- of whoever reads run_log; test/sql/contract.test.ts holds the two lists together).
+-- run_outcomes: the values of runs.outcome. run_log's check spells them out (a function there would
+-- run with the reader's rights); test/sql/contract.test.ts holds the two lists together.
 create function leasehold.run_outcomes() returns text[]
 language sql immutable as $$
   select array['running', 'succeeded', 'failed', 'lost', 'aborted', 'timed-out'];
 $$;
 
 create table leasehold.run_counts (
-  bucket smallint not null, shard smallint not null,
-  minute bigint not null, -- floor(extract(epoch from started_at) / 60)
-  runs bigint not null,
+  bucket smallint not null, shard smallint not null, minute bigint not null, runs bigint not null,
   constraint run_counts_pkey PRIMARY KEY (bucket, shard),
   constraint run_counts_bucket_check CHECK (((bucket >= 0) AND (bucket < 1500))),
   constraint run_counts_shard_check CHECK (((shard >= 0) AND (shard < 64)))
@@ -1524,18 +1293,15 @@ create table leasehold.slow_runs (job text primary key, last_started timestamp w
 comment on table leasehold.slow_runs is
   'Per job, the latest start of a finished run that took at least half its interval: the only jobs whose p95 can creep.';
 
--- run_start: the recorded start of a run claimed at p_claimed whose handler started at
--- p_started_ms (the worker's estimate of the database clock), kept between the claim and now.
+-- run_start: the handler's start (the worker's estimate of the database clock), kept between the claim and now.
 create function leasehold.run_start(p_claimed timestamptz, p_started_ms double precision) returns timestamptz
 language sql stable as $$
   select case when p_started_ms is null then p_claimed else least(greatest(p_claimed, to_timestamp(p_started_ms / 1000.0)), now()) end;
 $$;
 
--- start_run: records a run under a lease the caller holds (assert_lease: LH003 otherwise) at slot
--- p_slot (now() unless given), once per fence, and makes the name visible as a job (schedule
--- 'external', interval p_interval_ms) unless a job of that name is scheduled.
-create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null,
-                                    p_interval_ms bigint default null)
+-- start_run: records a run under a held lease (LH003 otherwise), once per fence, and shows the name
+-- as a job (schedule 'external') unless a job of that name is scheduled.
+create function leasehold.start_run(p_name text, p_token uuid, p_fence bigint, p_slot timestamptz default null, p_interval_ms bigint default null)
 returns timestamptz
 language plpgsql volatile as $$
 declare
@@ -1543,8 +1309,8 @@ declare
   l leasehold.leases;
 begin
   perform leasehold.check_namespace(array[p_name]);
-  perform leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000,
-                                         'interval_ms', 'must be from 1 millisecond to 366 days');
+  perform leasehold.check_schedule_field(p_interval_ms is null or p_interval_ms between 1 and 366::bigint * 86400000, 'interval_ms',
+    'must be from 1 millisecond to 366 days');
   perform leasehold.assert_lease(p_name, p_token, p_fence);
   select * into l from leasehold.leases x where x.name = p_name;
   insert into leasehold.jobs as j (name, schedule, interval_ms, ttl_ms, overlap, catch_up, registered_by)
@@ -1555,12 +1321,10 @@ begin
   return v_slot;
 end $$;
 
--- finish_runs: ends runs and releases the leases given with their tokens: a run in flight on its
--- lease row gets its history row in the update that releases the lease (end_runs), a run with a
--- run_log row from its start has that row finished.
+-- finish_runs: ends runs (a run in flight on its lease row through end_runs, a run_log row in place)
+-- and releases the leases given with their tokens.
 create function leasehold.finish_runs(
-  p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[],
-  p_started_ms double precision[] default null
+  p_jobs text[], p_fences bigint[], p_tokens uuid[], p_outcomes text[], p_errors text[], p_attempts integer[], p_started_ms double precision[] default null
 ) returns table (job text, fence bigint, recorded boolean, released boolean, next_buffered_slot timestamptz)
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -1570,10 +1334,8 @@ as $$
 #variable_conflict use_column
 declare
   v_n integer := coalesce(cardinality(p_jobs), 0);
-  v_bad text;
-  v_released text[];
+  v_bad text; v_released text[]; v_queued boolean;
   v_recorded text[]; -- the runs recorded from their lease rows, as 'job#fence'
-  v_queued boolean;
 begin
   perform leasehold.check_namespace(p_jobs);
   perform leasehold.pin_synchronous_commit();
@@ -1596,7 +1358,6 @@ begin
   with input as materialized (
     select * from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) as i(job, fence, outcome, error, attempts, started_ms)
   ),
-  -- the runs that have a run_log row from their start
   recorded as (
     update leasehold.run_log r
        set outcome = i.outcome, finished_at = now(), error = left(i.error, 4000), attempts = coalesce(i.attempts, 1),
@@ -1620,20 +1381,16 @@ begin
     from input i;
 end $$;
 
--- end_runs: the one rule by which a lease row lets go of its lease (only for its current token)
--- and of the run of fence p_fences[i] in flight on it (its history row written, complete, now),
--- in one update of the row, locked first in name order (a takeover, which ends the same run as
--- lost, waits or skips). FOR NO KEY UPDATE: the holder's fenced transactions do not block it.
+-- end_runs: the one rule by which a lease row lets go of its lease (only for its current token) and
+-- of the run of fence p_fences[i] in flight on it (history row written), in one update; rows locked
+-- in name order. FOR NO KEY UPDATE: the holder's fenced transactions do not block it.
 create function leasehold.end_runs(
-  p_names text[], p_tokens uuid[], p_fences bigint[], p_outcomes text[], p_errors text[], p_attempts integer[],
-  p_started_ms double precision[] default null
+  p_names text[], p_tokens uuid[], p_fences bigint[], p_outcomes text[], p_errors text[], p_attempts integer[], p_started_ms double precision[] default null
 ) returns table (name text, fence bigint, released boolean, recorded boolean)
 language plpgsql volatile
 set plan_cache_mode = force_custom_plan
 set jit = off
--- the lease rows of a batch are found through the primary key, not by a scan of every lease
--- (see claim)
-set random_page_cost = 1.1
+set random_page_cost = 1.1 -- primary-key probes, not a scan of every lease (see claim)
 as $$
 #variable_conflict use_column
 begin
@@ -1651,8 +1408,7 @@ begin
      order by l.name
        for no key update of l
   ),
-  -- one change per row: a name given twice is released if any element has its token, and its
-  -- run is recorded with the element that ends it
+  -- one change per row: released if any element has its token, recorded with the element that ends it
   changing as (
     select distinct on (k.name) k.name, k.fence, k.outcome, k.error, k.attempts, k.started_ms, k.ending,
            bool_or(k.releasing) over (partition by k.name) as releasing,
@@ -1682,21 +1438,15 @@ begin
   select c.name, c.fence, c.releasing, c.ending and c.name in (select r.job from recorded r) from changed c;
 end $$;
 
--- finish_held_run: finish_runs() of a run of start_run, checking the lease first: one that was no
--- longer held is recorded 'lost' (a command can finish between two heartbeats without noticing),
--- so the history never shows a success that was not exclusive.
-create function leasehold.finish_held_run(
-  p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true
-)
+-- finish_held_run: finish_runs() of a start_run run; one no longer held is recorded 'lost' (a run
+-- may end between two heartbeats), so the history never shows a success that was not exclusive.
+create function leasehold.finish_held_run(p_name text, p_fence bigint, p_token uuid, p_outcome text, p_error text default null, p_release boolean default true)
 returns table (outcome text, recorded boolean, released boolean)
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
 declare
-  v_held boolean;
-  v_outcome text := p_outcome;
-  v_error text := p_error;
-  f record;
+  v_held boolean; v_outcome text := p_outcome; v_error text := p_error; f record;
 begin
   perform leasehold.check_namespace(array[p_name]);
   -- the row lock keeps the lease as it is seen here until finish_runs() releases it
@@ -1711,8 +1461,7 @@ begin
   return query select v_outcome, f.recorded, f.released;
 end $$;
 
--- The run counts: one trigger per event (a trigger with transition tables has one event), each
--- summing the statement's changed rows by minute in one aggregate (added minus removed runs).
+-- The run counts: one trigger per event (transition tables allow one), each summing by minute.
 create function leasehold.count_runs_inserted() returns trigger
 language plpgsql volatile set jit = off as $$
 begin
@@ -1748,11 +1497,9 @@ begin
   return null;
 end $$;
 
--- add_run_counts: adds signed per-minute counts to this backend's shard; minutes older than 25
--- hours are never read and are dropped, and a bucket still holding one is taken over. The first
--- call of a transaction takes its shard's advisory lock: a transaction that records runs twice
--- (the insert and update triggers of one finish_runs()) locks buckets in order within each call
--- but not across them, and two such transactions on one shard could deadlock.
+-- add_run_counts: signed per-minute counts into this backend's shard (minutes older than 25 hours
+-- dropped, their buckets taken over). The shard's advisory lock first: a transaction counting twice
+-- (insert and update triggers) locks buckets in order within a call, not across calls: deadlock.
 create function leasehold.add_run_counts(p_minutes bigint[], p_counts bigint[]) returns void
 language sql volatile as $$
   select pg_advisory_xact_lock(1819042147, (pg_backend_pid() % 64)::integer);
@@ -1766,8 +1513,7 @@ language sql volatile as $$
    where c.minute <= excluded.minute;
 $$;
 
--- refresh_run_counts: rebuilds both tables from run_log's ended runs, for the owner: after a
--- TRUNCATE of run_log (which the triggers do not see) or a restore of that table alone.
+-- refresh_run_counts: rebuilds both tables from run_log (after a TRUNCATE or a restore of it alone).
 create function leasehold.refresh_run_counts() returns void
 language plpgsql volatile set jit = off as $$
 begin
@@ -1785,8 +1531,7 @@ begin
    group by r.job;
 end $$;
 
--- mark_slow_runs: the runs that took at least half their job's interval (the triggers pass only
--- those of 500 ms or more, the shortest interval's half: usually none, and then no join at all).
+-- mark_slow_runs: runs that took half their interval (the triggers pass only those of 500 ms or more).
 create function leasehold.mark_slow_runs(p_jobs text[], p_started timestamptz[], p_finished timestamptz[]) returns void
 language sql volatile as $$
   insert into leasehold.slow_runs as s (job, last_started)
@@ -1798,22 +1543,19 @@ language sql volatile as $$
   on conflict (job) do update set last_started = greatest(s.last_started, excluded.last_started);
 $$;
 
--- prune_history: deletes ended runs, skips, missed slots and clock step windows older than
--- p_keep; with p_batch, at most p_batch of each kind per call (each call its own transaction).
+-- prune_history: deletes ended runs, skips, missed slots and clock steps older than p_keep; with
+-- p_batch, at most p_batch of each per call.
 create function leasehold.prune_history(p_keep interval, p_batch integer default null) returns bigint
 language plpgsql volatile as $$
 declare
-  n bigint := 0;
-  c bigint;
+  n bigint := 0; c bigint;
   v_before timestamptz := now() - p_keep;
   v_batch integer := coalesce(p_batch, 10000);
 begin
   if v_batch < 1 then
     raise exception 'prune_history: p_batch must be at least 1 (got %)', p_batch using errcode = '22023';
   end if;
-  if not pg_try_advisory_xact_lock(7308604897068083570) then
-    return 0;
-  end if;
+  if not pg_try_advisory_xact_lock(7308604897068083570) then return 0; end if;
   loop
     with d as (delete from leasehold.run_log where id in (
                  select id from leasehold.run_log where finished_at < v_before and outcome <> 'running' limit v_batch) returning 1),
@@ -1833,11 +1575,8 @@ create trigger runs_count_inserted AFTER INSERT ON leasehold.run_log REFERENCING
 create trigger runs_count_updated AFTER UPDATE ON leasehold.run_log REFERENCING OLD TABLE AS old_runs NEW TABLE AS new_runs FOR EACH STATEMENT EXECUTE FUNCTION leasehold.count_runs_updated();
 
 -- sql/baseline/4_control.sql
--- leasehold schema, part 4 of 6: control. Schedules defined as data (a handler name and a JSON
--- payload next to the schedule), pause and resume, run-now and backfill requests, and the audit of
--- every act (leasehold.actions). Every change of a jobs row takes the next revision (a trigger),
--- and writers take one advisory lock before they draw it, so revisions become visible in order:
--- schedule_changes(after) is one range of the index on revision.
+-- leasehold schema, part 4 of 6: control. Schedules defined as data (handler and JSON payload),
+-- pause and resume, run-now and backfill requests, and the audit of every act (actions).
 
 create table leasehold.actions (
   id bigint generated always as identity primary key,
@@ -1851,14 +1590,10 @@ create index actions_at_brin on leasehold.actions using brin (at) WITH (pages_pe
 create index actions_job_at on leasehold.actions (job, at DESC);
 
 create table leasehold.run_requests (
-  id bigint generated always as identity primary key,
-  job text not null,
-  kind text not null,
+  id bigint generated always as identity primary key, job text not null, kind text not null,
   slot timestamp with time zone not null, -- backfill: the slot to run; run now: when it was asked for
-  requested_by text not null,
-  requested_at timestamp with time zone not null default now(),
-  -- pending until a worker decides; claimed: its run started (leasehold.runs, under (job, fence));
-  -- skipped: held under overlap skip (or buffer-one's second)
+  requested_by text not null, requested_at timestamp with time zone not null default now(),
+  -- claimed: its run started (runs, under (job, fence)); skipped: held under overlap skip (or buffer-one's second)
   state text not null default 'pending'::text,
   decided_at timestamp with time zone, decided_by text, holder_key bigint, fence bigint, skip_holder text, skip_fence bigint,
   constraint run_requests_kind_check CHECK ((kind = ANY (ARRAY['manual'::text, 'backfill'::text]))),
@@ -1871,14 +1606,13 @@ create index run_requests_job_at on leasehold.run_requests (job, requested_at DE
 create index run_requests_pending on leasehold.run_requests (job, id) WHERE (state = 'pending'::text);
 create trigger run_requests_notify AFTER INSERT ON leasehold.run_requests FOR EACH STATEMENT EXECUTE FUNCTION leasehold.notify_changes('requests');
 
--- record_action: one row per act, by p_by (checked like a holder: it ends up in logs and on the dashboard).
+-- record_action: one row per act, by p_by (checked like a holder: it is shown in logs).
 create function leasehold.record_action(p_action text, p_job text, p_by text, p_detail jsonb default '{}'::jsonb) returns void
 language sql volatile as $$
   select leasehold.check_holder(p_by);
   insert into leasehold.actions (action, job, actor, detail) values (p_action, p_job, p_by, coalesce(p_detail, '{}'::jsonb));
 $$;
 
--- check_schedule_field: raises LH005 naming the field when p_ok is not true.
 create function leasehold.check_schedule_field(p_ok boolean, p_field text, p_message text) returns void
 language plpgsql immutable as $$
 begin
@@ -1888,7 +1622,7 @@ begin
   end if;
 end $$;
 
--- live_job: the job p_name, locked, unless it is removed; else "no job named" with SQLSTATE p_code.
+-- live_job: the job p_name, locked, unless removed; else "no job named" with SQLSTATE p_code.
 create function leasehold.live_job(p_name text, p_code text) returns leasehold.jobs
 language plpgsql volatile as $$
 declare
@@ -1902,16 +1636,12 @@ begin
   return j;
 end $$;
 
--- define_schedule: creates or changes a job defined as data. A definition equal to the stored one
--- changes nothing (no new revision, no action); a changed schedule or timezone applies from the
--- next slot, as in register_jobs. Every field is checked here: LH001 (a name with whitespace at
--- either end too), LH004, LH002, LH005. live_workers: how many live workers have the handler.
+-- define_schedule: creates or changes a data job; an unchanged definition writes nothing, a changed
+-- schedule or timezone applies from the next slot. live_workers: the live workers with the handler.
 create function leasehold.define_schedule(
-  p_name text, p_handler text, p_by text,
-  p_cron text default null, p_every interval default null, p_timezone text default null,
-  p_payload jsonb default null, p_ttl interval default null,
-  p_overlap text default null, p_catch_up text default null, p_buffer_limit integer default 10,
-  p_starting_deadline interval default null, p_timeout interval default null, p_jitter interval default null
+  p_name text, p_handler text, p_by text, p_cron text default null, p_every interval default null, p_timezone text default null,
+  p_payload jsonb default null, p_ttl interval default null, p_overlap text default null, p_catch_up text default null,
+  p_buffer_limit integer default 10, p_starting_deadline interval default null, p_timeout interval default null, p_jitter interval default null
 ) returns table (name text, revision bigint, created boolean, changed boolean, live_workers integer)
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -1919,27 +1649,22 @@ as $$
 #variable_conflict use_column
 declare
   v_old leasehold.jobs;
-  -- null means a code job's default
-  v_payload jsonb := coalesce(p_payload, '{}'::jsonb);
+  v_payload jsonb := coalesce(p_payload, '{}'::jsonb); -- null: a code job's default
   v_ttl interval := coalesce(p_ttl, interval '30 seconds');
-  v_overlap text := coalesce(p_overlap, 'skip');
-  v_catch_up text := coalesce(p_catch_up, 'latest');
+  v_overlap text := coalesce(p_overlap, 'skip'); v_catch_up text := coalesce(p_catch_up, 'latest');
   v_cron text := btrim(p_cron);
   v_every_ms bigint := (extract(epoch from p_every) * 1000)::bigint;
-  v_schedule text;
-  v_interval_ms bigint;
+  v_schedule text; v_interval_ms bigint;
   v_deadline_ms bigint := (extract(epoch from p_starting_deadline) * 1000)::bigint;
-  v_ttl_ms bigint := (extract(epoch from coalesce(p_ttl, interval '30 seconds')) * 1000)::bigint;
+  v_ttl_ms bigint := (extract(epoch from v_ttl) * 1000)::bigint;
   v_timeout_ms bigint := (extract(epoch from p_timeout) * 1000)::bigint;
   v_jitter_ms bigint := (extract(epoch from p_jitter) * 1000)::bigint;
-  v_row leasehold.jobs;
-  v_problem text;
-  v_live integer;
+  v_row leasehold.jobs; v_problem text; v_live integer;
 begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.check_job_owner(array[p_name]);
   perform leasehold.check_name(p_name);
-  -- the name is the job's in every list and log: ' nightly' must not pass for 'nightly'
+  -- ' nightly' must not pass for 'nightly' in lists and logs
   if p_name ~ '^[ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]|[ \u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]$' then
     raise exception 'lease name must not begin or end with whitespace (got %)', quote_literal(p_name)
       using errcode = 'LH001', hint = 'Trim the name: a schedule name is shown in lists and logs, where edge spaces do not show.';
@@ -1957,7 +1682,6 @@ begin
       perform leasehold.check_schedule_field(v_problem is null, 'timezone', v_problem);
     end if;
     v_schedule := v_cron;
-    v_interval_ms := null;
   else
     perform leasehold.check_schedule_field(p_timezone is null, 'timezone', 'applies to cron schedules only');
     perform leasehold.check_schedule_field(v_every_ms between 1000 and 366::bigint * 86400000
@@ -1987,7 +1711,6 @@ begin
   insert into leasehold.leases (name) values (p_name) on conflict do nothing;
   select * into v_old from leasehold.jobs j where j.name = p_name for update;
   if found and v_old.source = 'code' then
-    perform set_config('leasehold.job_writer', '', true);
     raise exception 'job "%" is defined in code (registered by %): a data schedule cannot take its name', p_name, v_old.registered_by
       using errcode = 'LH006', hint = 'Pick another name, or remove the job from the workers'' code first.';
   end if;
@@ -2000,7 +1723,7 @@ begin
     return query select p_name, v_old.revision, false, false, v_live;
     return;
   end if;
-  -- a new schedule, a changed one, or one defined again after its removal: from the next slot on
+  -- new, changed, or defined again after its removal: from the next slot on
   update leasehold.leases l
      set last_slot = greatest(l.last_slot, now()),
          suspended = case when v_old.paused_at is not null and v_old.removed_at is null then 'paused' else null end
@@ -2009,9 +1732,8 @@ begin
           or (v_old.schedule, v_old.timezone) is distinct from (v_schedule, p_timezone)
           or l.suspended = 'removed')
      and (l.last_slot is not null or l.suspended is not null);
-  insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by,
-                                   source, handler, payload, defined_by, buffer_limit, starting_deadline_ms, timeout_ms, jitter_ms,
-                                   owner_role)
+  insert into leasehold.jobs as j (name, schedule, timezone, interval_ms, ttl_ms, overlap, catch_up, registered_by, source, handler,
+                                   payload, defined_by, buffer_limit, starting_deadline_ms, timeout_ms, jitter_ms, owner_role)
   values (p_name, v_schedule, p_timezone, v_interval_ms, v_ttl_ms, v_overlap, v_catch_up, p_by, 'data', p_handler, v_payload, p_by,
           p_buffer_limit, v_deadline_ms, v_timeout_ms, v_jitter_ms, leasehold.acting_role())
   on conflict on constraint jobs_pkey do update
@@ -2019,12 +1741,9 @@ begin
          overlap = excluded.overlap, catch_up = excluded.catch_up, registered_by = excluded.registered_by, registered_at = now(),
          handler = excluded.handler, payload = excluded.payload, defined_by = excluded.defined_by, buffer_limit = excluded.buffer_limit,
          starting_deadline_ms = excluded.starting_deadline_ms, timeout_ms = excluded.timeout_ms, jitter_ms = excluded.jitter_ms,
-         -- defined again after removal: a new job, not paused
-         paused_at = case when j.removed_at is null then j.paused_at end,
-         paused_by = case when j.removed_at is null then j.paused_by end,
-         pause_reason = case when j.removed_at is null then j.pause_reason end,
-         removed_at = null,
-         -- defined again after removal: the definer's
+         -- defined again after removal: a new job, not paused, the definer's
+         paused_at = case when j.removed_at is null then j.paused_at end, paused_by = case when j.removed_at is null then j.paused_by end,
+         pause_reason = case when j.removed_at is null then j.pause_reason end, removed_at = null,
          owner_role = case when j.removed_at is null then coalesce(j.owner_role, excluded.owner_role) else excluded.owner_role end
   returning j.* into v_row;
   perform set_config('leasehold.job_writer', '', true);
@@ -2034,8 +1753,7 @@ begin
   return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true, v_live;
 end $$;
 
--- remove_schedule: removes a data job (a tombstone the workers read); a run in progress finishes
--- under its lease. False when there was nothing to remove.
+-- remove_schedule: a tombstone the workers read; a run in progress finishes. False: nothing removed.
 create function leasehold.remove_schedule(p_name text, p_by text) returns boolean
 language plpgsql volatile
 set lock_timeout = '2s'
@@ -2047,9 +1765,7 @@ begin
   perform leasehold.check_job_owner(array[p_name]);
   perform leasehold.check_holder(p_by);
   select * into v_old from leasehold.jobs j where j.name = p_name and j.removed_at is null for update;
-  if not found then
-    return false;
-  end if;
+  if not found then return false; end if;
   if v_old.source = 'code' then
     raise exception 'job "%" is defined in code (registered by %): remove it from the workers'' code', p_name, v_old.registered_by
       using errcode = 'LH006';
@@ -2063,9 +1779,8 @@ begin
   return true;
 end $$;
 
--- pause_job: no slot of the job is claimed until resume_job; last_slot stays, so the pause is
--- downtime on purpose (the catch-up policy applies on resume). With p_stop_running the run in
--- progress loses its lease, as force_release takes it, and is recorded aborted.
+-- pause_job: no slot is claimed until resume_job; last_slot stays (catch-up applies on resume).
+-- p_stop_running: the run in progress loses its lease (force_release) and is recorded aborted.
 create function leasehold.pause_job(p_name text, p_by text, p_reason text default null, p_stop_running boolean default false)
 returns table (paused boolean, already_paused boolean, stopped_holder text, stopped_fence bigint)
 language plpgsql volatile
@@ -2073,18 +1788,14 @@ set lock_timeout = '2s'
 as $$
 #variable_conflict use_column
 declare
-  v_job leasehold.jobs;
-  v_lease leasehold.leases;
-  v_stop boolean;
+  v_job leasehold.jobs; v_lease leasehold.leases; v_stop boolean;
   v_why text := left('stopped: paused by ' || p_by || coalesce(' (' || p_reason || ')', ''), 4000);
 begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.pin_synchronous_commit();
   perform leasehold.check_holder(p_by);
-  if p_reason is not null then
-    perform leasehold.check_schedule_field(char_length(p_reason) <= 1000 and leasehold.check_characters(p_reason) is null,
-      'reason', 'must be at most 1000 characters without control or invisible characters');
-  end if;
+  perform leasehold.check_schedule_field(p_reason is null or (char_length(p_reason) <= 1000 and leasehold.check_characters(p_reason) is null),
+    'reason', 'must be at most 1000 characters without control or invisible characters');
   v_job := leasehold.live_job(p_name, 'LH006');
   insert into leasehold.leases (name) values (p_name) on conflict do nothing;
   -- waits for a claim that locked the row first; a later claim sees the mark
@@ -2097,7 +1808,6 @@ begin
   end if;
   v_stop := p_stop_running and v_lease.token is not null;
   if v_stop then
-    -- its run ends aborted, whether in flight on the lease row or a run_log row
     if v_lease.run_slot is not null then
       perform leasehold.end_runs(array[p_name], null, array[v_lease.run_fence], array['aborted'], array[v_why], null);
     end if;
@@ -2109,7 +1819,7 @@ begin
   return query select true, v_job.paused_at is not null, case when v_stop then v_lease.holder end, case when v_stop then v_lease.fence end;
 end $$;
 
--- resume_job: the job's slots are claimed again; the workers apply its catch-up policy.
+-- resume_job: the job's slots are claimed again (the workers apply its catch-up policy).
 create function leasehold.resume_job(p_name text, p_by text)
 returns table (resumed boolean, paused_at timestamptz, paused_by text)
 language plpgsql volatile
@@ -2134,8 +1844,8 @@ begin
   return query select true, v_job.paused_at, v_job.paused_by;
 end $$;
 
--- run_now: asks for one extra run of p_job now, or with p_slots for one run of each past slot (a
--- backfill: a slot requested before, or concurrently, is not requested again: a unique index).
+-- run_now: one extra run of p_job now, or with p_slots one run of each past slot (a backfill;
+-- a unique index: a slot is requested once).
 create function leasehold.run_now(p_job text, p_by text, p_slots timestamptz[] default null)
 returns table (request_id bigint, slot timestamptz)
 language plpgsql volatile as $$
@@ -2172,10 +1882,8 @@ begin
     'from', (select min(s) from unnest(p_slots) s), 'to', (select max(s) from unnest(p_slots) s), 'slots', v_count, 'requested', v_id));
 end $$;
 
--- check_claim_requests: the rules of claim()'s requests in one pass (the value an error names is
--- looked for after): 22023, or LH002 for a ttl out of acquire's bounds.
-create function leasehold.check_claim_requests(p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[])
-returns void
+-- check_claim_requests: claim()'s request rules in one pass (the value named is looked for after).
+create function leasehold.check_claim_requests(p_jobs text[], p_slots timestamptz[], p_ttls interval[], p_modes text[], p_caps integer[]) returns void
 language plpgsql stable as $$
 declare
   v_n integer := coalesce(cardinality(p_jobs), 0);
@@ -2185,9 +1893,7 @@ begin
            coalesce(cardinality(p_caps), 0)] <> array_fill(v_n, array[4]) then
     raise exception 'claim: as many slots, ttls, modes and buffer caps as jobs are needed (% jobs)', v_n using errcode = '22023';
   end if;
-  if v_n = 0 then
-    return;
-  end if;
+  if v_n = 0 then return; end if;
   select bool_or(i.mode is null or i.mode not in ('exclusive', 'replace', 'allow')) as bad_mode, bool_or(i.cap is null or i.cap < 0) as bad_cap,
          bool_or(i.job is null or i.slot is null) as bad_null, bool_or(i.ttl is null) as null_ttl, min(i.ttl) as min_ttl, max(i.ttl) as max_ttl
     into r from unnest(p_jobs, p_slots, p_ttls, p_modes, p_caps) as i(job, slot, ttl, mode, cap);
@@ -2202,7 +1908,7 @@ begin
   if r.bad_null then
     raise exception 'claim: job and slot must not be null' using errcode = '22023';
   end if;
-  -- the bounds are a range: its two ends tell for all
+  -- the two ends of the range tell for all
   if r.null_ttl then
     perform leasehold.check_ttl(null);
   end if;
@@ -2210,9 +1916,8 @@ begin
   perform leasehold.check_ttl(r.max_ttl);
 end $$;
 
--- claim_requests: a worker takes pending run-now and backfill requests of its jobs, one per job
--- per call, each decided under the job's lease row lock (SKIP LOCKED) by its overlap policy
--- (docs/sql-api.md). Nothing pending: one read of a small partial index, no write.
+-- claim_requests: a worker takes pending requests of its jobs, one per job per call, each decided
+-- under the lease row lock (SKIP LOCKED) by its overlap policy. Nothing pending: one index read.
 create function leasehold.claim_requests(p_jobs text[], p_holder text, p_holder_key bigint default null, p_limit integer default 100)
 returns table (request_id bigint, job text, kind text, slot timestamptz, requested_by text, claimed boolean, token uuid, fence bigint,
                expires_at timestamptz, holder text, holder_fence bigint, took_over boolean, database_time timestamptz)
@@ -2221,23 +1926,15 @@ set lock_timeout = '2s'
 as $$
 #variable_conflict use_column
 declare
-  v record;
-  l leasehold.leases;
-  v_mode text;
-  v_epoch integer;
-  v_incarnation text;
-  v_fence bigint;
-  v_token uuid;
-  v_expires timestamptz;
+  v record; l leasehold.leases; v_mode text; v_epoch integer; v_incarnation text; v_fence bigint;
+  v_token uuid; v_expires timestamptz;
 begin
   perform leasehold.check_namespace(p_jobs);
   perform leasehold.check_holder(p_holder);
   if p_limit is null or p_limit < 1 or p_limit > 1000 then
     raise exception 'claim_requests: p_limit must be 1 to 1000 (got %)', p_limit using errcode = '22023';
   end if;
-  if not exists (select 1 from leasehold.run_requests q where q.state = 'pending' and q.job = any (p_jobs)) then
-    return;
-  end if;
+  if not exists (select 1 from leasehold.run_requests q where q.state = 'pending' and q.job = any (p_jobs)) then return; end if;
   -- only the job's own workers take its requests
   p_jobs := array(select j.name from leasehold.jobs j where j.name = any (p_jobs) and leasehold.may_act_as(j.owner_role));
   perform leasehold.pin_synchronous_commit();
@@ -2252,15 +1949,13 @@ begin
      limit p_limit
   loop
     v_mode := case v.overlap when 'replace' then 'replace' when 'allow' then 'allow' else 'exclusive' end;
-    -- a backfill under allow has no lease to wait for: one backfill run at a time, unless the
-    -- worker of the running one is gone
+    -- a backfill under allow: one at a time, unless the worker of the running one is gone
     continue when v.kind = 'backfill' and v_mode = 'allow' and exists (
       select 1 from leasehold.run_requests b join leasehold.runs r on r.job = b.job and r.fence = b.fence
        where b.job = v.job and b.kind = 'backfill' and b.state = 'claimed' and r.outcome = 'running'
          and not leasehold.holder_gone(b.holder_key));
     if (v.kind = 'backfill' and v_mode <> 'allow') or v.overlap in ('buffer-one', 'buffer-all') then
-      -- it waits for a free lease: the row is locked only when free, so a request that waits
-      -- costs its job no lock and no write per call
+      -- waits for a free lease: locked only when free (a waiting request costs no lock, no write)
       select * into l from leasehold.leases x where x.name = v.job and leasehold.is_free(x) for update skip locked;
       if not found then
         if v.kind = 'manual' and v.overlap = 'buffer-one' then
@@ -2282,11 +1977,11 @@ begin
       end if;
       v_mode := case when v_mode = 'allow' then 'allow' else 'exclusive' end;
     else
-      -- decided now, whoever holds the lease: a run now under skip, replace or allow, a backfill under allow
+      -- decided now, whoever holds the lease
       select * into l from leasehold.leases x where x.name = v.job for update skip locked;
       continue when not found;
     end if;
-    -- under the lease lock, with a fresh snapshot: still pending? (a peer may have decided it first)
+    -- still pending under the lock, with a fresh snapshot?
     perform 1 from leasehold.run_requests q where q.id = v.id and q.state = 'pending';
     continue when not found;
     if v.kind = 'manual' and v.overlap = 'skip' and not leasehold.is_free(l) then
@@ -2298,17 +1993,14 @@ begin
       continue;
     end if;
 
-    -- claim: the same grant as claim() gives a slot, except that last_slot stays
+    -- claim() gives the same grant, except that last_slot stays
     v_epoch := coalesce(v_epoch, leasehold.epoch());
-    if v_incarnation is null and p_holder_key is not null then
-      v_incarnation := leasehold.liveness_incarnation(p_holder_key);
-    end if;
+    v_incarnation := coalesce(v_incarnation, leasehold.liveness_incarnation(p_holder_key));
     v_fence := (leasehold.fences_after(array[l.fence], v_epoch))[1];
-    -- a scheduled run in flight on the row loses its lease to this one (as in claim())
     if v_mode <> 'allow' and l.run_slot is not null then
       perform leasehold.end_runs(array[v.job], null, array[l.run_fence], array['lost'], array['lease taken over by ' || p_holder], null);
     end if;
-    -- under allow only the fence moves; otherwise a grant, whose run is in run_log from its start
+    -- under allow only the fence moves; a grant's run is in run_log from its start
     if v_mode = 'allow' then
       update leasehold.leases x set fence = v_fence where x.name = v.job;
     else
@@ -2321,7 +2013,7 @@ begin
     end if;
     insert into leasehold.run_log (job, slot, fence, holder, trigger, requested_by, request_id)
     values (v.job, v.slot, v_fence, p_holder, v.kind, v.requested_by, v.id);
-    -- a run still 'running' under an older fence lost its lease to this one (as in claim())
+    -- a run still 'running' under an older fence lost its lease (as in claim())
     if v_mode <> 'allow' then
       update leasehold.run_log r set outcome = 'lost', finished_at = now(), error = 'lease taken over by ' || p_holder
        where r.job = v.job and r.outcome = 'running' and r.fence < v_fence;
@@ -2335,15 +2027,13 @@ begin
   end loop;
 end $$;
 
--- schedule_changes: the job rows changed after revision p_after_revision, oldest first: one range
--- of the index on revision. p_snapshot: only what a starting worker needs (the data jobs of
--- p_handlers and the paused jobs): at 100,000 jobs a worker of one handler would read them all.
-create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000,
-                                           p_snapshot boolean default false)
+-- schedule_changes: the job rows changed after p_after_revision, oldest first: one index range
+-- (revisions become visible in order: writers draw them under one lock). p_snapshot: only the
+-- data jobs of p_handlers and the paused ones (a starting worker must not read 100,000 jobs).
+create function leasehold.schedule_changes(p_after_revision bigint, p_handlers text[], p_limit integer default 1000, p_snapshot boolean default false)
 returns table (
-  revision bigint, name text, source text, handler text, removed boolean,
-  schedule text, timezone text, interval_ms bigint, ttl_ms bigint, overlap text, catch_up text,
-  buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, payload jsonb,
+  revision bigint, name text, source text, handler text, removed boolean, schedule text, timezone text, interval_ms bigint, ttl_ms bigint,
+  overlap text, catch_up text, buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, payload jsonb,
   paused_at timestamptz, paused_by text, pause_reason text, last_slot timestamptz, database_time timestamptz
 )
 language sql stable as $$
@@ -2365,14 +2055,12 @@ language sql stable as $$
 $$;
 
 -- sql/baseline/5_reads.sql
--- leasehold schema, part 5 of 6: read models for status pages, the CLI, the dashboard and
--- metrics. None shows a token. Each reads through an index range per job (LATERAL), so
--- `where job = ...` or `order by job limit n` reads only those jobs, at any size.
+-- leasehold schema, part 5 of 6: read models (no token shown). Each reads an index range per job,
+-- so `where job = ...` or `order by job limit n` reads only those jobs.
 
--- fleet_status: the fleet's counts on every row, and the listed jobs in order: those that need
--- attention under their most urgent reason, newest first, then the others by name. A reason
--- counts and lists the names its history has (a removed job's failures too): the caller leaves
--- out those without a job_status row. Its cost follows the last day's failures, not the history.
+-- fleet_status: the fleet's counts on every row, and the jobs needing attention (most urgent reason,
+-- newest first), then the others by name. A reason lists the names its history has (the caller
+-- leaves out those without a job_status row). Its cost follows the last day's failures.
 create function leasehold.fleet_status(p_limit integer)
 returns table (place integer, job text, attention text, attention_at timestamptz, jobs integer, running integer,
                expired integer, failing integer, skipping integer, missing integer, leases integer, leases_held integer)
@@ -2389,7 +2077,6 @@ begin
     raise exception 'fleet_status: p_limit must be 1 or more (got %)', coalesce(p_limit::text, 'null') using errcode = '22023';
   end if;
   return query
-  -- the leases that are not free or have no job, in one pass over the leases
   with leases_seen as materialized (
     select l.name, l.state, l.expires_at, j.name is not null as is_job
       from leasehold.lease_status l left join leasehold.jobs j on j.name = l.name
@@ -2433,8 +2120,7 @@ begin
    order by p.n;
 end $$;
 
--- fleet_summary: the fleet's counts over 24 hours. It reads run_counts (runs per minute) and
--- slow_runs (the only jobs whose p95 can creep), not a day of runs.
+-- fleet_summary: the fleet's counts over 24 hours, from run_counts and slow_runs, not a day of runs.
 create function leasehold.fleet_summary(p_warn_ratio double precision default 0.8)
 returns table (jobs integer, running integer, expired integer, failing integer, creeping integer, over_interval integer,
                runs_24h bigint, failed_24h bigint, lost_24h bigint, skips_24h bigint, missed_24h bigint, timed_out_24h bigint)
@@ -2493,8 +2179,7 @@ select l.name,
   from leasehold.leases l;
 
 create view leasehold.runs as
-select r.id, r.job, r.slot, r.fence, r.holder, r.started_at, r.finished_at, r.outcome, r.error, r.attempts,
-       r.trigger, r.requested_by, r.request_id
+select r.id, r.job, r.slot, r.fence, r.holder, r.started_at, r.finished_at, r.outcome, r.error, r.attempts, r.trigger, r.requested_by, r.request_id
   from leasehold.run_log r
 union all
 select null::bigint, l.name, l.run_slot, l.run_fence, l.run_holder, l.run_started_at, null::timestamptz,
@@ -2506,8 +2191,7 @@ comment on view leasehold.runs is
 
 create view leasehold.run_history as
 select job, slot, 'run' as kind, outcome, fence, holder, started_at as at, finished_at,
-       extract(epoch from finished_at - started_at)::double precision as duration_seconds, error as detail,
-       trigger, requested_by
+       extract(epoch from finished_at - started_at)::double precision as duration_seconds, error as detail, trigger, requested_by
   from leasehold.runs
 union all
 select k.job, k.slot, 'skip', case when ran.fence is null then 'skipped' else 'buffered' end,
@@ -2532,8 +2216,7 @@ select q.job, q.slot, 'skip', 'skipped', q.skip_fence, q.skip_holder, q.decided_
 create view leasehold.run_request_status as
 select q.id, q.job, q.kind, q.slot, q.requested_by, q.requested_at,
        case when q.state = 'claimed' and r.outcome is distinct from 'running' then 'done' else q.state end as state,
-       q.decided_at, q.decided_by, q.fence, r.outcome, r.started_at, r.finished_at, r.error,
-       q.skip_holder, q.skip_fence
+       q.decided_at, q.decided_by, q.fence, r.outcome, r.started_at, r.finished_at, r.error, q.skip_holder, q.skip_fence
   from leasehold.run_requests q
   left join leasehold.run_log r on r.job = q.job and r.fence = q.fence;
 
@@ -2574,14 +2257,9 @@ comment on view leasehold.job_status is
   'One row per scheduled job: lease holder, last run, p50/p95 duration and their ratio to the interval over 24 h, skips and missed slots over 24 h. Each row costs one index range of its job''s runs: filter by job or order by job with a limit at scale.';
 
 -- sql/baseline/6_privileges.sql
--- leasehold schema, part 6 of 6: the privilege model (see docs/security.md).
---
--- Every function runs with its owner's rights (SECURITY DEFINER) and a pinned search_path
--- (pg_catalog, leasehold, pg_temp), so that a role needs no privilege on the tables (it cannot
--- read a token or write a lease row but through the functions) and objects others create (an
--- operator public.*) are never picked up. Nothing is granted to PUBLIC; roles get a level
--- (reader, client, operator: leasehold.access), and secure_schema() applies it all after every
--- migration, so that a function added later is covered too.
+-- leasehold schema, part 6 of 6: the privilege model (docs/security.md). Entry points run as the
+-- owner with a pinned search_path (no table privileges needed, no planted object picked up);
+-- nothing is granted to PUBLIC; roles get a level, applied by secure_schema() after every migration.
 
 create table leasehold.access (
   object text primary key, level text not null,
@@ -2590,18 +2268,15 @@ create table leasehold.access (
 comment on table leasehold.access is
   'Which level may use each function, view or table of the schema (owner: nobody but the schema owner).';
 
--- Roles granted a level through grant_access(): secure_schema() grants them what later
--- migrations add, so an upgrade never takes a working role's access away.
+-- Roles granted a level (grant_access()): an upgrade grants them what it adds.
 create table leasehold.grants (
   role text not null, level text not null, granted_at timestamp with time zone not null default now(),
   constraint grants_pkey PRIMARY KEY (role, level),
   constraint grants_level_check CHECK ((level = ANY (ARRAY['reader'::text, 'client'::text, 'operator'::text])))
 );
 
--- Namespaces: a role bound to name prefixes acts only on leases, jobs, schedules and requests
--- whose names start with one of them, whatever its level, so services that share a database
--- cannot reach each other's jobs. A role without rows (and the schema owner, and superusers) is
--- not bound. Checked against session_user, and the rows of every role it is a member of.
+-- Namespaces: a role bound to name prefixes (itself or a role it is a member of) acts only on
+-- names starting with one, so services sharing a database cannot reach each other's jobs.
 create table leasehold.namespaces (
   role text not null, prefix text not null check (char_length(prefix) between 1 and 100), granted_at timestamptz not null default now(),
   primary key (role, prefix)
@@ -2609,8 +2284,7 @@ create table leasehold.namespaces (
 comment on table leasehold.namespaces is
   'Name prefixes a role is bound to (none: the whole schema). Written by grant_access(role, level, namespace).';
 
--- namespace_prefixes: the caller's prefixes, null when it is not bound. The first probe keeps a
--- database without namespaces at one read of an empty table.
+-- namespace_prefixes: the caller's prefixes, null when not bound.
 create function leasehold.namespace_prefixes() returns text[]
 language sql stable as $$
   select case when not exists (select 1 from leasehold.namespaces) then null
@@ -2620,13 +2294,11 @@ language sql stable as $$
          end;
 $$;
 
--- is_member_of: whether session_user is a member of role p_role (false when there is none).
 create function leasehold.is_member_of(p_role text) returns boolean
 language sql stable as $$
   select to_regrole(quote_ident(p_role)) is not null and pg_has_role(session_user, to_regrole(quote_ident(p_role)), 'member');
 $$;
 
--- in_namespace: whether the caller may act on p_name (always, when it is not bound).
 create function leasehold.in_namespace(p_name text, p_prefixes text[]) returns boolean
 language sql immutable as $$
   select p_prefixes is null or exists (select 1 from unnest(p_prefixes) x where starts_with(p_name, x));
@@ -2640,13 +2312,9 @@ declare
   v_outside text;
 begin
   -- no namespace at all (most installations): one probe with a cached plan, on every acquire
-  if not exists (select 1 from leasehold.namespaces) then
-    return;
-  end if;
+  if not exists (select 1 from leasehold.namespaces) then return; end if;
   v_prefixes := leasehold.namespace_prefixes();
-  if v_prefixes is null then
-    return;
-  end if;
+  if v_prefixes is null then return; end if;
   select x into v_outside from unnest(p_names) x where x is not null and not leasehold.in_namespace(x, v_prefixes) limit 1;
   if found then
     raise exception 'role "%" may not act on "%": it is bound to the namespace %', session_user, v_outside,
@@ -2655,16 +2323,14 @@ begin
   end if;
 end $$;
 
--- acting_role: the login role a job written now belongs to (jobs.owner_role): null for the
--- schema owner and superusers (a job any service's workers may run), else session_user.
+-- acting_role: the owner_role of a job written now: null for the schema owner and superusers.
 create function leasehold.acting_role() returns text
 language sql stable as $$
   select case when r.rolsuper or r.oid = n.nspowner then null else r.rolname::text end
     from pg_roles r, pg_namespace n where r.rolname = session_user and n.nspname = 'leasehold';
 $$;
 
--- may_act_as: whether the caller may change, remove or run what p_role owns: p_role itself, a
--- member of it, the schema owner and superusers; anyone for what nobody owns (null).
+-- may_act_as: the caller may change or run what p_role owns (a member, the owner; null: anyone).
 create function leasehold.may_act_as(p_role text) returns boolean
 language sql stable as $$
   select p_role is null or p_role = session_user::text or leasehold.acting_role() is null or leasehold.is_member_of(p_role);
@@ -2683,23 +2349,19 @@ begin
   end if;
 end $$;
 
--- schema_version: the installed version, for every level (clients check it at start without
--- reading leasehold.migrations).
+-- schema_version: the installed version, for every level.
 create function leasehold.schema_version() returns integer
 language sql stable as $$
   select coalesce(max(version), 0)::integer from leasehold.migrations;
 $$;
 
--- breaking_since: whether a migration newer than p_version changed the SQL contract. A client
--- that knows p_version may run against a newer schema when this is false (rolling deploys).
+-- breaking_since: a migration newer than p_version changed the contract (false: rolling deploys work).
 create function leasehold.breaking_since(p_version integer) returns boolean
 language sql stable as $$
   select coalesce(bool_or(breaking), false) from leasehold.migrations where version > p_version;
 $$;
 
--- grant_statements: the GRANTs of level p_level for p_role. Argument types are printed on a
--- search_path without this schema, so that its own types come out qualified and the statements
--- run anywhere (`leasehold grant --print`).
+-- grant_statements: the GRANTs of a level, argument types printed schema-qualified (run anywhere).
 create function leasehold.grant_statements(p_role text, p_level text) returns setof text
 language plpgsql stable as $$
 begin
@@ -2709,7 +2371,6 @@ begin
   if p_role is null or p_role = '' or lower(p_role) = 'public' then
     raise exception 'name a role (not PUBLIC) to grant leasehold access to' using errcode = '22023';
   end if;
-  -- local to this call: the function's own search_path comes back when it returns
   perform set_config('search_path', 'pg_catalog, pg_temp', true);
   return next format('grant usage on schema leasehold to %I', p_role);
   return query
@@ -2724,7 +2385,6 @@ begin
      order by c.relname;
 end $$;
 
--- check_role: refuses (42704) a role that does not exist.
 create function leasehold.check_role(p_role text) returns void
 language plpgsql stable as $$
 begin
@@ -2734,9 +2394,7 @@ begin
   end if;
 end $$;
 
--- grant_access: applies grant_statements and remembers the role, so that later migrations
--- extend its grants; with p_namespace, also binds the role to that name prefix (more than one
--- call: more prefixes). Returns the statements it ran.
+-- grant_access: runs grant_statements and remembers the role; p_namespace binds it to one more prefix.
 create function leasehold.grant_access(p_role text, p_level text, p_namespace text default null) returns setof text
 language plpgsql volatile as $$
 declare
@@ -2756,8 +2414,7 @@ begin
   insert into leasehold.grants (role, level) values (p_role, p_level) on conflict do nothing;
 end $$;
 
--- revoke_access: takes the level away (and everything else in the schema), then grants the
--- role's remaining levels again; with none left, its namespaces go too. Returns the levels left.
+-- revoke_access: revokes everything, grants the remaining levels again (none: namespaces go too).
 create function leasehold.revoke_access(p_role text, p_level text) returns integer
 language plpgsql volatile as $$
 declare
@@ -2779,20 +2436,16 @@ begin
   return n;
 end $$;
 
--- secure_schema: the generic pass, idempotent, after every migration. Every function a role may
--- call, every trigger function and the functions the owner calls at top level (the privilege
--- tools, refresh_run_counts) run with the owner's rights and the pinned search_path. The internal
--- steps (level owner: is_free, epoch, next_fence, the check_* helpers, ...) run inside those
--- only: executable by nobody but the owner, they pin nothing, so that PostgreSQL can inline them
--- and a call does not save and restore its settings (three quarters of the server time of a
--- declined acquire went to those).
+-- secure_schema: idempotent, after every migration. Entry points and trigger functions run as the
+-- owner with the pinned path; internal steps (level owner) pin nothing, so that they can be inlined
+-- (saving and restoring settings was three quarters of a declined acquire's server time).
 create function leasehold.secure_schema() returns void
 language plpgsql volatile as $$
 declare
   f record;
   r record;
 begin
-  -- only the owner creates objects here: one planted in the schema would be on every pinned path
+  -- an object planted in the schema would be on every pinned path
   revoke all on schema leasehold from public;
   for r in select a.grantee::regrole::text as grantee from pg_namespace n, aclexplode(n.nspacl) a
             where n.nspname = 'leasehold' and a.privilege_type = 'CREATE' and a.grantee not in (n.nspowner, 0) loop
@@ -2820,29 +2473,26 @@ end $$;
 -- Each function and view by level, and the tables a level may read; the other tables are the owner's.
 insert into leasehold.access (object, level)
 select unnest(v.objects), v.level from (values
-  ('reader', array['actions', 'breaking_since', 'clock_steps', 'epoch_source', 'fleet_status',
-     'fleet_summary', 'job_status', 'jobs', 'lease_status', 'liveness_locks', 'missed',
-     'namespaces', 'run_counts', 'run_history', 'run_log', 'run_request_status', 'run_requests',
-     'runs', 'schema_version', 'skips', 'slow_runs', 'unhandled_schedules', 'worker_handlers']),
-  ('client', array['acquire', 'assert_lease', 'claim', 'claim_requests', 'define_schedule',
-     'enqueue_slots', 'finish_held_run', 'finish_runs', 'holds_lease', 'reconfirm_leases',
-     'record_clock_step', 'record_missed_slots', 'record_skip', 'register_jobs',
-     'register_liveness', 'release', 'remove_schedule', 'renew_leases', 'schedule_changes',
-     'start_run', 'start_tick']),
+  ('reader', array['actions', 'breaking_since', 'clock_steps', 'epoch_source', 'fleet_status', 'fleet_summary',
+     'job_status', 'jobs', 'lease_status', 'liveness_locks', 'missed', 'namespaces', 'run_counts', 'run_history',
+     'run_log', 'run_request_status', 'run_requests', 'runs', 'schema_version', 'skips', 'slow_runs',
+     'unhandled_schedules', 'worker_handlers']),
+  ('client', array['acquire', 'assert_lease', 'claim', 'claim_requests', 'define_schedule', 'enqueue_slots',
+     'finish_held_run', 'finish_runs', 'holds_lease', 'reconfirm_leases', 'record_clock_step', 'record_missed_slots',
+     'record_skip', 'register_jobs', 'register_liveness', 'release', 'remove_schedule', 'renew_leases',
+     'schedule_changes', 'start_run', 'start_tick']),
   ('operator', array['force_release', 'pause_job', 'prune_history', 'resume_job', 'run_now']),
   ('owner', array['acting_role', 'add_run_counts', 'bad_characters', 'check_characters', 'check_claim_requests',
-     'check_holder', 'check_job_owner', 'check_lease_name', 'check_name', 'check_namespace',
-     'check_role', 'check_schedule_field', 'check_ttl', 'confirm', 'confirm_leases', 'count_runs_deleted',
-     'count_runs_inserted', 'count_runs_updated', 'end_runs', 'epoch',
-     'fences_after', 'fork_base', 'grant_access', 'grant_statements', 'holder_gone',
-     'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_handlers', 'live_job', 'liveness_incarnation',
-     'mark_slow_runs', 'may_act_as', 'namespace_prefixes', 'next_fence', 'notify_changes',
-     'pin_synchronous_commit', 'record_action', 'refresh_run_counts',
-     'revoke_access', 'run_outcomes', 'run_start', 'run_timed_out', 'secure_schema',
-     'server_incarnation', 'timezone_problem', 'worker_key_tag'])
+     'check_holder', 'check_job_owner', 'check_lease_name', 'check_name', 'check_namespace', 'check_role',
+     'check_schedule_field', 'check_ttl', 'confirm', 'confirm_leases', 'count_runs_deleted', 'count_runs_inserted',
+     'count_runs_updated', 'end_runs', 'epoch', 'fences_after', 'fork_base', 'grant_access', 'grant_statements',
+     'holder_gone', 'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_handlers', 'live_job',
+     'liveness_incarnation', 'mark_slow_runs', 'may_act_as', 'namespace_prefixes', 'next_fence', 'notify_changes',
+     'pin_synchronous_commit', 'record_action', 'refresh_run_counts', 'revoke_access', 'run_outcomes', 'run_start',
+     'run_timed_out', 'secure_schema', 'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'fe3c680eb0f7005b39ed194e724ea122b0fdad5f3a8ba0f4c7d2b540b54e7002');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '83a8c5329feae8e7962b624d49dedde446d5918feb5943f9b0f224a5829c1379');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
