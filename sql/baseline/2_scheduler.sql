@@ -40,7 +40,8 @@ create table leasehold.missed (
 create index missed_recorded_brin on leasehold.missed using brin (recorded_at) WITH (pages_per_range='32');
 
 create table leasehold.worker_handlers (
-  worker_key bigint primary key, holder text not null, handlers text[] not null, registered_at timestamp with time zone not null default now()
+  worker_key bigint primary key, holder text not null, handlers text[] not null, registered_at timestamp with time zone not null default now(),
+  role text not null default SESSION_USER -- the worker's login role: which jobs its feed shows (may_run)
 );
 comment on table leasehold.worker_handlers is
   'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
@@ -141,15 +142,29 @@ begin
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
 end $$;
 
--- live_handlers: each handler the live workers registered, with how many have it.
-create function leasehold.live_handlers() returns table (handler text, workers integer)
+-- may_run: whether a worker logged in as p_role is shown job j by schedule_changes: j is nobody's,
+-- p_role's or a role's it is a member of (or p_role is the owner or a superuser), and inside
+-- p_role's own namespaces when it has any.
+create function leasehold.may_run(p_role text, j leasehold.jobs) returns boolean
 language sql stable as $$
-  select h.handler, count(*)::integer
-    from leasehold.worker_handlers w join leasehold.liveness_locks() k on k.key = w.worker_key, unnest(w.handlers) as h(handler)
-   group by h.handler;
+  select to_regrole(quote_ident(p_role)) is not null
+     and (j.owner_role is null or j.owner_role = p_role
+          or exists (select 1 from pg_roles r, pg_namespace n where r.rolname = p_role and n.nspname = 'leasehold' and (r.rolsuper or r.oid = n.nspowner))
+          or (to_regrole(quote_ident(j.owner_role)) is not null and pg_has_role(to_regrole(quote_ident(p_role)), to_regrole(quote_ident(j.owner_role)), 'member')))
+     and leasehold.in_namespace(j.name, nullif(array(select s.prefix from leasehold.namespaces s where s.role = p_role), '{}'));
 $$;
 
--- unhandled_schedules: the live data jobs whose handler no live worker has (their slots are missed).
+-- live_runners: how many live workers have j's handler and are shown j (another service's worker
+-- with the same handler name runs nothing of j's).
+create function leasehold.live_runners(j leasehold.jobs) returns integer
+language sql stable as $$
+  select count(*)::integer
+    from leasehold.worker_handlers w join leasehold.liveness_locks() k on k.key = w.worker_key
+   where j.handler = any (w.handlers) and leasehold.may_run(w.role, j);
+$$;
+
+-- unhandled_schedules: the live data jobs the caller may act for whose handler no live worker
+-- that is shown them has (their slots are missed; the first worker of each role records them).
 create function leasehold.unhandled_schedules()
 returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz, database_time timestamptz)
 language sql stable as $$
@@ -157,7 +172,8 @@ language sql stable as $$
          greatest(j.registered_at, (select l.last_slot from leasehold.leases l where l.name = j.name)), now()
     from leasehold.jobs j
    where j.source = 'data' and j.removed_at is null and j.paused_at is null
-     and not exists (select 1 from leasehold.live_handlers() h where h.handler = j.handler)
+     and leasehold.may_act_as(j.owner_role) and leasehold.in_namespace(j.name, leasehold.namespace_prefixes())
+     and leasehold.live_runners(j) = 0
    order by j.name
    limit 10000;
 $$;
@@ -501,6 +517,7 @@ set plan_cache_mode = force_custom_plan
 set jit = off
 as $$
   select leasehold.check_namespace(p_jobs);
+  select leasehold.check_job_owner(p_jobs);
   select leasehold.check_holder(p_holder), leasehold.check_holder(p_reason);
   select leasehold.check_name(j) from unnest(p_jobs) j where j is not null;
   insert into leasehold.missed as m (job, slot, reason, recorded_by)

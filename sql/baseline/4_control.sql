@@ -82,7 +82,7 @@ declare
   v_ttl_ms bigint := (extract(epoch from v_ttl) * 1000)::bigint;
   v_timeout_ms bigint := (extract(epoch from p_timeout) * 1000)::bigint;
   v_jitter_ms bigint := (extract(epoch from p_jitter) * 1000)::bigint;
-  v_row leasehold.jobs; v_problem text; v_live integer;
+  v_row leasehold.jobs; v_problem text;
 begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.check_job_owner(array[p_name]);
@@ -129,7 +129,6 @@ begin
   perform leasehold.check_schedule_field(not jsonb_path_exists(v_payload, 'strict $.**{32} ? (@.type() == "array" || @.type() == "object")'),
     'payload', 'must nest arrays and objects at most 32 levels deep');
 
-  v_live := coalesce((select h.workers from leasehold.live_handlers() h where h.handler = p_handler), 0);
   perform set_config('leasehold.job_writer', 'schedules', true);
   insert into leasehold.leases (name) values (p_name) on conflict do nothing;
   select * into v_old from leasehold.jobs j where j.name = p_name for update;
@@ -143,7 +142,7 @@ begin
          is not distinct from (v_schedule, p_timezone, v_interval_ms, v_ttl_ms, v_overlap, v_catch_up, p_handler, v_payload,
                                p_buffer_limit, v_deadline_ms, v_timeout_ms, v_jitter_ms) then
     perform set_config('leasehold.job_writer', '', true);
-    return query select p_name, v_old.revision, false, false, v_live;
+    return query select p_name, v_old.revision, false, false, leasehold.live_runners(v_old);
     return;
   end if;
   -- new, changed, or defined again after its removal: from the next slot on
@@ -173,7 +172,7 @@ begin
   perform leasehold.record_action(case when v_old.name is null or v_old.removed_at is not null then 'schedule-defined' else 'schedule-changed' end,
     p_name, p_by, jsonb_build_object('schedule', v_schedule, 'timezone', p_timezone, 'handler', p_handler,
       'overlap', v_overlap, 'catch_up', v_catch_up, 'ttl_ms', v_row.ttl_ms, 'revision', v_row.revision));
-  return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true, v_live;
+  return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true, leasehold.live_runners(v_row);
 end $$;
 
 -- remove_schedule: a tombstone the workers read; a run in progress finishes. False: nothing removed.

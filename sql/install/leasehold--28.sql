@@ -767,7 +767,8 @@ create table leasehold.missed (
 create index missed_recorded_brin on leasehold.missed using brin (recorded_at) WITH (pages_per_range='32');
 
 create table leasehold.worker_handlers (
-  worker_key bigint primary key, holder text not null, handlers text[] not null, registered_at timestamp with time zone not null default now()
+  worker_key bigint primary key, holder text not null, handlers text[] not null, registered_at timestamp with time zone not null default now(),
+  role text not null default SESSION_USER -- the worker's login role: which jobs its feed shows (may_run)
 );
 comment on table leasehold.worker_handlers is
   'The handler names each scheduler worker registered, by its liveness key (live while liveness_locks() lists it).';
@@ -868,15 +869,29 @@ begin
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
 end $$;
 
--- live_handlers: each handler the live workers registered, with how many have it.
-create function leasehold.live_handlers() returns table (handler text, workers integer)
+-- may_run: whether a worker logged in as p_role is shown job j by schedule_changes: j is nobody's,
+-- p_role's or a role's it is a member of (or p_role is the owner or a superuser), and inside
+-- p_role's own namespaces when it has any.
+create function leasehold.may_run(p_role text, j leasehold.jobs) returns boolean
 language sql stable as $$
-  select h.handler, count(*)::integer
-    from leasehold.worker_handlers w join leasehold.liveness_locks() k on k.key = w.worker_key, unnest(w.handlers) as h(handler)
-   group by h.handler;
+  select to_regrole(quote_ident(p_role)) is not null
+     and (j.owner_role is null or j.owner_role = p_role
+          or exists (select 1 from pg_roles r, pg_namespace n where r.rolname = p_role and n.nspname = 'leasehold' and (r.rolsuper or r.oid = n.nspowner))
+          or (to_regrole(quote_ident(j.owner_role)) is not null and pg_has_role(to_regrole(quote_ident(p_role)), to_regrole(quote_ident(j.owner_role)), 'member')))
+     and leasehold.in_namespace(j.name, nullif(array(select s.prefix from leasehold.namespaces s where s.role = p_role), '{}'));
 $$;
 
--- unhandled_schedules: the live data jobs whose handler no live worker has (their slots are missed).
+-- live_runners: how many live workers have j's handler and are shown j (another service's worker
+-- with the same handler name runs nothing of j's).
+create function leasehold.live_runners(j leasehold.jobs) returns integer
+language sql stable as $$
+  select count(*)::integer
+    from leasehold.worker_handlers w join leasehold.liveness_locks() k on k.key = w.worker_key
+   where j.handler = any (w.handlers) and leasehold.may_run(w.role, j);
+$$;
+
+-- unhandled_schedules: the live data jobs the caller may act for whose handler no live worker
+-- that is shown them has (their slots are missed; the first worker of each role records them).
 create function leasehold.unhandled_schedules()
 returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz, database_time timestamptz)
 language sql stable as $$
@@ -884,7 +899,8 @@ language sql stable as $$
          greatest(j.registered_at, (select l.last_slot from leasehold.leases l where l.name = j.name)), now()
     from leasehold.jobs j
    where j.source = 'data' and j.removed_at is null and j.paused_at is null
-     and not exists (select 1 from leasehold.live_handlers() h where h.handler = j.handler)
+     and leasehold.may_act_as(j.owner_role) and leasehold.in_namespace(j.name, leasehold.namespace_prefixes())
+     and leasehold.live_runners(j) = 0
    order by j.name
    limit 10000;
 $$;
@@ -1228,6 +1244,7 @@ set plan_cache_mode = force_custom_plan
 set jit = off
 as $$
   select leasehold.check_namespace(p_jobs);
+  select leasehold.check_job_owner(p_jobs);
   select leasehold.check_holder(p_holder), leasehold.check_holder(p_reason);
   select leasehold.check_name(j) from unnest(p_jobs) j where j is not null;
   insert into leasehold.missed as m (job, slot, reason, recorded_by)
@@ -1659,7 +1676,7 @@ declare
   v_ttl_ms bigint := (extract(epoch from v_ttl) * 1000)::bigint;
   v_timeout_ms bigint := (extract(epoch from p_timeout) * 1000)::bigint;
   v_jitter_ms bigint := (extract(epoch from p_jitter) * 1000)::bigint;
-  v_row leasehold.jobs; v_problem text; v_live integer;
+  v_row leasehold.jobs; v_problem text;
 begin
   perform leasehold.check_namespace(array[p_name]);
   perform leasehold.check_job_owner(array[p_name]);
@@ -1706,7 +1723,6 @@ begin
   perform leasehold.check_schedule_field(not jsonb_path_exists(v_payload, 'strict $.**{32} ? (@.type() == "array" || @.type() == "object")'),
     'payload', 'must nest arrays and objects at most 32 levels deep');
 
-  v_live := coalesce((select h.workers from leasehold.live_handlers() h where h.handler = p_handler), 0);
   perform set_config('leasehold.job_writer', 'schedules', true);
   insert into leasehold.leases (name) values (p_name) on conflict do nothing;
   select * into v_old from leasehold.jobs j where j.name = p_name for update;
@@ -1720,7 +1736,7 @@ begin
          is not distinct from (v_schedule, p_timezone, v_interval_ms, v_ttl_ms, v_overlap, v_catch_up, p_handler, v_payload,
                                p_buffer_limit, v_deadline_ms, v_timeout_ms, v_jitter_ms) then
     perform set_config('leasehold.job_writer', '', true);
-    return query select p_name, v_old.revision, false, false, v_live;
+    return query select p_name, v_old.revision, false, false, leasehold.live_runners(v_old);
     return;
   end if;
   -- new, changed, or defined again after its removal: from the next slot on
@@ -1750,7 +1766,7 @@ begin
   perform leasehold.record_action(case when v_old.name is null or v_old.removed_at is not null then 'schedule-defined' else 'schedule-changed' end,
     p_name, p_by, jsonb_build_object('schedule', v_schedule, 'timezone', p_timezone, 'handler', p_handler,
       'overlap', v_overlap, 'catch_up', v_catch_up, 'ttl_ms', v_row.ttl_ms, 'revision', v_row.revision));
-  return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true, v_live;
+  return query select p_name, v_row.revision, v_old.name is null or v_old.removed_at is not null, true, leasehold.live_runners(v_row);
 end $$;
 
 -- remove_schedule: a tombstone the workers read; a run in progress finishes. False: nothing removed.
@@ -2486,13 +2502,13 @@ select unnest(v.objects), v.level from (values
      'check_holder', 'check_job_owner', 'check_lease_name', 'check_name', 'check_namespace', 'check_role',
      'check_schedule_field', 'check_ttl', 'confirm', 'confirm_leases', 'count_runs_deleted', 'count_runs_inserted',
      'count_runs_updated', 'end_runs', 'epoch', 'fences_after', 'fork_base', 'grant_access', 'grant_statements',
-     'holder_gone', 'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_handlers', 'live_job',
-     'liveness_incarnation', 'mark_slow_runs', 'may_act_as', 'namespace_prefixes', 'next_fence', 'notify_changes',
+     'holder_gone', 'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_job', 'live_runners',
+     'liveness_incarnation', 'mark_slow_runs', 'may_act_as', 'may_run', 'namespace_prefixes', 'next_fence', 'notify_changes',
      'pin_synchronous_commit', 'record_action', 'refresh_run_counts', 'revoke_access', 'run_outcomes', 'run_start',
      'run_timed_out', 'secure_schema', 'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '83a8c5329feae8e7962b624d49dedde446d5918feb5943f9b0f224a5829c1379');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'b1a6a9bb1e71f07fce0313abf8572ca3c1b4aa366fe5c0430fafb427773e877a');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

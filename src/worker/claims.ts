@@ -5,6 +5,7 @@ import { timedQuery } from '../db/connection.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import { claimMode, describeCatchUp, type JobDefinition } from '../job/job.js';
 import type { RunOutcome } from '../job/run-outcomes.js';
+import type { LivePeer } from './shares.js';
 
 export interface ClaimRequest {
   job: JobDefinition;
@@ -80,9 +81,13 @@ export class SchedulerStore {
   }
 
   /** The liveness keys of the live workers, for the hash shares (shares.ts). */
-  async liveKeys(): Promise<string[]> {
-    const { rows } = await this.query<{ key: string }>('select k.key::text as key from leasehold.liveness_locks() k where k.worker', []);
-    return rows.map((r) => r.key);
+  /** The live workers' keys, each with its login role when it registered handlers. */
+  async liveKeys(): Promise<LivePeer[]> {
+    const { rows } = await this.query<{ key: string; role: string | null }>(
+      'select k.key::text as key, w.role from leasehold.liveness_locks() k left join leasehold.worker_handlers w on w.worker_key = k.key where k.worker',
+      [],
+    );
+    return rows;
   }
 
   /**

@@ -51,21 +51,29 @@ export function owns(share: Share, hash: number): boolean {
   return share === null || hash % share.count === share.index;
 }
 
+/** A live worker: its liveness key and, when it registered handlers, its login role. */
+export interface LivePeer {
+  key: string;
+  role: string | null;
+}
+
 export class PeerList {
   /** Live liveness keys, sorted as text: the same order in every worker that read the same list. */
   private keys: string[] = [];
+  /** Each key's login role (null: unknown). */
+  private roles = new Map<string, string | null>();
   private readAt = Number.NEGATIVE_INFINITY;
   private reading: Promise<void> | undefined;
 
-  constructor(private readonly read: () => Promise<string[]>) {}
+  constructor(private readonly read: () => Promise<ReadonlyArray<string | LivePeer>>) {}
 
   /** Re-reads the list when it is old or lacks `ownKey`; never throws (a failed read keeps the old list). */
   refresh(ownKey: string | null, now = Date.now()): Promise<void> {
     const fresh = now - this.readAt < REFRESH_EVERY_MS && (ownKey === null || this.keys.includes(ownKey));
     if (fresh || this.reading) return this.reading ?? Promise.resolve();
     this.reading = this.read()
-      .then((keys) => {
-        this.keys = [...keys].sort();
+      .then((peers) => {
+        this.setKeys(peers);
         this.readAt = now;
       })
       .catch(() => undefined)
@@ -84,14 +92,23 @@ export class PeerList {
     return ownKey !== null && this.keys[0] === ownKey;
   }
 
+  /** Whether `ownKey` is the first of the workers with its login role: one per service for a service's chore. */
+  isFirstOfRole(ownKey: string | null): boolean {
+    if (ownKey === null || !this.roles.has(ownKey)) return false;
+    const role = this.roles.get(ownKey);
+    return this.keys.find((k) => this.roles.get(k) === role) === ownKey;
+  }
+
   /** Makes the next refresh() read the list again, however recent it is. */
   expire(): void {
     this.readAt = Number.NEGATIVE_INFINITY;
   }
 
-  /** For tests: use this list as if read from the database. */
-  setKeys(keys: readonly string[]): void {
-    this.keys = [...keys].sort();
+  /** Also for tests: use this list as if read from the database. */
+  setKeys(peers: ReadonlyArray<string | LivePeer>): void {
+    const list = peers.map((p) => (typeof p === 'string' ? { key: p, role: null } : p));
+    this.keys = list.map((p) => p.key).sort();
+    this.roles = new Map(list.map((p) => [p.key, p.role]));
     this.readAt = Date.now();
   }
 }

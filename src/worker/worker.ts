@@ -232,7 +232,8 @@ export class Worker {
         isFirst: () => {
           // the list is re-read when it is old (a worker without due jobs ticks rarely)
           void engine.peers.refresh(ownKey());
-          return engine.peers.isFirst(ownKey());
+          // one per service: each records the schedules it may act for (unhandled_schedules)
+          return engine.peers.isFirstOfRole(ownKey());
         },
       }),
     );

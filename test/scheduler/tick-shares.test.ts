@@ -68,6 +68,15 @@ async function checkHistory(prefix: string, expected: string[]): Promise<void> {
 }
 
 describe('hash shares', () => {
+  it('name one first worker per login role for the chores of a service (unhandled schedules)', () => {
+    const list = new PeerList(async () => []);
+    list.setKeys([{ key: '1', role: 'billing' }, { key: '2', role: 'shop' }, { key: '3', role: 'billing' }, { key: '4', role: 'shop' }]);
+    expect(['1', '2', '3', '4'].map((k) => list.isFirstOfRole(k))).toEqual([true, true, false, false]);
+    expect(list.isFirst('2')).toBe(false);
+    expect(list.isFirstOfRole('9')).toBe(false); // not in the list: never first
+    expect(list.isFirstOfRole(null)).toBe(false);
+  });
+
   it('are the same in every worker that reads the same list, whatever its order', () => {
     const keys = ['5', '-3', '42', '7'];
     const a = new PeerList(async () => keys);

@@ -89,6 +89,7 @@ describe('without namespaces: a job belongs to the role that registered or defin
       ['claim (a data job)', claimOf('nightly-export')],
       ['enqueue_slots', `select leasehold.enqueue_slots('report', array[${PAST}])`],
       ['record_skip', `select leasehold.record_skip('report', 'app2')`],
+      ['record_missed_slots', `select * from leasehold.record_missed_slots(array['report'], array[${PAST}], 'forged', 'app2')`],
     ] as const) {
       expect(await outcome(app2, sql), name).toBe('42501');
     }
@@ -150,6 +151,34 @@ describe('without namespaces: a job belongs to the role that registered or defin
     await installMutantFunction(db.owner, 'check_job_owner(text[])', 'begin end');
     expect(await outcome(app2, claimOf('report'))).toBe('ok');
     expect(await outcome(app2, rewrite)).toBe('ok');
+  });
+
+  it('a schedule is unhandled until a worker that may run it has its handler: another service\'s worker with that handler name does not count', async () => {
+    const [app1, app2] = [pool(url, ROLE.app1), pool(url, ROLE.app2)];
+    const defined = await app1.query<{ live_workers: number }>(`select live_workers from leasehold.define_schedule(p_name => 'billing-export', p_handler => 'ledger', p_by => 'app1', p_every => '1 minute')`);
+    expect(defined.rows[0]?.live_workers).toBe(0);
+    const unhandled = async (p: pg.Pool) => (await p.query<{ job: string }>(`select job from leasehold.unhandled_schedules()`)).rows.map((r) => r.job);
+    // a live worker of app2 with a handler of that name: app1's schedule is still unhandled
+    const app2Worker = await app2.connect();
+    try {
+      await app2Worker.query(`select leasehold.register_liveness(true, 'app2-worker', array['ledger'])`);
+      expect(await unhandled(app1)).toContain('billing-export');
+      expect(await unhandled(app2)).not.toContain('billing-export'); // not app2's to record
+      const again = await app1.query<{ live_workers: number }>(`select live_workers from leasehold.define_schedule(p_name => 'billing-export', p_handler => 'ledger', p_by => 'app1', p_every => '1 minute')`);
+      expect(again.rows[0]?.live_workers).toBe(0);
+      // app1's own worker with the handler: handled
+      const app1Worker = await app1.connect();
+      try {
+        await app1Worker.query(`select leasehold.register_liveness(true, 'app1-worker', array['ledger'])`);
+        expect(await unhandled(app1)).not.toContain('billing-export');
+        const counted = await app1.query<{ live_workers: number }>(`select live_workers from leasehold.define_schedule(p_name => 'billing-export', p_handler => 'ledger', p_by => 'app1', p_every => '1 minute')`);
+        expect(counted.rows[0]?.live_workers).toBe(1);
+      } finally {
+        app1Worker.release(true);
+      }
+    } finally {
+      app2Worker.release(true);
+    }
   });
 
   it('a paused job runs no occurrence by any path: acquire with its slot is declined as paused', async () => {
