@@ -17,8 +17,7 @@ create table leasehold.clock_steps (
   id bigint generated always as identity primary key,
   from_time timestamp with time zone not null, to_time timestamp with time zone not null,
   recorded_by text not null, recorded_at timestamp with time zone not null default now(),
-  constraint clock_steps_check CHECK ((to_time > from_time))
-);
+  constraint clock_steps_check CHECK ((to_time > from_time)));
 
 create table leasehold.forks (
   timeline integer primary key, base bigint not null, first_grant timestamp with time zone not null default now()
@@ -45,8 +44,7 @@ create table leasehold.skips (
   job text not null, slot timestamp with time zone not null,
   holder text, holder_fence bigint, holder_slot timestamp with time zone, held_for interval, -- the holder, as the skip saw it
   recorded_by text not null, recorded_at timestamp with time zone not null default now(),
-  constraint skips_pkey PRIMARY KEY (job, slot)
-);
+  constraint skips_pkey PRIMARY KEY (job, slot));
 create index skips_recorded_brin on leasehold.skips using brin (recorded_at) WITH (pages_per_range='32');
 
 -- bad_characters: what a name, holder or operator's text must not contain (one regex class):
@@ -454,8 +452,7 @@ set jit = off
 as $$
 begin
   perform 1 from leasehold.leases l join unnest(p_names, p_tokens) as i(name, token) on l.name = i.name and l.token = i.token
-   where l.name = any (p_names) and l.expires_at > now()
-   order by l.name
+   where l.name = any (p_names) and l.expires_at > now() order by l.name
      for no key update of l;
   return query
   update leasehold.leases l
@@ -490,8 +487,7 @@ begin
   perform leasehold.check_ttl(d.ttl) from (select distinct t as ttl from unnest(p_ttls) t) d;
   perform leasehold.pin_synchronous_commit();
   perform 1 from leasehold.leases l join unnest(p_names, p_tokens) as i(name, token) on l.name = i.name and l.token = i.token
-   where l.name = any (p_names)
-   order by l.name
+   where l.name = any (p_names) order by l.name
      for no key update of l;
   with taken as (
     update leasehold.leases l
@@ -509,8 +505,7 @@ begin
          now()
     from unnest(p_names, p_tokens, p_fences) with ordinality as e(name, token, fence, n)
     left join unnest(v_names, v_expires) as c(name, expires_at) on c.name = e.name
-    left join leasehold.leases l on l.name = e.name and c.name is null
-   order by e.n;
+    left join leasehold.leases l on l.name = e.name and c.name is null order by e.n;
 end $$;
 
 -- renew_leases: confirm_leases() saying, in the order given, why a lease was not renewed.
@@ -543,8 +538,7 @@ begin
          now()
     from unnest(p_leases) with ordinality as e(name, token, ttl, n)
     left join unnest(v_names, v_expires, v_fences) as c(name, expires_at, fence) on c.name = e.name
-    left join leasehold.leases l on l.name = e.name and c.name is null
-   order by e.n;
+    left join leasehold.leases l on l.name = e.name and c.name is null order by e.n;
 end $$;
 
 -- release: frees the lease only for its current token: a late release of an old holder changes nothing.
@@ -636,8 +630,7 @@ begin
   end if;
   update leasehold.leases l set token = null, expires_at = null, holder_key = null, released_at = now(), fence = leasehold.next_fence(l.fence)
    where l.name = p_name returning l.* into r;
-  -- audited also without p_by: the login role is the actor then
-  perform leasehold.record_action('force-released', p_name, coalesce(p_by, session_user::text),
+  perform leasehold.record_action('force-released', p_name, coalesce(p_by, session_user::text), -- without by: the login role
     jsonb_build_object('released', old.token is not null, 'previous_holder', old.holder, 'previous_fence', old.fence, 'fence', r.fence));
   return query select old.token is not null, old.holder, old.fence, r.fence;
 end $$;
@@ -654,9 +647,7 @@ language sql volatile as $$
     insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
     select l.name, coalesce(p_slot, now()), l.holder, l.fence, l.last_slot, now() - l.acquired_at, p_recorded_by
       from leasehold.leases l where l.name = p_name
-    on conflict do nothing
-    returning 1
-  )
+    on conflict do nothing returning 1)
   select exists (select 1 from inserted);
 $$;
 
@@ -687,9 +678,7 @@ begin
   select min(w.from_time), max(w.to_time) into v_from, v_to from leasehold.clock_steps w where w.from_time <= p_to and p_from <= w.to_time;
   -- only of jobs the caller may act for: a service's report cannot clear another's history
   v_prefixes := leasehold.namespace_prefixes();
-  delete from leasehold.missed m
-   where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to
-     and (v_prefixes is null or leasehold.in_namespace(m.job, v_prefixes))
+  delete from leasehold.missed m where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to and leasehold.in_namespace(m.job, v_prefixes)
      and not exists (select 1 from leasehold.jobs j where j.name = m.job and not leasehold.may_act_as(j.owner_role));
   return v_new;
 end $$;

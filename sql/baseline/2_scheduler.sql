@@ -142,29 +142,24 @@ begin
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
 end $$;
 
--- may_run: whether a worker logged in as p_role is shown job j by schedule_changes: j is nobody's,
--- p_role's or a role's it is a member of (or p_role is the owner or a superuser), and inside
--- p_role's own namespaces when it has any.
+-- may_run: whether schedule_changes shows job j to a worker of role p_role: j is nobody's, p_role's,
+-- a role's it is a member of (or p_role owns the schema or is a superuser); inside p_role's namespaces.
 create function leasehold.may_run(p_role text, j leasehold.jobs) returns boolean
 language sql stable as $$
-  select to_regrole(quote_ident(p_role)) is not null
-     and (j.owner_role is null or j.owner_role = p_role
+  select to_regrole(quote_ident(p_role)) is not null and (j.owner_role is null or j.owner_role = p_role
           or exists (select 1 from pg_roles r, pg_namespace n where r.rolname = p_role and n.nspname = 'leasehold' and (r.rolsuper or r.oid = n.nspowner))
           or (to_regrole(quote_ident(j.owner_role)) is not null and pg_has_role(to_regrole(quote_ident(p_role)), to_regrole(quote_ident(j.owner_role)), 'member')))
      and leasehold.in_namespace(j.name, nullif(array(select s.prefix from leasehold.namespaces s where s.role = p_role), '{}'));
 $$;
 
--- live_runners: how many live workers have j's handler and are shown j (another service's worker
--- with the same handler name runs nothing of j's).
+-- live_runners: the live workers with j's handler that are shown j (not another service's namesake).
 create function leasehold.live_runners(j leasehold.jobs) returns integer
 language sql stable as $$
-  select count(*)::integer
-    from leasehold.worker_handlers w join leasehold.liveness_locks() k on k.key = w.worker_key
+  select count(*)::integer from leasehold.worker_handlers w join leasehold.liveness_locks() k on k.key = w.worker_key
    where j.handler = any (w.handlers) and leasehold.may_run(w.role, j);
 $$;
 
--- unhandled_schedules: the live data jobs the caller may act for whose handler no live worker
--- that is shown them has (their slots are missed; the first worker of each role records them).
+-- unhandled_schedules: the caller's live data jobs that no live runner has (each role's first worker records them missed).
 create function leasehold.unhandled_schedules()
 returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz, database_time timestamptz)
 language sql stable as $$
@@ -174,8 +169,7 @@ language sql stable as $$
    where j.source = 'data' and j.removed_at is null and j.paused_at is null
      and leasehold.may_act_as(j.owner_role) and leasehold.in_namespace(j.name, leasehold.namespace_prefixes())
      and leasehold.live_runners(j) = 0
-   order by j.name
-   limit 10000;
+   order by j.name limit 10000;
 $$;
 
 -- claim: the scheduler's claim (docs/sql-api.md): parallel arrays, a fixed number of set-based
@@ -216,8 +210,7 @@ declare
   v_queued boolean;
 begin
   perform leasehold.check_namespace(p_jobs);
-  -- another service's jobs are not this caller's to run (one index probe a job)
-  perform leasehold.check_job_owner(p_jobs);
+  perform leasehold.check_job_owner(p_jobs); -- another service's jobs are not ours to run (a probe a job)
   perform leasehold.check_holder(p_holder);
   if p_ahead_ms is not null and (p_ahead_ms < 0 or p_ahead_ms > 10000) then
     raise exception 'claim: ahead_ms must be between 0 and 10000 (got %)', p_ahead_ms using errcode = '22023';

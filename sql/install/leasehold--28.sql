@@ -45,8 +45,7 @@ create table leasehold.clock_steps (
   id bigint generated always as identity primary key,
   from_time timestamp with time zone not null, to_time timestamp with time zone not null,
   recorded_by text not null, recorded_at timestamp with time zone not null default now(),
-  constraint clock_steps_check CHECK ((to_time > from_time))
-);
+  constraint clock_steps_check CHECK ((to_time > from_time)));
 
 create table leasehold.forks (
   timeline integer primary key, base bigint not null, first_grant timestamp with time zone not null default now()
@@ -73,8 +72,7 @@ create table leasehold.skips (
   job text not null, slot timestamp with time zone not null,
   holder text, holder_fence bigint, holder_slot timestamp with time zone, held_for interval, -- the holder, as the skip saw it
   recorded_by text not null, recorded_at timestamp with time zone not null default now(),
-  constraint skips_pkey PRIMARY KEY (job, slot)
-);
+  constraint skips_pkey PRIMARY KEY (job, slot));
 create index skips_recorded_brin on leasehold.skips using brin (recorded_at) WITH (pages_per_range='32');
 
 -- bad_characters: what a name, holder or operator's text must not contain (one regex class):
@@ -482,8 +480,7 @@ set jit = off
 as $$
 begin
   perform 1 from leasehold.leases l join unnest(p_names, p_tokens) as i(name, token) on l.name = i.name and l.token = i.token
-   where l.name = any (p_names) and l.expires_at > now()
-   order by l.name
+   where l.name = any (p_names) and l.expires_at > now() order by l.name
      for no key update of l;
   return query
   update leasehold.leases l
@@ -518,8 +515,7 @@ begin
   perform leasehold.check_ttl(d.ttl) from (select distinct t as ttl from unnest(p_ttls) t) d;
   perform leasehold.pin_synchronous_commit();
   perform 1 from leasehold.leases l join unnest(p_names, p_tokens) as i(name, token) on l.name = i.name and l.token = i.token
-   where l.name = any (p_names)
-   order by l.name
+   where l.name = any (p_names) order by l.name
      for no key update of l;
   with taken as (
     update leasehold.leases l
@@ -537,8 +533,7 @@ begin
          now()
     from unnest(p_names, p_tokens, p_fences) with ordinality as e(name, token, fence, n)
     left join unnest(v_names, v_expires) as c(name, expires_at) on c.name = e.name
-    left join leasehold.leases l on l.name = e.name and c.name is null
-   order by e.n;
+    left join leasehold.leases l on l.name = e.name and c.name is null order by e.n;
 end $$;
 
 -- renew_leases: confirm_leases() saying, in the order given, why a lease was not renewed.
@@ -571,8 +566,7 @@ begin
          now()
     from unnest(p_leases) with ordinality as e(name, token, ttl, n)
     left join unnest(v_names, v_expires, v_fences) as c(name, expires_at, fence) on c.name = e.name
-    left join leasehold.leases l on l.name = e.name and c.name is null
-   order by e.n;
+    left join leasehold.leases l on l.name = e.name and c.name is null order by e.n;
 end $$;
 
 -- release: frees the lease only for its current token: a late release of an old holder changes nothing.
@@ -664,8 +658,7 @@ begin
   end if;
   update leasehold.leases l set token = null, expires_at = null, holder_key = null, released_at = now(), fence = leasehold.next_fence(l.fence)
    where l.name = p_name returning l.* into r;
-  -- audited also without p_by: the login role is the actor then
-  perform leasehold.record_action('force-released', p_name, coalesce(p_by, session_user::text),
+  perform leasehold.record_action('force-released', p_name, coalesce(p_by, session_user::text), -- without by: the login role
     jsonb_build_object('released', old.token is not null, 'previous_holder', old.holder, 'previous_fence', old.fence, 'fence', r.fence));
   return query select old.token is not null, old.holder, old.fence, r.fence;
 end $$;
@@ -682,9 +675,7 @@ language sql volatile as $$
     insert into leasehold.skips (job, slot, holder, holder_fence, holder_slot, held_for, recorded_by)
     select l.name, coalesce(p_slot, now()), l.holder, l.fence, l.last_slot, now() - l.acquired_at, p_recorded_by
       from leasehold.leases l where l.name = p_name
-    on conflict do nothing
-    returning 1
-  )
+    on conflict do nothing returning 1)
   select exists (select 1 from inserted);
 $$;
 
@@ -715,9 +706,7 @@ begin
   select min(w.from_time), max(w.to_time) into v_from, v_to from leasehold.clock_steps w where w.from_time <= p_to and p_from <= w.to_time;
   -- only of jobs the caller may act for: a service's report cannot clear another's history
   v_prefixes := leasehold.namespace_prefixes();
-  delete from leasehold.missed m
-   where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to
-     and (v_prefixes is null or leasehold.in_namespace(m.job, v_prefixes))
+  delete from leasehold.missed m where m.recorded_at >= v_from and m.slot > v_from and m.slot <= v_to and leasehold.in_namespace(m.job, v_prefixes)
      and not exists (select 1 from leasehold.jobs j where j.name = m.job and not leasehold.may_act_as(j.owner_role));
   return v_new;
 end $$;
@@ -869,29 +858,24 @@ begin
   return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
 end $$;
 
--- may_run: whether a worker logged in as p_role is shown job j by schedule_changes: j is nobody's,
--- p_role's or a role's it is a member of (or p_role is the owner or a superuser), and inside
--- p_role's own namespaces when it has any.
+-- may_run: whether schedule_changes shows job j to a worker of role p_role: j is nobody's, p_role's,
+-- a role's it is a member of (or p_role owns the schema or is a superuser); inside p_role's namespaces.
 create function leasehold.may_run(p_role text, j leasehold.jobs) returns boolean
 language sql stable as $$
-  select to_regrole(quote_ident(p_role)) is not null
-     and (j.owner_role is null or j.owner_role = p_role
+  select to_regrole(quote_ident(p_role)) is not null and (j.owner_role is null or j.owner_role = p_role
           or exists (select 1 from pg_roles r, pg_namespace n where r.rolname = p_role and n.nspname = 'leasehold' and (r.rolsuper or r.oid = n.nspowner))
           or (to_regrole(quote_ident(j.owner_role)) is not null and pg_has_role(to_regrole(quote_ident(p_role)), to_regrole(quote_ident(j.owner_role)), 'member')))
      and leasehold.in_namespace(j.name, nullif(array(select s.prefix from leasehold.namespaces s where s.role = p_role), '{}'));
 $$;
 
--- live_runners: how many live workers have j's handler and are shown j (another service's worker
--- with the same handler name runs nothing of j's).
+-- live_runners: the live workers with j's handler that are shown j (not another service's namesake).
 create function leasehold.live_runners(j leasehold.jobs) returns integer
 language sql stable as $$
-  select count(*)::integer
-    from leasehold.worker_handlers w join leasehold.liveness_locks() k on k.key = w.worker_key
+  select count(*)::integer from leasehold.worker_handlers w join leasehold.liveness_locks() k on k.key = w.worker_key
    where j.handler = any (w.handlers) and leasehold.may_run(w.role, j);
 $$;
 
--- unhandled_schedules: the live data jobs the caller may act for whose handler no live worker
--- that is shown them has (their slots are missed; the first worker of each role records them).
+-- unhandled_schedules: the caller's live data jobs that no live runner has (each role's first worker records them missed).
 create function leasehold.unhandled_schedules()
 returns table (job text, handler text, schedule text, timezone text, interval_ms bigint, starting_deadline_ms bigint, since timestamptz, database_time timestamptz)
 language sql stable as $$
@@ -901,8 +885,7 @@ language sql stable as $$
    where j.source = 'data' and j.removed_at is null and j.paused_at is null
      and leasehold.may_act_as(j.owner_role) and leasehold.in_namespace(j.name, leasehold.namespace_prefixes())
      and leasehold.live_runners(j) = 0
-   order by j.name
-   limit 10000;
+   order by j.name limit 10000;
 $$;
 
 -- claim: the scheduler's claim (docs/sql-api.md): parallel arrays, a fixed number of set-based
@@ -943,8 +926,7 @@ declare
   v_queued boolean;
 begin
   perform leasehold.check_namespace(p_jobs);
-  -- another service's jobs are not this caller's to run (one index probe a job)
-  perform leasehold.check_job_owner(p_jobs);
+  perform leasehold.check_job_owner(p_jobs); -- another service's jobs are not ours to run (a probe a job)
   perform leasehold.check_holder(p_holder);
   if p_ahead_ms is not null and (p_ahead_ms < 0 or p_ahead_ms > 10000) then
     raise exception 'claim: ahead_ms must be between 0 and 10000 (got %)', p_ahead_ms using errcode = '22023';
@@ -2508,7 +2490,7 @@ select unnest(v.objects), v.level from (values
      'run_timed_out', 'secure_schema', 'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'b1a6a9bb1e71f07fce0313abf8572ca3c1b4aa366fe5c0430fafb427773e877a');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '4fb2d170a214c1c302598a9bbe169d697cba3c2d41e61aed46379f9e4b9c4b79');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
