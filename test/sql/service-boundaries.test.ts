@@ -32,6 +32,13 @@ const acts = (job: string, data: string): Array<[string, string]> => [
   ['remove_schedule', `select leasehold.remove_schedule('${data}', 'thief')`],
 ];
 
+/** Acts that need a live grant to succeed: across the boundary they are refused before anything is looked at. */
+const grantActs = (job: string): Array<[string, string]> => [
+  ['start_run', `select leasehold.start_run('${job}', gen_random_uuid(), 1)`],
+  ['finish_runs', `select * from leasehold.finish_runs(array['${job}'], array[1::bigint], array[gen_random_uuid()], array['succeeded'], array[null::text], array[1])`],
+  ['finish_held_run', `select * from leasehold.finish_held_run('${job}', 1, gen_random_uuid(), 'succeeded')`],
+];
+
 describe('with namespaces: two services in one database', () => {
   it('refuses every act of one service on the other\'s names (42501), allows each its own, and hides the other\'s schedules', async () => {
     const db = await installedDatabase();
@@ -44,7 +51,16 @@ describe('with namespaces: two services in one database', () => {
     for (const [name, sql] of acts('app1:report', 'app1:data')) expect(await outcome(app1, sql), `app1 ${name}`).toBe('ok');
     for (const [name, sql] of acts('app2:report', 'app2:data')) expect(await outcome(app2, sql), `app2 ${name}`).toBe('ok');
     // and none across the boundary
-    for (const [name, sql] of acts('app1:report', 'app1:data')) expect(await outcome(app2, sql), `app2 ${name} on app1`).toBe('42501');
+    for (const [name, sql] of [...acts('app1:report', 'app1:data'), ...grantActs('app1:report')]) {
+      expect(await outcome(app2, sql), `app2 ${name} on app1`).toBe('42501');
+    }
+    // a clock step app2 reports leaves app1's missed slots alone
+    await db.owner.query(`insert into leasehold.missed (job, slot, reason, recorded_by) values ('app1:report', now() - interval '1 minute', 'test', 'w')`);
+    const missedOfApp1 = async () => (await db.owner.query(`select count(*)::int as n from leasehold.missed where job = 'app1:report'`)).rows[0].n as number;
+    const before = await missedOfApp1();
+    await app2.query(`select leasehold.record_clock_step(now() - interval '1 hour', now(), 'app2:worker')`);
+    expect(before).toBeGreaterThan(0);
+    expect(await missedOfApp1()).toBe(before);
     const refused = await app2.query(`select * from leasehold.acquire('app1:report', '30 seconds', 'thief')`).catch((e: Error) => e);
     expect((refused as Error).message).toMatch(/may not act on "app1:report": it is bound to the namespace app2:/);
     // the TypeScript client: a typed error that says so, not a raw 42501
@@ -60,8 +76,11 @@ describe('with namespaces: two services in one database', () => {
     const operator = pool(db.url, ROLE.operator);
     expect(await outcome(operator, `select * from leasehold.pause_job('app1:report', 'ops', 'vendor outage')`)).toBe('ok');
     expect(await outcome(operator, `select * from leasehold.pause_job('app2:report', 'ops', 'vendor outage')`)).toBe('ok');
+    // the reader and a role with nothing: no act at all, on either side
     for (const role of [ROLE.reader, ROLE.bare]) {
-      expect(await outcome(pool(db.url, role), `select * from leasehold.acquire('app1:x', '30 seconds', 'r')`), role).toBe('42501');
+      for (const [name, sql] of [...acts('app1:report', 'app1:data'), ...grantActs('app1:report'), ...acts('app2:x', 'app2:y')]) {
+        expect(await outcome(pool(db.url, role), sql), `${role} ${name}`).toBe('42501');
+      }
     }
   });
 
@@ -93,6 +112,8 @@ describe('without namespaces: a job belongs to the role that registered or defin
     ] as const) {
       expect(await outcome(app2, sql), name).toBe('42501');
     }
+    const refused = await app2.query(claimOf('report')).catch((e: Error) => e);
+    expect((refused as Error).message).toBe(`role "${ROLE.app2}" may not change job "report": it belongs to role "${ROLE.app1}"`);
     const definition = (await owner.query(`select schedule, ttl_ms, registered_by from leasehold.jobs where name = 'report'`)).rows[0];
     expect(definition).toEqual({ schedule: '* * * * *', ttl_ms: '30000', registered_by: 'app1-worker' });
     const touched = await owner.query(`select (select count(*) from leasehold.buffered where job = 'report')::int as queued,
