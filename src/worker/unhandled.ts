@@ -1,6 +1,7 @@
 // Schedules no live worker can run: jobs defined as data whose handler no live worker registered
 // (leasehold.unhandled_schedules, sql/baseline/2_scheduler.sql). Without this they stayed idle
-// with nothing recorded. The first worker of the live workers' list records their slots as
+// with nothing recorded. The first live worker of each login role (one per service) records the
+// slots of those its role may act for as
 // missed, naming the handler, so such a schedule shows wherever a missed slot shows: status
 // attention, `leasehold runs`, the dashboard's timeline, the missed-slots metric and its alert.
 import type { LeaseholdEmitter } from '../observe/events.js';
@@ -10,7 +11,7 @@ import { parseSchedule, slotsBetween, type Schedule } from '../schedule/schedule
 import { MAX_MISSED_RECORDED } from './catch-up.js';
 import type { SchedulerStore, UnhandledRow } from './claims.js';
 
-/** How often the first worker looks. */
+/** How often that worker looks. */
 export const UNHANDLED_CHECK_MS = 5_000;
 /**
  * A slot is recorded only this long after it passed: a worker that has the handler but is not
@@ -26,7 +27,7 @@ export interface UnhandledSettings {
   events: LeaseholdEmitter;
   logger: Logger;
   holder: string;
-  /** Whether this worker is the first of the live workers' list now (one recorder for the fleet). */
+  /** Whether this worker is the first live worker of its login role now (one recorder per service). */
   isFirst: () => boolean;
 }
 
