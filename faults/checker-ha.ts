@@ -116,7 +116,12 @@ export function checkFailoverAndClock(input: CheckInput, violate: (property: HaP
         const endedAt = Math.min(over.get(runKey(p.worker, p.job, p.fence)) ?? Number.POSITIVE_INFINITY, exitedAt.get(p.worker) ?? Number.POSITIVE_INFINITY);
         if (endedAt <= g.mono + SLACK_MS || !kept.has(`${p.job}|${p.fence}`)) continue;
         if (otherFaults.some((o: FaultRecord) => o.t0 <= g.mono && (o.target === null || o.target === p.worker) && o.t0 >= p.mono - config.ttlMs)) continue;
-        violate('g', 'two-believers', `${g.job}: ${g.worker} was granted fence ${g.fence} ${Math.round(g.mono - f.t1)} ms after failover ${f.id} while ${p.worker} still believed it held fence ${p.fence} (until ${Number.isFinite(endedAt) ? `${Math.round(endedAt - g.mono)} ms later` : 'the end'})`);
+        // what a rare case needs to be explained: where the earlier grant lies against the
+        // failover and the ttl, and the clock steps and other faults near it
+        const near = faults
+          .filter((o) => o !== f && o.t0 >= p.mono - 2 * config.ttlMs && o.t0 <= g.mono)
+          .map((o) => `${o.kind}${o.target ? ` of ${o.target}` : ''} at ${Math.round(o.t0 - f.t0)} ms`);
+        violate('g', 'two-believers', `${g.job}: ${g.worker} was granted fence ${g.fence} ${Math.round(g.mono - f.t1)} ms after failover ${f.id} while ${p.worker} still believed it held fence ${p.fence} (until ${Number.isFinite(endedAt) ? `${Math.round(endedAt - g.mono)} ms later` : 'the end'}; its grant at ${Math.round(p.mono - f.t0)} ms from the failover's start, which took ${Math.round(f.t1 - f.t0)} ms, ttl ${config.ttlMs} ms; faults near: ${near.join(', ') || 'none'})`);
       }
     }
   }
