@@ -11,16 +11,32 @@ export function storedScheduleSpec(row: { schedule: string; timezone: string | n
   return /\s/.test(row.schedule) ? { cron: row.schedule, ...(row.timezone ? { timezone: row.timezone } : {}) } : { every: Number(row.interval_ms) };
 }
 
-export interface StoredJobRow {
-  name: string;
-  source: 'code' | 'data';
-  handler: string | null;
+/** A job's schedule and lease columns, named alike in leasehold.jobs and the job_status view. */
+export interface ScheduleColumns {
   schedule: string;
   timezone: string | null;
   interval_ms: string | null;
   ttl_ms: string;
   overlap: string;
   catch_up: string;
+}
+
+/** Those columns as ScheduleInfo and JobStatus give them: one reading for the two read models. */
+export function scheduleSettings(row: ScheduleColumns) {
+  return {
+    schedule: row.schedule,
+    timezone: row.timezone,
+    intervalMs: row.interval_ms === null ? null : Number(row.interval_ms),
+    ttlMs: Number(row.ttl_ms),
+    overlap: row.overlap,
+    catchUp: row.catch_up,
+  };
+}
+
+export interface StoredJobRow extends ScheduleColumns {
+  name: string;
+  source: 'code' | 'data';
+  handler: string | null;
   buffer_limit: number | null;
   starting_deadline_ms: string | null;
   timeout_ms: string | null;

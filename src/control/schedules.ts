@@ -11,7 +11,7 @@ import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { checkZoneName } from '../validate/timezone.js';
 import { defineJob, describeCatchUp, type CatchUpPolicy, type JobDefinition, type OverlapPolicy } from '../job/job.js';
 import { CONTROL_DEFAULTS } from './defaults.js';
-import type { StoredJobRow } from './job-row.js';
+import { scheduleSettings, type StoredJobRow } from './job-row.js';
 import { payloadJson } from './payload.js';
 import { sqlError } from './sql-errors.js';
 
@@ -197,12 +197,7 @@ function toInfo(row: JobRow): ScheduleInfo {
     name: row.name,
     source: row.source,
     handler: row.handler,
-    schedule: row.schedule,
-    timezone: row.timezone,
-    intervalMs: num(row.interval_ms),
-    ttlMs: Number(row.ttl_ms),
-    overlap: row.overlap,
-    catchUp: row.catch_up,
+    ...scheduleSettings(row),
     bufferLimit: row.buffer_limit,
     startingDeadlineMs: num(row.starting_deadline_ms),
     timeoutMs: num(row.timeout_ms),

@@ -15,7 +15,7 @@ import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { SchedulerStore, type ClaimRow } from '../worker/claims.js';
 import { executeRunToReport, type RunEnvironment, type RunOutcome } from '../worker/execute-run.js';
 import { FinishQueue } from '../worker/finish-queue.js';
-import { defineJob, type JobContext, type JobDefinition, type JobOptions } from '../job/job.js';
+import { defineJob, JOB_SCHEDULE_KEYS, type JobContext, type JobDefinition, type JobOptions } from '../job/job.js';
 import { defaultToleranceMs, occurrenceFor } from './occurrence.js';
 import { trackerOf, type LeaseTracker } from '../lease/tracker.js';
 
@@ -70,19 +70,7 @@ export interface LeasedFunction {
   stop(): Promise<void>;
 }
 
-const LEASED_OPTION_KEYS = optionKeys<LeasedOptions>({
-  name: true,
-  cron: true,
-  timezone: true,
-  every: true,
-  ttl: true,
-  overlap: true,
-  bufferLimit: true,
-  retry: true,
-  timeout: true,
-  tolerance: true,
-  shutdownGrace: true,
-});
+const LEASED_OPTION_KEYS = optionKeys<LeasedOptions>({ ...JOB_SCHEDULE_KEYS, retry: true, timeout: true, tolerance: true, shutdownGrace: true });
 
 const RETRY_DELAYS_MS = [25, 100, 400];
 // Claim a hair after the occurrence, so that the database (whose now() decides) agrees it is due.

@@ -132,7 +132,8 @@ export interface JobDefinition {
   readonly handler: (context: JobContext) => Promise<unknown>;
 }
 
-const JOB_OPTION_KEYS = optionKeys<JobOptions>({
+/** The leading job options, which leased() takes too: one list for both checks, in the order their messages name them. */
+export const JOB_SCHEDULE_KEYS = {
   name: true,
   cron: true,
   timezone: true,
@@ -140,13 +141,9 @@ const JOB_OPTION_KEYS = optionKeys<JobOptions>({
   ttl: true,
   overlap: true,
   bufferLimit: true,
-  catchUp: true,
-  startingDeadline: true,
-  jitter: true,
-  retry: true,
-  timeout: true,
-  handler: true,
-});
+} as const satisfies Partial<Record<keyof JobOptions, true>>;
+
+const JOB_OPTION_KEYS = optionKeys<JobOptions>({ ...JOB_SCHEDULE_KEYS, catchUp: true, startingDeadline: true, jitter: true, retry: true, timeout: true, handler: true });
 
 // The defaults most jobs leave to the table, parsed once (the table is constant).
 const DEFAULT_TTL_MS = durationSetting(undefined, JOB_DEFAULTS.ttl, 'ttl');

@@ -1,6 +1,8 @@
 // Read models for operators: the job table (leasehold.job_status) and a job's history
 // (leasehold.run_history). Shared by the CLI, the dashboard and metrics.
 import type pg from 'pg';
+import { scheduleSettings, type ScheduleColumns } from '../control/job-row.js';
+import type { ScheduleInfo } from '../control/schedules.js';
 import type { RunTrigger } from '../job/job.js';
 import type { RunState } from '../job/run-outcomes.js';
 import { queryable, type Queryable } from '../db/handle.js';
@@ -27,14 +29,9 @@ export function reader(db: pg.Pool | pg.ClientBase, options: ReadOptions): Query
   return queryable(db, durationSetting(options.timeout, READ_DEFAULTS.timeout, 'timeout'));
 }
 
-export interface JobStatus {
+/** A job of the job table (leasehold.job_status): its settings as ScheduleInfo gives them, its lease and its last 24 hours. */
+export interface JobStatus extends Pick<ScheduleInfo, 'schedule' | 'timezone' | 'intervalMs' | 'ttlMs' | 'overlap' | 'catchUp'> {
   job: string;
-  schedule: string;
-  timezone: string | null;
-  intervalMs: number | null;
-  ttlMs: number;
-  overlap: string;
-  catchUp: string;
   /** 'paused': an operator paused it and no run of it holds the lease. */
   state: 'idle' | 'running' | 'expired' | 'paused';
   holder: string | null;
@@ -66,14 +63,8 @@ export interface JobStatus {
 }
 
 /** A row of leasehold.job_status (the dashboard's paged query returns the same columns). */
-export interface JobStatusRow {
+export interface JobStatusRow extends ScheduleColumns {
   job: string;
-  schedule: string;
-  timezone: string | null;
-  interval_ms: string | null;
-  ttl_ms: string;
-  overlap: string;
-  catch_up: string;
   state: JobStatus['state'];
   holder: string | null;
   lease_age_seconds: number | null;
@@ -114,12 +105,7 @@ export function toJobStatus(row: JobStatusRow): JobStatus {
   const ratio = row.p95_interval_ratio;
   return {
     job: row.job,
-    schedule: row.schedule,
-    timezone: row.timezone,
-    intervalMs: row.interval_ms === null ? null : Number(row.interval_ms),
-    ttlMs: Number(row.ttl_ms),
-    overlap: row.overlap,
-    catchUp: row.catch_up,
+    ...scheduleSettings(row),
     state: row.state,
     holder: row.holder,
     leaseAgeSeconds: row.lease_age_seconds,
