@@ -18,6 +18,7 @@ import { Leased, LeaseholdModule, nestLogger } from '../../src/nestjs/index.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const APP = fileURLToPath(new URL('../fixtures/nest/app.ts', import.meta.url));
+const STALL_APP = fileURLToPath(new URL('../fixtures/nest/stall-app.ts', import.meta.url));
 const APP_TSCONFIG = fileURLToPath(new URL('../fixtures/nest/tsconfig.json', import.meta.url));
 let url: string;
 const children: JsonLinesProcess[] = [];
@@ -205,5 +206,38 @@ describe('a NestJS application in three processes', () => {
     expect((await db.query("select 1 from leasehold.runs where holder = any($1) and outcome = 'running'", [names])).rowCount).toBe(0);
     expect((await db.query('select 1 from leasehold.leases where holder = any($1) and token is not null', [names])).rowCount).toBe(0);
     console.log(JSON.stringify({ ...summary, killed: victim!.holderName, nextSlotAfterKill: { holder: next!.holder, startedMsAfterSlot: lateMs } }));
+  });
+});
+
+describe('a NestJS application stopped (SIGSTOP) between a claim and its @Leased() method', () => {
+  it('does not enter the method under a lost lease when it resumes after another replica took the next occurrence', { timeout: 120_000 }, async () => {
+    const start = (holder: string, env: Record<string, string> = {}) =>
+      JsonLinesProcess.start(process.execPath, ['--import', 'tsx', STALL_APP], { DATABASE_URL: url, HOLDER: holder, TSX_TSCONFIG_PATH: APP_TSCONFIG, ...env }, undefined, 60_000);
+    // the fixture stops itself once a claim's answer grants it an occurrence, before the method is called
+    const stale = await start('nest-stale', { STOP_AFTER_CLAIM: '1' });
+    children.push(stale);
+    const stopped = await stale.waitFor((l) => l.event === 'stopped-after-claim', 30_000);
+    const slot = String(stopped.slot);
+    const taker = await start('nest-taker');
+    children.push(taker);
+    // a later occurrence runs on the other replica, after the stopped one's 2 s lease expired
+    await taker.waitFor((l) => l.event === 'entered' && String(l.slot) > slot, 60_000);
+    const stalledMs = Date.now() - Number(stopped.at);
+    expect(stalledMs).toBeGreaterThan(2_000);
+    stale.signal('SIGCONT');
+    const resumedAt = Date.now();
+    await stale.waitFor((l) => l.event === 'lost' && l.name === 'nest-stall' && l.fence === Number(stopped.fence), 10_000);
+    const lostAfterResumeMs = Date.now() - resumedAt;
+    await sleep(500);
+    expect(stale.lines.filter((l) => l.event === 'entered' && l.slot === slot)).toEqual([]);
+    // whatever either replica entered, it entered with its signal not aborted
+    expect([...stale.lines, ...taker.lines].filter((l) => l.event === 'entered' && l.aborted !== false)).toEqual([]);
+    const runs = (await rawPool(url, 2).query<{ slot: Date; holder: string; outcome: string }>("select slot, holder, outcome from leasehold.runs where job = 'nest-stall' order by slot, fence")).rows;
+    expect(runs.filter((r) => r.slot.toISOString() === slot).map((r) => [r.holder, r.outcome])).toEqual([['nest-stale', 'lost']]);
+    // each occurrence at most once
+    const ran = runs.filter((r) => r.outcome !== 'lost').map((r) => r.slot.getTime());
+    expect(new Set(ran).size).toBe(ran.length);
+    expect(runs.some((r) => r.holder === 'nest-taker' && r.outcome !== 'lost' && r.slot.toISOString() > slot)).toBe(true);
+    console.log(JSON.stringify({ trial: 'nest', stalledMs, slotToResumeMs: resumedAt - Date.parse(slot), lostAfterResumeMs }));
   });
 });
