@@ -106,13 +106,14 @@ function claimsTable(ticks: readonly TickResult[]): Table {
 
 function runsTable(ticks: readonly TickResult[], jobs: number): Table {
   return {
-    headers: ['tick (UTC)', 'start p50 ms', 'start p99 ms', 'start max ms', 'runs recorded by ms', 'runs not recorded', 'statements per worker', 'for its runs', 'finish_runs per worker', 'polls per worker', 'exactly once', 'missing (skipped)', 'doubled', 'recorded succeeded'],
-    align: ['l', 'r', 'r', 'r', 'r', 'r', 'l', 'l', 'l', 'l', 'r', 'r', 'r', 'r'],
+    headers: ['tick (UTC)', 'start p50 ms', 'start p99 ms', 'start max ms', 'recorded - real start p99 / max ms', 'runs recorded by ms', 'runs not recorded', 'statements per worker', 'for its runs', 'finish_runs per worker', 'polls per worker', 'exactly once', 'missing (skipped)', 'doubled', 'recorded succeeded'],
+    align: ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'l', 'l', 'l', 'l', 'r', 'r', 'r', 'r'],
     rows: ticks.map((t) => [
       time(t.slot),
       fixed(t.startLatencyMs.p50, 1),
       fixed(t.startLatencyMs.p99, 1),
       fixed(t.startLatencyMs.max, 1),
+      t.recordedStartErrorMs ? `${fixed(t.recordedStartErrorMs.p99, 1)} / ${fixed(t.recordedStartErrorMs.max, 1)}` : '-',
       fixed(t.lastFinishMs, 0),
       integer(t.finishFailed),
       list(t.statementsPerWorker.total),

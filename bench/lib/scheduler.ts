@@ -23,7 +23,7 @@ import type { SchedulerConfig } from './config.js';
 import { probeClaim, type ClaimProbeResult } from './claim-probe.js';
 import { Session } from './session.js';
 import { max, round, sleep } from './stats.js';
-import { analyseTick, TICK_PREFIX, verifySlot, waitForRuns, WINDOW_LEAD_MS, type TickResult } from './tick-analysis.js';
+import { analyseTick, recordedStarts, TICK_PREFIX, verifySlot, waitForRuns, WINDOW_LEAD_MS, type TickResult } from './tick-analysis.js';
 import type { UsageSample } from './tick-protocol.js';
 import { dump, spawnWorker, stopWorkers, usage, waitReady } from './tick-workers.js';
 
@@ -125,7 +125,8 @@ export async function measureTicks(
     const dumps = await Promise.all(children.map(dump));
     const rss = await Promise.all(children.map((child) => usage(child)));
     await stopWorkers(children);
-    const analyse = async (slot: Date) => analyseTick(slot.getTime(), offsetMs, intervalMs, dumps, await verifySlot(admin, slot, settings.jobs, holders));
+    const analyse = async (slot: Date) =>
+      analyseTick(slot.getTime(), offsetMs, intervalMs, dumps, await verifySlot(admin, slot, settings.jobs, holders), await recordedStarts(admin, slot));
     const warmupTicks: TickResult[] = [];
     for (const slot of warmupSlots) warmupTicks.push(await analyse(slot));
     const ticks: TickResult[] = [];
@@ -212,7 +213,8 @@ export async function measureScheduler(options: {
         `  ${warmupTicks.includes(tick) ? 'warm-up' : 'measured'} tick ${tick.slot.slice(11, 23)}: last claim ${tick.wallMs.toFixed(1)} ms after the slot; ` +
           `claim statements per worker ${tick.claimStatementsPerWorker.join(', ')}; start latency p50 ${tick.startLatencyMs.p50} ms, p99 ${tick.startLatencyMs.p99} ms; ` +
           `exactly once ${v.exactlyOnce}/${settings.jobs}, missing ${v.missing} (skipped ${v.missingSkipped}), doubled ${v.doubled}; ` +
-          `runs recorded by ${tick.lastFinishMs.toFixed(0)} ms, ${tick.finishFailed} runs not recorded`,
+          `runs recorded by ${tick.lastFinishMs.toFixed(0)} ms, ${tick.finishFailed} runs not recorded` +
+          (tick.recordedStartErrorMs ? `; recorded start - handler start p50 ${tick.recordedStartErrorMs.p50} ms, p99 ${tick.recordedStartErrorMs.p99} ms, max ${tick.recordedStartErrorMs.max} ms` : ''),
       );
     }
     for (const [message, n] of Object.entries(finishErrors)) progress(`  finish_runs failed for ${n} run(s): ${message}`);

@@ -56,6 +56,8 @@ export interface TickResult {
   statementsPerWorker: StatementCounts;
   /** Handler start minus slot, every run of the tick. */
   startLatencyMs: { count: number; p50: number; p99: number; max: number };
+  /** The history's started_at minus the handler's real start, every run of the tick (what `runs` says against what happened). */
+  recordedStartErrorMs?: { count: number; p50: number; p99: number; max: number };
   /** Slot -> the last finish_runs of the tick's window settled (every run recorded, or given up). */
   lastFinishMs: number;
   /** Runs whose finish_runs statement threw (e.g. no pool connection within connectTimeout): those leases stay held until their TTL runs out. */
@@ -113,6 +115,15 @@ export async function verifySlot(session: Session, slot: Date, jobs: number, hol
   };
 }
 
+/** Each job's recorded start of `slot` (database epoch ms), by job index. */
+export async function recordedStarts(session: Session, slot: Date): Promise<Map<number, number>> {
+  const rows = await session.query<{ job: string; started_ms: string }>(
+    `select job, (extract(epoch from started_at) * 1000)::text as started_ms from leasehold.runs where slot = $1 and job like $2`,
+    [slot, `${TICK_PREFIX}-%`],
+  );
+  return new Map(rows.map((r) => [Number(r.job.slice(TICK_PREFIX.length + 1)), Number(r.started_ms)]));
+}
+
 /** Waits until every job has a finished run for every slot, or `deadline` (performance.now()) passes. */
 export async function waitForRuns(session: Session, slots: readonly Date[], jobs: number, deadline: number): Promise<boolean> {
   for (;;) {
@@ -126,7 +137,14 @@ export async function waitForRuns(session: Session, slots: readonly Date[], jobs
   }
 }
 
-export function analyseTick(slotDb: number, offsetMs: number, intervalMs: number, dumps: readonly WorkerDump[], verification: TickVerification): TickResult {
+export function analyseTick(
+  slotDb: number,
+  offsetMs: number,
+  intervalMs: number,
+  dumps: readonly WorkerDump[],
+  verification: TickVerification,
+  recorded?: ReadonlyMap<number, number>,
+): TickResult {
   const slotLocal = slotDb + offsetMs;
   const windowStart = slotLocal - WINDOW_LEAD_MS;
   const windowEnd = windowStart + intervalMs;
@@ -162,11 +180,16 @@ export function analyseTick(slotDb: number, offsetMs: number, intervalMs: number
     statementsPerWorker.total.push(total);
   }
   const latencies: number[] = [];
+  const recordErrors: number[] = [];
   for (const d of dumps) {
     for (let i = 0; i + 1 < d.starts.length; i += 2) {
-      if (d.starts[i] === slotDb) latencies.push((d.starts[i + 1] as number) - slotLocal);
+      if (d.starts[i] !== slotDb) continue;
+      latencies.push((d.starts[i + 1] as number) - slotLocal);
+      const at = recorded?.get(d.startJobs?.[i / 2] ?? -1);
+      if (at !== undefined) recordErrors.push(at + offsetMs - (d.starts[i + 1] as number));
     }
   }
+  const errorsSorted = sortedCopy(recordErrors);
   const startSpanMs = dumps.map((d, w) => {
     const first = perWorkerClaims[w]?.[0];
     let last = Number.NaN;
@@ -200,6 +223,16 @@ export function analyseTick(slotDb: number, offsetMs: number, intervalMs: number
       p99: round(percentileOfSorted(sorted, 99), 1),
       max: round(percentileOfSorted(sorted, 100), 1),
     },
+    ...(recordErrors.length
+      ? {
+          recordedStartErrorMs: {
+            count: recordErrors.length,
+            p50: round(percentileOfSorted(errorsSorted, 50), 1),
+            p99: round(percentileOfSorted(errorsSorted, 99), 1),
+            max: round(percentileOfSorted(errorsSorted, 100), 1),
+          },
+        }
+      : {}),
     lastFinishMs: round(lastFinish - slotLocal, 1),
     finishFailed,
     verification,

@@ -30,6 +30,8 @@ export interface WorkerDump {
   claims: ClaimRecord[];
   /** Flat pairs: slot (epoch ms, database time), handler start (local epoch ms). */
   starts: number[];
+  /** The job's index (`${prefix}-00042`: 42) of each pair of starts. */
+  startJobs?: number[];
   /** Flat pairs: sent at (local epoch ms), index into STATEMENT_KINDS. */
   statements: number[];
   /** Flat pairs: SchedulerStore.finish() settled at (local epoch ms), 1 if it succeeded, 0 if it threw. */
