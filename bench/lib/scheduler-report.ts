@@ -106,7 +106,7 @@ function claimsTable(ticks: readonly TickResult[]): Table {
 
 function runsTable(ticks: readonly TickResult[], jobs: number): Table {
   return {
-    headers: ['tick (UTC)', 'start p50 ms', 'start p99 ms', 'start max ms', 'recorded - real start p99 / max ms', 'runs recorded by ms', 'runs not recorded', 'statements per worker', 'for its runs', 'finish_runs per worker', 'polls per worker', 'exactly once', 'missing (skipped)', 'doubled', 'recorded succeeded'],
+    headers: ['tick (UTC)', 'start p50 ms', 'start p99 ms', 'start max ms', 'recorded vs real start, abs. p99 / max ms', 'runs recorded by ms', 'runs not recorded', 'statements per worker', 'for its runs', 'finish_runs per worker', 'polls per worker', 'exactly once', 'missing (skipped)', 'doubled', 'recorded succeeded'],
     align: ['l', 'r', 'r', 'r', 'r', 'r', 'r', 'l', 'l', 'l', 'l', 'r', 'r', 'r', 'r'],
     rows: ticks.map((t) => [
       time(t.slot),

@@ -214,7 +214,7 @@ export async function measureScheduler(options: {
           `claim statements per worker ${tick.claimStatementsPerWorker.join(', ')}; start latency p50 ${tick.startLatencyMs.p50} ms, p99 ${tick.startLatencyMs.p99} ms; ` +
           `exactly once ${v.exactlyOnce}/${settings.jobs}, missing ${v.missing} (skipped ${v.missingSkipped}), doubled ${v.doubled}; ` +
           `runs recorded by ${tick.lastFinishMs.toFixed(0)} ms, ${tick.finishFailed} runs not recorded` +
-          (tick.recordedStartErrorMs ? `; recorded start - handler start p50 ${tick.recordedStartErrorMs.p50} ms, p99 ${tick.recordedStartErrorMs.p99} ms, max ${tick.recordedStartErrorMs.max} ms` : ''),
+          (tick.recordedStartErrorMs ? `; |recorded start - handler start| p50 ${tick.recordedStartErrorMs.p50} ms, p99 ${tick.recordedStartErrorMs.p99} ms, max ${tick.recordedStartErrorMs.max} ms` : ''),
       );
     }
     for (const [message, n] of Object.entries(finishErrors)) progress(`  finish_runs failed for ${n} run(s): ${message}`);

@@ -56,7 +56,7 @@ export interface TickResult {
   statementsPerWorker: StatementCounts;
   /** Handler start minus slot, every run of the tick. */
   startLatencyMs: { count: number; p50: number; p99: number; max: number };
-  /** The history's started_at minus the handler's real start, every run of the tick (what `runs` says against what happened). */
+  /** |the history's started_at - the handler's real start|, every run of the tick (what `runs` says against what happened). */
   recordedStartErrorMs?: { count: number; p50: number; p99: number; max: number };
   /** Slot -> the last finish_runs of the tick's window settled (every run recorded, or given up). */
   lastFinishMs: number;
@@ -186,7 +186,7 @@ export function analyseTick(
       if (d.starts[i] !== slotDb) continue;
       latencies.push((d.starts[i + 1] as number) - slotLocal);
       const at = recorded?.get(d.startJobs?.[i / 2] ?? -1);
-      if (at !== undefined) recordErrors.push(at + offsetMs - (d.starts[i + 1] as number));
+      if (at !== undefined) recordErrors.push(Math.abs(at + offsetMs - (d.starts[i + 1] as number)));
     }
   }
   const errorsSorted = sortedCopy(recordErrors);

@@ -85,6 +85,8 @@ describe.concurrent('psycopg2 and TypeScript compete for one lease', () => {
       holder?: unknown;
       release: () => Promise<unknown>;
     }
+    let losers = 0;
+    let unnamed = 0;
     for (let round = 1; round <= 8; round++) {
       const attempts: Attempt[] = await Promise.all([
         ...pys.map(async (p, i): Promise<Attempt> => {
@@ -108,10 +110,16 @@ describe.concurrent('psycopg2 and TypeScript compete for one lease', () => {
         // committing, naming nobody (never the previous, released holder)
         if (loser.reason === 'held') expect(loser.holder).toBe(winner.who);
         else expect(loser.holder).toBeNull();
+        losers++;
+        if (loser.reason !== 'held') unnamed++;
       }
       expect(await winner.release()).toBe(true);
     }
     expect(await rows(`select state, fence from leasehold.lease_status where name = 'race'`)).toEqual([{ state: 'free', fence: '8' }]);
+    // losers wait up to 50 ms for a concurrent acquirer to commit, so they name the winner; only a
+    // commit slower than that (a loaded machine) leaves one unnamed
+    console.log(`[python race] ${unnamed} of ${losers} losers unnamed ('being-acquired')`);
+    expect(unnamed).toBeLessThanOrEqual(Math.ceil(losers / 4));
   });
 
   it.skipIf(!hasPsycopg2)(`a stale Python write is refused after a TypeScript takeover${noPsycopg2}`, async () => {
