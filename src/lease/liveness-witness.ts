@@ -19,6 +19,7 @@ import type pg from 'pg';
 import { createDirectClient } from '../db/connection.js';
 import { sendOpening } from '../db/role-timeout.js';
 import { endedByServer } from '../db/server-restart.js';
+import { holdsKey } from './liveness-lock.js';
 
 export type WitnessOutcome =
   /** The lock passed to the witness: the liveness session is gone on the server, the key lives on here. */
@@ -78,17 +79,11 @@ export class LivenessWitness {
                 set_config('tcp_keepalives_count', '3', false), set_config('tcp_user_timeout', '10000', false)`,
         settings.queryTimeoutMs,
       );
-      const { rows } = await client.query<{ pid: number; shared: boolean }>(
-        `select pg_backend_pid() as pid,
-                exists (select 1 from pg_locks k
-                         where k.locktype = 'advisory' and k.objsubid = 1 and k.granted and k.pid = pg_backend_pid()
-                           and ((k.classid::bigint << 32) | k.objid::bigint) = $1::bigint) as shared`,
-        [key],
-      );
+      const held = await holdsKey(client, key, settings.queryTimeoutMs);
       // the backend already holds the key: the witness reached the liveness session's own server
       // connection, which only a transaction pooler does (an advisory lock never waits on itself)
-      if (rows[0]?.shared === true) throw new WitnessBehindPoolerError();
-      witness.pid = rows[0]?.pid ?? 0;
+      if (held.ours) throw new WitnessBehindPoolerError();
+      witness.pid = held.pid;
     } catch (error) {
       witness.settled = true;
       client.removeAllListeners('end');

@@ -13,6 +13,7 @@ import { unavailable } from '../db/connect-failure.js';
 import { describeConnection, loginOf } from '../db/connection-url.js';
 import { sendOpening } from '../db/role-timeout.js';
 import type { Logger } from '../observe/logger.js';
+import { holdsKey } from './liveness-lock.js';
 import { LivenessWitness, WitnessBehindPoolerError } from './liveness-witness.js';
 import { endedByServer, restartLike } from '../db/server-restart.js';
 
@@ -371,17 +372,6 @@ export class LivenessSession {
       clearTimeout(state.timer);
     }
   }
-}
-
-/** Whether the backend behind `client` holds the session lock on `key` itself. */
-async function holdsKey(client: pg.Client, key: string, timeoutMs: number): Promise<{ ours: boolean; databaseTime: Date }> {
-  const { rows } = await client.query<{ ours: boolean; database_time: Date }>({
-    text: `select clock_timestamp() as database_time,
-                  exists (select 1 from leasehold.liveness_locks() k where k.pid = pg_backend_pid() and k.key = $1::bigint) as ours`,
-    values: [key],
-    query_timeout: timeoutMs,
-  } as pg.QueryConfig);
-  return { ours: rows[0]?.ours === true, databaseTime: rows[0]?.database_time ?? new Date(Number.NaN) };
 }
 
 function asError(error: unknown): Error {

@@ -80,8 +80,7 @@ export class SchedulerStore {
     return new Map(rows.map((r) => [r.name, r.last_slot]));
   }
 
-  /** The liveness keys of the live workers, for the hash shares (shares.ts). */
-  /** The live workers' keys, each with its login role when it registered handlers. */
+  /** The live workers' keys, each with its login role when it registered handlers (shares.ts: the hash shares, one recorder per role). */
   async liveKeys(): Promise<LivePeer[]> {
     const { rows } = await this.query<{ key: string; role: string | null }>(
       'select k.key::text as key, w.role from leasehold.liveness_locks() k left join leasehold.worker_handlers w on w.worker_key = k.key where k.worker',
