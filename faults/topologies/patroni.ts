@@ -182,7 +182,7 @@ export class PatroniCluster implements FailoverTopology {
       const etcd = new Daemon('etcd', findProgram('etcd') as string, [
         '--name=e1', `--data-dir=${join(folder.path, 'etcd')}`, `--listen-client-urls=http://127.0.0.1:${client}`, `--advertise-client-urls=http://127.0.0.1:${client}`,
         `--listen-peer-urls=http://127.0.0.1:${peer}`, `--initial-advertise-peer-urls=http://127.0.0.1:${peer}`, `--initial-cluster=e1=http://127.0.0.1:${peer}`,
-      ], { user });
+      ], { user, cwd: folder.path });
       daemons.push(etcd);
       await waitFor(async () => (await httpStatus(`http://127.0.0.1:${client}/health`)) === 200, 30_000, () => `etcd did not start\n${etcd.log()}`);
       for (let i = 1; i <= 3; i++) {
@@ -201,7 +201,9 @@ export class PatroniCluster implements FailoverTopology {
         '  default-server inter 300ms fall 2 rise 1 on-marked-down shutdown-sessions',
         ...nodes.map((n) => `  server ${n.name} 127.0.0.1:${n.pgPort} maxconn 100 check port ${n.restPort}`), '',
       ].join('\n'));
-      const haproxy = new Daemon('haproxy', findProgram('haproxy') as string, ['-f', cfg, '-db'], { user });
+      // in the work folder: HAProxy, run as the server's user, goes back to its start directory after
+      // reading its config and stops when it cannot (a checkout in a folder only its owner may enter)
+      const haproxy = new Daemon('haproxy', findProgram('haproxy') as string, ['-f', cfg, '-db'], { user, cwd: folder.path });
       daemons.push(haproxy);
       const cluster = new PatroniCluster(options, folder, etcd, client, haproxy, haproxyPort, nodes);
       // the first node bootstraps alone, so that it is the one leader the others clone; in
