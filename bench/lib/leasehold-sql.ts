@@ -1,5 +1,6 @@
 // The leasehold pattern: leasehold.acquire (one statement, one round trip, read-only when it
-// declines) and, for a winner, leasehold.release (one more round trip).
+// declines) and, for a winner, leasehold.release (one more round trip). Both named statements,
+// parsed once per connection, as the library sends them (src/db/prepared.ts).
 import { interval, type ClaimOutcome, type ClaimPattern } from './pattern.js';
 import type { Session } from './session.js';
 
@@ -11,7 +12,7 @@ interface AcquireRow {
 
 export const leaseholdPattern: ClaimPattern = {
   id: 'leasehold',
-  description: 'select * from leasehold.acquire($1, $2::interval, $3) — 1 round trip; a winner then calls leasehold.release (+1)',
+  description: 'select * from leasehold.acquire($1, $2::interval, $3) (a named statement) — 1 round trip; a winner then calls leasehold.release (+1)',
   guarantees: 'TTL (database clock), fence, a skip names the holder, a dead holder\'s lease freed at once (liveness)',
   table: 'leasehold.leases',
 
@@ -24,14 +25,14 @@ export const leaseholdPattern: ClaimPattern = {
   },
 
   async acquire(session: Session, name: string, holder: string, ttlSeconds: number): Promise<ClaimOutcome> {
-    const rows = await session.query<AcquireRow>('select * from leasehold.acquire($1, $2::interval, $3)', [name, interval(ttlSeconds), holder]);
+    const rows = await session.query<AcquireRow>('select * from leasehold.acquire($1, $2::interval, $3)', [name, interval(ttlSeconds), holder], 'bench_acquire');
     const row = rows[0];
     if (!row) throw new Error('leasehold.acquire returned no row');
     return { won: row.acquired, token: row.token, reason: row.reason };
   },
 
   async release(session: Session, name: string, token: string): Promise<boolean> {
-    const rows = await session.query<{ released: boolean }>('select leasehold.release($1, $2) as released', [name, token]);
+    const rows = await session.query<{ released: boolean }>('select leasehold.release($1, $2) as released', [name, token], 'bench_release');
     return rows[0]?.released === true;
   },
 };

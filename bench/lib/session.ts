@@ -31,10 +31,10 @@ export class Session {
     return session;
   }
 
-  /** Sends one statement (one round trip) and returns its rows. */
-  async query<R extends pg.QueryResultRow>(text: string, values?: unknown[]): Promise<R[]> {
+  /** Sends one statement (one round trip) and returns its rows; `name`: a named statement, parsed once per connection. */
+  async query<R extends pg.QueryResultRow>(text: string, values?: unknown[], name?: string): Promise<R[]> {
     this.roundTrips++;
-    const result = await this.client.query<R>(text, values);
+    const result = await this.client.query<R>(name === undefined ? { text, values } : { name, text, values });
     return result.rows;
   }
 

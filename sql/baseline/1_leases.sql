@@ -70,47 +70,50 @@ language sql immutable strict as $$
    where m.c is not null;
 $$;
 
--- Argument checks shared by every entry point (one answer, one SQLSTATE for every client). The
--- pattern is tested in plpgsql (a cached expression); check_characters only describes a refusal.
-create function leasehold.check_name(p_name text) returns void
-language plpgsql immutable as $$
-begin
-  if p_name is null or char_length(p_name) = 0 then
-    raise exception 'lease name must not be empty' using errcode = 'LH001', hint = 'Name the job, e.g. ''nightly-report''.';
-  end if;
-  if char_length(p_name) > 200 then
-    raise exception 'lease name must be 1-200 characters (got %)', char_length(p_name) using errcode = 'LH001', hint = 'Use a shorter name.';
-  end if;
-  if p_name ~ leasehold.bad_characters() then
-    raise exception 'lease name must not contain control, bidirectional or invisible characters (found %)', leasehold.check_characters(p_name)
-      using errcode = 'LH001', hint = 'Remove the character: names are shown to operators and must read as they are.';
-  end if;
-end $$;
+-- Argument checks shared by every entry point (one answer, one SQLSTATE for every client). SQL,
+-- inlined into their callers' expressions (a plpgsql check was a call of its own on every
+-- acquire); refuse() raises, volatile so that planning never evaluates a branch not taken.
+create function leasehold.refuse(p_code text, p_message text, p_hint text) returns boolean
+language plpgsql volatile as $$ begin raise exception using errcode = p_code, message = p_message, hint = p_hint; end $$;
 
-create function leasehold.check_holder(p_holder text) returns void
-language plpgsql immutable as $$
-begin
-  if p_holder is null or char_length(p_holder) = 0 or char_length(p_holder) > 200 then
-    raise exception 'holder must be 1-200 characters (got %)', coalesce(char_length(p_holder), 0)
-      using errcode = 'LH004', hint = 'Use something like host:pid.';
-  end if;
-  if p_holder ~ leasehold.bad_characters() then
-    raise exception 'holder must not contain control, bidirectional or invisible characters (found %)', leasehold.check_characters(p_holder)
-      using errcode = 'LH004', hint = 'Use something like host:pid.';
-  end if;
-end $$;
+create function leasehold.check_name(p_name text) returns boolean
+language sql volatile as $$
+  select case
+    when p_name is null or char_length(p_name) = 0
+      then leasehold.refuse('LH001', 'lease name must not be empty', 'Name the job, e.g. ''nightly-report''.')
+    when char_length(p_name) > 200
+      then leasehold.refuse('LH001', format('lease name must be 1-200 characters (got %s)', char_length(p_name)), 'Use a shorter name.')
+    when p_name ~ leasehold.bad_characters()
+      then leasehold.refuse('LH001', format('lease name must not contain control, bidirectional or invisible characters (found %s)',
+                                            leasehold.check_characters(p_name)),
+                            'Remove the character: names are shown to operators and must read as they are.')
+    else true
+  end;
+$$;
 
-create function leasehold.check_ttl(p_ttl interval) returns void
-language plpgsql immutable as $$
-begin
-  if p_ttl is null or p_ttl <= interval '0' then
-    raise exception 'ttl must be positive (got %)', p_ttl using errcode = 'LH002', hint = 'Pass an interval such as ''30 seconds''.';
-  end if;
-  if p_ttl < interval '100 milliseconds' or p_ttl > interval '7 days' then
-    raise exception 'ttl must be between 100 milliseconds and 7 days (got %)', p_ttl
-      using errcode = 'LH002', hint = 'The ttl bounds how long a stalled holder blocks others; heartbeats renew it while the job runs.';
-  end if;
-end $$;
+create function leasehold.check_holder(p_holder text) returns boolean
+language sql volatile as $$
+  select case
+    when p_holder is null or char_length(p_holder) = 0 or char_length(p_holder) > 200
+      then leasehold.refuse('LH004', format('holder must be 1-200 characters (got %s)', coalesce(char_length(p_holder), 0)), 'Use something like host:pid.')
+    when p_holder ~ leasehold.bad_characters()
+      then leasehold.refuse('LH004', format('holder must not contain control, bidirectional or invisible characters (found %s)',
+                                            leasehold.check_characters(p_holder)), 'Use something like host:pid.')
+    else true
+  end;
+$$;
+
+create function leasehold.check_ttl(p_ttl interval) returns boolean
+language sql volatile as $$
+  select case
+    when p_ttl is null or p_ttl <= interval '0' then
+      leasehold.refuse('LH002', format('ttl must be positive (got %s)', coalesce(p_ttl::text, 'null')), 'Pass an interval such as ''30 seconds''.')
+    when p_ttl < interval '100 milliseconds' or p_ttl > interval '7 days'
+      then leasehold.refuse('LH002', format('ttl must be between 100 milliseconds and 7 days (got %s)', p_ttl),
+                            'The ttl bounds how long a stalled holder blocks others; heartbeats renew it while the job runs.')
+    else true
+  end;
+$$;
 
 create function leasehold.check_lease_name() returns trigger
 language plpgsql volatile as $$
@@ -242,14 +245,15 @@ end $$;
 -- is_free: the one rule for "anyone may take this lease now": released; expired (confirmed
 -- before a failover: one more ttl, its last renewals may be lost with the old primary); or its
 -- holder's liveness lock gone, asked only on the incarnation that took it (elsewhere none exists).
+-- Unexpired first: no epoch to read, and a live holder's lock answers with one failed try-lock.
 create function leasehold.is_free(l leasehold.leases) returns boolean
 language sql volatile as $$
   select case
     when l.token is null then true
-    when case when l.epoch is not distinct from leasehold.epoch() then l.expires_at <= now()
-              else l.expires_at + coalesce(l.ttl, interval '0') <= now() end then true
-    when l.holder_incarnation is not distinct from leasehold.server_incarnation() then leasehold.holder_gone(l.holder_key)
-    else false
+    when l.expires_at > now()
+      then l.holder_key is not null and leasehold.holder_gone(l.holder_key) and l.holder_incarnation is not distinct from leasehold.server_incarnation()
+    when l.epoch is not distinct from leasehold.epoch() or l.expires_at + coalesce(l.ttl, interval '0') <= now() then true
+    else l.holder_key is not null and leasehold.holder_gone(l.holder_key) and l.holder_incarnation is not distinct from leasehold.server_incarnation()
   end;
 $$;
 
@@ -292,53 +296,53 @@ begin
   return k;
 end $$;
 
+-- acquisition: acquire()'s answer, one row (a composite, built in one expression on every path).
+create type leasehold.acquisition as (
+  acquired boolean, token uuid, fence bigint, expires_at timestamptz, holder text, acquired_at timestamptz,
+  last_slot timestamptz, reason text, database_time timestamptz, took_over boolean);
+
 -- acquire: takes the lease where it is free (is_free) in one round trip, never waiting for a
 -- row lock. p_slot: only a slot after last_slot and not in the future (each slot once per fleet).
 -- p_token: the caller's token; a retry of a lost answer passes it again and adopts its own grant.
 -- The losing path writes nothing (docs/design.md): a FOR UPDATE whose WHERE is false takes no
 -- lock, no xid, no WAL, where ON CONFLICT DO UPDATE would lock the row on every losing call.
+-- A declined call's cost is the statements and expressions it runs (each set up again in every
+-- transaction), so the held path is one read and three expressions.
 create function leasehold.acquire(
   p_name text, p_ttl interval, p_holder text, p_holder_key bigint default null, p_slot timestamptz default null, p_token uuid default null
-) returns table (
-  acquired boolean, token uuid, fence bigint, expires_at timestamptz, holder text, acquired_at timestamptz,
-  last_slot timestamptz, reason text, database_time timestamptz, took_over boolean
-)
+) returns leasehold.acquisition
 language plpgsql volatile
 set lock_timeout = '2s'
 as $$
-#variable_conflict use_column
 declare
-  r leasehold.leases; candidate text; previous_token uuid; key_share_free boolean; acquiring boolean; why text;
+  v record; r leasehold.leases; candidate text; previous_token uuid; key_share_free boolean; acquiring boolean; held boolean; why text;
   previous_run_slot timestamptz; previous_run_fence bigint; -- a scheduled run in flight on the row, lost to this acquisition
   saved_lock_timeout text;
 begin
-  perform leasehold.check_namespace(array[p_name]);
+  if not (leasehold.check_name(p_name) and leasehold.check_ttl(p_ttl) and leasehold.check_holder(p_holder)) then return null; end if; -- or raises
+  -- the row and whether any namespace exists, in one read; nothing is told outside the caller's namespace
+  select l as lease, exists (select 1 from leasehold.namespaces) as namespaced into v
+    from (select) one left join leasehold.leases l on l.name = p_name;
+  if v.namespaced then perform leasehold.check_namespace(array[p_name]); end if;
+  r := v.lease;
   -- a paused job runs no slot by any path
-  if p_slot is not null and exists (select 1 from leasehold.jobs j where j.name = p_name and j.paused_at is not null) then
-    return query select false, null::uuid, coalesce(l.fence, 0), null::timestamptz, null::text, null::timestamptz, l.last_slot,
-                        'paused'::text, now(), false from (select 1) one left join leasehold.leases l on l.name = p_name;
-    return;
-  end if;
-  perform leasehold.check_name(p_name);
-  perform leasehold.check_ttl(p_ttl);
-  perform leasehold.check_holder(p_holder);
-
-  -- Held (most calls of a contested name): one read, no lock, no write. A retry (p_token) reads on.
-  if p_token is null then
-    select * into r from leasehold.leases l where l.name = p_name;
-    if found and r.token is not null and not leasehold.is_free(r) then
-      return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot,
-                          case when p_slot > now() then 'slot-not-due' when p_slot <= r.last_slot then 'slot-taken' else 'held' end, now(), false;
-      return;
+  if p_slot is not null then
+    if exists (select 1 from leasehold.jobs j where j.name = p_name and j.paused_at is not null) then
+      return (false, null, coalesce(r.fence, 0), null, null, null, r.last_slot, 'paused', now(), false)::leasehold.acquisition;
     end if;
   end if;
-  perform leasehold.pin_synchronous_commit();
+  -- Held (most calls of a contested name): no lock, no write. A retry (p_token) reads on.
+  if p_token is null and r.token is not null and not leasehold.is_free(r) then
+    return (false, null, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot,
+            case when p_slot > now() then 'slot-not-due' when p_slot <= r.last_slot then 'slot-taken' else 'held' end,
+            now(), false)::leasehold.acquisition;
+  end if;
   if p_token is not null then
     -- a retry whose answer was lost: still ours, so hand it back renewed, with its fence
+    perform leasehold.pin_synchronous_commit();
     r := leasehold.confirm(p_name, p_token, p_ttl);
     if r.name is not null then
-      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired'::text, now(), false;
-      return;
+      return (true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired', now(), false)::leasehold.acquisition;
     end if;
   end if;
 
@@ -348,25 +352,28 @@ begin
   -- 'being-acquired'. (A try-lock with a shared-lock wait starves.)
   begin
     saved_lock_timeout := current_setting('lock_timeout');
-    perform set_config('lock_timeout', '50ms', true);
-    perform pg_advisory_xact_lock(19528, hashtext(p_name));
-    perform set_config('lock_timeout', saved_lock_timeout, true);
+    perform set_config('lock_timeout', '50ms', true), pg_advisory_xact_lock(19528, hashtext(p_name));
+    saved_lock_timeout := set_config('lock_timeout', saved_lock_timeout, true);
     acquiring := true;
   exception when lock_not_available then
     acquiring := false;
   end;
   if acquiring then
+    -- most turns come after another acquirer's commit: its row, held, is the answer (no row lock)
+    select * into r from leasehold.leases l where l.name = p_name;
+    held := found and not leasehold.is_free(r) and r.token is distinct from p_token;
+  end if;
+  if acquiring and not held then
+    perform leasehold.pin_synchronous_commit();
     -- the row lock decides: free by the rules and not locked
     select l.name, l.token, l.run_slot, l.run_fence into candidate, previous_token, previous_run_slot, previous_run_fence
       from leasehold.leases l
      where l.name = p_name and leasehold.is_free(l)
        and (p_slot is null or ((l.last_slot is null or p_slot > l.last_slot) and p_slot <= now()))
        for update skip locked;
-    if not found and not exists (select 1 from leasehold.leases l where l.name = p_name) then
+    if not found and r.name is null then
       if p_slot is not null and p_slot > now() then
-        return query select false, null::uuid, 0::bigint, null::timestamptz, null::text, null::timestamptz, null::timestamptz,
-                            'slot-not-due'::text, now(), false;
-        return;
+        return (false, null, 0, null, null, null, null, 'slot-not-due', now(), false)::leasehold.acquisition;
       end if;
       -- first use of the name (a creator without the advisory lock loses on the primary key)
       insert into leasehold.leases as l (name, token, fence, holder, holder_key, acquired_at, expires_at, last_slot, ttl, epoch, holder_incarnation)
@@ -375,8 +382,7 @@ begin
       on conflict (name) do nothing
       returning l.* into r;
       if found then
-        return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired'::text, now(), false;
-        return;
+        return (true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired', now(), false)::leasehold.acquisition;
       end if;
     end if;
   end if;
@@ -391,28 +397,28 @@ begin
      where l.name = p_name
     returning l.* into r;
     -- took_over: the previous holder never released
-    return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired'::text, now(),
-                        previous_token is not null;
-    return;
+    return (true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired', now(),
+            previous_token is not null)::leasehold.acquisition;
   end if;
 
-  -- Lost: free yet locked, under the acquirers' lock. A KEY SHARE probe passes a holder's fenced
-  -- transaction (FOR KEY SHARE), not a claim, renewal or release (FOR UPDATE). Rare: it locks.
-  select * into r from leasehold.leases l where l.name = p_name;
-  if acquiring and found and leasehold.is_free(r) and (p_slot is null or r.last_slot is null or p_slot > r.last_slot) then
-    perform 1 from leasehold.leases l where l.name = p_name for key share skip locked;
-    key_share_free := found;
+  -- Lost: held (the turn's read, still current: nobody else had the turn), or free yet locked, under
+  -- the acquirers' lock. A KEY SHARE probe passes a holder's fenced transaction (FOR KEY SHARE),
+  -- not a claim, renewal or release (FOR UPDATE). Rare: it locks.
+  if not coalesce(held, false) then
     select * into r from leasehold.leases l where l.name = p_name;
-  end if;
-
-  -- our own first attempt may have committed since the check at the top: adopt it
-  if p_token is not null and r.token = p_token then
-    r := leasehold.confirm(p_name, p_token, p_ttl);
-    if r.name is not null then
-      return query select true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired'::text, now(), false;
-      return;
+    if acquiring and found and leasehold.is_free(r) and (p_slot is null or r.last_slot is null or p_slot > r.last_slot) then
+      perform 1 from leasehold.leases l where l.name = p_name for key share skip locked;
+      key_share_free := found;
+      select * into r from leasehold.leases l where l.name = p_name;
     end if;
-    select * into r from leasehold.leases l where l.name = p_name;
+    -- our own first attempt may have committed since the check at the top: adopt it
+    if p_token is not null and r.token = p_token then
+      r := leasehold.confirm(p_name, p_token, p_ttl);
+      if r.name is not null then
+        return (true, r.token, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, 'acquired', now(), false)::leasehold.acquisition;
+      end if;
+      select * into r from leasehold.leases l where l.name = p_name;
+    end if;
   end if;
 
   why := case
@@ -423,11 +429,8 @@ begin
       -- being taken by another acquirer: the row still names the previous holder, not to be reported
       else 'being-acquired'
     end;
-  if why = 'being-acquired' then
-    return query select false, null::uuid, coalesce(r.fence, 0), null::timestamptz, null::text, null::timestamptz, r.last_slot, why, now(), false;
-  else
-    return query select false, null::uuid, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, why, now(), false;
-  end if;
+  if why = 'being-acquired' then r.fence := coalesce(r.fence, 0); r.expires_at := null; r.holder := null; r.acquired_at := null; end if;
+  return (false, null, r.fence, r.expires_at, r.holder, r.acquired_at, r.last_slot, why, now(), false)::leasehold.acquisition;
 end $$;
 
 -- confirm: confirm_leases() of one lease: the row, or nulls when it is not the caller's.

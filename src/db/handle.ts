@@ -8,7 +8,8 @@ import { failure, LIBRARY_SETTING, unavailable } from './connect-failure.js';
 import { isConnectionError, QueryTimeoutError } from './connection.js';
 import { loginOf } from './connection-url.js';
 import { permissionDenied } from './permissions.js';
-import { pin, pinFor, pinnedReason, runPinned } from './pinned.js';
+import { pin, pinFor, pinnedReason, runPinned, type StatementSpec } from './pinned.js';
+import { fallBackToUnnamed, statementName } from './prepared.js';
 import { readOnlyRefusal } from './read-only.js';
 import { isServerCancel, isStatementTimeout, sendOpening } from './role-timeout.js';
 
@@ -129,6 +130,13 @@ export async function clientQuery<R extends pg.QueryResultRow>(
 
 const MAX_TERMINATED_RETRIES = 5;
 
+export interface StatementOptions {
+  /** 'array': each row as an array of its columns (no object per row: a tick's claim parses thousands). */
+  rowMode?: 'array';
+  /** A named statement, parsed once per connection (prepared.ts): for the hottest statements. */
+  prepared?: boolean;
+}
+
 /** One statement with a timeout on a pooled connection, retried on a connection the server had already terminated. */
 export async function timedQuery<R extends pg.QueryResultRow>(
   pool: pg.Pool,
@@ -136,13 +144,15 @@ export async function timedQuery<R extends pg.QueryResultRow>(
   values: unknown[],
   timeoutMs: number,
   where: string,
-  /** 'array': each row as an array of its columns (no object per row: a tick's claim parses thousands). */
-  rowMode?: 'array',
+  options: StatementOptions = {},
 ): Promise<pg.QueryResult<R>> {
   for (let attempt = 1; ; attempt++) {
+    const name = options.prepared ? statementName(pool, text) : undefined;
     try {
-      return await queryOnce<R>(pool, { text, values, timeoutMs, where, rowMode });
+      return await queryOnce<R>(pool, { text, values, timeoutMs, where, rowMode: options.rowMode, name });
     } catch (error) {
+      // a named statement that did not match the session (a transaction pooler) never ran
+      if (name !== undefined && fallBackToUnnamed(pool, error)) continue;
       // A pooled connection whose backend was terminated (server restart, failover,
       // pg_terminate_backend) fails with 57P01/57P02 before or while running the statement;
       // either way the server rolled it back, so retrying is safe. After a restart every idle
@@ -156,17 +166,17 @@ export async function timedQuery<R extends pg.QueryResultRow>(
 
 async function queryOnce<R extends pg.QueryResultRow>(
   pool: pg.Pool,
-  { text, values, timeoutMs, where, rowMode }: { text: string; values: unknown[]; timeoutMs: number; where: string; rowMode: 'array' | undefined },
+  { text, values, timeoutMs, where, rowMode, name }: StatementSpec & { where: string },
 ): Promise<pg.QueryResult<R>> {
   const client = await checkout(pool, checkoutTimeout(timeoutMs), where);
   const onError = () => undefined; // errors while checked out surface through the query
   client.on('error', onError);
   let broken: Error | undefined;
-  const statement = { text, values, timeoutMs, rowMode };
+  const statement = { text, values, timeoutMs, rowMode, name };
   try {
     if (pinnedReason(pool)) return await runPinned<R>(client, statement, breaksSession);
     try {
-      return await client.query<R>({ text, values, query_timeout: timeoutMs, rowMode } as pg.QueryConfig);
+      return await client.query<R>({ text, values, query_timeout: timeoutMs, rowMode, name } as pg.QueryConfig);
     } catch (error) {
       // the session does not suit the protocol after all (its settings changed since the start,
       // or the pool was never checked); the statement was rolled back: again, pinned

@@ -84,6 +84,8 @@ export interface StatementSpec {
   values: unknown[];
   timeoutMs: number;
   rowMode: 'array' | undefined;
+  /** A named statement (prepared.ts), or undefined. */
+  name?: string | undefined;
 }
 
 /**
@@ -91,11 +93,11 @@ export interface StatementSpec {
  * happened); a connection left inside the transaction is the caller's to destroy (giveBack).
  */
 export async function runPinned<R extends pg.QueryResultRow>(client: pg.PoolClient, statement: StatementSpec, breaksSession: (error: unknown) => boolean): Promise<pg.QueryResult<R>> {
-  const { text, values, timeoutMs, rowMode } = statement;
+  const { text, values, timeoutMs, rowMode, name } = statement;
   await sendOpening(client, pinnedBegin(timeoutMs), timeoutMs);
   let result: pg.QueryResult<R>;
   try {
-    result = await client.query<R>({ text, values, query_timeout: timeoutMs, rowMode } as pg.QueryConfig);
+    result = await client.query<R>({ text, values, query_timeout: timeoutMs, rowMode, name } as pg.QueryConfig);
   } catch (error) {
     if (!breaksSession(error)) await client.query({ text: 'rollback', query_timeout: timeoutMs } as pg.QueryConfig).catch(() => undefined);
     throw error;

@@ -41,6 +41,7 @@ export async function callAcquire(runtime: LeaseRuntime, request: AcquireRequest
       // an answer later than the ttl would hand us a lease that is already over
       Math.min(runtime.queryTimeoutMs, request.ttlMs),
       runtime.where,
+      { prepared: true },
     );
     const row = result.rows[0];
     if (!row) throw new Error('leasehold.acquire returned no row');

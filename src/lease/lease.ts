@@ -125,6 +125,7 @@ export class Lease {
       [this.name, this.token],
       runtime.queryTimeoutMs,
       runtime.where,
+      { prepared: true },
     );
     const released = rows[0]?.released === true;
     if (runtime.events.wants('lease:released')) runtime.events.emit('lease:released', control.info(), released);

@@ -70,6 +70,7 @@ export async function renewOne(control: LeaseControl, ttlMs: number): Promise<Da
         [grant.name, grant.token, `${ttlMs} milliseconds`],
         renewTimeoutMs(runtime, ttlMs),
         runtime.where,
+        { prepared: true },
       );
       const answer = result.rows[0];
       if (answer) runtime.clock.observe(answer.database_time, attemptSent, performance.now());
@@ -119,6 +120,7 @@ export async function renewMany(runtime: LeaseRuntime, batch: readonly LeaseCont
         [names, tokens, ttls],
         timeoutMs,
         runtime.where,
+        { prepared: true },
       );
       const first = result.rows[0];
       if (first) runtime.clock.observe(first.database_time, sentAt, performance.now());

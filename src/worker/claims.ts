@@ -54,7 +54,7 @@ export class SchedulerStore {
 
   /** A statement whose rows come back as arrays of their columns, in the order selected. */
   private async arrayQuery(text: string, values: unknown[], timeoutMs: number): Promise<unknown[][]> {
-    const { rows } = await timedQuery<Record<string, unknown>>(this.runtime.controlPool, text, values, timeoutMs, this.runtime.where, 'array');
+    const { rows } = await timedQuery<Record<string, unknown>>(this.runtime.controlPool, text, values, timeoutMs, this.runtime.where, { rowMode: 'array' });
     return rows as unknown as unknown[][];
   }
 

@@ -6,7 +6,8 @@ import type pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startDashboard } from '../../src/dashboard/server.js';
 import { QueryTimeoutError } from '../../src/db/connection.js';
-import { dbHandle } from '../../src/db/handle.js';
+import { dbHandle, timedQuery } from '../../src/db/handle.js';
+import { runsUnnamed } from '../../src/db/prepared.js';
 import { inTransaction } from '../../src/db/transaction.js';
 import { DatabaseUnavailableError, InvalidArgumentError } from '../../src/errors.js';
 import { silentLogger } from '../../src/observe/logger.js';
@@ -92,6 +93,22 @@ describe('read models through the handle', () => {
       locked = false;
       await unlock();
     }
+  });
+});
+
+describe('named statements (acquire, release, renewal)', () => {
+  it('are parsed once per connection, and a session that lost them (DEALLOCATE, a pooler) makes the pool send them unnamed, without an error', async () => {
+    const pool = rawPool(url, 1);
+    const text = 'select $1::int + 1 as n';
+    const prepared = async () => (await pool.query<{ n: string }>(`select count(*)::int as n from pg_prepared_statements where statement = $1`, [text])).rows[0]!.n;
+    expect((await timedQuery(pool, text, [1], 5_000, 'test', { prepared: true })).rows).toEqual([{ n: 2 }]);
+    expect((await timedQuery(pool, text, [2], 5_000, 'test', { prepared: true })).rows).toEqual([{ n: 3 }]);
+    expect(await prepared()).toBe(1);
+    expect(runsUnnamed(pool)).toBe(false);
+    await pool.query('deallocate all'); // the client still believes its statement parsed: 26000 on the next Bind
+    expect((await timedQuery(pool, text, [3], 5_000, 'test', { prepared: true })).rows).toEqual([{ n: 4 }]);
+    expect(runsUnnamed(pool)).toBe(true);
+    expect(await prepared()).toBe(0);
   });
 });
 

@@ -4,6 +4,8 @@ import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { LeaseLostError } from '../../src/index.js';
+import { timedQuery } from '../../src/db/handle.js';
+import { runsUnnamed } from '../../src/db/prepared.js';
 import { client, freshDatabase, rawPool, sleep, waitFor } from '../support/db.js';
 import { JsonLinesProcess } from '../support/processes.js';
 import { findPgBouncer, startPgBouncer, type PgBouncer } from '../support/pgbouncer.js';
@@ -168,6 +170,28 @@ describe.concurrent('through PgBouncer (pool_mode = transaction)', () => {
       await later.lease.transaction((c) => c.query('select 1'));
     },
   );
+
+  it.skipIf(!BINARY)(`named statements: a second client on the same server session falls back to unnamed ones, nothing fails${missing}`, async () => {
+    const single = bouncer!.url(`${new URL(direct).pathname.slice(1)}_single`);
+    const [one, two] = [new pg.Pool({ connectionString: single, max: 1 }), new pg.Pool({ connectionString: single, max: 1 })];
+    try {
+      const text = 'select $1::int * 2 as n';
+      expect((await timedQuery(one, text, [1], 5_000, 'pooled', { prepared: true })).rows).toEqual([{ n: 2 }]);
+      // the one server session has the name already (from the other client): 42P05, then unnamed
+      expect((await timedQuery(two, text, [2], 5_000, 'pooled', { prepared: true })).rows).toEqual([{ n: 4 }]);
+      expect([runsUnnamed(one), runsUnnamed(two)]).toEqual([false, true]);
+      // and the library's clients on that one session: acquire, decline, release
+      const a = await client(single, { holder: 'named-a', liveness: false });
+      const b = await client(single, { holder: 'named-b', liveness: false });
+      const first = await a.acquire('named', { ttl: '30s' });
+      if (!first.acquired) throw new Error('expected to acquire');
+      expect(await b.acquire('named', { ttl: '30s' })).toMatchObject({ acquired: false, reason: 'held', holder: 'named-a' });
+      expect(await first.lease.release()).toBe(true);
+      expect(await b.acquire('named', { ttl: '30s' })).toMatchObject({ acquired: true });
+    } finally {
+      await Promise.all([one.end(), two.end()]);
+    }
+  });
 
   it.skipIf(!BINARY)(`the traffic really went through PgBouncer in transaction mode${missing}`, async () => {
     const admin = new pg.Client({ connectionString: bouncer!.url('pgbouncer') });

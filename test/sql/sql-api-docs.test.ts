@@ -87,6 +87,14 @@ describe('docs/sql-api.md against the database', () => {
         expect(columnsOf(section.body), `columns of leasehold.${section.name}`).toEqual(normalize(table[1]!).split(', '));
       } else {
         expect(section.returns, `result of leasehold.${section.name}`).toBe(normalize(real.result));
+        // a composite result (one row): its table lists the type's columns
+        const { rows: fields } = await pool.query<{ column: string }>(
+          `select a.attname || ' ' || format_type(a.atttypid, a.atttypmod) as column
+             from pg_type t join pg_attribute a on a.attrelid = t.typrelid
+            where t.oid = to_regtype($1) and t.typtype = 'c' and a.attnum > 0 and not a.attisdropped order by a.attnum`,
+          [real.result],
+        );
+        if (fields.length > 0) expect(columnsOf(section.body), `columns of ${real.result}`).toEqual(fields.map((f) => normalize(f.column)));
       }
     }
   });
