@@ -53,7 +53,7 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'acquire-ignores-expiry': [
     {
       fn: 'is_free',
-      pattern: /\n\s+when case when l\.epoch is not distinct from leasehold\.epoch\(\) then l\.expires_at <= now\(\)\n\s+else l\.expires_at \+ coalesce\(l\.ttl, interval '0'\) <= now\(\) end then true/,
+      pattern: /\n\s+when l\.epoch is not distinct from leasehold\.epoch\(\) or l\.expires_at \+ coalesce\(l\.ttl, interval '0'\) <= now\(\) then true/,
       replacement: '',
     },
   ],
@@ -69,7 +69,7 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
     { fn: 'holds_lease', pattern: /\s+and l\.epoch = leasehold\.epoch\(\)/, replacement: '' },
   ],
   'liveness-any-incarnation': [
-    { fn: 'is_free', pattern: /when l\.holder_incarnation is not distinct from leasehold\.server_incarnation\(\) then/, replacement: 'when true then' },
+    { fn: 'is_free', pattern: / and l\.holder_incarnation is not distinct from leasehold\.server_incarnation\(\)/, replacement: '' },
   ],
   // the guard in claim(): both the
   // slot asked for and the slot claimed (an older buffered one) must be after the last claimed
