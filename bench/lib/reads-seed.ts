@@ -1,6 +1,7 @@
 // The reads part's data set: `jobs` jobs on '*/15 * * * *', `runsPerJob` runs each, 15 min
-// apart (one in 50 failed), and 3 skips per job. Rows are inserted oldest first, as a live
-// fleet writes them, so the time columns follow the table's physical order (what BRIN needs).
+// apart (one in 50 failed), and 3 skips per job, each naming the fence of the run it found
+// running. Rows are inserted oldest first, as a live fleet writes them, so the time columns
+// follow the table's physical order (what BRIN needs).
 export interface ReadsScale {
   jobs: number;
   runsPerJob: number;
@@ -24,8 +25,9 @@ export function seedStatements({ jobs, runsPerJob }: ReadsScale): string[] {
         cross join lateral (select now() - k * interval '15 minutes' as at) t
         cross join generate_series(1, ${jobs}) j
         order by k desc, j`,
-    `insert into leasehold.skips (job, slot, holder, recorded_by, recorded_at)
-       select ${name('j')}, now() - (k * interval '15 minutes') + interval '1 second', 'worker-1', 'worker-2',
+    // each skip names its holder's fence, as claim() records it: the run of that slot, still running
+    `insert into leasehold.skips (job, slot, holder, holder_fence, recorded_by, recorded_at)
+       select ${name('j')}, now() - (k * interval '15 minutes') + interval '1 second', 'worker-1', ${runsPerJob + 1} - k, 'worker-2',
               now() - (k * interval '15 minutes') + interval '1 second'
          from generate_series(3, 1, -1) k cross join generate_series(1, ${jobs}) j
         order by k desc, j`,

@@ -145,8 +145,8 @@ select k.job, k.slot, 'skip', case when ran.fence is null then 'skipped' else 'b
               case when ran.fence is null then '' else format('; buffered, ran later (fence %s)', ran.fence) end),
        'schedule', null
   from leasehold.skips k
-  left join lateral (select r.fence from leasehold.runs r
-                      where r.job = k.job and r.slot = k.slot and r.trigger = 'schedule' limit 1) ran on true
+  left join lateral (select r.fence from leasehold.runs r -- a later run of the slot: from the skip's holder on (fences grow)
+                      where r.job = k.job and r.fence >= coalesce(k.holder_fence, 0) and r.slot = k.slot and r.trigger = 'schedule' limit 1) ran on true
 union all
 select job, slot, 'missed', 'missed', null, null, recorded_at, null, null, reason, 'schedule', null
   from leasehold.missed

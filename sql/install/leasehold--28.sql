@@ -2203,8 +2203,8 @@ select k.job, k.slot, 'skip', case when ran.fence is null then 'skipped' else 'b
               case when ran.fence is null then '' else format('; buffered, ran later (fence %s)', ran.fence) end),
        'schedule', null
   from leasehold.skips k
-  left join lateral (select r.fence from leasehold.runs r
-                      where r.job = k.job and r.slot = k.slot and r.trigger = 'schedule' limit 1) ran on true
+  left join lateral (select r.fence from leasehold.runs r -- a later run of the slot: from the skip's holder on (fences grow)
+                      where r.job = k.job and r.fence >= coalesce(k.holder_fence, 0) and r.slot = k.slot and r.trigger = 'schedule' limit 1) ran on true
 union all
 select job, slot, 'missed', 'missed', null, null, recorded_at, null, null, reason, 'schedule', null
   from leasehold.missed
@@ -2493,7 +2493,7 @@ select unnest(v.objects), v.level from (values
      'run_timed_out', 'secure_schema', 'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'fa625c8f9aa922bd19a00ee488a75d90431d91329e0d6bea0fa1f1ecac9f56f3');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'deff65dafa7011c2a7c6555fdb04e8446bccd33955b380859fb2ebd14f7d2e03');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

@@ -119,6 +119,12 @@ describe('claim()', () => {
     expect(rows[0]!.next_buffered_slot.getTime()).toBe(t(1).getTime());
     const [next] = await claim(c, ['buffered'], t(1), 'worker-a', 1);
     expect([next!.claimed, next!.slot.getTime()]).toEqual([true, t(1).getTime()]);
+    // the history names the skip 'buffered' with the fence it ran under (in flight, then ended)
+    const skipRow = async () =>
+      (await c.query<{ outcome: string; detail: string }>(`select outcome, detail from leasehold.run_history where job = 'buffered' and kind = 'skip'`)).rows;
+    expect(await skipRow()).toEqual([{ outcome: 'buffered', detail: expect.stringContaining(`ran later (fence ${next!.fence})`) }]);
+    await c.query(`select * from leasehold.finish_runs(array['buffered'], array[$1::bigint], array[$2::uuid], array['succeeded'], array[null::text], array[1])`, [next!.fence, next!.token]);
+    expect(await skipRow()).toEqual([{ outcome: 'buffered', detail: expect.stringContaining(`ran later (fence ${next!.fence})`) }]);
   });
 
   it('a skip in flight keeps a claim of the same slot out: the holder\'s release waits for it, the claim after sees it', async () => {
