@@ -53,7 +53,7 @@ const EDITS: Record<MutantName | FailoverMutantName, Edit[]> = {
   'acquire-ignores-expiry': [
     {
       fn: 'is_free',
-      pattern: /\n\s+when l\.epoch is not distinct from leasehold\.epoch\(\) or l\.expires_at \+ coalesce\(l\.ttl, interval '0'\) <= now\(\) then true/,
+      pattern: /\n\s+when l\.expires_at <= now\(\) and \(l\.epoch is not distinct from leasehold\.epoch\(\) or l\.expires_at \+ coalesce\(l\.ttl, interval '0'\) <= now\(\)\) then true/,
       replacement: '',
     },
   ],

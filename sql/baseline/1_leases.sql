@@ -245,14 +245,13 @@ end $$;
 -- is_free: the one rule for "anyone may take this lease now": released; expired (confirmed
 -- before a failover: one more ttl, its last renewals may be lost with the old primary); or its
 -- holder's liveness lock gone, asked only on the incarnation that took it (elsewhere none exists).
--- Unexpired first: no epoch to read, and a live holder's lock answers with one failed try-lock.
+-- An unexpired lease reads no epoch (AND stops at the expiry), and a live holder's lock answers
+-- with one failed try-lock.
 create function leasehold.is_free(l leasehold.leases) returns boolean
 language sql volatile as $$
   select case
     when l.token is null then true
-    when l.expires_at > now()
-      then l.holder_key is not null and leasehold.holder_gone(l.holder_key) and l.holder_incarnation is not distinct from leasehold.server_incarnation()
-    when l.epoch is not distinct from leasehold.epoch() or l.expires_at + coalesce(l.ttl, interval '0') <= now() then true
+    when l.expires_at <= now() and (l.epoch is not distinct from leasehold.epoch() or l.expires_at + coalesce(l.ttl, interval '0') <= now()) then true
     else l.holder_key is not null and leasehold.holder_gone(l.holder_key) and l.holder_incarnation is not distinct from leasehold.server_incarnation()
   end;
 $$;

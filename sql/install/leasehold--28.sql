@@ -273,14 +273,13 @@ end $$;
 -- is_free: the one rule for "anyone may take this lease now": released; expired (confirmed
 -- before a failover: one more ttl, its last renewals may be lost with the old primary); or its
 -- holder's liveness lock gone, asked only on the incarnation that took it (elsewhere none exists).
--- Unexpired first: no epoch to read, and a live holder's lock answers with one failed try-lock.
+-- An unexpired lease reads no epoch (AND stops at the expiry), and a live holder's lock answers
+-- with one failed try-lock.
 create function leasehold.is_free(l leasehold.leases) returns boolean
 language sql volatile as $$
   select case
     when l.token is null then true
-    when l.expires_at > now()
-      then l.holder_key is not null and leasehold.holder_gone(l.holder_key) and l.holder_incarnation is not distinct from leasehold.server_incarnation()
-    when l.epoch is not distinct from leasehold.epoch() or l.expires_at + coalesce(l.ttl, interval '0') <= now() then true
+    when l.expires_at <= now() and (l.epoch is not distinct from leasehold.epoch() or l.expires_at + coalesce(l.ttl, interval '0') <= now()) then true
     else l.holder_key is not null and leasehold.holder_gone(l.holder_key) and l.holder_incarnation is not distinct from leasehold.server_incarnation()
   end;
 $$;
@@ -2493,7 +2492,7 @@ select unnest(v.objects), v.level from (values
      'run_timed_out', 'secure_schema', 'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'deff65dafa7011c2a7c6555fdb04e8446bccd33955b380859fb2ebd14f7d2e03');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '197077e1d94b81d1520dbc1ccc1ed33731d23ec0a00047b119f35b9b45015bb9');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
