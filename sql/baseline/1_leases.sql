@@ -25,15 +25,19 @@ create table leasehold.forks (
 comment on table leasehold.forks is
   'The fence base of each timeline this line of history has granted on, fixed at its first grant (fork_base()).';
 
+-- Columns in the order they change: an update's WAL record carries only the bytes between the
+-- prefix and the suffix the old and new row share, so the columns a release clears come last,
+-- after those a grant sets, after those that rarely change (a claim and its release: 1,084 ->
+-- 892 WAL bytes a job).
 create table leasehold.leases (
-  name text primary key, token uuid, fence bigint not null default 0, holder text, holder_key bigint,
-  acquired_at timestamp with time zone, expires_at timestamp with time zone, last_slot timestamp with time zone,
-  released_at timestamp with time zone, ttl interval,
+  name text primary key, created_at timestamp with time zone not null default now(), suspended text, ttl interval,
   epoch integer, -- the epoch in which the grant or its latest renewal was confirmed
   holder_incarnation text, -- the incarnation whose advisory lock table holds holder_key's lock
-  created_at timestamp with time zone not null default now(), suspended text,
-  -- the scheduled run in flight (claim()), until finish_runs() writes its history row
-  run_slot timestamp with time zone, run_fence bigint, run_holder text, run_started_at timestamp with time zone,
+  fence bigint not null default 0, run_fence bigint, last_slot timestamp with time zone, holder text, run_holder text,
+  acquired_at timestamp with time zone,
+  released_at timestamp with time zone, token uuid, expires_at timestamp with time zone, holder_key bigint,
+  -- the scheduled run in flight (claim()), until finish_runs() writes its history row (and run_fence, run_holder)
+  run_slot timestamp with time zone, run_started_at timestamp with time zone,
   constraint leases_suspended_check CHECK ((suspended = ANY (ARRAY['paused'::text, 'removed'::text]))),
   constraint leases_token_has_expiry CHECK (((token IS NULL) = (expires_at IS NULL)))
 ) with (fillfactor=50);
