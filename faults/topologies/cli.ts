@@ -29,10 +29,13 @@ export async function runTopologyTier(options: TopologyCliOptions): Promise<numb
   let selected: Array<[string, Scenario]>;
   if (options.scenario === 'ci') selected = [['switchover then kill, sync', CI_SCENARIO]];
   else {
-    // two failovers in a row is the scenario that tells forks of one timeline number apart
-    const kinds = options.scenario?.split(',') ?? (options.mutant === 'fence-by-timeline' ? ['double'] : undefined);
+    // two failovers in a row without synchronous mode is the scenario with two forks of one
+    // timeline number (synchronously the last replica follows the first promotion's timeline)
+    const byTimeline = options.mutant === 'fence-by-timeline';
+    const kinds = options.scenario?.split(',') ?? (byTimeline ? ['double'] : undefined);
+    const sync = options.sync ?? (byTimeline ? 'off' : undefined);
     selected = scenarios(options.topology).filter(
-      ([, s]) => (!kinds || kinds.includes(s.failovers[0] as FailoverHow)) && (options.sync === undefined || s.synchronous === (options.sync === 'on')),
+      ([, s]) => (!kinds || kinds.includes(s.failovers[0] as FailoverHow)) && (sync === undefined || s.synchronous === (sync === 'on')),
     );
   }
   if (selected.length === 0) {

@@ -11,6 +11,9 @@
 //   that one killed too, before the last replica followed it (its replication connections go
 //   through a proxy blackholed from the first kill on). Patroni promotes the last one when its
 //   lag behind the leader's last reported position is under maximum_lag_on_failover (1 MB).
+//   In synchronous mode the second kill waits until /sync names the last replica as the promoted
+//   leader's synchronous standby (Patroni promotes no other), and the first victim is started
+//   again at once, since in strict mode the last node commits nothing until a standby streams.
 //
 // Each node's connect_address (what replicas stream from) is such a proxy; HAProxy and the
 // REST checks use the node's own port. Timings: ttl 8 s, loop_wait 1 s, retry_timeout 3 s.
@@ -335,18 +338,24 @@ export class PatroniCluster implements FailoverTopology {
       return [await promoted(old, t0, how)];
     }
     if (how === 'kill' || how === 'double') {
-      // double: from now on no replica can stream from another one
-      if (how === 'double') for (const n of this.nodes) if (n !== old) n.replicationProxy.setMode('blackhole');
+      const synchronous = this.options.synchronous;
+      // double, asynchronous: from now on no replica can stream from another one
+      if (how === 'double' && !synchronous) for (const n of this.nodes) if (n !== old) n.replicationProxy.setMode('blackhole');
       await old.kill();
       const first = await promoted(old, t0, how === 'kill' ? how : 'double-first');
       this.repair = { how, nodes: [old] };
       if (how === 'kill') return [first];
       const middle = this.nodes.find((n) => n.name === first.params.promoted) as Node;
       await sleep(2_000);
+      if (synchronous) await this.waitForReplicas(60_000);
       const t2 = mono();
       await middle.kill();
+      if (synchronous) {
+        // the first victim comes back (pg_rewind onto the new timeline) as the last node's standby
+        old.start(true);
+        this.repair = { how: 'kill', nodes: [middle] };
+      } else this.repair.nodes.push(middle);
       const second = await promoted(middle, t2, 'double-second');
-      this.repair.nodes.push(middle);
       for (const n of this.nodes) n.replicationProxy.setMode('pass');
       return [first, second];
     }
