@@ -188,7 +188,7 @@ function warmupLine(results: SchedulerResults): string | null {
   return (
     'Warm-up tick(s), not measured: ' +
     results.warmupTicks
-      .map((t) => `${time(t.slot)} last claim ${fixed(t.wallMs, 0)} ms, exactly once ${integer(t.verification.exactlyOnce)}, runs recorded by ${fixed(t.lastFinishMs, 0)} ms, runs not recorded ${integer(t.finishFailed)}`)
+      .map((t) => `${time(t.slot)} last claim ${fixed(t.wallMs, 0)} ms, start p99 ${fixed(t.startLatencyMs.p99, 0)} ms, exactly once ${integer(t.verification.exactlyOnce)}, runs recorded by ${fixed(t.lastFinishMs, 0)} ms, runs not recorded ${integer(t.finishFailed)}`)
       .join('; ') +
     '.'
   );

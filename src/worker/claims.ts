@@ -5,6 +5,7 @@ import { timedQuery } from '../db/connection.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import { claimMode, describeCatchUp, type JobDefinition } from '../job/job.js';
 import type { RunOutcome } from '../job/run-outcomes.js';
+import type { LeaseholdEvents } from '../observe/events.js';
 import type { LivePeer } from './shares.js';
 
 export interface ClaimRequest {
@@ -32,6 +33,12 @@ export interface ClaimRow {
   /** Set on runs of run-now and backfill requests (requests.ts); absent for scheduled slots. */
   trigger?: 'manual' | 'backfill';
   request_id?: string;
+}
+
+/** The 'slot:skipped' event of a row declined because another holder had the lease. */
+export function skippedEvent(job: string, row: ClaimRow): LeaseholdEvents['slot:skipped'][0] {
+  const heldMs = row.holder_since ? row.database_time.getTime() - row.holder_since.getTime() : null;
+  return { job, slot: row.slot, holder: row.holder, holderFence: Number(row.holder_fence), holderSlot: row.holder_slot, heldMs, buffered: row.buffered };
 }
 
 /** A row of leasehold.unhandled_schedules(). */

@@ -12,19 +12,19 @@ import type { ClockStep, DatabaseClock } from '../schedule/database-clock.js';
 import { fireTime } from '../schedule/jitter.js';
 import { LeadPolicy, STOPPED_BEFORE_START, type ClaimAheadSetting } from './claim-ahead.js';
 import { ClaimHealth } from './claim-health.js';
-import type { ClaimRequest, ClaimRow, SchedulerStore } from './claims.js';
+import { skippedEvent, type ClaimRequest, type ClaimRow, type SchedulerStore } from './claims.js';
 import { followForwardStep, reportBackwardStep, StepRecorder } from './clock-steps.js';
 import { FinishQueue } from './finish-queue.js';
 import type { JobDefinition } from '../job/job.js';
 import { dataJobSettings } from './job-feed.js';
-import { RunSet, type JobState } from './runs.js';
+import { newState, RunSet, type JobState } from './runs.js';
 import type { RunReport } from './execute-run.js';
 import { NextSlots } from './next-slots.js';
 import { RequestPoller } from './requests.js';
-import { nameHash, PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
+import { PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
 import { MissedSlots, type Follower } from './missed-slots.js';
 import { StartQueue } from './start-queue.js';
-import { advancePast, lookAhead, nextTickAt, planTick } from './tick-plan.js';
+import { advancePast, dueAtNextSlot, lookAhead, nextTickAt, planTick } from './tick-plan.js';
 
 const MAX_SLEEP_MS = 30_000;
 // Fire a little after the slot so that the database (whose now() decides) agrees it is due.
@@ -33,20 +33,6 @@ const RETRY_DELAYS_MS = [25, 100, 400];
 // Jobs with jitter fire at many distinct moments: ticks are at least this far apart, so that
 // those due within it share one claim statement (and one pass over the jobs).
 const MIN_TICK_GAP_MS = 50;
-// A claim that started this many runs holds back the recording of their ends (FinishQueue.hold)
-// for twice as long as the claim took, at most FINISH_HOLD_MAX_MS: the other workers are
-// claiming and starting the same tick on the same database and cores (their claims took about
-// as long, and starting their runs about as long again).
-// Not above FINISH_HOLD_MAX_RUNS: 25,000 runs held in memory cost a worker more garbage
-// collection than the database time the hold saves (100,000 jobs on 4 workers: handler start
-// p99 2.4-2.7 s without the hold, 2.9 s with it).
-const FINISH_HOLD_MIN_RUNS = 500;
-const FINISH_HOLD_MAX_RUNS = 5_000;
-const FINISH_HOLD_MAX_MS = 500;
-// Runs claimed ahead all start at their slot, in every worker at once: their ends are recorded
-// this long after the slot at the earliest, once the workers' starts are done.
-const FINISH_HOLD_AFTER_START_MS = 100;
-
 export interface EngineParts {
   tracker: LeaseTracker;
   store: SchedulerStore;
@@ -178,11 +164,16 @@ export class ClaimEngine {
   private schedule(): void {
     if (!this.running) return;
     clearTimeout(this.timer);
-    const earliest = nextTickAt(this.states, this.lead.leadMs());
+    const earliest = nextTickAt(this.states, this.leadMs());
     if (earliest === null) return;
     const gap = MIN_TICK_GAP_MS - (performance.now() - this.lastTickAt);
     const wait = Math.min(Math.max(0, earliest - this.clock.now().getTime() + FIRE_MARGIN_MS, gap), MAX_SLEEP_MS);
     this.timer = setTimeout(() => void this.tick(), wait);
+  }
+
+  /** The claim-ahead lead now; before any share was measured, guessed from the next slot's due jobs and the live workers. */
+  private leadMs(): number {
+    return this.lead.leadMs(() => ({ dueJobs: dueAtNextSlot(this.states), workers: this.peers.share(this.tracker.livenessKey())?.count ?? 1 }));
   }
 
   private async tick(): Promise<void> {
@@ -193,7 +184,7 @@ export class ClaimEngine {
     // and a dead or missing peer's share is taken over. Slots of its share due within the
     // lead are claimed ahead, and their runs started at their slots.
     const ownKey = this.tracker.livenessKey();
-    const leadMs = this.lead.leadMs();
+    const leadMs = this.leadMs();
     const plan = planTick(this.states, this.clock.now(), this.peers.share(ownKey), leadMs, this.logger);
     const { mine, others, advanced } = plan;
     const startedAt = performance.now();
@@ -252,9 +243,7 @@ export class ClaimEngine {
     }
     this.lastAheadMs = performance.now() - sentAt;
     this.lead.observe(dueJobs, this.lastAheadMs);
-    if (prepared >= FINISH_HOLD_MIN_RUNS && prepared <= FINISH_HOLD_MAX_RUNS && starts[0]) {
-      this.finisher.hold(Math.min(FINISH_HOLD_MAX_MS + leadMs, starts[0].getTime() - this.clock.now().getTime() + FINISH_HOLD_AFTER_START_MS));
-    }
+    if (starts[0]) this.finisher.holdAfterAhead(prepared, leadMs, starts[0].getTime() - this.clock.now().getTime());
     if (followers) this.missed.check(followers);
     if (orphans.length > 0) await this.handBack(orphans, 'the job was removed from this worker while it was being claimed');
     return prepared;
@@ -304,7 +293,7 @@ export class ClaimEngine {
     // the claim's database time is a clock sample: a step shows here before the rows are used
     if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
     if (!this.running) return this.handBack(rows).then(() => 0);
-    if (rows.length >= FINISH_HOLD_MIN_RUNS && rows.length <= FINISH_HOLD_MAX_RUNS) this.finisher.hold(Math.min(FINISH_HOLD_MAX_MS, 2 * (performance.now() - sentAt)));
+    this.finisher.holdAfterClaim(rows.length, performance.now() - sentAt);
     let started = 0;
     const retry: ClaimRequest[] = [];
     const orphans: ClaimRow[] = [];
@@ -323,7 +312,7 @@ export class ClaimEngine {
         this.runs.launch(state, row, holderKey, sentAt, this.runSettled);
         if (row.previous_slot) (followers ??= []).push({ job, previous: row.previous_slot, claimed: row.slot });
       } else if (row.reason === 'held') {
-        if (row.skip_recorded) this.reportSkip(job, row);
+        if (row.skip_recorded && this.events.wants('slot:skipped')) this.events.emit('slot:skipped', skippedEvent(job.name, row));
       } else if (row.reason === 'held-ahead') {
         this.askAgainAtExpiry(state, row);
       } else if (row.reason === 'slot-not-due' && (attempt >= RETRY_DELAYS_MS.length || this.clock.now() < row.slot)) {
@@ -358,19 +347,6 @@ export class ClaimEngine {
     await this.store
       .finishMany(claimed.map((row) => ({ job: row.job, fence: Number(row.fence), token: row.token, outcome: 'aborted', error: why, attempts: 0, startedMs: null })))
       .catch((error: unknown) => this.logger.warn({ event: 'claim:return-failed', err: String(error) }, 'could not hand back slots claimed while stopping; their leases end by TTL'));
-  }
-
-  private reportSkip(job: JobDefinition, row: ClaimRow): void {
-    if (!this.events.wants('slot:skipped')) return;
-    this.events.emit('slot:skipped', {
-      job: job.name,
-      slot: row.slot,
-      holder: row.holder,
-      holderFence: Number(row.holder_fence),
-      holderSlot: row.holder_slot,
-      heldMs: row.holder_since ? row.database_time.getTime() - row.holder_since.getTime() : null,
-      buffered: row.buffered,
-    });
   }
 
   /** The database clock stepped: follow it (see clock-steps.ts). */
@@ -421,8 +397,4 @@ export class ClaimEngine {
     );
     void this.clock.sync().catch(() => undefined).finally(() => this.schedule());
   }
-}
-
-function newState(job: JobDefinition): JobState {
-  return { job, nextSlot: null, running: 0, shareHash: nameHash(job.name), aheadJob: undefined, aheadFrom: undefined, aheadNext: undefined };
 }

@@ -8,6 +8,20 @@ import { performance } from 'node:perf_hooks';
 import type { SchedulerStore } from './claims.js';
 import type { RunOutcome } from '../job/run-outcomes.js';
 
+// A claim that started this many runs holds back the recording of their ends (hold()) for
+// twice as long as the claim took, at most HOLD_MAX_MS: the other workers are claiming and
+// starting the same tick on the same database and cores (their claims took about as long, and
+// starting their runs about as long again).
+// Not above HOLD_MAX_RUNS: 25,000 runs held in memory cost a worker more garbage collection than
+// the database time the hold saves (100,000 jobs on 4 workers: handler start p99 2.4-2.7 s
+// without the hold, 2.9 s with it).
+const HOLD_MIN_RUNS = 500;
+const HOLD_MAX_RUNS = 5_000;
+const HOLD_MAX_MS = 500;
+// Runs claimed ahead all start at their slot, in every worker at once: their ends are recorded
+// this long after the slot at the earliest, once the workers' starts are done.
+const HOLD_AFTER_START_MS = 100;
+
 export interface FinishRequest {
   job: string;
   fence: number;
@@ -75,6 +89,16 @@ export class FinishQueue {
   /** Sends no batch for the next `ms` (a tick just started many runs); drain() still sends at once. */
   hold(ms: number): void {
     this.heldUntil = Math.max(this.heldUntil, performance.now() + ms);
+  }
+
+  /** A claim at the slot started `runs` runs and took `claimMs`: hold for twice that (HOLD_*). */
+  holdAfterClaim(runs: number, claimMs: number): void {
+    if (runs >= HOLD_MIN_RUNS && runs <= HOLD_MAX_RUNS) this.hold(Math.min(HOLD_MAX_MS, 2 * claimMs));
+  }
+
+  /** A claim ahead prepared `runs` runs whose first starts in `msToStart`: hold until just after the starts. */
+  holdAfterAhead(runs: number, leadMs: number, msToStart: number): void {
+    if (runs >= HOLD_MIN_RUNS && runs <= HOLD_MAX_RUNS) this.hold(Math.min(HOLD_MAX_MS + leadMs, msToStart + HOLD_AFTER_START_MS));
   }
 
   /** Resolves when everything queued so far has been written (or has failed). */

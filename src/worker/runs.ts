@@ -9,6 +9,7 @@ import type { PreparedRun } from './claim-ahead.js';
 import { prepareRun, type HandlerWrapper, type RunEnvironment, type RunReport, type RunWatcher } from './execute-run.js';
 import type { FinishQueue } from './finish-queue.js';
 import type { JobDefinition } from '../job/job.js';
+import { nameHash } from './shares.js';
 
 export interface JobState {
   job: JobDefinition;
@@ -132,4 +133,9 @@ export class RunSet implements RunWatcher<Started> {
       ),
     );
   }
+}
+
+/** A job's state before its first slot is worked out. */
+export function newState(job: JobDefinition): JobState {
+  return { job, nextSlot: null, running: 0, shareHash: nameHash(job.name), aheadJob: undefined, aheadFrom: undefined, aheadNext: undefined };
 }

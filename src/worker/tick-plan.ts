@@ -115,6 +115,22 @@ export function nextTickAt(states: readonly JobState[], leadMs: number): number 
   return earliest;
 }
 
+/** How many jobs fall due at the earliest next slot (the first tick's prior: claim-ahead.ts). */
+export function dueAtNextSlot(states: readonly JobState[]): number {
+  let earliest = Number.POSITIVE_INFINITY;
+  let count = 0;
+  for (const state of states) {
+    const at = state.nextSlot?.getTime();
+    if (at === undefined) continue;
+    if (at < earliest) {
+      earliest = at;
+      count = 0;
+    }
+    if (at === earliest) count++;
+  }
+  return count;
+}
+
 /** Works out each state's slot after its next one (JobState.aheadNext). */
 export function lookAhead(states: readonly JobState[]): void {
   const nextSlots = new NextSlots();

@@ -6,7 +6,7 @@ import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { InvalidArgumentError, startWorker, type JobContext, type JobOptions, type Worker } from '../../src/index.js';
 import { silentLogger } from '../../src/observe/logger.js';
-import { AUTO_ENGAGE_MS, AUTO_MAX_MS, AUTO_MIN_JOBS, LeadPolicy } from '../../src/worker/claim-ahead.js';
+import { AUTO_ENGAGE_MS, AUTO_MAX_MS, AUTO_MIN_JOBS, LeadPolicy, PRIOR_MS_PER_JOB } from '../../src/worker/claim-ahead.js';
 import { client, freshDatabase, rawPool, waitFor } from '../support/db.js';
 
 let url: string;
@@ -151,5 +151,26 @@ describe('the lead of claimAhead: auto', () => {
     expect(policy.leadMs()).toBe(0);
     expect(new LeadPolicy(750).leadMs()).toBe(750);
     expect(new LeadPolicy(0).leadMs()).toBe(0);
+  });
+
+  it('before its first measurement, guesses the lead from the next slot\'s due jobs and the live workers, then follows what it measures', () => {
+    const asked: number[] = [];
+    const next = (dueJobs: number, workers: number) => () => (asked.push(dueJobs), { dueJobs, workers });
+    // 10,000 jobs on 4 workers: a share of 2,500, about 250 ms expected, so it claims ahead
+    const policy = new LeadPolicy('auto');
+    const first = policy.leadMs(next(10_000, 4));
+    expect(first).toBe(Math.ceil(1.5 * 2_500 * PRIOR_MS_PER_JOB + 25));
+    // a small tick, or a share too small to be slow, does not
+    expect(new LeadPolicy('auto').leadMs(next(AUTO_MIN_JOBS - 1, 1))).toBe(0);
+    expect(new LeadPolicy('auto').leadMs(next(1_000, 4))).toBe(0);
+    expect(new LeadPolicy('auto').leadMs(next(1_000_000, 1))).toBe(AUTO_MAX_MS);
+    expect(new LeadPolicy('auto').leadMs()).toBe(0);
+    // once measured, the guess is not asked for any more: a quick first share takes the lead away
+    policy.observe(10_000, 5);
+    asked.length = 0;
+    expect(policy.leadMs(next(10_000, 4))).toBe(0);
+    expect(asked).toEqual([]);
+    // a fixed setting never guesses
+    expect(new LeadPolicy(0).leadMs(next(100_000, 1))).toBe(0);
   });
 });
