@@ -146,10 +146,8 @@ end $$;
 -- a role's it is a member of (or p_role owns the schema or is a superuser); inside p_role's namespaces.
 create function leasehold.may_run(p_role text, j leasehold.jobs) returns boolean
 language sql stable as $$
-  select to_regrole(quote_ident(p_role)) is not null and (j.owner_role is null or j.owner_role = p_role
-          or exists (select 1 from pg_roles r, pg_namespace n where r.rolname = p_role and n.nspname = 'leasehold' and (r.rolsuper or r.oid = n.nspowner))
-          or (to_regrole(quote_ident(j.owner_role)) is not null and pg_has_role(to_regrole(quote_ident(p_role)), to_regrole(quote_ident(j.owner_role)), 'member')))
-     and leasehold.in_namespace(j.name, nullif(array(select s.prefix from leasehold.namespaces s where s.role = p_role), '{}'));
+  select to_regrole(quote_ident(p_role)) is not null and leasehold.may_act_as(j.owner_role, p_role)
+     and leasehold.in_namespace(j.name, leasehold.namespace_prefixes(p_role));
 $$;
 
 -- live_runners: the live workers with j's handler that are shown j (not another service's namesake).

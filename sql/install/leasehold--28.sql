@@ -868,10 +868,8 @@ end $$;
 -- a role's it is a member of (or p_role owns the schema or is a superuser); inside p_role's namespaces.
 create function leasehold.may_run(p_role text, j leasehold.jobs) returns boolean
 language sql stable as $$
-  select to_regrole(quote_ident(p_role)) is not null and (j.owner_role is null or j.owner_role = p_role
-          or exists (select 1 from pg_roles r, pg_namespace n where r.rolname = p_role and n.nspname = 'leasehold' and (r.rolsuper or r.oid = n.nspowner))
-          or (to_regrole(quote_ident(j.owner_role)) is not null and pg_has_role(to_regrole(quote_ident(p_role)), to_regrole(quote_ident(j.owner_role)), 'member')))
-     and leasehold.in_namespace(j.name, nullif(array(select s.prefix from leasehold.namespaces s where s.role = p_role), '{}'));
+  select to_regrole(quote_ident(p_role)) is not null and leasehold.may_act_as(j.owner_role, p_role)
+     and leasehold.in_namespace(j.name, leasehold.namespace_prefixes(p_role));
 $$;
 
 -- live_runners: the live workers with j's handler that are shown j (not another service's namesake).
@@ -2288,19 +2286,19 @@ create table leasehold.namespaces (
 comment on table leasehold.namespaces is
   'Name prefixes a role is bound to (none: the whole schema). Written by grant_access(role, level, namespace).';
 
--- namespace_prefixes: the caller's prefixes, null when not bound.
-create function leasehold.namespace_prefixes() returns text[]
+-- namespace_prefixes: the prefixes of p_role (the caller by default), null when not bound.
+create function leasehold.namespace_prefixes(p_role text default session_user) returns text[]
 language sql stable as $$
   select case when not exists (select 1 from leasehold.namespaces) then null
-              when leasehold.acting_role() is null then null
+              when leasehold.acting_role(p_role) is null then null
               else (select array_agg(s.prefix order by s.prefix) from leasehold.namespaces s
-                     where s.role = session_user::text or leasehold.is_member_of(s.role))
+                     where s.role = p_role or leasehold.is_member_of(s.role, p_role))
          end;
 $$;
 
-create function leasehold.is_member_of(p_role text) returns boolean
+create function leasehold.is_member_of(p_role text, p_member text default session_user) returns boolean
 language sql stable as $$
-  select to_regrole(quote_ident(p_role)) is not null and pg_has_role(session_user, to_regrole(quote_ident(p_role)), 'member');
+  select coalesce(pg_has_role(to_regrole(quote_ident(p_member)), to_regrole(quote_ident(p_role)), 'member'), false);
 $$;
 
 create function leasehold.in_namespace(p_name text, p_prefixes text[]) returns boolean
@@ -2328,16 +2326,17 @@ begin
 end $$;
 
 -- acting_role: the owner_role of a job written now: null for the schema owner and superusers.
-create function leasehold.acting_role() returns text
+create function leasehold.acting_role(p_role text default session_user) returns text
 language sql stable as $$
   select case when r.rolsuper or r.oid = n.nspowner then null else r.rolname::text end
-    from pg_roles r, pg_namespace n where r.rolname = session_user and n.nspname = 'leasehold';
+    from pg_roles r, pg_namespace n where r.rolname = p_role and n.nspname = 'leasehold';
 $$;
 
--- may_act_as: the caller may change or run what p_role owns (a member, the owner; null: anyone).
-create function leasehold.may_act_as(p_role text) returns boolean
+-- may_act_as: p_actor (the caller by default) may change or run what p_role owns (a member, the
+-- owner; null: anyone). p_actor must exist: acting_role() is null for an unknown role.
+create function leasehold.may_act_as(p_role text, p_actor text default session_user) returns boolean
 language sql stable as $$
-  select p_role is null or p_role = session_user::text or leasehold.acting_role() is null or leasehold.is_member_of(p_role);
+  select p_role is null or p_role = p_actor or leasehold.acting_role(p_actor) is null or leasehold.is_member_of(p_role, p_actor);
 $$;
 
 -- check_job_owner: refuses (42501) a change of jobs p_names that another role owns.
@@ -2496,7 +2495,7 @@ select unnest(v.objects), v.level from (values
      'run_timed_out', 'secure_schema', 'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '1851bede823fedc49262ce8119d2a12e62bd810d39e5af42318b773d095d7d84');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '2065332907e02eaeb32046ce86d899584d821b735a63a052f257eb6345c8e331');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
