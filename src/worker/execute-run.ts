@@ -4,15 +4,13 @@
 // Start and end are events (the logger is one of their subscribers); the handler's logger is
 // made only if it asks for it. A job with a timeout gets a RunDeadline (run-deadline.ts): the
 // signal fires at the deadline, the run is recorded timed-out, and a handler that never settles
-// is given up one ttl later.
+// is given up one ttl later. The handler's context is run-context.ts.
 //
 // A run is a chain of callbacks on one object, not an async function: a worker starts thousands
 // of runs a tick, and the suspended frame of an async function that awaits the handler and then
 // the finish kept about 1.5 KB of heap per run in flight (the largest part of a run's garbage).
 // Only runs with retries, a timeout or a handler wrapper take the async path (attempts()).
 import { performance } from 'node:perf_hooks';
-import type pg from 'pg';
-import { inTransaction } from '../db/transaction.js';
 import type { Lease } from '../lease/lease.js';
 import { startCheck } from '../lease/start-check.js';
 import { releasedRemotely, type LeaseTracker } from '../lease/tracker.js';
@@ -24,6 +22,7 @@ import type { ClaimRow } from './claims.js';
 import type { FinishItem, FinishQueue, FinishReceiver, FinishResult } from './finish-queue.js';
 import type { JobContext, JobDefinition, RunTrigger } from '../job/job.js';
 import { ABANDONED, describeError, pause, refusedForTimeout, RunDeadline, runSignal } from './run-deadline.js';
+import { RunContext } from './run-context.js';
 import type { RunOutcome } from '../job/run-outcomes.js';
 
 export type { RunOutcome };
@@ -346,53 +345,6 @@ async function callHandler(job: JobDefinition, ctx: JobContext): Promise<void> {
   await job.handler(ctx);
 }
 
-/** Where a RunContext keeps its run: a symbol, so that the context's own keys are what JobContext names. */
-const RUN = Symbol('run');
-
-/** The handler's context: the run's fields, and on the prototype what is made only when read. */
-class RunContext implements JobContext {
-  readonly job: string;
-  readonly slot: Date;
-  readonly fence: number;
-  readonly trigger: RunTrigger;
-  readonly attempt: number;
-  readonly lease: Lease | null;
-  readonly [RUN]: Run;
-
-  constructor(run: Run, attempt: number) {
-    this[RUN] = run;
-    this.job = run.job.name;
-    this.slot = run.slot;
-    this.fence = run.fence;
-    this.trigger = run.trigger;
-    this.attempt = attempt;
-    this.lease = run.lease;
-  }
-
-  get idempotencyKey(): string {
-    const run = this[RUN];
-    return idempotencyKey(this.job, run.trigger, run.requestId, run.slot);
-  }
-
-  get signal(): AbortSignal {
-    return this[RUN].signal();
-  }
-
-  get log(): JobLogger {
-    return this[RUN].log();
-  }
-
-  // without a lease (overlap 'allow') there is nothing to fence against; statements get the
-  // job's ttl as their timeout, as a fenced transaction's get the lease's; after the run's
-  // deadline the client refuses at once (the database would too: LH003)
-  transaction<T>(fn: (client: pg.PoolClient) => Promise<T>): Promise<T> {
-    const run = this[RUN];
-    if (run.deadline?.error) return Promise.reject(run.deadline.error);
-    const runtime = run.env.tracker.runtime;
-    return this.lease ? this.lease.transaction(fn) : inTransaction(runtime.workPool, runtime.where, fn, run.job.ttlMs);
-  }
-}
-
 /** The lease the claim created (null under overlap 'allow'), with its heartbeat running. */
 function adoptLease(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, holderKey: string | null, sentAt: number): Lease | null {
   if (!claim.token || !claim.expires_at) return null;
@@ -412,11 +364,4 @@ function adoptLease(env: RunEnvironment, job: JobDefinition, claim: ClaimRow, ho
     },
     claim.took_over,
   );
-}
-
-/** Distinct per trigger, so that a run now or a backfill never shares a key with a scheduled slot. */
-function idempotencyKey(job: string, trigger: RunTrigger, requestId: string | undefined, slot: Date): string {
-  if (trigger === 'manual') return `${job}@manual:${requestId ?? ''}`;
-  if (trigger === 'backfill') return `${job}@backfill:${slot.toISOString()}`;
-  return `${job}@${slot.toISOString()}`;
 }
