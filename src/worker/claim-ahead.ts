@@ -21,11 +21,12 @@ const AUTO_MARGIN_MS = 25;
 /** Weight of the newest tick in the average. */
 const AUTO_WEIGHT = 0.5;
 /**
- * What a share costs per job before anything was measured: claim, parse and start, about
- * 0.1 ms a job with 4 workers and the server on 2 cores (bench/RESULTS.md, steady ticks at
- * 10,000 jobs); a cold first tick costs more, so this errs short.
+ * What a share costs per job before anything was measured: claim, parse and start. Steady
+ * ticks cost 0.1-0.16 ms a job with 4 workers and the server on 2 cores (bench/RESULTS.md,
+ * 10,000 jobs), a cold first tick more; a lead too long only holds the leases a little longer
+ * before their start, one too short starts the runs late, so this errs long.
  */
-export const PRIOR_MS_PER_JOB = 0.1;
+export const PRIOR_MS_PER_JOB = 0.2;
 
 export type ClaimAheadSetting = number | 'auto';
 

@@ -156,13 +156,13 @@ describe('the lead of claimAhead: auto', () => {
   it('before its first measurement, guesses the lead from the next slot\'s due jobs and the live workers, then follows what it measures', () => {
     const asked: number[] = [];
     const next = (dueJobs: number, workers: number) => () => (asked.push(dueJobs), { dueJobs, workers });
-    // 10,000 jobs on 4 workers: a share of 2,500, about 250 ms expected, so it claims ahead
+    // 10,000 jobs on 4 workers: a share of 2,500, about 500 ms expected, so it claims ahead
     const policy = new LeadPolicy('auto');
     const first = policy.leadMs(next(10_000, 4));
     expect(first).toBe(Math.ceil(1.5 * 2_500 * PRIOR_MS_PER_JOB + 25));
     // a small tick, or a share too small to be slow, does not
     expect(new LeadPolicy('auto').leadMs(next(AUTO_MIN_JOBS - 1, 1))).toBe(0);
-    expect(new LeadPolicy('auto').leadMs(next(1_000, 4))).toBe(0);
+    expect(new LeadPolicy('auto').leadMs(next(1_000, 8))).toBe(0);
     expect(new LeadPolicy('auto').leadMs(next(1_000_000, 1))).toBe(AUTO_MAX_MS);
     expect(new LeadPolicy('auto').leadMs()).toBe(0);
     // once measured, the guess is not asked for any more: a quick first share takes the lead away
