@@ -2,35 +2,19 @@
 // saw it: a worker started after the step must not record the slots it jumped over as missed.
 // The server is a PostgreSQL of this test's own under libfaketime (offset read from a file).
 import pg from 'pg';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { startWorker, type Worker } from '../../src/index.js';
-import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/db/embedded.js';
 import { silentLogger } from '../../src/observe/logger.js';
-import { findLibfaketime, SteppedClock } from '../../src/testing/faketime.js';
 import { waitFor } from '../support/db.js';
+import { steppedServer } from '../support/stepped-server.js';
 
-// libfaketime comes from Debian's faketime package, which .ci/run installs.
-const libfaketime = findLibfaketime();
-
-let server: EmbeddedPostgres | undefined;
-let clock: SteppedClock | undefined;
-
-beforeAll(async () => {
-  if (!libfaketime) return;
-  clock = SteppedClock.create(libfaketime, 'leasehold-steps-');
-  server = await startEmbeddedPostgres({ environment: clock.env });
-}, 120_000);
-
-afterAll(async () => {
-  await server?.stop();
-  clock?.close();
-});
+const server = steppedServer('leasehold-steps-');
 
 const STEP_S = 600;
 
-it.skipIf(!libfaketime)('a worker started after a forward step records none of the jumped-over slots as missed (uses libfaketime)', async () => {
-  const url = server!.connectionString;
-  clock?.set('+0s');
+it.skipIf(!server.libfaketime)('a worker started after a forward step records none of the jumped-over slots as missed (uses libfaketime)', async () => {
+  const url = server.url;
+  server.set('+0s');
   const pool = new pg.Pool({ connectionString: url, max: 2 });
   const workers: Worker[] = [];
   const start = async (job: string) => {
@@ -57,7 +41,7 @@ it.skipIf(!libfaketime)('a worker started after a forward step records none of t
     const b = await start('watch-b');
     await waitFor(async () => (await lastSlot('watch-a')) !== null && (await lastSlot('watch-b')) !== null, 15_000);
     const before = await lastSlot('late');
-    clock?.set(`+${STEP_S}s`);
+    server.set(`+${STEP_S}s`);
     // both noticed it; the fleet stores one window
     const windows = async () =>
       (await pool.query<{ from_time: Date; to_time: Date; recorded_by: string }>('select from_time, to_time, recorded_by from leasehold.clock_steps')).rows;
@@ -103,6 +87,6 @@ it.skipIf(!libfaketime)('a worker started after a forward step records none of t
   } finally {
     await Promise.allSettled(workers.map((w) => w.stop()));
     await pool.end();
-    clock?.set('+0s');
+    server.set('+0s');
   }
 }, 120_000);

@@ -6,26 +6,12 @@
 // answer (a probe that times out loses the leases too), and fenced writes refuse it meanwhile.
 // Measured against a peer that asks for the lease every 10 ms, on a server of this test's own
 // under libfaketime.
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { LeaseLostError, type Leasehold } from '../../src/index.js';
-import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/db/embedded.js';
-import { findLibfaketime, SteppedClock } from '../../src/testing/faketime.js';
 import { client, sleep, waitFor } from '../support/db.js';
+import { steppedServer } from '../support/stepped-server.js';
 
-const libfaketime = findLibfaketime();
-let server: EmbeddedPostgres | undefined;
-let clock: SteppedClock | undefined;
-
-beforeAll(async () => {
-  if (!libfaketime) return;
-  clock = SteppedClock.create(libfaketime, 'leasehold-step-takeover-');
-  server = await startEmbeddedPostgres({ environment: clock.env });
-}, 120_000);
-
-afterAll(async () => {
-  await server?.stop();
-  clock?.close();
-});
+const server = steppedServer('leasehold-step-takeover-');
 
 const QUERY_TIMEOUT_MS = 1_000;
 /** The clock probe's interval for that timeout: max(1 s, min(5 s, queryTimeout)). */
@@ -35,10 +21,10 @@ const BOUND_MS = PROBE_MS + QUERY_TIMEOUT_MS;
 /** A timer that fires late on a loaded machine, and the holder's event loop noticing the abort. */
 const SLACK_MS = 750;
 
-it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])(
+it.skipIf(!server.libfaketime).each([{ liveness: true }, { liveness: false }])(
   'a peer takes a lease at once after a forward step; the holder stops believing within one clock probe and its answer, liveness $liveness (uses libfaketime)',
   async ({ liveness }) => {
-    const url = server!.connectionString;
+    const url = server.url;
     const overlaps: number[] = [];
     const holder: Leasehold = await client(url, { queryTimeout: `${QUERY_TIMEOUT_MS}ms`, liveness });
     const peer: Leasehold = await client(url, { queryTimeout: `${QUERY_TIMEOUT_MS}ms`, liveness: false });
@@ -54,7 +40,7 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])(
         // a step lands anywhere within the probe's period
         await sleep(200 + Math.random() * PROBE_MS);
         const steppedAt = performance.now();
-        clock!.set(offset);
+        server.set(offset);
         // the peer's first acquire that went out after the step and was granted
         let sentAt = Number.NaN;
         await waitFor(async () => {
@@ -80,7 +66,7 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])(
       console.log(`clock step takeover (liveness ${liveness}): two believers ${overlaps.join(', ')} ms (bound ${BOUND_MS} ms + ${SLACK_MS} ms slack)`);
     } finally {
       await Promise.allSettled([holder.close(), peer.close()]);
-      clock?.set('+0s');
+      server.set('+0s');
     }
   },
   120_000,

@@ -2,18 +2,14 @@
 // with its offset read from a file (changed while a worker and a lease holder are running).
 // The database clock is the authority: a +1 h step expires every lease at once and jumps over
 // 3,600 slots that never existed; a -30 s step must not stop scheduling.
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import { expect, it } from 'vitest';
 import { createLeasehold, startWorker, type Leasehold, type Logger, type Worker } from '../../src/index.js';
 import { createMetrics } from '../../src/monitor/index.js';
-import { startEmbeddedPostgres, type EmbeddedPostgres } from '../../src/db/embedded.js';
-import { findLibfaketime, SteppedClock } from '../../src/testing/faketime.js';
 import { sleep, waitFor } from '../support/db.js';
+import { steppedServer } from '../support/stepped-server.js';
 
-// libfaketime comes from Debian's faketime package, which .ci/run installs.
-const libfaketime = findLibfaketime();
-
-let server: EmbeddedPostgres | undefined;
-let clock: SteppedClock | undefined;
+// the server's clock offset from real time, e.g. '+3600s', is read on every clock call
+const server = steppedServer('leasehold-clock-');
 
 interface Line {
   level: string;
@@ -26,23 +22,11 @@ function collectingLogger(lines: Line[]): Logger {
   return { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
 }
 
-beforeAll(async () => {
-  if (!libfaketime) return;
-  // the server's clock offset from real time, e.g. '+3600s': read on every clock call
-  clock = SteppedClock.create(libfaketime, 'leasehold-clock-');
-  server = await startEmbeddedPostgres({ environment: clock.env });
-}, 120_000);
-
-afterAll(async () => {
-  await server?.stop();
-  clock?.close();
-});
-
 // With liveness on, its ping notices the step; with liveness off (PgBouncer setups), the
 // client's clock probe and the worker's claims do.
-it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows +1 h and -30 s steps of the database clock while a worker runs, liveness $liveness (uses libfaketime)', async ({ liveness }) => {
-  const url = server!.connectionString;
-  clock?.set('+0s');
+it.skipIf(!server.libfaketime).each([{ liveness: true }, { liveness: false }])('follows +1 h and -30 s steps of the database clock while a worker runs, liveness $liveness (uses libfaketime)', async ({ liveness }) => {
+  const url = server.url;
+  server.set('+0s');
   const suffix = liveness ? 'live' : 'nolive';
   const lines: Line[] = [];
   const logger = collectingLogger(lines);
@@ -97,7 +81,7 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
     // past the older one (slots are claimed once, in order)
     await until('a step away from the 10 s boundary', () => Date.now() % 10_000 >= 2_000 && Date.now() % 10_000 < 4_000, 15_000, 20);
     const stepped = Date.now();
-    clock?.set('+3600s');
+    server.set('+3600s');
     await until('lease lost after +1h', () => lease.lost, 10_000, 20);
     const lostAfterMs = Date.now() - stepped;
     expect(lease.lostReason?.reason).toBe('clock-step');
@@ -127,7 +111,7 @@ it.skipIf(!libfaketime).each([{ liveness: true }, { liveness: false }])('follows
     // -30 seconds: slots already claimed come again later by the database clock; scheduling
     // must go on (pause ~30 s of slots that ran, then continue), not stop silently.
     const back = Date.now();
-    clock?.set('+3570s');
+    server.set('+3570s');
     // (the holder has no lease left, so without liveness only the worker reads the clock now)
     await until('worker sees -30s', () => workerSteps.some((delta) => delta < -25_000 && delta > -35_000), 10_000);
     await until('step-back line', () => lines.some((l) => l.event === 'clock:step-back'), 10_000);
