@@ -54,13 +54,13 @@ comment on table leasehold.forks is
   'The fence base of each timeline this line of history has granted on, fixed at its first grant (fork_base()).';
 
 -- Columns in the order they change (rarely, at a grant, also at a release): an update's WAL record
--- holds only the bytes between the prefix and suffix old and new rows share (claim + release 18 % less).
+-- holds only the bytes between the prefix and suffix old and new rows share.
 create table leasehold.leases (
   name text primary key, created_at timestamp with time zone not null default now(), suspended text, ttl interval,
   epoch integer, -- the epoch in which the grant or its latest renewal was confirmed
   holder_incarnation text, -- the incarnation whose advisory lock table holds holder_key's lock
-  fence bigint not null default 0, run_fence bigint, last_slot timestamp with time zone, holder text, run_holder text,
-  acquired_at timestamp with time zone,
+  holder text, run_holder text, -- change only when another holder takes the lease (a worker claims its own share each slot)
+  fence bigint not null default 0, run_fence bigint, last_slot timestamp with time zone, acquired_at timestamp with time zone,
   released_at timestamp with time zone, token uuid, expires_at timestamp with time zone, holder_key bigint,
   -- the scheduled run in flight (claim()), until finish_runs() writes its history row (and run_fence, run_holder)
   run_slot timestamp with time zone, run_started_at timestamp with time zone,
@@ -2493,7 +2493,7 @@ select unnest(v.objects), v.level from (values
      'run_timed_out', 'secure_schema', 'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '4ca5d08abf412554d09631cc9696d4d2fbe633c7b6caec5fd82079134eea8736');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '17ba88cf695c3b4b6775e9133840c7733be881617411a05fae1e62b3a96c1614');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
