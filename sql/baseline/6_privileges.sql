@@ -224,7 +224,7 @@ select unnest(v.objects), v.level from (values
      'record_skip', 'register_jobs', 'register_liveness', 'release', 'remove_schedule', 'renew_leases',
      'schedule_changes', 'start_run', 'start_tick']),
   ('operator', array['force_release', 'pause_job', 'prune_history', 'resume_job', 'run_now']),
-  ('owner', array['acting_role', 'add_run_counts', 'bad_characters', 'check_characters', 'check_claim_requests',
+  ('owner', array['acting_role', 'add_run_counts', 'bad_characters', 'batch_token', 'check_characters', 'check_claim_requests',
      'check_holder', 'check_job_owner', 'check_lease_name', 'check_name', 'check_namespace', 'check_role',
      'check_schedule_field', 'check_ttl', 'confirm', 'confirm_leases', 'count_runs_deleted', 'count_runs_inserted',
      'count_runs_updated', 'end_runs', 'epoch', 'fences_after', 'fork_base', 'grant_access', 'grant_statements',
