@@ -64,6 +64,7 @@ export class PeerList {
   private roles = new Map<string, string | null>();
   private readAt = Number.NEGATIVE_INFINITY;
   private reading: Promise<void> | undefined;
+  private readonly changeListeners: Array<() => void> = [];
 
   constructor(private readonly read: () => Promise<ReadonlyArray<string | LivePeer>>) {}
 
@@ -99,6 +100,11 @@ export class PeerList {
     return this.keys.find((k) => this.roles.get(k) === role) === ownKey;
   }
 
+  /** Calls `listener` whenever a read finds workers came or went (or changed role). */
+  onChange(listener: () => void): void {
+    this.changeListeners.push(listener);
+  }
+
   /** Makes the next refresh() read the list again, however recent it is. */
   expire(): void {
     this.readAt = Number.NEGATIVE_INFINITY;
@@ -107,8 +113,12 @@ export class PeerList {
   /** Also for tests: use this list as if read from the database. */
   setKeys(peers: ReadonlyArray<string | LivePeer>): void {
     const list = peers.map((p) => (typeof p === 'string' ? { key: p, role: null } : p));
-    this.keys = list.map((p) => p.key).sort();
-    this.roles = new Map(list.map((p) => [p.key, p.role]));
+    const keys = list.map((p) => p.key).sort();
+    const roles = new Map(list.map((p) => [p.key, p.role]));
+    const changed = keys.length !== this.keys.length || keys.some((k, i) => k !== this.keys[i] || roles.get(k) !== this.roles.get(k));
+    this.keys = keys;
+    this.roles = roles;
     this.readAt = Date.now();
+    if (changed) for (const listener of this.changeListeners) listener();
   }
 }

@@ -9,9 +9,10 @@ import { storedScheduleSpec } from '../control/job-row.js';
 import type { Logger } from '../observe/logger.js';
 import { parseSchedule, slotsBetween, type Schedule } from '../schedule/schedule.js';
 import { MAX_MISSED_RECORDED } from './catch-up.js';
+import { NOTIFIED_POLL_MS } from './change-listener.js';
 import type { SchedulerStore, UnhandledRow } from './claims.js';
 
-/** How often that worker looks. */
+/** How often that worker looks while a schedule is unhandled (its slots are recorded as they pass) or changes are polled. */
 export const UNHANDLED_CHECK_MS = 5_000;
 /**
  * A slot is recorded only this long after it passed: a worker that has the handler but is not
@@ -36,28 +37,77 @@ export function unhandledReason(handler: string): string {
   return `no live worker has handler "${handler}": start a worker with it (startWorker({ handlers }), or leasehold worker MODULE exporting handlers)`;
 }
 
-/** Starts the periodic check; returns the function that stops it. */
-export function watchUnhandled(settings: UnhandledSettings, everyMs = UNHANDLED_CHECK_MS): () => void {
-  const watch = new UnhandledWatch(settings);
-  const timer = setInterval(() => void watch.check(), everyMs);
-  timer.unref();
-  return () => clearInterval(timer);
-}
-
+/**
+ * The watch of one worker. A schedule becomes unhandled when it is defined or changed (a
+ * notification pokes the watch), or when the last live worker with its handler goes (a changed
+ * list of live workers pokes it). So while notifications arrive and nothing is unhandled, it looks
+ * only every NOTIFIED_POLL_MS (a missed change still heals); every UNHANDLED_CHECK_MS otherwise.
+ */
 export class UnhandledWatch {
   /** Per job: the time up to which its slots were looked at. */
   private readonly lookedUpTo = new Map<string, number>();
   private running = false;
+  /** Whether the last look found a schedule unhandled: its slots are recorded as they pass. */
+  private unhandled = false;
+  private started = false;
+  private notified = false;
+  /** A poke came while a look ran: look again right after it. */
+  private again = false;
+  private timer: NodeJS.Timeout | undefined;
 
-  constructor(private readonly settings: UnhandledSettings) {}
+  constructor(
+    private readonly settings: UnhandledSettings,
+    private readonly everyMs = UNHANDLED_CHECK_MS,
+    private readonly quietMs = NOTIFIED_POLL_MS,
+  ) {}
+
+  /** Starts looking (the first look after everyMs); returns the function that stops it. */
+  start(): () => void {
+    this.started = true;
+    this.arm(this.everyMs);
+    return () => {
+      this.started = false;
+      clearTimeout(this.timer);
+    };
+  }
+
+  /** Looks now: a definition changed, or the list of live workers did. */
+  poke(): void {
+    if (!this.started) return;
+    if (this.running) this.again = true;
+    else this.arm(0);
+  }
+
+  /** Whether changes arrive as notifications (change-listener.ts): the look slows down while nothing is unhandled. */
+  setNotified(notified: boolean): void {
+    this.notified = notified;
+  }
+
+  private arm(ms: number): void {
+    if (!this.started) return;
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => {
+      void this.check().then(() => {
+        const now = this.again;
+        this.again = false;
+        this.arm(now ? 0 : this.unhandled || !this.notified ? this.everyMs : this.quietMs);
+      });
+    }, ms);
+    this.timer.unref();
+  }
 
   /** One look: records the passed slots of every unhandled schedule; never throws. */
   async check(): Promise<void> {
     const { store, events, logger, holder, isFirst } = this.settings;
-    if (this.running || !isFirst()) return;
+    if (this.running) return;
+    if (!isFirst()) {
+      this.unhandled = false; // another worker records them
+      return;
+    }
     this.running = true;
     try {
       const rows = await store.unhandledSchedules();
+      this.unhandled = rows.length > 0;
       const byHandler = new Map<string, Array<{ job: string; slots: Date[] }>>();
       const listed = new Set<string>();
       for (const row of rows) {

@@ -16,7 +16,7 @@ import type { ClaimAheadSetting } from './claim-ahead.js';
 import { ClaimEngine } from './engine.js';
 import type { HandlerWrapper } from './execute-run.js';
 import { startHousekeeping } from './housekeeping.js';
-import { watchUnhandled } from './unhandled.js';
+import { UnhandledWatch } from './unhandled.js';
 import { defineJob, type JobDefinition, type JobOptions } from '../job/job.js';
 import { JobFeed, type DataJobHandler } from './job-feed.js';
 import { listenerFor, type ChangeListener } from './listen-for-changes.js';
@@ -70,6 +70,7 @@ interface WorkerParts {
   feed: JobFeed;
   /** Notifications of changes (absent: polling only). */
   listener: ChangeListener | undefined;
+  unhandled: UnhandledWatch;
   store: SchedulerStore;
   clock: DatabaseClock;
   logger: Logger;
@@ -222,21 +223,7 @@ export class Worker {
     if (handleSignals) this.#removeSignalHandlers = stopOnSignals(() => this.stop(), logger);
     this.#teardown.push(clock.onStep((step) => engine.clockStepped(step)));
     this.#teardown.push(startHousekeeping({ store, clock, logger, retentionMs, clockSyncMs }));
-    const ownKey = () => trackerOf(this.#parts.leasehold).livenessKey();
-    this.#teardown.push(
-      watchUnhandled({
-        store,
-        events: trackerOf(this.#parts.leasehold).runtime.events,
-        logger,
-        holder: this.#parts.leasehold.holder,
-        isFirst: () => {
-          // the list is re-read when it is old (a worker without due jobs ticks rarely)
-          void engine.peers.refresh(ownKey());
-          // one per service: each records the schedules it may act for (unhandled_schedules)
-          return engine.peers.isFirstOfRole(ownKey());
-        },
-      }),
-    );
+    this.#teardown.push(this.#parts.unhandled.start());
     engine.start(catchUp);
     feed.start(engine);
     this.#parts.listener?.start();
@@ -282,8 +269,23 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     const data = await feed.load();
     for (const [name, slot] of data.lastSlots) lastSlots.set(name, slot);
     const engine = new ClaimEngine({ tracker, store, clock, events: runtime.events, logger, holder: leasehold.holder, claimAhead }, [...jobs, ...data.jobs]);
-    const listener = listenerFor(options, { runtime, logger, feed, requests: engine.requests });
-    const worker = construct({ leasehold, engine, feed, listener, store, clock, logger, graceMs });
+    const ownKey = () => tracker.livenessKey();
+    const unhandled = new UnhandledWatch({
+      store,
+      events: runtime.events,
+      logger,
+      holder: leasehold.holder,
+      isFirst: () => {
+        // the list is re-read when it is old (a worker without due jobs ticks rarely)
+        void engine.peers.refresh(ownKey());
+        // one per service: each records the schedules it may act for (unhandled_schedules)
+        return engine.peers.isFirstOfRole(ownKey());
+      },
+    });
+    // a worker gone may have been the last with a handler
+    engine.peers.onChange(() => unhandled.poke());
+    const listener = listenerFor(options, { runtime, logger, feed, requests: engine.requests, unhandled });
+    const worker = construct({ leasehold, engine, feed, listener, unhandled, store, clock, logger, graceMs });
     logger.info(
       { event: 'worker:started', holder: leasehold.holder, jobs: jobs.length, dataJobs: data.jobs.length, clockOffsetMs: Math.round(clock.localOffsetMs()) },
       `worker ${leasehold.holder} started with ${jobs.length} job(s) from code and ${data.jobs.length} defined as data`,
