@@ -947,6 +947,16 @@ begin
   end if;
   perform leasehold.check_claim_requests(p_jobs, p_slots, v_asked_ttls, p_modes, p_caps);
   if v_n = 0 then return; end if;
+  -- A second pass over the slots its peers claimed already (almost always every one): nothing to
+  -- claim or report, found with one read of each lease instead of steps 1 and 4's two. The test
+  -- is step 4's for a slot to answer; step 1 claims no slot it leaves out.
+  if not p_every and p_ahead_ms is null and not exists (
+    select 1 from unnest(p_jobs, p_slots) i(job, slot) left join leasehold.leases l on l.name = i.job
+     where l.name is null or l.suspended is not null or l.last_slot is null or i.slot > l.last_slot
+        or (i.slot = l.last_slot and l.token is not null and l.run_slot = l.last_slot and l.acquired_at < l.run_slot
+            and l.run_started_at > coalesce((select s.started_through from leasehold.worker_starts s where s.holder_key = l.holder_key), '-infinity'))) then
+    return;
+  end if;
   -- queued slots (buffered, catch-up): almost never; an empty table answers without a probe per job
   v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
   perform leasehold.pin_synchronous_commit();
@@ -2502,7 +2512,7 @@ select unnest(v.objects), v.level from (values
      'run_timed_out', 'secure_schema', 'server_incarnation', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '652b1eb5e0773a4fe6c0a94cdef7f7c90a2ccb159b97a51e8442f1e14865988a');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '7848e484b647e2295e93dc18b863cded79bd3af94d9960b0a247a3c886d93293');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

@@ -70,6 +70,38 @@ describe('claim_due', () => {
     expect((await pool.query<Row>(claimSql('claim'), [jobs, slot, 'c'])).rows.map((r) => r.reason)).toEqual(['slot-taken', 'slot-taken', 'paused']);
   });
 
+  it('answers a second pass over slots its peers claimed with one read of each lease, and one it must answer as before', async () => {
+    const jobs = Array.from({ length: 300 }, (_, i) => `peer-${String(i).padStart(3, '0')}`);
+    await register(jobs);
+    const slot = second(-10);
+    expect((await pool.query<Row>(claimSql('claim_due'), [jobs, slot, 'a'])).rows.filter((r) => r.claimed)).toHaveLength(300);
+    const c = await pool.connect();
+    try {
+      // lease rows read by one statement: the transaction's counts, before and after it
+      const leaseReads = async () =>
+        Number((await c.query<{ n: string }>(
+          `select (coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0))::text as n from pg_stat_xact_user_tables where schemaname = 'leasehold' and relname = 'leases'`,
+        )).rows[0]?.n ?? 0);
+      await c.query('begin');
+      const before = await leaseReads();
+      expect((await c.query<Row>(claimSql('claim_due'), [jobs, slot, 'c'])).rows).toEqual([]);
+      const reads = (await leaseReads()) - before;
+      await c.query('commit');
+      // one read per job asked (or one scan of the few other leases here too); claiming and then
+      // reporting, as for a slot left to claim, reads each lease twice
+      expect(reads).toBeGreaterThanOrEqual(300);
+      expect(reads).toBeLessThan(450);
+
+      // one slot left (a peer that never claimed it), one job paused: the whole claim, as before
+      await pool.query(`update leasehold.leases set last_slot = $2 where name = $1`, ['peer-007', new Date(slot.getTime() - 60_000)]);
+      await pool.query(`select * from leasehold.pause_job('peer-008', 'test', 'maintenance')`);
+      const rows = (await c.query<Row>(claimSql('claim_due'), [jobs, slot, 'c'])).rows;
+      expect(rows.map((r) => [r.job, r.reason])).toEqual([['peer-007', 'held'], ['peer-008', 'paused']]);
+    } finally {
+      c.release(true);
+    }
+  });
+
   it('claims a job\'s queued slot before the slot asked for, with queued and unqueued jobs in one call', async () => {
     const jobs = ['queue-0', 'queue-1'];
     await register(jobs);
