@@ -6,7 +6,7 @@ import { acquireMarkdown, acquireTargets, acquireText, guaranteesTable, redisLin
 import { heartbeatLines, heartbeatTargets } from './heartbeats.js';
 import { readsLines, readsTargets } from './reads.js';
 import { dashboardLines, dashboardTargets } from './dashboard.js';
-import { tickLines } from './tick-suite.js';
+import { tickLines, tickTargets } from './tick-suite.js';
 import { shortPostgresVersion, type MachineInfo } from './machine.js';
 import type { BenchResults, TargetCheck } from './results.js';
 import type { SchedulerResults } from './scheduler.js';
@@ -22,6 +22,7 @@ export function checkTargets(results: Omit<BenchResults, 'targets'>): TargetChec
   return [
     ...(results.acquire ? acquireTargets(results.acquire) : []),
     ...(results.scheduler ? schedulerTargets(results.scheduler) : []),
+    ...(results.tick ? tickTargets(results.tick) : []),
     ...(results.heartbeats ? heartbeatTargets(results.heartbeats) : []),
     ...(results.reads ? readsTargets(results.reads) : []),
     ...(results.dashboard ? dashboardTargets(results.dashboard) : []),

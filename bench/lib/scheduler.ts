@@ -70,8 +70,10 @@ export interface SchedulerResults {
   ticks: TickResult[];
   /** The same ticks with claimAhead '0ms', measured first in the same run: the baseline of the start latency. */
   baselineTicks: TickResult[];
-  /** The ticks between all workers ready and the measured ones (for diagnosis only). */
+  /** The ticks between all workers ready and the measured ones: the first tick after a start (every deploy). */
   warmupTicks: TickResult[];
+  /** The same for the '0ms' baseline (absent in results written before it was kept). */
+  baselineWarmupTicks?: TickResult[];
   /** Why finish_runs statements failed, over the whole tick phase, by message. */
   finishErrors: Record<string, number>;
   probe: ClaimProbeResult;
@@ -241,6 +243,7 @@ export async function measureScheduler(options: {
       ticks,
       baselineTicks: baseline.ticks,
       warmupTicks,
+      baselineWarmupTicks: baseline.warmupTicks,
       finishErrors,
       probe,
       idle,

@@ -4,6 +4,7 @@
 import os from 'node:os';
 import { closeSessions } from './session.js';
 import { median, round } from './stats.js';
+import type { TargetCheck } from './results.js';
 import type { Table } from './table.js';
 import { measureTickRound, prepareTick, TICK_PATHS, type TickPath, type TickRound } from './tick-scale.js';
 
@@ -88,6 +89,38 @@ function medians(result: TickSuiteResult): Map<string, TickRound> {
 }
 
 const ratio = (a: number, b: number | undefined) => (b === undefined || !(b > 0) ? '-' : `${(a / b).toFixed(2)}x`);
+
+/** The tick's database CPU and WAL per job against the plain statements' (issue 31), from this many jobs. */
+export const TICK_CPU_RATIO_TARGET = 2;
+export const TICK_WAL_RATIO_TARGET = 1.3;
+const TICK_TARGET_MIN_JOBS = 10_000;
+
+export function tickTargets(result: TickSuiteResult): TargetCheck[] {
+  const m = medians(result);
+  const checks: TargetCheck[] = [];
+  for (const jobs of result.settings.jobCounts.filter((n) => n >= TICK_TARGET_MIN_JOBS)) {
+    const after = m.get(`${jobs}:after`);
+    const plain = m.get(`${jobs}:baseline`);
+    if (!after || !plain) continue;
+    const n = jobs.toLocaleString('en-US');
+    if (after.cpuUsPerJob !== null && plain.cpuUsPerJob !== null && plain.cpuUsPerJob > 0) {
+      checks.push({
+        what: `tick database CPU per job (claim, second pass, finish) vs the plain statements, ${n} jobs, ${result.settings.workers} workers`,
+        target: `<= ${TICK_CPU_RATIO_TARGET}x`,
+        measured: `${ratio(after.cpuUsPerJob, plain.cpuUsPerJob)} (${after.cpuUsPerJob} vs ${plain.cpuUsPerJob} µs)`,
+        met: after.cpuUsPerJob <= TICK_CPU_RATIO_TARGET * plain.cpuUsPerJob,
+      });
+    }
+    checks.push({
+      what: `tick WAL per job vs the plain statements, ${n} jobs`,
+      target: `<= ${TICK_WAL_RATIO_TARGET}x`,
+      measured: `${ratio(after.walBytesPerJob, plain.walBytesPerJob)} (${after.walBytesPerJob} vs ${plain.walBytesPerJob} B)`,
+      met: after.walBytesPerJob <= TICK_WAL_RATIO_TARGET * plain.walBytesPerJob,
+    });
+  }
+  return checks;
+}
+
 
 export function tickTable(result: TickSuiteResult): Table {
   const m = medians(result);

@@ -20,7 +20,8 @@ function watchWith(rows: () => UnhandledRow[], isFirst = () => true) {
     },
     recordMissedMany: async () => new Map<string, Date[]>(),
   } as unknown as SchedulerStore;
-  const watch = new UnhandledWatch({ store, events: new LeaseholdEmitter(), logger: silentLogger(), holder: 'w', isFirst });
+  const logger = silentLogger();
+  const watch = new UnhandledWatch({ store, events: new LeaseholdEmitter(logger), logger, holder: 'w', isFirst });
   return { watch, asked: () => asked };
 }
 
