@@ -18,11 +18,20 @@
 // Prints the tables, writes bench/results/*.json (local, ignored by git) and regenerates
 // bench/RESULTS.md (committed).
 // Settings: environment variables, see bench/lib/config.ts (BENCH_PARTS=heartbeats runs one part);
-// parts named on the command line run alone: `npm run bench -- reads`.
+// parts named on the command line run alone: `npm run bench -- reads`. `npm run bench -- --render
+// FILE` writes RESULTS.md again from a complete run's JSON (bench/results/latest.json), measuring nothing.
 import { BENCH_PARTS, type BenchPart } from './lib/config.js';
+import { checkTargets } from './lib/report.js';
+import { renderSaved } from './lib/results.js';
 import { runBench } from './lib/run.js';
 
 const named = process.argv.slice(2);
+if (named[0] === '--render') {
+  const file = named[1];
+  if (!file) throw new Error('--render needs the JSON of a complete run, e.g. bench/results/latest.json');
+  console.log(`wrote ${await renderSaved(file, checkTargets)}`);
+  process.exit(0);
+}
 const unknown = named.filter((part) => !(BENCH_PARTS as readonly string[]).includes(part));
 if (unknown.length > 0) throw new Error(`unknown bench part(s) ${unknown.join(', ')}: choose from ${BENCH_PARTS.join(', ')}`);
 await runBench(named.length > 0 ? (named as BenchPart[]) : undefined);

@@ -78,6 +78,21 @@ const RESULTS_DIR = fileURLToPath(new URL('../results/', import.meta.url));
  * Writes bench/results/<parts>-<date>.json; a run of every part also writes
  * bench/results/latest.json and bench/RESULTS.md (keeping its hand-written history). Returns the files written.
  */
+/**
+ * Renders bench/RESULTS.md again from a complete run's JSON (`npm run bench -- --render FILE`),
+ * with the targets checked again by this code: a change to the report or its checks without
+ * measuring for 20 minutes. The page still names the run's own JSON and date.
+ */
+export async function renderSaved(file: string, check: (results: Omit<BenchResults, 'targets'>) => BenchResults['targets']): Promise<string> {
+  const saved = JSON.parse(await readFile(file, 'utf8')) as BenchResults;
+  if (!BENCH_PARTS.every((part) => saved.parts.includes(part))) throw new Error(`${file} is not a complete run (parts: ${saved.parts.join(', ')})`);
+  const results: BenchResults = { ...saved, targets: check(saved) };
+  const jsonName = `bench-${results.machine.date.replace(/[:.]/g, '-')}.json`;
+  const previous = await readFile(`${BENCH_DIR}RESULTS.md`, 'utf8').catch(() => undefined);
+  await writeFile(`${BENCH_DIR}RESULTS.md`, withHistory(renderMarkdownPage(results, jsonName), previous));
+  return `${BENCH_DIR}RESULTS.md`;
+}
+
 export async function writeResults(results: BenchResults): Promise<string[]> {
   await mkdir(RESULTS_DIR, { recursive: true });
   const complete = BENCH_PARTS.every((part) => results.parts.includes(part));

@@ -7,7 +7,7 @@ import type { Table } from './table.js';
 
 /** The start latency (p99, handler start minus slot) issue 12 sets for 10,000 jobs on 4 workers. */
 export const START_P99_TARGET_MS = 250;
-/** The first tick after the workers start (every deploy) against the steady ones: p99 at most this many times their median. */
+/** The first tick after the workers start (every deploy) against the steady ones: p99 at most this many times their mean p99. */
 export const FIRST_TICK_RATIO_TARGET = 2;
 /**
  * An idle worker's statements a minute: its liveness session's checks (one every 5 s: a silent
@@ -86,11 +86,12 @@ export function schedulerTargets(results: SchedulerResults): TargetCheck[] {
   ] as const) {
     const firstP99 = first[0]?.startLatencyMs.p99;
     if (firstP99 === undefined || steady.length === 0) continue;
+    const mean = steady.reduce((a, b) => a + b, 0) / steady.length;
     checks.push({
-      what: `first tick after the workers started (every deploy): handler start p99 vs the median of the measured ticks', claimAhead ${mode}`,
+      what: `first tick after the workers started (every deploy): handler start p99 vs the mean of the measured ticks' p99, claimAhead ${mode}`,
       target: `<= ${FIRST_TICK_RATIO_TARGET}x`,
-      measured: `${fixed(firstP99, 0)} ms vs ${fixed(median(steady), 0)} ms (${ratio(firstP99, median(steady))})`,
-      met: firstP99 <= FIRST_TICK_RATIO_TARGET * median(steady),
+      measured: `${fixed(firstP99, 0)} ms vs ${fixed(mean, 0)} ms (${ratio(firstP99, mean)}; measured ${steady.map((p) => fixed(p, 0)).join(', ')} ms)`,
+      met: firstP99 <= FIRST_TICK_RATIO_TARGET * mean,
     });
   }
   const idle = [results.idle, results.idleBaseline];
