@@ -277,8 +277,8 @@ export function schedulerMarkdown(results: SchedulerResults, render: (table: Tab
     '',
     'Start latency = handler start minus slot, every run of the tick. Statements per worker: everything the worker sent from 1 s ' +
       'before the tick to 1 s before the next (pg.Client.prototype.query counted in the worker process); "for its runs" counts ' +
-      'its claims, `finish_runs`, `renew_leases` and `record_missed`; "polls" the schedule changes (every second), run requests ' +
-      '(every 500 ms) and the live workers\' list, which an idle worker sends too. Runs that end together are recorded (and their ' +
+      'its claims, `finish_runs`, `renew_leases` and `record_missed`; "polls" the schedule changes, run requests, the delivery ' +
+      'probe of notifications (each every 30 s while notifications arrive), the live workers\' list and the unhandled schedules, which an idle worker sends too. Runs that end together are recorded (and their ' +
       'leases released) by one `finish_runs` statement of up to 2,000; a statement that fails leaves those leases held until their ' +
       `TTL (30 s) runs out, and a tick within that time skips the job ("skipped"). The last columns come from \`leasehold.runs\`: rows per (job, slot) for all ${integer(s.jobs)} jobs, ` +
       'and how many of them were recorded as succeeded (a run whose finish failed stays `running` until the next claim marks it `lost`).',
