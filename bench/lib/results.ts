@@ -8,7 +8,7 @@ import type { CellResult, ContestedComparison } from './contested.js';
 import type { MachineInfo } from './machine.js';
 import type { PatternInfo } from './pattern.js';
 import { withHistory } from './history.js';
-import { renderMarkdownPage } from './report.js';
+import { checkTargets, renderMarkdownPage } from './report.js';
 import type { HeartbeatResults } from './heartbeats.js';
 import type { ReadsResults } from './reads.js';
 import type { DashboardResults } from './dashboard.js';
@@ -74,37 +74,44 @@ const BENCH_DIR = fileURLToPath(new URL('../', import.meta.url));
 
 const RESULTS_DIR = fileURLToPath(new URL('../results/', import.meta.url));
 
-/**
- * Writes bench/results/<parts>-<date>.json; a run of every part also writes
- * bench/results/latest.json and bench/RESULTS.md (keeping its hand-written history). Returns the files written.
- */
-/**
- * Renders bench/RESULTS.md again from a complete run's JSON (`npm run bench -- --render FILE`),
- * with the targets checked again by this code: a change to the report or its checks without
- * measuring for 20 minutes. The page still names the run's own JSON and date.
- */
-export async function renderSaved(file: string, check: (results: Omit<BenchResults, 'targets'>) => BenchResults['targets']): Promise<string> {
-  const saved = JSON.parse(await readFile(file, 'utf8')) as BenchResults;
-  if (!BENCH_PARTS.every((part) => saved.parts.includes(part))) throw new Error(`${file} is not a complete run (parts: ${saved.parts.join(', ')})`);
-  const results: BenchResults = { ...saved, targets: check(saved) };
-  const jsonName = `bench-${results.machine.date.replace(/[:.]/g, '-')}.json`;
+/** The JSON file of a run: bench-<date>.json for a run of every part, else <parts>-<date>.json. */
+function jsonNameOf(results: BenchResults, complete: boolean): string {
+  return `${complete ? 'bench' : results.parts.join('-')}-${results.machine.date.replace(/[:.]/g, '-')}.json`;
+}
+
+/** Writes bench/RESULTS.md for a complete run, keeping its hand-written history. */
+async function writePage(results: BenchResults, jsonName: string): Promise<string> {
   const previous = await readFile(`${BENCH_DIR}RESULTS.md`, 'utf8').catch(() => undefined);
   await writeFile(`${BENCH_DIR}RESULTS.md`, withHistory(renderMarkdownPage(results, jsonName), previous));
   return `${BENCH_DIR}RESULTS.md`;
 }
 
+/**
+ * Writes bench/results/<parts>-<date>.json; a run of every part also writes
+ * bench/results/latest.json and bench/RESULTS.md (keeping its hand-written history). Returns the files written.
+ */
 export async function writeResults(results: BenchResults): Promise<string[]> {
   await mkdir(RESULTS_DIR, { recursive: true });
   const complete = BENCH_PARTS.every((part) => results.parts.includes(part));
-  const jsonName = `${complete ? 'bench' : results.parts.join('-')}-${results.machine.date.replace(/[:.]/g, '-')}.json`;
+  const jsonName = jsonNameOf(results, complete);
   const json = `${JSON.stringify(results, null, 2)}\n`;
   const written = [`${RESULTS_DIR}${jsonName}`];
   await writeFile(`${RESULTS_DIR}${jsonName}`, json);
   if (complete) {
     await writeFile(`${RESULTS_DIR}latest.json`, json);
-    const previous = await readFile(`${BENCH_DIR}RESULTS.md`, 'utf8').catch(() => undefined);
-    await writeFile(`${BENCH_DIR}RESULTS.md`, withHistory(renderMarkdownPage(results, jsonName), previous));
-    written.push(`${RESULTS_DIR}latest.json`, `${BENCH_DIR}RESULTS.md`);
+    written.push(`${RESULTS_DIR}latest.json`, await writePage(results, jsonName));
   }
   return written;
+}
+
+/**
+ * Renders bench/RESULTS.md again from a complete run's JSON (`npm run bench -- --render FILE`),
+ * with the targets checked again by this code: a change to the report or its checks without
+ * measuring for 20 minutes. The page still names the run's own JSON and date.
+ */
+export async function renderSaved(file: string): Promise<string> {
+  const saved = JSON.parse(await readFile(file, 'utf8')) as BenchResults;
+  if (!BENCH_PARTS.every((part) => saved.parts.includes(part))) throw new Error(`${file} is not a complete run (parts: ${saved.parts.join(', ')})`);
+  const results: BenchResults = { ...saved, targets: checkTargets(saved) };
+  return writePage(results, jsonNameOf(results, true));
 }

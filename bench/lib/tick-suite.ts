@@ -121,7 +121,6 @@ export function tickTargets(result: TickSuiteResult): TargetCheck[] {
   return checks;
 }
 
-
 export function tickTable(result: TickSuiteResult): Table {
   const m = medians(result);
   const rows: string[][] = [];
