@@ -170,6 +170,16 @@ language sql stable as $$
    order by j.name limit 10000;
 $$;
 
+-- slot_to_answer: whether claim() has more to say of slot p_slot of lease l than "claimed already":
+-- the job unknown (l null: a left join) or suspended, the slot not claimed yet, or claimed ahead
+-- and never marked started (p_started_through: its holder's mark). SQL, inlined where it is used.
+create function leasehold.slot_to_answer(l leasehold.leases, p_slot timestamptz, p_started_through timestamptz) returns boolean
+language sql immutable as $$
+  select l.name is null or l.suspended is not null or l.last_slot is null or p_slot > l.last_slot
+      or (p_slot = l.last_slot and l.token is not null and l.run_slot = l.last_slot and l.acquired_at < l.run_slot
+          and l.run_started_at > coalesce(p_started_through, '-infinity'));
+$$;
+
 -- batch_token: the token of the p_n-th row of one claim() call: 16 bytes of SHA-256 over a seed of
 -- 16 random bytes drawn once per call, and p_n. Unguessable without the seed, as a random uuid is;
 -- one draw per call, not one per row (each gen_random_uuid() makes a system call: 3.5 us a row measured).
@@ -229,12 +239,10 @@ begin
   if v_n = 0 then return; end if;
   -- A second pass over the slots its peers claimed already (almost always every one): nothing to
   -- claim or report, found with one read of each lease instead of steps 1 and 4's two. The test
-  -- is step 4's for a slot to answer; step 1 claims no slot it leaves out.
+  -- is step 4's (slot_to_answer); step 1 claims no slot it leaves out.
   if not p_every and p_ahead_ms is null and not exists (
     select 1 from unnest(p_jobs, p_slots) i(job, slot) left join leasehold.leases l on l.name = i.job
-     where l.name is null or l.suspended is not null or l.last_slot is null or i.slot > l.last_slot
-        or (i.slot = l.last_slot and l.token is not null and l.run_slot = l.last_slot and l.acquired_at < l.run_slot
-            and l.run_started_at > coalesce((select s.started_through from leasehold.worker_starts s where s.holder_key = l.holder_key), '-infinity'))) then
+     where leasehold.slot_to_answer(l, i.slot, (select s.started_through from leasehold.worker_starts s where s.holder_key = l.holder_key))) then
     return;
   end if;
   -- queued slots (buffered, catch-up): almost never; an empty table answers without a probe per job
@@ -437,9 +445,7 @@ begin
       left join leasehold.leases l on l.name = i.job
       left join leasehold.worker_starts s on s.holder_key = l.holder_key
      where i.at not in (select k.at from unnest(c_at) k(at))
-       and (p_every or l.name is null or l.suspended is not null or l.last_slot is null or i.slot > l.last_slot
-            or (i.slot = l.last_slot and l.token is not null and l.run_slot = l.last_slot and l.acquired_at < l.run_slot
-                and l.run_started_at > coalesce(s.started_through, '-infinity')))
+       and (p_every or leasehold.slot_to_answer(l, i.slot, s.started_through))
   ),
   -- held, as the newest row version says under a lock no claim passes (a row locked or changed
   -- meanwhile: holder-committing); a slot whose skip is recorded takes no lock, no xid

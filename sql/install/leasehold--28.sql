@@ -890,6 +890,16 @@ language sql stable as $$
    order by j.name limit 10000;
 $$;
 
+-- slot_to_answer: whether claim() has more to say of slot p_slot of lease l than "claimed already":
+-- the job unknown (l null: a left join) or suspended, the slot not claimed yet, or claimed ahead
+-- and never marked started (p_started_through: its holder's mark). SQL, inlined where it is used.
+create function leasehold.slot_to_answer(l leasehold.leases, p_slot timestamptz, p_started_through timestamptz) returns boolean
+language sql immutable as $$
+  select l.name is null or l.suspended is not null or l.last_slot is null or p_slot > l.last_slot
+      or (p_slot = l.last_slot and l.token is not null and l.run_slot = l.last_slot and l.acquired_at < l.run_slot
+          and l.run_started_at > coalesce(p_started_through, '-infinity'));
+$$;
+
 -- batch_token: the token of the p_n-th row of one claim() call: 16 bytes of SHA-256 over a seed of
 -- 16 random bytes drawn once per call, and p_n. Unguessable without the seed, as a random uuid is;
 -- one draw per call, not one per row (each gen_random_uuid() makes a system call: 3.5 us a row measured).
@@ -949,12 +959,10 @@ begin
   if v_n = 0 then return; end if;
   -- A second pass over the slots its peers claimed already (almost always every one): nothing to
   -- claim or report, found with one read of each lease instead of steps 1 and 4's two. The test
-  -- is step 4's for a slot to answer; step 1 claims no slot it leaves out.
+  -- is step 4's (slot_to_answer); step 1 claims no slot it leaves out.
   if not p_every and p_ahead_ms is null and not exists (
     select 1 from unnest(p_jobs, p_slots) i(job, slot) left join leasehold.leases l on l.name = i.job
-     where l.name is null or l.suspended is not null or l.last_slot is null or i.slot > l.last_slot
-        or (i.slot = l.last_slot and l.token is not null and l.run_slot = l.last_slot and l.acquired_at < l.run_slot
-            and l.run_started_at > coalesce((select s.started_through from leasehold.worker_starts s where s.holder_key = l.holder_key), '-infinity'))) then
+     where leasehold.slot_to_answer(l, i.slot, (select s.started_through from leasehold.worker_starts s where s.holder_key = l.holder_key))) then
     return;
   end if;
   -- queued slots (buffered, catch-up): almost never; an empty table answers without a probe per job
@@ -1157,9 +1165,7 @@ begin
       left join leasehold.leases l on l.name = i.job
       left join leasehold.worker_starts s on s.holder_key = l.holder_key
      where i.at not in (select k.at from unnest(c_at) k(at))
-       and (p_every or l.name is null or l.suspended is not null or l.last_slot is null or i.slot > l.last_slot
-            or (i.slot = l.last_slot and l.token is not null and l.run_slot = l.last_slot and l.acquired_at < l.run_slot
-                and l.run_started_at > coalesce(s.started_through, '-infinity')))
+       and (p_every or leasehold.slot_to_answer(l, i.slot, s.started_through))
   ),
   -- held, as the newest row version says under a lock no claim passes (a row locked or changed
   -- meanwhile: holder-committing); a slot whose skip is recorded takes no lock, no xid
@@ -2509,10 +2515,10 @@ select unnest(v.objects), v.level from (values
      'holder_gone', 'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_job', 'live_runners',
      'liveness_incarnation', 'mark_slow_runs', 'may_act_as', 'may_run', 'namespace_prefixes', 'next_fence', 'notify_changes',
      'pin_synchronous_commit', 'record_action', 'refresh_run_counts', 'refuse', 'revoke_access', 'run_outcomes', 'run_start',
-     'run_timed_out', 'secure_schema', 'server_incarnation', 'timezone_problem', 'worker_key_tag'])
+     'run_timed_out', 'secure_schema', 'server_incarnation', 'slot_to_answer', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '7848e484b647e2295e93dc18b863cded79bd3af94d9960b0a247a3c886d93293');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '77ecf68fe17ab9f6ecefd7de96be1992dd006c067829042d5abfd09e47637cc6');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;
