@@ -1,8 +1,10 @@
 // The tick at scale: N jobs due at one slot, W workers claiming at the same instant, two claim
 // paths measured in the same run, alternating, on the same database:
 //   after     every worker sends its hash share (src/worker/shares.ts) to leasehold.claim()
-//             as the worker does and, after about as long as that took, the rest; only rows to
-//             act on come back, the run in flight stays on its lease row
+//             as the worker does, reports it once decided (report_share) and, after about as
+//             long as that took, claims the shares no peer reported as it sees them
+//             (reported_shares: none, when every worker reported); only rows to act on come
+//             back, the run in flight stays on its lease row
 //   baseline  a plain batched UPDATE ... FOR UPDATE SKIP LOCKED of last_slot, returning names:
 //             the floor of one statement per worker (no tokens, no runs rows, no skips), then
 //             one history INSERT and one release UPDATE per job: the minimum of a whole tick
@@ -12,7 +14,8 @@
 // slot (the earliest a handler could start; p50/p99); each claim statement's time; rows
 // returned; and, from the database, that every job has exactly one run of the slot.
 import { performance } from 'node:perf_hooks';
-import { nameHash } from '../../src/worker/shares.js';
+import { ShareDigest } from '../../src/worker/share-reports.js';
+import { digestHash, nameHash, slotHash } from '../../src/worker/shares.js';
 import { cpuMs } from './contested.js';
 import { walBytes } from './wal.js';
 import { Session } from './session.js';
@@ -127,7 +130,8 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
   const statementMs: number[] = [];
   let rowsReturned = 0;
   const t0 = performance.now();
-  const call = async (claimer: Claimer, fn: string, list: string[]): Promise<number> => {
+  // decided: told whether every row of the claim is final (nothing to retry), before its runs finish
+  const call = async (claimer: Claimer, fn: string, list: string[], decided?: (all: boolean) => Promise<void>): Promise<number> => {
     if (list.length === 0) return 0;
     const sent = performance.now();
     const rows =
@@ -138,6 +142,7 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
     statementMs.push(back - sent);
     if (process.env.BENCH_TICK_TRACE) console.error(`[trace] ${path} ${claimer.holder} ${fn} ${list.length} jobs: sent ${(sent - t0).toFixed(1)} back ${(back - t0).toFixed(1)} ms, ${rows.length} rows`);
     rowsReturned += rows.length;
+    if (decided) await decided(!(rows as Array<{ claimed?: boolean; reason?: string }>).some((r) => !r.claimed && ['holder-committing', 'slot-not-due', 'held-ahead'].includes(r.reason ?? '')));
     for (const row of rows) if (fn === 'baseline' || (row as { claimed: boolean }).claimed) arrivals.push(back - t0);
     // the runs end at once (the handlers do nothing): one finishing statement per claim, as the worker batches them
     if (fn === 'baseline') {
@@ -153,12 +158,25 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
       if (path === 'baseline') return call(claimer, 'baseline', names);
       const fn = 'claim';
       const own = keys.indexOf(claimer.key);
-      const mine: string[] = [];
-      const others: string[] = [];
-      for (const name of names) (nameHash(name) % keys.length === own ? mine : others).push(name);
-      const took = await call(claimer, fn, mine);
+      const byOwner: string[][] = keys.map(() => []);
+      const digests = keys.map(() => new ShareDigest());
+      for (const name of names) {
+        const hash = nameHash(name);
+        const owner = hash % keys.length;
+        byOwner[owner]!.push(name);
+        digests[owner]!.add(slotHash(hash, slot), slotHash(digestHash(name), slot));
+      }
+      const took = await call(claimer, fn, byOwner[own]!, async (decided) => {
+        if (decided) await claimer.session.query('select leasehold.report_share($1::bigint, $2, $3::bigint, $4::bigint)', [claimer.key, digests[own]!.jobs, digests[own]!.sumA, digests[own]!.sumB]);
+      });
       await sleep(Math.min(Math.max(50, took), 2_000));
-      return call(claimer, fn, others);
+      const peers = keys.map((key, i) => ({ key, i })).filter((p) => p.i !== own && digests[p.i]!.jobs > 0);
+      const reported = await claimer.session.query<{ key: string }>(
+        'select holder_key::text as key from leasehold.reported_shares($1::bigint[], $2::integer[], $3::bigint[], $4::bigint[])',
+        [peers.map((p) => p.key), peers.map((p) => digests[p.i]!.jobs), peers.map((p) => digests[p.i]!.sumA), peers.map((p) => digests[p.i]!.sumB)],
+      );
+      const skip = new Set(reported.map((r) => r.key));
+      return call(claimer, fn, peers.filter((p) => !skip.has(p.key)).flatMap((p) => byOwner[p.i]!));
     }),
   );
   await Promise.all(finishes);

@@ -222,7 +222,7 @@ select unnest(v.objects), v.level from (values
   ('client', array['acquire', 'assert_lease', 'claim', 'claim_requests', 'define_schedule', 'enqueue_slots',
      'finish_held_run', 'finish_runs', 'holds_lease', 'reconfirm_leases', 'record_clock_step', 'record_missed_slots',
      'record_skip', 'register_jobs', 'register_liveness', 'release', 'remove_schedule', 'renew_leases',
-     'schedule_changes', 'start_run', 'start_tick']),
+     'report_share', 'reported_shares', 'schedule_changes', 'start_run', 'start_tick']),
   ('operator', array['force_release', 'pause_job', 'prune_history', 'resume_job', 'run_now']),
   ('owner', array['acting_role', 'add_run_counts', 'bad_characters', 'batch_token', 'check_characters', 'check_claim_requests',
      'check_holder', 'check_job_owner', 'check_lease_name', 'check_name', 'check_namespace', 'check_role',

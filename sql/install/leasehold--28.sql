@@ -735,6 +735,15 @@ create table leasehold.worker_starts (
 comment on table leasehold.worker_starts is
   'Per worker liveness key: through when its runs claimed ahead are started (start_tick), and the latest planned start of one a peer claimed again.';
 
+-- A worker's share of its latest tick, once every slot of it is decided (report_share): a peer
+-- whose own view of that share has the same digest leaves it out of its second pass.
+create table leasehold.share_reports (
+  holder_key bigint primary key, jobs integer not null, sum_a bigint not null, sum_b bigint not null,
+  reported_by text not null, reported_at timestamptz not null default now()
+);
+comment on table leasehold.share_reports is
+  'Per worker liveness key: the digest of the (job, slot) pairs its latest share claim decided (report_share), read by the peers'' second pass (reported_shares).';
+
 create table leasehold.jobs (
   name text primary key,
   schedule text not null, timezone text, interval_ms bigint, ttl_ms bigint not null, overlap text not null, catch_up text not null,
@@ -1229,6 +1238,40 @@ begin
   end if;
   return v_taken is null or v_taken <= v_old;
 end $$;
+
+-- report_share: the worker of p_holder_key decided every slot of its share of a tick (claimed,
+-- held, taken: nothing left to retry); the share's digest is p_jobs (job, slot) pairs and two sums
+-- of a hash of each pair (docs/sql-api.md). Replaces the key's previous report.
+create function leasehold.report_share(p_holder_key bigint, p_jobs integer, p_sum_a bigint, p_sum_b bigint) returns void
+language plpgsql volatile as $$
+declare
+  v_first boolean;
+begin
+  if p_holder_key is null or p_jobs is null or p_jobs < 1 or p_sum_a is null or p_sum_b is null then
+    raise exception 'report_share: holder_key, jobs (1 or more) and both sums are needed' using errcode = '22023';
+  end if;
+  insert into leasehold.share_reports as r (holder_key, jobs, sum_a, sum_b, reported_by)
+  values (p_holder_key, p_jobs, p_sum_a, p_sum_b, session_user)
+  on conflict (holder_key) do update
+     set jobs = excluded.jobs, sum_a = excluded.sum_a, sum_b = excluded.sum_b, reported_by = excluded.reported_by, reported_at = now()
+  returning r.xmax = 0 into v_first;
+  -- once per key: the reports of keys no longer live go
+  if v_first then
+    delete from leasehold.share_reports r
+     where r.holder_key <> p_holder_key and not exists (select 1 from leasehold.liveness_locks() k where k.key = r.holder_key);
+  end if;
+end $$;
+
+-- reported_shares: which of p_holder_keys reported (report_share) exactly the share the caller
+-- expects of it (element i: p_jobs pairs, the two sums), from a live key and the caller's own login
+-- role. Another role's report, or a dead worker's, never spares a peer its second pass.
+create function leasehold.reported_shares(p_holder_keys bigint[], p_jobs integer[], p_sums_a bigint[], p_sums_b bigint[]) returns table (holder_key bigint)
+language sql stable as $$
+  select r.holder_key
+    from unnest(p_holder_keys, p_jobs, p_sums_a, p_sums_b) as e(key, jobs, a, b)
+    join leasehold.share_reports r on r.holder_key = e.key and r.jobs = e.jobs and r.sum_a = e.a and r.sum_b = e.b
+   where r.reported_by = session_user::text and r.holder_key in (select k.key from leasehold.liveness_locks() k);
+$$;
 
 -- enqueue_slots: queues slots after last_slot, run in order as the lease is free (catch-up all).
 create function leasehold.enqueue_slots(p_job text, p_slots timestamptz[]) returns integer
@@ -2506,7 +2549,7 @@ select unnest(v.objects), v.level from (values
   ('client', array['acquire', 'assert_lease', 'claim', 'claim_requests', 'define_schedule', 'enqueue_slots',
      'finish_held_run', 'finish_runs', 'holds_lease', 'reconfirm_leases', 'record_clock_step', 'record_missed_slots',
      'record_skip', 'register_jobs', 'register_liveness', 'release', 'remove_schedule', 'renew_leases',
-     'schedule_changes', 'start_run', 'start_tick']),
+     'report_share', 'reported_shares', 'schedule_changes', 'start_run', 'start_tick']),
   ('operator', array['force_release', 'pause_job', 'prune_history', 'resume_job', 'run_now']),
   ('owner', array['acting_role', 'add_run_counts', 'bad_characters', 'batch_token', 'check_characters', 'check_claim_requests',
      'check_holder', 'check_job_owner', 'check_lease_name', 'check_name', 'check_namespace', 'check_role',
@@ -2518,7 +2561,7 @@ select unnest(v.objects), v.level from (values
      'run_timed_out', 'secure_schema', 'server_incarnation', 'slot_to_answer', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '77ecf68fe17ab9f6ecefd7de96be1992dd006c067829042d5abfd09e47637cc6');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'd11768b44e91df420009290f6616559b8e9c785c1fdb6765ab9b7c4dfde97bf2');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

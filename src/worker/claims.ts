@@ -145,6 +145,25 @@ export class SchedulerStore {
     return rows[0]?.untouched === true;
   }
 
+  /** Reports that every slot of this worker's share of a tick is decided (share-reports.ts). */
+  async reportShare(holderKey: string, digest: { jobs: number; sumA: number; sumB: number }): Promise<void> {
+    await this.query('select leasehold.report_share($1::bigint, $2, $3::bigint, $4::bigint)', [holderKey, digest.jobs, digest.sumA, digest.sumB]);
+  }
+
+  /** Which of the peers' keys reported exactly the share digest given for it (share-reports.ts). */
+  async reportedShares(shares: ReadonlyArray<{ key: string; digest: { jobs: number; sumA: number; sumB: number } }>): Promise<Set<string>> {
+    const { rows } = await this.query<{ key: string }>(
+      'select k.holder_key::text as key from leasehold.reported_shares($1::bigint[], $2::integer[], $3::bigint[], $4::bigint[]) k',
+      [
+        `{${shares.map((s) => s.key).join(',')}}`,
+        numberArrayLiteral(shares.map((s) => s.digest.jobs)),
+        numberArrayLiteral(shares.map((s) => s.digest.sumA)),
+        numberArrayLiteral(shares.map((s) => s.digest.sumB)),
+      ],
+    );
+    return new Set(rows.map((r) => r.key));
+  }
+
   async finish(
     job: string,
     fence: number,

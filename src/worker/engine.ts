@@ -22,6 +22,7 @@ import type { RunReport } from './execute-run.js';
 import { NextSlots } from './next-slots.js';
 import { RequestPoller } from './requests.js';
 import { PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
+import { coverOf, ShareReporter, unclaimedDigest, unreportedRequests, type SecondPass, type ShareDigest } from './share-reports.js';
 import { MissedSlots, type Follower } from './missed-slots.js';
 import { StartQueue } from './start-queue.js';
 import { advancePast, dueAtNextSlot, lookAhead, nextTickAt, planTick } from './tick-plan.js';
@@ -81,6 +82,8 @@ export class ClaimEngine {
   private readonly lead: LeadPolicy;
   /** Runs claimed ahead, waiting for their start. */
   private readonly starts: StartQueue;
+  /** Tells the peers which shares this worker decided (share-reports.ts). */
+  private readonly reports: ShareReporter;
   /** How long this worker's last claim ahead took (ms): its second pass waits for the peers' as long. */
   private lastAheadMs = 0;
 
@@ -94,8 +97,13 @@ export class ClaimEngine {
     this.steps = new StepRecorder(this.store, this.holder, this.logger);
     this.missed = new MissedSlots({ store: this.store, steps: this.steps, events: this.events, logger: this.logger, holder: this.holder });
     this.lead = new LeadPolicy(parts.claimAhead);
-    this.starts = new StartQueue(this.clock, FIRE_MARGIN_MS, (key, through) => this.store.startTick(key, through));
+    this.starts = new StartQueue(this.clock, FIRE_MARGIN_MS, async (key, through) => {
+      const untouched = await this.store.startTick(key, through);
+      if (untouched) this.reports.started(key, through.getTime());
+      return untouched;
+    });
     this.finisher = new FinishQueue(this.store);
+    this.reports = new ShareReporter(this.store);
     this.runs = new RunSet({ ...parts, finisher: this.finisher, shutdown: this.shutdown.signal });
     this.peers = new PeerList(() => this.store.liveKeys());
     this.requests = new RequestPoller({
@@ -179,19 +187,21 @@ export class ClaimEngine {
   private async tick(): Promise<void> {
     if (!this.running) return;
     this.lastTickAt = performance.now();
-    // This worker's hash share first; the rest after twice as long as the share took, by
-    // when the live peers have claimed theirs (the second pass then gets back almost no rows)
-    // and a dead or missing peer's share is taken over. Slots of its share due within the
-    // lead are claimed ahead, and their runs started at their slots.
+    // This worker's hash share first, reported once decided (share-reports.ts); the rest after
+    // twice as long as the share took, by when the live peers have claimed and reported theirs:
+    // the second pass claims only the shares not reported (a dead or missing peer's). Slots of
+    // its share due within the lead are claimed ahead, and their runs started at their slots.
     const ownKey = this.tracker.livenessKey();
     const leadMs = this.leadMs();
-    const plan = planTick(this.states, this.clock.now(), this.peers.share(ownKey), leadMs, this.logger);
+    const keys = this.peers.keysNow();
+    const share = this.peers.share(ownKey);
+    const plan = planTick(this.states, this.clock.now(), share, leadMs, this.logger);
     const { mine, others, advanced } = plan;
     const startedAt = performance.now();
     try {
       await Promise.all([
-        mine.length > 0 ? this.claim(mine, 0).then(() => this.lead.observe(plan.dueJobs, performance.now() - startedAt)) : undefined,
-        plan.ahead.length > 0 ? this.claimAhead(plan.ahead, plan.aheadStarts, leadMs, plan.dueJobs) : undefined,
+        mine.length > 0 ? this.claim(mine, 0, share && plan.mineDigest).then(() => this.lead.observe(plan.dueJobs, performance.now() - startedAt)) : undefined,
+        plan.ahead.length > 0 ? this.claimAhead(plan.ahead, plan.aheadStarts, leadMs, plan.dueJobs, share && plan.aheadDigest) : undefined,
       ]);
     } catch (error) {
       this.health.failed(error, 'claiming slots failed; retrying at the next slot', { jobs: mine.length + plan.ahead.length });
@@ -202,7 +212,8 @@ export class ClaimEngine {
       // (the states claimed ahead moved on to their next slot; those left keep theirs)
       if (plan.aheadStates.length > 0) setImmediate(() => lookAhead(plan.aheadStates));
       // (a share claimed ahead: the peers claimed theirs ahead too, about as long)
-      if (others.length > 0) this.steal(others, mine.length > 0 ? performance.now() - startedAt : Math.max(performance.now() - startedAt, this.lastAheadMs));
+      const ownShareMs = mine.length > 0 ? performance.now() - startedAt : Math.max(performance.now() - startedAt, this.lastAheadMs);
+      if (others.length > 0) this.steal(others, { keys, owners: plan.othersOwners, digests: plan.othersDigests }, ownShareMs);
       this.schedule();
       void this.peers.refresh(ownKey);
     }
@@ -212,11 +223,11 @@ export class ClaimEngine {
    * Claims `requests` ahead of their slots (claim with ahead_ms); each claimed run starts at its start.
    * What is not claimed is claimed at its slot. Resolves to the number of runs prepared.
    */
-  private claimAhead(requests: ClaimRequest[], starts: Date[], leadMs: number, dueJobs: number): Promise<number> {
-    return this.inFlight(this.claimAheadOnce(requests, starts, leadMs, dueJobs));
+  private claimAhead(requests: ClaimRequest[], starts: Date[], leadMs: number, dueJobs: number, report: ShareDigest | null): Promise<number> {
+    return this.inFlight(this.claimAheadOnce(requests, starts, leadMs, dueJobs, report));
   }
 
-  private async claimAheadOnce(requests: ClaimRequest[], starts: Date[], leadMs: number, dueJobs: number): Promise<number> {
+  private async claimAheadOnce(requests: ClaimRequest[], starts: Date[], leadMs: number, dueJobs: number, report: ShareDigest | null): Promise<number> {
     const holderKey = this.tracker.livenessKey();
     const sentAt = performance.now();
     const rows = await this.store.claimAhead(requests, starts, this.holder, holderKey, Math.min(MAX_AHEAD_MS, leadMs + AHEAD_SLACK_MS));
@@ -243,19 +254,21 @@ export class ClaimEngine {
     }
     this.lastAheadMs = performance.now() - sentAt;
     this.lead.observe(dueJobs, this.lastAheadMs);
+    this.reports.claimedAhead(report, unclaimedDigest(requests, rows, this.byName), coverOf(requests, starts));
     if (starts[0]) this.finisher.holdAfterAhead(prepared, leadMs, starts[0].getTime() - this.clock.now().getTime());
     if (followers) this.missed.check(followers);
     if (orphans.length > 0) await this.handBack(orphans, 'the job was removed from this worker while it was being claimed');
     return prepared;
   }
 
-  /** The second pass over the other workers' shares. */
-  private steal(requests: ClaimRequest[], ownShareMs: number): void {
+  /** The second pass over the other workers' shares, but those their workers reported decided. */
+  private steal(requests: ClaimRequest[], pass: SecondPass, ownShareMs: number): void {
     if (!this.running) return;
     const delay = Math.min(Math.max(STEAL_DELAY_MIN_MS, STEAL_DELAY_FACTOR * ownShareMs), STEAL_DELAY_MAX_MS);
     const timer = setTimeout(() => {
       this.retryTimers.delete(timer);
-      this.claim(requests, 0).then(
+      const unreported = this.running ? unreportedRequests(this.store, requests, pass).catch(() => requests) : Promise.resolve([]);
+      void unreported.then((rest) => this.claim(rest, 0)).then(
         // a peer in the list did not claim its share (it stopped or died): read the list again
         // before the next tick rather than splitting by a dead peer for up to 10 s more
         (claimed) => {
@@ -273,10 +286,14 @@ export class ClaimEngine {
     this.claim(requests, attempt).catch((error: unknown) => this.health.failed(error, message));
   }
 
-  /** Claims `requests` in one statement; retries the transient refusals a few times. Resolves to the number of runs it started. */
-  private claim(requests: ClaimRequest[], attempt: number): Promise<number> {
+  /**
+   * Claims `requests` in one statement; retries the transient refusals a few times. Resolves to
+   * the number of runs it started. `report`: the digest of a share, reported if every slot of it
+   * was decided by this statement.
+   */
+  private claim(requests: ClaimRequest[], attempt: number, report?: ShareDigest | null): Promise<number> {
     if (!this.running || requests.length === 0) return Promise.resolve(0);
-    return this.inFlight(this.claimOnce(requests, attempt));
+    return this.inFlight(this.claimOnce(requests, attempt, report));
   }
 
   /** A claim in flight, which stopping waits for. */
@@ -285,7 +302,7 @@ export class ClaimEngine {
     return claiming.finally(() => this.claiming.delete(claiming));
   }
 
-  private async claimOnce(requests: ClaimRequest[], attempt: number): Promise<number> {
+  private async claimOnce(requests: ClaimRequest[], attempt: number, report?: ShareDigest | null): Promise<number> {
     const holderKey = this.tracker.livenessKey();
     const sentAt = performance.now();
     const rows = await this.store.claim(requests, this.holder, holderKey);
@@ -297,6 +314,7 @@ export class ClaimEngine {
     let started = 0;
     const retry: ClaimRequest[] = [];
     const orphans: ClaimRow[] = [];
+    let undecided = false;
     // claimed rows that follow an earlier claim: looked at for missed slots after every run has started
     let followers: Follower[] | undefined;
     for (const row of rows) {
@@ -314,8 +332,10 @@ export class ClaimEngine {
       } else if (row.reason === 'held') {
         if (row.skip_recorded && this.events.wants('slot:skipped')) this.events.emit('slot:skipped', skippedEvent(job.name, row));
       } else if (row.reason === 'held-ahead') {
+        undecided = true;
         this.askAgainAtExpiry(state, row);
       } else if (row.reason === 'slot-not-due' && (attempt >= RETRY_DELAYS_MS.length || this.clock.now() < row.slot)) {
+        undecided = true;
         // Not due by the database clock, and not just a hair early: the database clock is
         // behind our estimate (it stepped back). Claim it again when it is due on that time.
         this.rearm(state, row.slot, row.database_time);
@@ -328,6 +348,7 @@ export class ClaimEngine {
       }
     }
     if (followers) this.missed.check(followers);
+    if (!undecided && retry.length === 0) this.reports.decided(holderKey, report);
     // 'paused' and 'removed' need nothing: the job feed stops or drops the job within a refresh
     if (orphans.length > 0) await this.handBack(orphans, 'the job was removed from this worker while it was being claimed');
     if (retry.length > 0 && attempt < RETRY_DELAYS_MS.length) {

@@ -9,7 +9,7 @@ import type { PreparedRun } from './claim-ahead.js';
 import { prepareRun, type HandlerWrapper, type RunEnvironment, type RunReport, type RunWatcher } from './execute-run.js';
 import type { FinishQueue } from './finish-queue.js';
 import type { JobDefinition } from '../job/job.js';
-import { nameHash } from './shares.js';
+import { digestHash, nameHash } from './shares.js';
 
 export interface JobState {
   job: JobDefinition;
@@ -18,6 +18,8 @@ export interface JobState {
   running: number;
   /** nameHash(job.name), for the hash shares (shares.ts): a name's hash, once, not at every tick. */
   readonly shareHash: number;
+  /** digestHash(job.name): with shareHash, the two hashes of a (job, slot) pair in a share's digest (share-reports.ts). */
+  readonly digestHash: number;
   /**
    * The slot after nextSlot, worked out after the previous tick's claim was sent, so that the
    * next tick sends its claim without a schedule step per job first. Valid while `aheadJob` and
@@ -137,5 +139,5 @@ export class RunSet implements RunWatcher<Started> {
 
 /** A job's state before its first slot is worked out. */
 export function newState(job: JobDefinition): JobState {
-  return { job, nextSlot: null, running: 0, shareHash: nameHash(job.name), aheadJob: undefined, aheadFrom: undefined, aheadNext: undefined };
+  return { job, nextSlot: null, running: 0, shareHash: nameHash(job.name), digestHash: digestHash(job.name), aheadJob: undefined, aheadFrom: undefined, aheadNext: undefined };
 }

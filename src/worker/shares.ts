@@ -24,6 +24,13 @@ export function nameHash(name: string): number {
   return h >>> 0;
 }
 
+/** A second hash of a name (djb2, xor form): with nameHash, two unrelated hashes of a (job, slot) pair (share-reports.ts). */
+export function digestHash(name: string): number {
+  let h = 5381;
+  for (let i = 0; i < name.length; i++) h = (Math.imul(h, 33) ^ name.charCodeAt(i)) >>> 0;
+  return h;
+}
+
 /** Which of `keys` (sorted live liveness keys) owns `name`; -1 without keys. */
 export function ownerIndex(name: string, keys: readonly string[]): number {
   return keys.length === 0 ? -1 : nameHash(name) % keys.length;
@@ -86,6 +93,11 @@ export class PeerList {
   share(ownKey: string | null): Share {
     const index = ownKey === null ? -1 : this.keys.indexOf(ownKey);
     return index < 0 || this.keys.length < 2 ? null : { index, count: this.keys.length };
+  }
+
+  /** The sorted live keys now (the array is replaced, never changed, when the list is read again). */
+  keysNow(): readonly string[] {
+    return this.keys;
   }
 
   /** Whether `ownKey` is the first of the list: one worker of the fleet for a chore of the fleet's. */

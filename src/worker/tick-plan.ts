@@ -8,6 +8,7 @@ import { MAX_MISSED_RECORDED } from './catch-up.js';
 import type { ClaimRequest } from './claims.js';
 import { NextSlots } from './next-slots.js';
 import type { JobState } from './runs.js';
+import { ShareDigest } from './share-reports.js';
 import { owns, slotHash, type Share } from './shares.js';
 
 export interface TickPlan {
@@ -23,6 +24,12 @@ export interface TickPlan {
   advanced: JobState[];
   /** Jobs of every share due now or claimed ahead by this tick's workers: the size of the tick (claim-ahead.ts). */
   dueJobs: number;
+  /** The digests of `mine` and `ahead`, reported once decided (share-reports.ts). */
+  mineDigest: ShareDigest;
+  aheadDigest: ShareDigest;
+  /** Per request of `others`: its owner's index in the share; per index, the digest of its requests. */
+  othersOwners: number[];
+  othersDigests: ShareDigest[];
 }
 
 /**
@@ -32,7 +39,11 @@ export interface TickPlan {
  * else claimed then as usual.
  */
 export function planTick(states: readonly JobState[], tickNow: Date, share: Share, leadMs: number, logger: Logger): TickPlan {
-  const plan: TickPlan = { mine: [], others: [], ahead: [], aheadStates: [], aheadStarts: [], advanced: [], dueJobs: 0 };
+  const plan: TickPlan = {
+    mine: [], others: [], ahead: [], aheadStates: [], aheadStarts: [], advanced: [], dueJobs: 0,
+    mineDigest: new ShareDigest(), aheadDigest: new ShareDigest(), othersOwners: [],
+    othersDigests: Array.from({ length: share?.count ?? 0 }, () => new ShareDigest()),
+  };
   const nextSlots = new NextSlots();
   for (const state of states) {
     // jitter: each job reads the clock behind by its offset, so its slots, its lateness and
@@ -45,10 +56,12 @@ export function planTick(states: readonly JobState[], tickNow: Date, share: Shar
       if (leadMs > 0 && state.leadSeen !== slot && slot.getTime() - now.getTime() <= leadMs) {
         state.leadSeen = slot;
         plan.dueJobs++;
-        if (owns(share, slotHash(state.shareHash, slot))) {
+        const hash = slotHash(state.shareHash, slot);
+        if (owns(share, hash)) {
           plan.ahead.push({ job: state.job, slot });
           plan.aheadStates.push(state);
           plan.aheadStarts.push(fireTime(slot, offset));
+          plan.aheadDigest.add(hash, slotHash(state.digestHash, slot));
         }
       }
       continue;
@@ -70,22 +83,35 @@ export function planTick(states: readonly JobState[], tickNow: Date, share: Shar
       logger.warn({ event: 'slot:late', job: state.job.name, slot: latest.toISOString() }, `slot of "${state.job.name}" is past its starting deadline; not claiming it`);
       continue;
     }
-    (owns(share, slotHash(state.shareHash, latest)) ? plan.mine : plan.others).push({ job: state.job, slot: latest });
+    const hash = slotHash(state.shareHash, latest);
+    if (owns(share, hash)) {
+      plan.mine.push({ job: state.job, slot: latest });
+      plan.mineDigest.add(hash, slotHash(state.digestHash, latest));
+    } else {
+      const owner = hash % (share as { count: number }).count;
+      plan.others.push({ job: state.job, slot: latest });
+      plan.othersOwners.push(owner);
+      (plan.othersDigests[owner] as ShareDigest).add(hash, slotHash(state.digestHash, latest));
+    }
     plan.advanced.push(state);
     plan.dueJobs++;
   }
   return plan;
 }
 
-/** A slot claimed ahead: its job moves on to the slot after it. */
+/**
+ * A slot claimed ahead: its job moves on to the slot after it. By time, not by Date: the claim's
+ * rows share one Date per instant, and states whose slots were worked out apart hold others
+ * (compared by identity, most of a share claimed ahead was claimed again at its slot).
+ */
 export function advancePast(state: JobState, slot: Date, nextSlots: NextSlots): void {
-  if (state.nextSlot !== slot) return;
+  if (state.nextSlot?.getTime() !== slot.getTime()) return;
   state.nextSlot = nextAfter(state, slot, nextSlots);
 }
 
 /** The job's slot after `slot`: worked out by lookAhead() after the previous tick, or now. */
 function nextAfter(state: JobState, slot: Date, nextSlots: NextSlots): Date | null {
-  return state.aheadFrom === slot && state.aheadJob === state.job ? (state.aheadNext ?? null) : nextSlots.of(state.job.schedule, slot);
+  return state.aheadJob === state.job && state.aheadFrom?.getTime() === slot.getTime() ? (state.aheadNext ?? null) : nextSlots.of(state.job.schedule, slot);
 }
 
 /**
