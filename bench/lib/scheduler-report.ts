@@ -105,7 +105,7 @@ export function schedulerTargets(results: SchedulerResults): TargetCheck[] {
   const errors = ticks.reduce((n, t) => n + claimErrors(t), 0);
   checks.push({
     what: 'claim statements per worker per tick',
-    target: `constant: its share and one second pass (+ at most ${MAX_CLAIM_RETRIES} retries of each)`,
+    target: `constant: its share and at most one second pass (+ at most ${MAX_CLAIM_RETRIES} retries of each)`,
     measured: `${range(claimCounts)} (batches: ${ticks.map((t) => t.claimBatches.join(', ')).join('; ')})${errors > 0 ? `; ${errors} failed` : ''}`,
     met: claimCounts.every((n) => n >= 1 && n <= 2 * (1 + MAX_CLAIM_RETRIES)) && errors === 0,
   });
@@ -266,9 +266,11 @@ export function schedulerMarkdown(results: SchedulerResults, render: (table: Tab
     '',
     `${setupLine(results)}`,
     '',
-    'Each worker claims its hash share of the due jobs with one `leasehold.claim` statement, then, after twice as long as ' +
-      'that took, the other workers\' shares with a second one (it claims only what a peer left: a slot already claimed costs a ' +
-      'primary-key probe); rows a peer was still committing come back as `holder-committing` and are retried 25, 100 and 400 ms ' +
+    'Each worker claims its hash share of the due jobs with one `leasehold.claim` statement and, once every slot of it is decided ' +
+      '(claimed ahead: once its runs are marked started), reports its digest (`report_share`); after twice as long as the claim took, ' +
+      'it asks which peers reported their shares as it sees them (`reported_shares`) and claims the others with a second statement ' +
+      '(none when every worker reported; a slot already claimed costs a primary-key probe). Both go with the claims in "statements ' +
+      'per worker". Rows a peer was still committing come back as `holder-committing` and are retried 25, 100 and 400 ms ' +
       'later. "tick -> last claim" ends when the last statement that claimed a slot returned to its worker; "incl. empty retries" ' +
       'also waits for the second passes and retries that found every job taken. "batch ms" is each worker\'s first statement, client side; ' +
       '"rows back -> last start" runs from its rows back (parsed) to the last of its handlers starting: starting the runs; "GC" is the worker\'s garbage collection from the slot to the last handler start of the tick.',

@@ -105,7 +105,7 @@ export function tickTargets(result: TickSuiteResult): TargetCheck[] {
     const n = jobs.toLocaleString('en-US');
     if (after.cpuUsPerJob !== null && plain.cpuUsPerJob !== null && plain.cpuUsPerJob > 0) {
       checks.push({
-        what: `tick database CPU per job (claim, second pass, finish) vs the plain statements, ${n} jobs, ${result.settings.workers} workers`,
+        what: `tick database CPU per job (claim, share report, second pass, finish) vs the plain statements, ${n} jobs, ${result.settings.workers} workers`,
         target: `<= ${TICK_CPU_RATIO_TARGET}x`,
         measured: `${ratio(after.cpuUsPerJob, plain.cpuUsPerJob)} (${after.cpuUsPerJob} vs ${plain.cpuUsPerJob} µs)`,
         met: after.cpuUsPerJob <= TICK_CPU_RATIO_TARGET * plain.cpuUsPerJob,

@@ -99,19 +99,23 @@ begin
   select coalesce(array_agg(e.name || '#' || e.fence) filter (where e.recorded), '{}'), coalesce(array_agg(e.name) filter (where e.released), '{}')
     into v_recorded, v_released
     from leasehold.end_runs(p_jobs, p_tokens, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) e;
+  -- the others: runs with a run_log row from their start (run now, backfill, start_run, allow);
+  -- a statement of its own, only when there are some (its run_log triggers run even for no row)
+  if cardinality(v_recorded) < v_n then
+    with recorded as (
+      update leasehold.run_log r
+         set outcome = i.outcome, finished_at = now(), error = left(i.error, 4000), attempts = coalesce(i.attempts, 1),
+             started_at = leasehold.run_start(r.started_at, i.started_ms)
+        from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) as i(job, fence, outcome, error, attempts, started_ms)
+       where r.job = i.job and r.fence = i.fence and r.outcome = 'running' and not ((i.job || '#' || i.fence) = any (v_recorded))
+      returning r.job || '#' || r.fence as run
+    )
+    select v_recorded || coalesce(array_agg(x.run), '{}') into v_recorded from recorded x;
+  end if;
   v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
   return query
   with input as materialized (
-    select * from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) as i(job, fence, outcome, error, attempts, started_ms)
-  ),
-  recorded as (
-    update leasehold.run_log r
-       set outcome = i.outcome, finished_at = now(), error = left(i.error, 4000), attempts = coalesce(i.attempts, 1),
-           started_at = leasehold.run_start(r.started_at, i.started_ms)
-      from input i
-     where cardinality(v_recorded) < cardinality(p_jobs)
-       and r.job = i.job and r.fence = i.fence and r.outcome = 'running' and not ((i.job || '#' || i.fence) = any (v_recorded))
-    returning r.job, r.fence
+    select * from unnest(p_jobs, p_fences) as i(job, fence)
   ),
   stale_buffers as (
     delete from leasehold.buffered b using leasehold.leases l, input i
@@ -119,7 +123,7 @@ begin
     returning b.job, b.slot
   )
   select i.job, i.fence,
-         (i.job || '#' || i.fence) = any (v_recorded) or (i.job, i.fence) in (select r.job, r.fence from recorded r),
+         (i.job || '#' || i.fence) = any (v_recorded),
          i.job in (select unnest(v_released)),
          case when v_queued then (select min(b.slot) from leasehold.buffered b
            where b.job = i.job and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
@@ -215,8 +219,10 @@ begin
   perform leasehold.add_run_counts(array_agg(minute), array_agg(n))
      from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
              from new_runs where finished_at is not null group by 1) d;
-  perform leasehold.mark_slow_runs(array_agg(job), array_agg(started_at), array_agg(finished_at))
-     from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds';
+  if exists (select 1 from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds') then
+    perform leasehold.mark_slow_runs(array_agg(job), array_agg(started_at), array_agg(finished_at))
+       from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds';
+  end if;
   return null;
 end $$;
 
@@ -229,8 +235,10 @@ begin
                    union all
                    select floor(extract(epoch from started_at) / 60)::bigint, -1 from old_runs where finished_at is not null) c
             group by 1) d;
-  perform leasehold.mark_slow_runs(array_agg(job), array_agg(started_at), array_agg(finished_at))
-     from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds';
+  if exists (select 1 from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds') then
+    perform leasehold.mark_slow_runs(array_agg(job), array_agg(started_at), array_agg(finished_at))
+       from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds';
+  end if;
   return null;
 end $$;
 

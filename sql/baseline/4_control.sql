@@ -316,9 +316,12 @@ begin
     raise exception 'claim: as many slots, ttls, modes and buffer caps as jobs are needed (% jobs)', v_n using errcode = '22023';
   end if;
   if v_n = 0 then return; end if;
-  select bool_or(i.mode is null or i.mode not in ('exclusive', 'replace', 'allow')) as bad_mode, bool_or(i.cap is null or i.cap < 0) as bad_cap,
-         bool_or(i.job is null or i.slot is null) as bad_null, bool_or(i.ttl is null) as null_ttl, min(i.ttl) as min_ttl, max(i.ttl) as max_ttl
-    into r from unnest(p_jobs, p_slots, p_ttls, p_modes, p_caps) as i(job, slot, ttl, mode, cap);
+  -- whole-array tests (no row per request: a second pass asks thousands); ttls need their range
+  select not (p_modes <@ array['exclusive', 'replace', 'allow']) as bad_mode, -- a null element is contained in nothing
+         array_position(p_caps, null) is not null or coalesce(0 > any (p_caps), false) as bad_cap,
+         array_position(p_jobs, null) is not null or array_position(p_slots, null) is not null as bad_null,
+         t.null_ttl, t.min_ttl, t.max_ttl
+    into r from (select bool_or(x is null) as null_ttl, min(x) as min_ttl, max(x) as max_ttl from unnest(p_ttls) x) t;
   if r.bad_mode then
     raise exception 'claim: mode must be exclusive, replace or allow (got %)',
       coalesce((select m from unnest(p_modes) m where m is null or m not in ('exclusive', 'replace', 'allow') limit 1), 'null') using errcode = '22023';

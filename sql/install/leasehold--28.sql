@@ -1421,19 +1421,23 @@ begin
   select coalesce(array_agg(e.name || '#' || e.fence) filter (where e.recorded), '{}'), coalesce(array_agg(e.name) filter (where e.released), '{}')
     into v_recorded, v_released
     from leasehold.end_runs(p_jobs, p_tokens, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) e;
+  -- the others: runs with a run_log row from their start (run now, backfill, start_run, allow);
+  -- a statement of its own, only when there are some (its run_log triggers run even for no row)
+  if cardinality(v_recorded) < v_n then
+    with recorded as (
+      update leasehold.run_log r
+         set outcome = i.outcome, finished_at = now(), error = left(i.error, 4000), attempts = coalesce(i.attempts, 1),
+             started_at = leasehold.run_start(r.started_at, i.started_ms)
+        from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) as i(job, fence, outcome, error, attempts, started_ms)
+       where r.job = i.job and r.fence = i.fence and r.outcome = 'running' and not ((i.job || '#' || i.fence) = any (v_recorded))
+      returning r.job || '#' || r.fence as run
+    )
+    select v_recorded || coalesce(array_agg(x.run), '{}') into v_recorded from recorded x;
+  end if;
   v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
   return query
   with input as materialized (
-    select * from unnest(p_jobs, p_fences, p_outcomes, p_errors, p_attempts, p_started_ms) as i(job, fence, outcome, error, attempts, started_ms)
-  ),
-  recorded as (
-    update leasehold.run_log r
-       set outcome = i.outcome, finished_at = now(), error = left(i.error, 4000), attempts = coalesce(i.attempts, 1),
-           started_at = leasehold.run_start(r.started_at, i.started_ms)
-      from input i
-     where cardinality(v_recorded) < cardinality(p_jobs)
-       and r.job = i.job and r.fence = i.fence and r.outcome = 'running' and not ((i.job || '#' || i.fence) = any (v_recorded))
-    returning r.job, r.fence
+    select * from unnest(p_jobs, p_fences) as i(job, fence)
   ),
   stale_buffers as (
     delete from leasehold.buffered b using leasehold.leases l, input i
@@ -1441,7 +1445,7 @@ begin
     returning b.job, b.slot
   )
   select i.job, i.fence,
-         (i.job || '#' || i.fence) = any (v_recorded) or (i.job, i.fence) in (select r.job, r.fence from recorded r),
+         (i.job || '#' || i.fence) = any (v_recorded),
          i.job in (select unnest(v_released)),
          case when v_queued then (select min(b.slot) from leasehold.buffered b
            where b.job = i.job and b.slot > coalesce((select l.last_slot from leasehold.leases l where l.name = i.job), '-infinity')
@@ -1537,8 +1541,10 @@ begin
   perform leasehold.add_run_counts(array_agg(minute), array_agg(n))
      from (select floor(extract(epoch from started_at) / 60)::bigint as minute, count(*) as n
              from new_runs where finished_at is not null group by 1) d;
-  perform leasehold.mark_slow_runs(array_agg(job), array_agg(started_at), array_agg(finished_at))
-     from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds';
+  if exists (select 1 from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds') then
+    perform leasehold.mark_slow_runs(array_agg(job), array_agg(started_at), array_agg(finished_at))
+       from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds';
+  end if;
   return null;
 end $$;
 
@@ -1551,8 +1557,10 @@ begin
                    union all
                    select floor(extract(epoch from started_at) / 60)::bigint, -1 from old_runs where finished_at is not null) c
             group by 1) d;
-  perform leasehold.mark_slow_runs(array_agg(job), array_agg(started_at), array_agg(finished_at))
-     from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds';
+  if exists (select 1 from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds') then
+    perform leasehold.mark_slow_runs(array_agg(job), array_agg(started_at), array_agg(finished_at))
+       from new_runs where finished_at is not null and finished_at - started_at >= interval '500 milliseconds';
+  end if;
   return null;
 end $$;
 
@@ -1962,9 +1970,12 @@ begin
     raise exception 'claim: as many slots, ttls, modes and buffer caps as jobs are needed (% jobs)', v_n using errcode = '22023';
   end if;
   if v_n = 0 then return; end if;
-  select bool_or(i.mode is null or i.mode not in ('exclusive', 'replace', 'allow')) as bad_mode, bool_or(i.cap is null or i.cap < 0) as bad_cap,
-         bool_or(i.job is null or i.slot is null) as bad_null, bool_or(i.ttl is null) as null_ttl, min(i.ttl) as min_ttl, max(i.ttl) as max_ttl
-    into r from unnest(p_jobs, p_slots, p_ttls, p_modes, p_caps) as i(job, slot, ttl, mode, cap);
+  -- whole-array tests (no row per request: a second pass asks thousands); ttls need their range
+  select not (p_modes <@ array['exclusive', 'replace', 'allow']) as bad_mode, -- a null element is contained in nothing
+         array_position(p_caps, null) is not null or coalesce(0 > any (p_caps), false) as bad_cap,
+         array_position(p_jobs, null) is not null or array_position(p_slots, null) is not null as bad_null,
+         t.null_ttl, t.min_ttl, t.max_ttl
+    into r from (select bool_or(x is null) as null_ttl, min(x) as min_ttl, max(x) as max_ttl from unnest(p_ttls) x) t;
   if r.bad_mode then
     raise exception 'claim: mode must be exclusive, replace or allow (got %)',
       coalesce((select m from unnest(p_modes) m where m is null or m not in ('exclusive', 'replace', 'allow') limit 1), 'null') using errcode = '22023';
@@ -2561,7 +2572,7 @@ select unnest(v.objects), v.level from (values
      'run_timed_out', 'secure_schema', 'server_incarnation', 'slot_to_answer', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'd11768b44e91df420009290f6616559b8e9c785c1fdb6765ab9b7c4dfde97bf2');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'a3bd3ca642d19d3ae9d2a5b7d9d735d2918a40ff54ccf0c5bd6ea1d4fc90f359');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

@@ -22,7 +22,7 @@ import type { RunReport } from './execute-run.js';
 import { NextSlots } from './next-slots.js';
 import { RequestPoller } from './requests.js';
 import { PeerList, STEAL_DELAY_FACTOR, STEAL_DELAY_MAX_MS, STEAL_DELAY_MIN_MS } from './shares.js';
-import { coverOf, ShareReporter, unclaimedDigest, unreportedRequests, type SecondPass, type ShareDigest } from './share-reports.js';
+import { coverOf, isDecided, ShareReporter, unclaimedDigest, unreportedRequests, type SecondPass, type ShareDigest } from './share-reports.js';
 import { MissedSlots, type Follower } from './missed-slots.js';
 import { StartQueue } from './start-queue.js';
 import { advancePast, dueAtNextSlot, lookAhead, nextTickAt, planTick } from './tick-plan.js';
@@ -311,10 +311,11 @@ export class ClaimEngine {
     if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
     if (!this.running) return this.handBack(rows).then(() => 0);
     this.finisher.holdAfterClaim(rows.length, performance.now() - sentAt);
+    // the peers' second pass may skip the share from now on: told before its runs are started
+    if (report && rows.every(isDecided)) this.reports.decided(holderKey, report);
     let started = 0;
     const retry: ClaimRequest[] = [];
     const orphans: ClaimRow[] = [];
-    let undecided = false;
     // claimed rows that follow an earlier claim: looked at for missed slots after every run has started
     let followers: Follower[] | undefined;
     for (const row of rows) {
@@ -332,10 +333,8 @@ export class ClaimEngine {
       } else if (row.reason === 'held') {
         if (row.skip_recorded && this.events.wants('slot:skipped')) this.events.emit('slot:skipped', skippedEvent(job.name, row));
       } else if (row.reason === 'held-ahead') {
-        undecided = true;
         this.askAgainAtExpiry(state, row);
       } else if (row.reason === 'slot-not-due' && (attempt >= RETRY_DELAYS_MS.length || this.clock.now() < row.slot)) {
-        undecided = true;
         // Not due by the database clock, and not just a hair early: the database clock is
         // behind our estimate (it stepped back). Claim it again when it is due on that time.
         this.rearm(state, row.slot, row.database_time);
@@ -348,7 +347,6 @@ export class ClaimEngine {
       }
     }
     if (followers) this.missed.check(followers);
-    if (!undecided && retry.length === 0) this.reports.decided(holderKey, report);
     // 'paused' and 'removed' need nothing: the job feed stops or drops the job within a refresh
     if (orphans.length > 0) await this.handBack(orphans, 'the job was removed from this worker while it was being claimed');
     if (retry.length > 0 && attempt < RETRY_DELAYS_MS.length) {

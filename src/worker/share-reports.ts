@@ -27,6 +27,11 @@ export class ShareDigest {
   }
 }
 
+/** A claim's row that leaves nothing to do again for its slot (not a retry, a re-ask at expiry or a registration). */
+export function isDecided(row: ClaimRow): boolean {
+  return row.claimed || !(row.reason === 'holder-committing' || row.reason === 'slot-not-due' || row.reason === 'held-ahead' || row.reason === 'unknown-job');
+}
+
 /** Whether two digests are of the same pairs. */
 function sameDigest(a: ShareDigest, b: ShareDigest): boolean {
   return a.jobs === b.jobs && a.sumA === b.sumA && a.sumB === b.sumB;
