@@ -77,6 +77,25 @@ describe('a scheduled run', () => {
     expect(lease.rows[0]).toEqual({ run_slot: null, token: null });
   });
 
+  it('ends together with a run recorded at its start (overlap allow) in one finish, each recorded once', async () => {
+    await register(['mixed-lease']);
+    await register(['mixed-allow'], 'allow');
+    const [onLease] = await claim(pool, ['mixed-lease'], slot(40), 'worker-1');
+    const [atStart] = await claim(pool, ['mixed-allow'], slot(40), 'worker-1', { mode: 'allow' });
+    expect(await logOf('mixed-allow')).toEqual([{ fence: atStart!.fence, outcome: 'running' }]);
+    expect(await finish(pool, [onLease!, atStart!])).toEqual([
+      { job: 'mixed-allow', recorded: true, released: false },
+      { job: 'mixed-lease', recorded: true, released: true },
+    ]);
+    expect(await logOf('mixed-allow')).toEqual([{ fence: atStart!.fence, outcome: 'succeeded' }]);
+    expect(await logOf('mixed-lease')).toEqual([{ fence: onLease!.fence, outcome: 'succeeded' }]);
+    // again: nothing is recorded twice
+    expect(await finish(pool, [onLease!, atStart!], 'failed')).toEqual([
+      { job: 'mixed-allow', recorded: false, released: false },
+      { job: 'mixed-lease', recorded: false, released: false },
+    ]);
+  });
+
   it('taken over after its lease expired is recorded lost by the claim that takes it; the stale holder\'s finish records nothing', async () => {
     await register(['once-b'], 'skip', 300);
     const [stale] = await claim(pool, ['once-b'], slot(1), 'worker-1', { ttl: '300 milliseconds' });
