@@ -14,7 +14,8 @@
 // slot (the earliest a handler could start; p50/p99); each claim statement's time; rows
 // returned; and, from the database, that every job has exactly one run of the slot.
 import { performance } from 'node:perf_hooks';
-import { ShareDigest } from '../../src/worker/share-reports.js';
+import type { ClaimRow } from '../../src/worker/claims.js';
+import { isDecided, ShareDigest } from '../../src/worker/share-reports.js';
 import { digestHash, nameHash, slotHash } from '../../src/worker/shares.js';
 import { cpuMs } from './contested.js';
 import { walBytes } from './wal.js';
@@ -142,7 +143,7 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
     statementMs.push(back - sent);
     if (process.env.BENCH_TICK_TRACE) console.error(`[trace] ${path} ${claimer.holder} ${fn} ${list.length} jobs: sent ${(sent - t0).toFixed(1)} back ${(back - t0).toFixed(1)} ms, ${rows.length} rows`);
     rowsReturned += rows.length;
-    if (decided) await decided(!(rows as Array<{ claimed?: boolean; reason?: string }>).some((r) => !r.claimed && ['holder-committing', 'slot-not-due', 'held-ahead'].includes(r.reason ?? '')));
+    if (decided) await decided((rows as unknown as ClaimRow[]).every(isDecided));
     for (const row of rows) if (fn === 'baseline' || (row as { claimed: boolean }).claimed) arrivals.push(back - t0);
     // the runs end at once (the handlers do nothing): one finishing statement per claim, as the worker batches them
     if (fn === 'baseline') {

@@ -155,7 +155,7 @@ export class SchedulerStore {
     const { rows } = await this.query<{ key: string }>(
       'select k.holder_key::text as key from leasehold.reported_shares($1::bigint[], $2::integer[], $3::bigint[], $4::bigint[]) k',
       [
-        `{${shares.map((s) => s.key).join(',')}}`,
+        textArrayLiteral(shares.map((s) => s.key)), // keys as text: a bigint's digits, read as bigint[]
         numberArrayLiteral(shares.map((s) => s.digest.jobs)),
         numberArrayLiteral(shares.map((s) => s.digest.sumA)),
         numberArrayLiteral(shares.map((s) => s.digest.sumB)),
