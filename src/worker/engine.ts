@@ -233,7 +233,7 @@ export class ClaimEngine {
     const rows = await this.store.claimAhead(requests, starts, this.holder, holderKey, Math.min(MAX_AHEAD_MS, leadMs + AHEAD_SLACK_MS));
     this.health.succeeded();
     if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
-    if (!this.running) return this.handBack(rows).then(() => 0);
+    if (!this.running || this.shutdown.signal.aborted) return this.handBack(rows).then(() => 0); // (stop aborts the signal first)
     const nextSlots = new NextSlots();
     const orphans: ClaimRow[] = [];
     let followers: Follower[] | undefined;
@@ -309,7 +309,7 @@ export class ClaimEngine {
     this.health.succeeded();
     // the claim's database time is a clock sample: a step shows here before the rows are used
     if (rows[0]) this.clock.observe(rows[0].database_time, sentAt, performance.now());
-    if (!this.running) return this.handBack(rows).then(() => 0);
+    if (!this.running || this.shutdown.signal.aborted) return this.handBack(rows).then(() => 0); // (stop aborts the signal first)
     this.finisher.holdAfterClaim(rows.length, performance.now() - sentAt);
     // the peers' second pass may skip the share from now on: told before its runs are started
     if (report && rows.every(isDecided)) this.reports.decided(holderKey, report);
