@@ -16,7 +16,7 @@
 import { performance } from 'node:perf_hooks';
 import type { ClaimRow } from '../../src/worker/claims.js';
 import { isDecided, ShareDigest } from '../../src/worker/share-reports.js';
-import { digestHash, nameHash, slotHash } from '../../src/worker/shares.js';
+import { digestHash, nameHash } from '../../src/worker/shares.js';
 import { cpuMs } from './contested.js';
 import { walBytes } from './wal.js';
 import { Session } from './session.js';
@@ -165,7 +165,7 @@ export async function measureTickRound(path: TickPath, names: string[], claimers
         const hash = nameHash(name);
         const owner = hash % keys.length;
         byOwner[owner]!.push(name);
-        digests[owner]!.add(slotHash(hash, slot), slotHash(digestHash(name), slot));
+        digests[owner]!.addPair(hash, digestHash(name), slot);
       }
       const took = await call(claimer, fn, byOwner[own]!, async (decided) => {
         if (decided) await claimer.session.query('select leasehold.report_share($1::bigint, $2, $3::bigint, $4::bigint)', [claimer.key, digests[own]!.jobs, digests[own]!.sumA, digests[own]!.sumB]);

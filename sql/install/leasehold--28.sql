@@ -346,7 +346,7 @@ as $$
 declare
   v record; r leasehold.leases; candidate text; previous_token uuid; key_share_free boolean; acquiring boolean; held boolean; why text;
   previous_run_slot timestamptz; previous_run_fence bigint; -- a scheduled run in flight on the row, lost to this acquisition
-  saved_lock_timeout text;
+  saved_lock_timeout text; generation bigint; turn integer;
 begin
   if not (leasehold.check_name(p_name) and leasehold.check_ttl(p_ttl) and leasehold.check_holder(p_holder)) then return null; end if; -- or raises
   -- the row and whether any namespace exists, in one read; nothing is told outside the caller's namespace
@@ -375,23 +375,34 @@ begin
     end if;
   end if;
 
-  -- The acquirers of a name take turns on an advisory lock ('LH', hashtext(name): apart from
-  -- liveness keys), waiting at most 50 ms, without an xid or a write (a wait on the row would lock
-  -- the winner's new version); a later turn finds the row held and names the winner. Slower:
-  -- 'being-acquired'. (A try-lock with a shared-lock wait starves.)
-  begin
-    saved_lock_timeout := current_setting('lock_timeout');
-    perform set_config('lock_timeout', '50ms', true), pg_advisory_xact_lock(19528, hashtext(p_name));
-    saved_lock_timeout := set_config('lock_timeout', saved_lock_timeout, true);
-    acquiring := true;
-  exception when lock_not_available then
-    acquiring := false;
-  end;
-  if acquiring then
+  -- A turn per generation of the row (its fence): the acquirers that read fence f try the advisory
+  -- lock (19528, a hash of name and f; apart from liveness keys). One gets it and goes on; the others
+  -- wait for its end together, sharing the lock, at most 50 ms, without an xid or a write (a wait on
+  -- the row would lock the winner's new version), and read the row again: held, they name the winner;
+  -- released at once, they try the next generation's turn (three at most: then 'being-acquired');
+  -- unchanged (the turn ended without a grant), the row lock decides among them. (One lock for all
+  -- generations was a convoy: each waiter in turn, and sharers of it kept the next try failing.)
+  generation := coalesce((v.lease).fence, 0);
+  for attempt in 1..3 loop
+    turn := (hashtextextended(p_name, generation) >> 32)::integer;
+    acquiring := pg_try_advisory_xact_lock(19528, turn);
+    if not acquiring then
+      begin
+        saved_lock_timeout := current_setting('lock_timeout');
+        perform set_config('lock_timeout', '50ms', true), pg_advisory_xact_lock_shared(19528, turn);
+        saved_lock_timeout := set_config('lock_timeout', saved_lock_timeout, true);
+      exception when lock_not_available then
+        exit;
+      end;
+    end if;
     -- most turns come after another acquirer's commit: its row, held, is the answer (no row lock)
     select * into r from leasehold.leases l where l.name = p_name;
     held := found and not leasehold.is_free(r) and r.token is distinct from p_token;
-  end if;
+    exit when acquiring or held or p_slot > now() or p_slot <= r.last_slot;
+    if coalesce(r.fence, 0) = generation then acquiring := true; exit; end if;
+    generation := r.fence;
+  end loop;
+  acquiring := coalesce(acquiring, false);
   if acquiring and not held then
     perform leasehold.pin_synchronous_commit();
     -- the row lock decides: free by the rules and not locked
@@ -2572,7 +2583,7 @@ select unnest(v.objects), v.level from (values
      'run_timed_out', 'secure_schema', 'server_incarnation', 'slot_to_answer', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'a3bd3ca642d19d3ae9d2a5b7d9d735d2918a40ff54ccf0c5bd6ea1d4fc90f359');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '9a82661f3d8033974079595b979abdb1cdf990061ab71a6103fab238f5313f66');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

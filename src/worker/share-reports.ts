@@ -20,10 +20,11 @@ export class ShareDigest {
   sumA = 0;
   sumB = 0;
 
-  add(hashA: number, hashB: number): void {
+  /** Adds the pair (job, slot), given the job name's two hashes (shares.ts: nameHash, digestHash). */
+  addPair(shareHash: number, digestHash: number, slot: Date): void {
     this.jobs++;
-    this.sumA += hashA;
-    this.sumB += hashB;
+    this.sumA += slotHash(shareHash, slot);
+    this.sumB += slotHash(digestHash, slot);
   }
 }
 
@@ -44,7 +45,7 @@ export function unclaimedDigest(requests: readonly ClaimRequest[], claimed: read
   const got = new Set(claimed.map((row) => row.job));
   for (const { job, slot } of requests) {
     const state = states.get(job.name);
-    if (!got.has(job.name) && state) digest.add(slotHash(state.shareHash, slot), slotHash(state.digestHash, slot));
+    if (!got.has(job.name) && state) digest.addPair(state.shareHash, state.digestHash, slot);
   }
   return digest;
 }

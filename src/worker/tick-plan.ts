@@ -61,7 +61,7 @@ export function planTick(states: readonly JobState[], tickNow: Date, share: Shar
           plan.ahead.push({ job: state.job, slot });
           plan.aheadStates.push(state);
           plan.aheadStarts.push(fireTime(slot, offset));
-          plan.aheadDigest.add(hash, slotHash(state.digestHash, slot));
+          plan.aheadDigest.addPair(state.shareHash, state.digestHash, slot);
         }
       }
       continue;
@@ -86,12 +86,12 @@ export function planTick(states: readonly JobState[], tickNow: Date, share: Shar
     const hash = slotHash(state.shareHash, latest);
     if (owns(share, hash)) {
       plan.mine.push({ job: state.job, slot: latest });
-      plan.mineDigest.add(hash, slotHash(state.digestHash, latest));
+      plan.mineDigest.addPair(state.shareHash, state.digestHash, latest);
     } else {
       const owner = hash % (share as { count: number }).count;
       plan.others.push({ job: state.job, slot: latest });
       plan.othersOwners.push(owner);
-      (plan.othersDigests[owner] as ShareDigest).add(hash, slotHash(state.digestHash, latest));
+      (plan.othersDigests[owner] as ShareDigest).addPair(state.shareHash, state.digestHash, latest);
     }
     plan.advanced.push(state);
     plan.dueJobs++;
