@@ -105,7 +105,14 @@ export const SECTIONS: readonly Section[] = [
   {
     heading: 'LeaseholdModule.forRoot(options)',
     type: 'LeaseholdModuleOptions',
-    settings: { shutdownGrace: WORKER_DEFAULTS.shutdownGrace, historyRetention: WORKER_DEFAULTS.historyRetention, clockSyncInterval: WORKER_DEFAULTS.clockSyncInterval },
+    settings: {
+      shutdownGrace: WORKER_DEFAULTS.shutdownGrace,
+      historyRetention: WORKER_DEFAULTS.historyRetention,
+      clockSyncInterval: WORKER_DEFAULTS.clockSyncInterval,
+      claimAhead: WORKER_DEFAULTS.claimAhead,
+      scheduleRefresh: WORKER_DEFAULTS.scheduleRefresh,
+      notifications: WORKER_DEFAULTS.notifications,
+    },
     intro: 'From `leasehold/nestjs`.',
   },
   { heading: 'startEmbeddedPostgres(options)', type: 'EmbeddedPostgresOptions', settings: {}, intro: 'From `leasehold/testing`.' },

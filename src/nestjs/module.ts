@@ -8,6 +8,7 @@ import type { Logger } from '../observe/logger.js';
 import type { Duration } from '../validate/duration.js';
 import { checkOptionKeys, optionKeys } from '../validate/options.js';
 import { InvalidArgumentError } from '../errors.js';
+import { workerSettings } from '../worker/worker.js';
 import { LeaseContext } from './context.js';
 import { LeaseholdExplorer } from './explorer.js';
 import { toLeaseholdLogger } from './logger.js';
@@ -23,6 +24,12 @@ export interface LeaseholdModuleOptions extends Omit<LeaseholdOptions, 'logger'>
   historyRetention?: Duration | undefined;
   /** How often the `@LeaseholdJob()` worker measures the database clock again. @default '5m' */
   clockSyncInterval?: Duration | undefined;
+  /** How far ahead of a slot the `@LeaseholdJob()` worker claims it (startWorker's `claimAhead`): 'auto', a duration, or '0ms' for never. @default 'auto' */
+  claimAhead?: Duration | 'auto' | undefined;
+  /** How often the `@LeaseholdJob()` worker asks for paused jobs while it is not notified of them (startWorker's `scheduleRefresh`). @default '1s' */
+  scheduleRefresh?: Duration | undefined;
+  /** Whether the `@LeaseholdJob()` worker listens for pauses and run-now requests (startWorker's `notifications`; false: always poll, e.g. behind a transaction-pooling PgBouncer without a direct URL). @default true */
+  notifications?: boolean | undefined;
 }
 
 export interface LeaseholdModuleAsyncOptions {
@@ -33,7 +40,14 @@ export interface LeaseholdModuleAsyncOptions {
 
 const MODULE_OPTION_KEYS = [
   ...LEASEHOLD_OPTION_KEYS,
-  ...optionKeys<Omit<LeaseholdModuleOptions, keyof LeaseholdOptions>>({ shutdownGrace: true, historyRetention: true, clockSyncInterval: true }),
+  ...optionKeys<Omit<LeaseholdModuleOptions, keyof LeaseholdOptions>>({
+    shutdownGrace: true,
+    historyRetention: true,
+    clockSyncInterval: true,
+    claimAhead: true,
+    scheduleRefresh: true,
+    notifications: true,
+  }),
 ];
 const ASYNC_OPTION_KEYS = optionKeys<LeaseholdModuleAsyncOptions>({ imports: true, useFactory: true, inject: true });
 
@@ -82,15 +96,14 @@ Module({})(LeaseholdModule);
 function settingsOf(options: LeaseholdModuleOptions): LeaseholdSettings {
   if (!options || typeof options !== 'object') throw new InvalidArgumentError('options', 'LeaseholdModule options must be an object.');
   checkOptionKeys(options, MODULE_OPTION_KEYS, 'LeaseholdModule');
-  const { logger, shutdownGrace, historyRetention, clockSyncInterval, ...clientOptions } = options;
-  return {
-    clientOptions,
-    logger: toLeaseholdLogger(logger),
-    shutdownGrace,
-    worker: {
-      ...(shutdownGrace !== undefined ? { shutdownGrace } : {}),
-      ...(historyRetention !== undefined ? { historyRetention } : {}),
-      ...(clockSyncInterval !== undefined ? { clockSyncInterval } : {}),
-    },
-  };
+  const { logger, shutdownGrace, historyRetention, clockSyncInterval, claimAhead, scheduleRefresh, notifications, ...clientOptions } = options;
+  const worker: LeaseholdSettings['worker'] = {};
+  if (shutdownGrace !== undefined) worker.shutdownGrace = shutdownGrace;
+  if (historyRetention !== undefined) worker.historyRetention = historyRetention;
+  if (clockSyncInterval !== undefined) worker.clockSyncInterval = clockSyncInterval;
+  if (claimAhead !== undefined) worker.claimAhead = claimAhead;
+  if (scheduleRefresh !== undefined) worker.scheduleRefresh = scheduleRefresh;
+  if (notifications !== undefined) worker.notifications = notifications;
+  workerSettings(worker); // bad worker options fail here too, not when the application starts
+  return { clientOptions, logger: toLeaseholdLogger(logger), shutdownGrace, worker };
 }

@@ -7,6 +7,7 @@ import type { Logger } from '../observe/logger.js';
 import type { Duration } from '../validate/duration.js';
 import type { JobContext } from '../job/job.js';
 import type { LeasedMethodOptions } from './decorators.js';
+import type { WorkerOptions } from '../worker/worker.js';
 
 // Strings: they live on the method function, where @nestjs/schedule reads its own.
 export const LEASED_KEY = 'leasehold:leased';
@@ -45,5 +46,5 @@ export interface LeaseholdSettings {
   clientOptions: Omit<LeaseholdOptions, 'logger'>;
   logger: Logger;
   shutdownGrace: Duration | undefined;
-  worker: { shutdownGrace?: Duration; historyRetention?: Duration; clockSyncInterval?: Duration };
+  worker: Pick<WorkerOptions, 'shutdownGrace' | 'historyRetention' | 'clockSyncInterval' | 'claimAhead' | 'scheduleRefresh' | 'notifications'>;
 }

@@ -247,11 +247,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     if (seen.has(job.name)) throw new InvalidArgumentError('jobs', `job "${job.name}" is defined twice in this worker; job names must be unique.`);
     seen.add(job.name);
   }
-  const graceMs = durationSetting(options.shutdownGrace, WORKER_DEFAULTS.shutdownGrace, 'shutdownGrace');
-  const retentionMs = durationSetting(options.historyRetention, WORKER_DEFAULTS.historyRetention, 'historyRetention');
-  const clockSyncMs = durationSetting(options.clockSyncInterval, WORKER_DEFAULTS.clockSyncInterval, 'clockSyncInterval');
-  const refreshMs = durationSetting(options.scheduleRefresh, WORKER_DEFAULTS.scheduleRefresh, 'scheduleRefresh');
-  const claimAhead = claimAheadSetting(options.claimAhead);
+  const { graceMs, retentionMs, clockSyncMs, refreshMs, claimAhead } = workerSettings(options);
   const logger = options.logger ?? stderrLogger();
   // the client gets the connection options only; the worker's own are not its business
   const clientOptions = Object.fromEntries(Object.entries(options).filter(([key]) => LEASEHOLD_OPTION_KEYS.includes(key))) as LeaseholdOptions;
@@ -312,6 +308,20 @@ const WORKER_OPTION_KEYS = [
     claimAhead: true,
   }),
 ];
+
+/** The worker's own settings from its options, checked against WORKER_DEFAULTS (LeaseholdModule checks them where it is configured). */
+export function workerSettings(options: Pick<WorkerOptions, 'shutdownGrace' | 'historyRetention' | 'clockSyncInterval' | 'scheduleRefresh' | 'claimAhead' | 'notifications'>) {
+  if (options.notifications !== undefined && typeof options.notifications !== 'boolean') {
+    throw new InvalidArgumentError('notifications', `notifications must be true or false (got ${JSON.stringify(options.notifications)}).`);
+  }
+  return {
+    graceMs: durationSetting(options.shutdownGrace, WORKER_DEFAULTS.shutdownGrace, 'shutdownGrace'),
+    retentionMs: durationSetting(options.historyRetention, WORKER_DEFAULTS.historyRetention, 'historyRetention'),
+    clockSyncMs: durationSetting(options.clockSyncInterval, WORKER_DEFAULTS.clockSyncInterval, 'clockSyncInterval'),
+    refreshMs: durationSetting(options.scheduleRefresh, WORKER_DEFAULTS.scheduleRefresh, 'scheduleRefresh'),
+    claimAhead: claimAheadSetting(options.claimAhead),
+  };
+}
 
 /** The claimAhead option: 'auto', or a lead in milliseconds within its bounds (0: never ahead). */
 function claimAheadSetting(value: Duration | 'auto' | undefined): ClaimAheadSetting {

@@ -14,7 +14,7 @@ import { silentLogger } from '../../src/observe/logger.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { client, freshDatabase, rawPool } from '../support/db.js';
 import { JsonLinesProcess, startFixture, type Line } from '../support/processes.js';
-import { Leased, LeaseholdModule, nestLogger } from '../../src/nestjs/index.js';
+import { Leased, LeaseholdJob, LeaseholdModule, nestLogger } from '../../src/nestjs/index.js';
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const APP = fileURLToPath(new URL('../fixtures/nest/app.ts', import.meta.url));
@@ -123,6 +123,45 @@ describe('in one process', () => {
       { name: 'Ticks.interval', schedule: '1s' },
       { name: 'Ticks.overridden', schedule: '2s' },
     ]);
+  });
+});
+
+describe('the @LeaseholdJob() worker', () => {
+  const appWith = (options: Parameters<typeof LeaseholdModule.forRoot>[0], job: string) => {
+    class Every {
+      seen: Date[] = [];
+      async run(ctx: { slot: Date }): Promise<void> {
+        this.seen.push(ctx.slot);
+      }
+    }
+    const descriptor = Object.getOwnPropertyDescriptor(Every.prototype, 'run')!;
+    LeaseholdJob({ name: job, every: '1s', ttl: '10s' })(Every.prototype, 'run', descriptor);
+    Object.defineProperty(Every.prototype, 'run', descriptor);
+    Injectable()(Every);
+    class AppModule {}
+    Module({ imports: [LeaseholdModule.forRoot({ connectionString: url, holder: job, logger: silentLogger(), ...options })], providers: [Every] })(AppModule);
+    return { AppModule, Every };
+  };
+
+  it('gets the module\'s claimAhead, scheduleRefresh and notifications', { timeout: 60_000 }, async () => {
+    const { AppModule, Every } = appWith({ claimAhead: '400ms', scheduleRefresh: '200ms', notifications: false }, 'nest-ahead');
+    const app = await NestFactory.createApplicationContext(AppModule, { logger: false });
+    await app.init();
+    await sleep(3_500);
+    // each slot's lease was taken about 400 ms before the slot (the default 'auto' claims at the
+    // slot: a tick of one job never takes 50 ms)
+    const { rows } = await rawPool(url, 2).query<{ lead_ms: number }>(
+      "select extract(epoch from (last_slot - acquired_at)) * 1000 as lead_ms from leasehold.leases where name = 'nest-ahead'",
+    );
+    await app.close();
+    expect(app.get(Every).seen.length).toBeGreaterThanOrEqual(2);
+    expect(Number(rows[0]?.lead_ms)).toBeGreaterThan(150);
+  });
+
+  it('refuses a worker option out of its bounds where the module is configured', () => {
+    expect(() => LeaseholdModule.forRoot({ claimAhead: '20s' })).toThrow(/claimAhead must be between 0ms and 10s \(got 20s\)/);
+    expect(() => LeaseholdModule.forRoot({ scheduleRefresh: '1ms' })).toThrow(/scheduleRefresh/);
+    expect(() => LeaseholdModule.forRoot({ notifications: 'yes' as never })).toThrow(/notifications must be true or false/);
   });
 });
 
