@@ -59,6 +59,7 @@ export const SECTIONS: readonly Section[] = [
   { heading: 'leasehold.acquire(name, options)', type: 'AcquireOptions', settings: { ttl: ACQUIRE_DEFAULTS.ttl, heartbeat: ACQUIRE_DEFAULTS.heartbeat, heartbeatInterval: ACQUIRE_DEFAULTS.heartbeatInterval } },
   { heading: 'leasehold.run(name, options, handler)', type: 'RunOptions', settings: { ttl: ACQUIRE_DEFAULTS.ttl, heartbeatInterval: ACQUIRE_DEFAULTS.heartbeatInterval, history: ACQUIRE_DEFAULTS.history } },
   { heading: 'lease.transaction(fn, options)', type: 'TransactionOptions', settings: TRANSACTION_DEFAULTS },
+  { heading: 'leasehold.forceRelease(name, options)', type: 'ForceReleaseOptions', settings: {} },
   {
     heading: 'startWorker(options)',
     type: 'WorkerOptions',

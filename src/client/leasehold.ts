@@ -9,7 +9,7 @@ import { jobControl, type JobControl } from '../control/job-control.js';
 import { ClosedError, InvalidArgumentError, LeaseLostError } from '../errors.js';
 import type { LeaseholdEvents } from '../observe/events.js';
 import { parseBoundedDuration } from '../validate/duration.js';
-import { checkLeaseName } from '../validate/names.js';
+import { checkActor, checkLeaseName } from '../validate/names.js';
 import { checkOptionKeys } from '../validate/options.js';
 import { callAcquire, type AcquireRow } from '../lease/acquire-call.js';
 import { openClient, type ClientKind, type ClientParts } from '../lease/connect.js';
@@ -17,13 +17,13 @@ import { describeSkip, translateSqlError } from '../lease/describe-skip.js';
 import { parseFence } from '../lease/fence.js';
 import type { Lease } from '../lease/lease.js';
 import { ACQUIRE_DEFAULTS } from '../lease/defaults.js';
-import { ACQUIRE_OPTION_KEYS, RUN_OPTION_KEYS } from '../lease/option-keys.js';
+import { ACQUIRE_OPTION_KEYS, FORCE_RELEASE_OPTION_KEYS, RUN_OPTION_KEYS } from '../lease/option-keys.js';
 import type { ReplicationReport } from '../db/replication.js';
 import { runRecorder } from '../lease/run-history.js';
 import { readyToStart } from '../lease/start-check.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import { attachTracker, releasedRemotely, type LeaseTracker } from '../lease/tracker.js';
-import type { AcquireOptions, AcquireResult, LeaseholdOptions, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from '../lease/types.js';
+import type { AcquireOptions, AcquireResult, ForceReleaseOptions, LeaseholdOptions, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from '../lease/types.js';
 
 export { describeSkip } from '../lease/describe-skip.js';
 export type { LeaseholdOptions } from '../lease/types.js';
@@ -237,14 +237,18 @@ export class Leasehold {
   /**
    * Operator override: frees `name` whoever holds it and bumps the fence, so the old
    * holder's fenced writes fail. Waits for an open fenced transaction on it to finish.
+   * `by` (who does it, e.g. an operator's name): recorded in `leasehold.actions`, and the run
+   * holding the lease is recorded `lost`, naming it; without it the login role is recorded.
    */
-  async forceRelease(name: string): Promise<{ released: boolean; previousHolder: string | null; previousFence: number | null; fence: number | null }> {
+  async forceRelease(name: string, options: ForceReleaseOptions = {}): Promise<{ released: boolean; previousHolder: string | null; previousFence: number | null; fence: number | null }> {
     this.#throwIfClosed();
     checkLeaseName(name);
+    checkOptionKeys(options, FORCE_RELEASE_OPTION_KEYS, 'forceRelease()');
+    if (options.by !== undefined) checkActor(options.by, 'by');
     const { rows } = await timedQuery<{ released: boolean; previous_holder: string | null; previous_fence: string | null; fence: string | null }>(
       this.#runtime.controlPool,
-      'select * from leasehold.force_release($1)',
-      [name],
+      'select * from leasehold.force_release($1, $2)',
+      [name, options.by ?? null],
       this.#runtime.queryTimeoutMs,
       this.#runtime.where,
     );

@@ -2,7 +2,7 @@
 import { optionKeys } from '../validate/options.js';
 import type { LeaseholdOptions } from './types.js';
 import type { TransactionOptions } from './lease.js';
-import type { AcquireOptions, RunOptions } from './types.js';
+import type { AcquireOptions, ForceReleaseOptions, RunOptions } from './types.js';
 
 export const LEASEHOLD_OPTION_KEYS = optionKeys<LeaseholdOptions>({
   connectionString: true,
@@ -17,6 +17,8 @@ export const LEASEHOLD_OPTION_KEYS = optionKeys<LeaseholdOptions>({
 });
 
 export const ACQUIRE_OPTION_KEYS = optionKeys<AcquireOptions>({ ttl: true, slot: true, heartbeat: true, heartbeatInterval: true });
+
+export const FORCE_RELEASE_OPTION_KEYS = optionKeys<ForceReleaseOptions>({ by: true });
 
 export const RUN_OPTION_KEYS = optionKeys<RunOptions>({ ttl: true, slot: true, heartbeatInterval: true, history: true });
 

@@ -31,6 +31,11 @@ export interface AcquireOptions {
   heartbeatInterval?: Duration | undefined;
 }
 
+export interface ForceReleaseOptions {
+  /** Who releases it (an operator's name): recorded in `leasehold.actions`, and the run holding the lease is recorded `lost`, naming it. @default the login role, recorded as the actor */
+  by?: string | undefined;
+}
+
 export interface RunOptions extends Omit<AcquireOptions, 'heartbeat'> {
   /**
    * Record the run in the history (leasehold.runs), as the scheduler and `leasehold exec` do,

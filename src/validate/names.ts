@@ -71,6 +71,11 @@ export function checkHolder(holder: unknown): string {
   return checkText(holder, 'holder', MAX_HOLDER_LENGTH);
 }
 
+/** Who does an operator's act (forceRelease's `by`): checked as a holder is, and named as `what`. */
+export function checkActor(actor: unknown, what: string): string {
+  return checkText(actor, what, MAX_HOLDER_LENGTH);
+}
+
 // Unicode White_Space that checkText lets through (the rest are controls it refuses). Keep in
 // step with leasehold.define_schedule in sql/baseline/4_control.sql.
 const EDGE_SPACE = /^[\u0020\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]|[\u0020\u00a0\u1680\u2000-\u200a\u202f\u205f\u3000]$/u;

@@ -231,6 +231,27 @@ describe('run', () => {
     if (result.ran) expect(result.value).toBeInstanceOf(LeaseLostError);
   });
 
+  it('forceRelease({ by }) records who did it, and the run it took the lease from ends lost naming them', async () => {
+    const a = await client(url, { holder: 'victim-by' });
+    const b = await client(url, { holder: 'operator-by' });
+    const result = await a.run('taken-by', { ttl: 900 }, async (ctx) => {
+      expect(await b.forceRelease('taken-by', { by: 'alice' })).toMatchObject({ released: true, previousHolder: 'victim-by' });
+      await new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+    });
+    expect(result).toMatchObject({ ran: true, lost: expect.any(LeaseLostError) });
+    const db = rawPool(url, 1);
+    const { rows: actions } = await db.query("select action, actor from leasehold.actions where job = 'taken-by'");
+    expect(actions).toEqual([{ action: 'force-released', actor: 'alice' }]);
+    const { rows: runs } = await db.query("select outcome, error from leasehold.run_log where job = 'taken-by'");
+    expect(runs).toEqual([{ outcome: 'lost', error: 'the lease was force-released by alice' }]);
+    // bad input is refused before anything is released
+    const again = held(await a.acquire('taken-by', { ttl: '30s' })).lease;
+    await expect(b.forceRelease('taken-by', { who: 'alice' } as never)).rejects.toThrow(/unknown option 'who'/);
+    await expect(b.forceRelease('taken-by', { by: 'ali\u202Ece' })).rejects.toThrow(/by must not contain/);
+    await expect(b.forceRelease('taken-by', { by: '' })).rejects.toThrow(/by must not be empty/);
+    expect(await again.release()).toBe(true);
+  });
+
   it('releases the lease when the handler throws', async () => {
     const a = await client(url);
     await expect(
