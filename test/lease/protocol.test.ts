@@ -62,7 +62,7 @@ describe('acquire', () => {
   it('names the winner under contention while every winner releases at once: the turn is per generation of the row', async () => {
     // One turn lock for every generation made its sharers keep the next acquirer's try failing,
     // and about one decline in eight came back 'being-acquired', naming nobody.
-    const racers = conns.slice(0, 8);
+    const racers = conns.slice(8, 16); // (not the sessions later tests read function counts on)
     const reasons: Record<string, number> = {};
     let wins = 0;
     const until = Date.now() + 1_500;
@@ -92,7 +92,7 @@ describe('acquire', () => {
     // that turn together. When a commits, the row's generation has not moved: the row lock decides
     // between b and c (each trying the same turn again would fail on the other's shared hold, and
     // both would give up 'being-acquired' with the lease free).
-    const [a, b, c] = conns as [pg.Client, pg.Client, pg.Client];
+    const [a, b, c] = conns.slice(12, 15) as [pg.Client, pg.Client, pg.Client];
     const first = await acquire(a, 'turn-no-grant', '30 seconds', 'a');
     await release(a, 'turn-no-grant', first.token);
     let conclusive = 0;
@@ -103,7 +103,7 @@ describe('acquire', () => {
       const sent = Date.now();
       const both = Promise.all([acquire(b, 'turn-no-grant', '30 seconds', 'b'), acquire(c, 'turn-no-grant', '30 seconds', 'c')]);
       // both wait on the turn (an advisory lock not granted), then a's turn ends without a grant
-      await waitForWaiters(conns[3]!, 2);
+      await waitForWaiters(conns[15]!, 2);
       await a.query('commit');
       const results = await both;
       const waitedMs = Date.now() - sent;
@@ -196,7 +196,10 @@ describe('acquire', () => {
   });
 
   it('calls no function that saves and restores settings on the losing path but acquire itself (its cost, measured)', async () => {
-    const [a, b] = conns as [pg.Client, pg.Client];
+    // b: a session of its own, whose function counts hold no earlier test's calls (a winner's
+    // insert fires check_lease_name, and counts are flushed at most once a second)
+    const a = conns[0]!;
+    const [b] = (await connections(url, 1)) as [pg.Client];
     await acquire(a, 'cheap', '1 minute', 'a');
     await b.query('begin');
     try {
@@ -215,6 +218,7 @@ describe('acquire', () => {
       expect(rows.filter((r) => r.name !== 'acquire' && r.config !== null).map((r) => r.name)).toEqual([]);
     } finally {
       await b.query('rollback');
+      await b.end();
     }
   });
 });
