@@ -366,7 +366,8 @@ begin
   -- wait for its end together, sharing the lock, at most 50 ms, without an xid or a write (a wait on
   -- the row would lock the winner's new version), and read the row again: held, they name the winner;
   -- released at once, they try the next generation's turn (three at most: then 'being-acquired');
-  -- unchanged (the turn ended without a grant), the row lock decides among them. (One lock for all
+  -- unchanged (the turn ended without a grant), the row lock decides among them (a row still
+  -- missing: 'being-acquired'). (One lock for all
   -- generations was a convoy: each waiter in turn, and sharers of it kept the next try failing.)
   generation := coalesce((v.lease).fence, 0);
   for attempt in 1..3 loop
@@ -385,8 +386,10 @@ begin
     select * into r from leasehold.leases l where l.name = p_name;
     held := found and not leasehold.is_free(r) and r.token is distinct from p_token;
     exit when acquiring or held or p_slot > now() or p_slot <= r.last_slot;
-    if coalesce(r.fence, 0) = generation then acquiring := true; exit; end if;
-    generation := r.fence;
+    -- (a missing row is created by the turn's own holder only: waiters inserting it together
+    -- would wait on each other's insert, up to the function's lock_timeout)
+    if coalesce(r.fence, 0) = generation then acquiring := r.name is not null; exit; end if;
+    generation := coalesce(r.fence, 0);
   end loop;
   acquiring := coalesce(acquiring, false);
   if acquiring and not held then

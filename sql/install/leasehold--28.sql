@@ -394,7 +394,8 @@ begin
   -- wait for its end together, sharing the lock, at most 50 ms, without an xid or a write (a wait on
   -- the row would lock the winner's new version), and read the row again: held, they name the winner;
   -- released at once, they try the next generation's turn (three at most: then 'being-acquired');
-  -- unchanged (the turn ended without a grant), the row lock decides among them. (One lock for all
+  -- unchanged (the turn ended without a grant), the row lock decides among them (a row still
+  -- missing: 'being-acquired'). (One lock for all
   -- generations was a convoy: each waiter in turn, and sharers of it kept the next try failing.)
   generation := coalesce((v.lease).fence, 0);
   for attempt in 1..3 loop
@@ -413,8 +414,10 @@ begin
     select * into r from leasehold.leases l where l.name = p_name;
     held := found and not leasehold.is_free(r) and r.token is distinct from p_token;
     exit when acquiring or held or p_slot > now() or p_slot <= r.last_slot;
-    if coalesce(r.fence, 0) = generation then acquiring := true; exit; end if;
-    generation := r.fence;
+    -- (a missing row is created by the turn's own holder only: waiters inserting it together
+    -- would wait on each other's insert, up to the function's lock_timeout)
+    if coalesce(r.fence, 0) = generation then acquiring := r.name is not null; exit; end if;
+    generation := coalesce(r.fence, 0);
   end loop;
   acquiring := coalesce(acquiring, false);
   if acquiring and not held then
@@ -2598,7 +2601,7 @@ select unnest(v.objects), v.level from (values
      'run_timed_out', 'secure_schema', 'server_incarnation', 'slot_to_answer', 'timezone_problem', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'e3e96d0c6ac00a3cc35d81efefb21023e8d34d414c599d227a5afcdd8090cdcd');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '753ec8261ef421e1ea844f7bbb73565fa844f0b0230afc57277109394ade60a7');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

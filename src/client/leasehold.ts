@@ -243,12 +243,16 @@ export class Leasehold {
   async forceRelease(name: string, options: ForceReleaseOptions = {}): Promise<{ released: boolean; previousHolder: string | null; previousFence: number | null; fence: number | null }> {
     this.#throwIfClosed();
     checkLeaseName(name);
-    checkOptionKeys(options, FORCE_RELEASE_OPTION_KEYS, 'forceRelease()');
-    if (options.by !== undefined) checkActor(options.by, 'by');
+    if (options !== undefined && options !== null && (typeof options !== 'object' || Array.isArray(options))) {
+      throw new InvalidArgumentError('options', 'forceRelease(name, options): options must be an object such as { by: \'alice\' }.');
+    }
+    const { by } = options ?? {};
+    checkOptionKeys(options ?? {}, FORCE_RELEASE_OPTION_KEYS, 'forceRelease()');
+    if (by !== undefined) checkActor(by, 'by');
     const { rows } = await timedQuery<{ released: boolean; previous_holder: string | null; previous_fence: string | null; fence: string | null }>(
       this.#runtime.controlPool,
       'select * from leasehold.force_release($1, $2)',
-      [name, options.by ?? null],
+      [name, by ?? null],
       this.#runtime.queryTimeoutMs,
       this.#runtime.where,
     );

@@ -73,6 +73,7 @@ export function checkHolder(holder: unknown): string {
 
 /** Who does an operator's act (forceRelease's `by`): checked as a holder is, and named as `what`. */
 export function checkActor(actor: unknown, what: string): string {
+  if (actor === '') throw new InvalidArgumentError(what, `${what} must not be empty: name who does it, e.g. 'alice'.`);
   return checkText(actor, what, MAX_HOLDER_LENGTH);
 }
 

@@ -143,7 +143,11 @@ describe('the @LeaseholdJob() worker', () => {
     return { AppModule, Every };
   };
 
-  it('gets the module\'s claimAhead, scheduleRefresh and notifications', { timeout: 60_000 }, async () => {
+  /** Sessions of this test's database listening for changes (the worker's notifications). */
+  const listeners = async () =>
+    Number((await rawPool(url, 2).query<{ n: number }>("select count(*)::int as n from pg_stat_activity where datname = current_database() and query ~* '^\\s*listen'")).rows[0]?.n);
+
+  it('gets the module\'s claimAhead and notifications', { timeout: 60_000 }, async () => {
     const { AppModule, Every } = appWith({ claimAhead: '400ms', scheduleRefresh: '200ms', notifications: false }, 'nest-ahead');
     const app = await NestFactory.createApplicationContext(AppModule, { logger: false });
     await app.init();
@@ -153,9 +157,26 @@ describe('the @LeaseholdJob() worker', () => {
     const { rows } = await rawPool(url, 2).query<{ lead_ms: number }>(
       "select extract(epoch from (last_slot - acquired_at)) * 1000 as lead_ms from leasehold.leases where name = 'nest-ahead'",
     );
+    const listening = await listeners();
     await app.close();
     expect(app.get(Every).seen.length).toBeGreaterThanOrEqual(2);
     expect(Number(rows[0]?.lead_ms)).toBeGreaterThan(150);
+    expect(listening).toBe(0);
+  });
+
+  it('listens for changes by default, and claims at the slot', { timeout: 60_000 }, async () => {
+    const { AppModule, Every } = appWith({}, 'nest-default');
+    const app = await NestFactory.createApplicationContext(AppModule, { logger: false });
+    await app.init();
+    await sleep(2_500);
+    const { rows } = await rawPool(url, 2).query<{ lead_ms: number }>(
+      "select extract(epoch from (last_slot - acquired_at)) * 1000 as lead_ms from leasehold.leases where name = 'nest-default'",
+    );
+    const listening = await listeners();
+    await app.close();
+    expect(app.get(Every).seen.length).toBeGreaterThanOrEqual(1);
+    expect(Number(rows[0]?.lead_ms)).toBeLessThanOrEqual(0);
+    expect(listening).toBeGreaterThanOrEqual(1);
   });
 
   it('refuses a worker option out of its bounds where the module is configured', () => {

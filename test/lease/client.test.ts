@@ -248,7 +248,8 @@ describe('run', () => {
     const again = held(await a.acquire('taken-by', { ttl: '30s' })).lease;
     await expect(b.forceRelease('taken-by', { who: 'alice' } as never)).rejects.toThrow(/unknown option 'who'/);
     await expect(b.forceRelease('taken-by', { by: 'ali\u202Ece' })).rejects.toThrow(/by must not contain/);
-    await expect(b.forceRelease('taken-by', { by: '' })).rejects.toThrow(/by must not be empty/);
+    await expect(b.forceRelease('taken-by', { by: '' })).rejects.toThrow(/by must not be empty: name who does it/);
+    await expect(b.forceRelease('taken-by', 'alice' as never)).rejects.toThrow(/options must be an object/);
     expect(await again.release()).toBe(true);
   });
 

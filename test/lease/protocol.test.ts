@@ -59,9 +59,10 @@ describe('acquire', () => {
     expect(fences.at(-1)).toBe(200);
   });
 
-  it('names the winner under contention while every winner releases at once: the turn is per generation of the row', async () => {
-    // One turn lock for every generation made its sharers keep the next acquirer's try failing,
-    // and about one decline in eight came back 'being-acquired', naming nobody.
+  it('names the winner under contention while every winner releases at once', async () => {
+    // Each decline waits for the turn of the generation it read, and reads the row again. A turn
+    // lock shared by its waiters across generations (measured, not kept) kept the next acquirer's
+    // try failing, and about one decline in eight came back 'being-acquired', naming nobody.
     const racers = conns.slice(8, 16); // (not the sessions later tests read function counts on)
     const reasons: Record<string, number> = {};
     let wins = 0;
@@ -103,7 +104,7 @@ describe('acquire', () => {
       const sent = Date.now();
       const both = Promise.all([acquire(b, 'turn-no-grant', '30 seconds', 'b'), acquire(c, 'turn-no-grant', '30 seconds', 'c')]);
       // both wait on the turn (an advisory lock not granted), then a's turn ends without a grant
-      await waitForWaiters(conns[15]!, 2);
+      await waitForWaiters(conns[15]!, [b, c]);
       await a.query('commit');
       const results = await both;
       const waitedMs = Date.now() - sent;
@@ -117,6 +118,38 @@ describe('acquire', () => {
       expect(['held', 'being-acquired']).toContain(loser.reason);
     }
     expect(conclusive).toBeGreaterThan(0);
+  });
+
+  it('lets the waiters of a turn that ended without creating the row answer at once, not wait on each other\'s insert', async () => {
+    // a takes the turn of a name never used and declines (its slot is not due); b and c, each
+    // inside a transaction, wait for it. Were both to create the row when a's turn ends, one would
+    // wait for the other's transaction on the primary key, up to acquire's lock_timeout (2 s),
+    // and fail with 55P03. Only a turn's own holder creates the row: they answer in milliseconds.
+    const [a, b, c, observer] = conns.slice(12, 16) as [pg.Client, pg.Client, pg.Client, pg.Client];
+    for (let attempt = 0; attempt < 3; attempt++) {
+      const name = `first-use-${attempt}`;
+      await a.query('begin');
+      expect((await acquire(a, name, '30 seconds', 'a', new Date(Date.now() + 3_600_000))).reason).toBe('slot-not-due');
+      await b.query('begin');
+      await c.query('begin');
+      const sent = Date.now();
+      const both = Promise.allSettled([acquire(b, name, '30 seconds', 'b'), acquire(c, name, '30 seconds', 'c')]);
+      await waitForWaiters(observer, [b, c]).catch(() => undefined); // (a slow machine: they may have given up already)
+      await a.query('commit');
+      const results = await both;
+      const tookMs = Date.now() - sent;
+      await b.query('commit');
+      await c.query('commit');
+      for (const result of results) {
+        if (result.status === 'rejected') throw result.reason;
+        expect(['acquired', 'being-acquired']).toContain(result.value.reason);
+      }
+      expect(tookMs).toBeLessThan(1_500);
+      // the name is free to take afterwards
+      const next = await acquire(a, name, '30 seconds', 'a');
+      if (next.acquired) await release(a, name, next.token);
+      else expect(next.holder).toMatch(/^[bc]$/);
+    }
   });
 
   it('resolves the row-creation race in the database: one winner, no error', async () => {
@@ -331,11 +364,15 @@ describe('argument checks in SQL', () => {
   });
 });
 
-/** Waits until `count` sessions wait for an advisory lock (a turn of acquire). */
-async function waitForWaiters(observer: pg.Client, count: number): Promise<void> {
+/** Waits until each of `waiters` waits for a two-key advisory lock (a turn of acquire). */
+async function waitForWaiters(observer: pg.Client, waiters: pg.Client[]): Promise<void> {
+  const pids = waiters.map((c) => (c as unknown as { processID: number }).processID);
   for (let i = 0; i < 500; i++) {
-    const { rows } = await observer.query<{ n: number }>(`select count(*)::int as n from pg_locks where locktype = 'advisory' and not granted`);
-    if ((rows[0]?.n ?? 0) >= count) return;
+    const { rows } = await observer.query<{ n: number }>(
+      `select count(distinct pid)::int as n from pg_locks where locktype = 'advisory' and objsubid = 2 and not granted and pid = any ($1)`,
+      [pids],
+    );
+    if ((rows[0]?.n ?? 0) >= pids.length) return;
   }
-  throw new Error(`${count} sessions never waited for a turn`);
+  throw new Error(`sessions ${pids.join(', ')} never waited for a turn`);
 }
