@@ -83,6 +83,8 @@ interface Fleet {
 async function openFleet(serverUrl: string, jobs: number): Promise<Fleet> {
   const database = await createTestDatabase(serverUrl, 'leasehold_bench_dashboard');
   const pool = new pg.Pool({ connectionString: database.url, max: 4 });
+  // a page's refresh may still hold a connection when the database is dropped at the end
+  pool.on('error', () => undefined);
   try {
     await (await createLeasehold({ pool, logger: silentLogger(), liveness: false })).close();
     await seedFleet(pool, jobs);
