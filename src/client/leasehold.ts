@@ -257,13 +257,18 @@ export class Leasehold {
       this.#runtime.where,
     );
     const row = rows[0];
-    this.#parts.logger.warn({ event: 'lease:force-released', lease: name, previousHolder: row?.previous_holder, previousFence: row?.previous_fence }, `lease "${name}" force-released`);
-    return {
+    const result = {
       released: row?.released ?? false,
       previousHolder: row?.previous_holder ?? null,
       previousFence: row?.previous_fence == null ? null : parseFence(row.previous_fence),
       fence: row?.fence == null ? null : parseFence(row.fence),
     };
+    // (fences as numbers, as every other log line has them)
+    this.#parts.logger.warn(
+      { event: 'lease:force-released', lease: name, previousHolder: result.previousHolder, previousFence: result.previousFence, fence: result.fence, ...(by === undefined ? {} : { by }) },
+      `lease "${name}" force-released${by === undefined ? '' : ` by ${by}`}`,
+    );
+    return result;
   }
 
   /** Releases held leases (best effort), stops the liveness session and closes owned pools. */
