@@ -21,7 +21,7 @@ const ALLOWED: Record<string, string[]> = {
   // what a user of the client, the scheduler or leased() needs, and the errors a caller catches
   '.': [
     'createLeasehold', 'Leasehold', 'LeaseholdOptions', 'ConnectionOptions', 'ReplicationReport',
-    'AcquireOptions', 'AcquireResult', 'NotAcquired', 'SkipReason', 'LeaseStatus', 'RunOptions', 'RunContext', 'RunResult', 'ForceReleaseOptions',
+    'AcquireOptions', 'AcquireResult', 'NotAcquired', 'SkipReason', 'LeaseStatus', 'RunOptions', 'RunContext', 'RunResult',
     'Lease', 'TransactionOptions',
     'startWorker', 'Worker', 'WorkerOptions', 'defineJob', 'JobOptions', 'JobDefinition', 'JobContext', 'CatchUpPolicy', 'OverlapPolicy',
     'RunTrigger', 'RunOutcome', 'RunState', 'DataJobContext', 'DataJobHandler', 'HandlerWrapper', 'RunReport',
