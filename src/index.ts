@@ -2,7 +2,7 @@
 // the errors a caller catches; the rest has an entry point of its own (package.json "exports"):
 // leasehold/control, /monitor, /dashboard, /schema, /errors, /testing, /nestjs, /opentelemetry.
 export { createLeasehold, Leasehold } from './client/leasehold.js';
-export type { AcquireOptions, AcquireResult, LeaseholdOptions, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './lease/types.js';
+export type { AcquireOptions, AcquireResult, ForceReleaseOptions, LeaseholdOptions, LeaseStatus, NotAcquired, RunContext, RunOptions, RunResult, SkipReason } from './lease/types.js';
 export { Lease, type TransactionOptions } from './lease/lease.js';
 export type { ConnectionOptions } from './db/connection.js';
 export type { ReplicationReport } from './db/replication.js';

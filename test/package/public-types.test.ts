@@ -21,7 +21,7 @@ const ALLOWED: Record<string, string[]> = {
   // what a user of the client, the scheduler or leased() needs, and the errors a caller catches
   '.': [
     'createLeasehold', 'Leasehold', 'LeaseholdOptions', 'ConnectionOptions', 'ReplicationReport',
-    'AcquireOptions', 'AcquireResult', 'NotAcquired', 'SkipReason', 'LeaseStatus', 'RunOptions', 'RunContext', 'RunResult',
+    'AcquireOptions', 'AcquireResult', 'NotAcquired', 'SkipReason', 'LeaseStatus', 'RunOptions', 'RunContext', 'RunResult', 'ForceReleaseOptions',
     'Lease', 'TransactionOptions',
     'startWorker', 'Worker', 'WorkerOptions', 'defineJob', 'JobOptions', 'JobDefinition', 'JobContext', 'CatchUpPolicy', 'OverlapPolicy',
     'RunTrigger', 'RunOutcome', 'RunState', 'DataJobContext', 'DataJobHandler', 'HandlerWrapper', 'RunReport',
@@ -56,7 +56,7 @@ const ALLOWED: Record<string, string[]> = {
 };
 
 /** What the root (`leasehold`) may grow to: a user reads its list in one sitting (issue 28). */
-const ROOT_LIMITS = { names: 60, values: 25 };
+const ROOT_LIMITS = { names: 61, values: 25 };
 
 let out: string;
 let program: ts.Program;
