@@ -143,39 +143,32 @@ describe('the @LeaseholdJob() worker', () => {
     return { AppModule, Every };
   };
 
-  /** Sessions of this test's database listening for changes (the worker's notifications). */
-  const listeners = async () =>
-    Number((await rawPool(url, 2).query<{ n: number }>("select count(*)::int as n from pg_stat_activity where datname = current_database() and query ~* '^\\s*listen'")).rows[0]?.n);
-
-  it('gets the module\'s claimAhead and notifications', { timeout: 60_000 }, async () => {
-    const { AppModule, Every } = appWith({ claimAhead: '400ms', scheduleRefresh: '200ms', notifications: false }, 'nest-ahead');
+  /** Runs the application for `ms`: the slots its job ran, how long before its last slot the lease was taken, and the sessions listening for changes. */
+  const runFor = async (options: Parameters<typeof LeaseholdModule.forRoot>[0], job: string, ms: number) => {
+    const { AppModule, Every } = appWith(options, job);
     const app = await NestFactory.createApplicationContext(AppModule, { logger: false });
     await app.init();
-    await sleep(3_500);
+    await sleep(ms);
+    const db = rawPool(url, 2);
+    const lead = await db.query<{ lead_ms: number }>('select extract(epoch from (last_slot - acquired_at)) * 1000 as lead_ms from leasehold.leases where name = $1', [job]);
+    const listening = await db.query<{ n: number }>("select count(*)::int as n from pg_stat_activity where datname = current_database() and query ~* '^\\s*listen'");
+    await app.close();
+    return { runs: app.get(Every).seen.length, leadMs: Number(lead.rows[0]?.lead_ms), listening: Number(listening.rows[0]?.n) };
+  };
+
+  it('gets the module\'s claimAhead and notifications', { timeout: 60_000 }, async () => {
+    const { runs, leadMs, listening } = await runFor({ claimAhead: '400ms', scheduleRefresh: '200ms', notifications: false }, 'nest-ahead', 3_500);
+    expect(runs).toBeGreaterThanOrEqual(2);
     // each slot's lease was taken about 400 ms before the slot (the default 'auto' claims at the
     // slot: a tick of one job never takes 50 ms)
-    const { rows } = await rawPool(url, 2).query<{ lead_ms: number }>(
-      "select extract(epoch from (last_slot - acquired_at)) * 1000 as lead_ms from leasehold.leases where name = 'nest-ahead'",
-    );
-    const listening = await listeners();
-    await app.close();
-    expect(app.get(Every).seen.length).toBeGreaterThanOrEqual(2);
-    expect(Number(rows[0]?.lead_ms)).toBeGreaterThan(150);
+    expect(leadMs).toBeGreaterThan(150);
     expect(listening).toBe(0);
   });
 
   it('listens for changes by default, and claims at the slot', { timeout: 60_000 }, async () => {
-    const { AppModule, Every } = appWith({}, 'nest-default');
-    const app = await NestFactory.createApplicationContext(AppModule, { logger: false });
-    await app.init();
-    await sleep(2_500);
-    const { rows } = await rawPool(url, 2).query<{ lead_ms: number }>(
-      "select extract(epoch from (last_slot - acquired_at)) * 1000 as lead_ms from leasehold.leases where name = 'nest-default'",
-    );
-    const listening = await listeners();
-    await app.close();
-    expect(app.get(Every).seen.length).toBeGreaterThanOrEqual(1);
-    expect(Number(rows[0]?.lead_ms)).toBeLessThanOrEqual(0);
+    const { runs, leadMs, listening } = await runFor({}, 'nest-default', 2_500);
+    expect(runs).toBeGreaterThanOrEqual(1);
+    expect(leadMs).toBeLessThanOrEqual(0);
     expect(listening).toBeGreaterThanOrEqual(1);
   });
 
