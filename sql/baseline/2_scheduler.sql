@@ -255,10 +255,14 @@ begin
     return;
   end if;
   -- queued slots (buffered, catch-up): almost never; an empty table answers without a probe per job
-  v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
+  -- (and, in a statement of its own, without planning `= any (p_jobs)`: 3 ms for 10,000 jobs)
+  v_queued := exists (select 1 from leasehold.buffered);
+  if v_queued then v_queued := exists (select 1 from leasehold.buffered b where b.job = any (p_jobs)); end if;
   perform leasehold.pin_synchronous_commit();
 
-  -- 1. Lock the rows this call may claim (random order, SKIP LOCKED: workers share a tick's jobs).
+  -- 1. Lock the rows this call may claim (SKIP LOCKED: workers share a tick's jobs; calls over the
+  --    same jobs at once split them where their scans meet. No `order by random()`: it sorted
+  --    every locked row, 1-2 us a job, for an order nothing needs).
   select coalesce(array_agg(x.at), '{}'), coalesce(array_agg(x.job), '{}'), coalesce(array_agg(x.claim_slot), '{}'),
          coalesce(array_agg(x.slot), '{}'), coalesce(array_agg(x.ttl), '{}'), coalesce(array_agg(x.mode), '{}'), coalesce(array_agg(x.cap), '{}'),
          coalesce(array_agg(x.last_slot), '{}'), coalesce(array_agg(x.held), '{}'), coalesce(array_agg(x.fence), '{}'),
@@ -304,7 +308,6 @@ begin
                     or l.run_started_at <= coalesce(s.started_through, '-infinity') then false
                else leasehold.is_free(l)
              end
-       order by random()
          for update of l skip locked
     ) x;
 

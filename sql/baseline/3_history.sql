@@ -112,7 +112,10 @@ begin
     )
     select v_recorded || coalesce(array_agg(x.run), '{}') into v_recorded from recorded x;
   end if;
-  v_queued := exists (select 1 from leasehold.buffered) and exists (select 1 from leasehold.buffered b where b.job = any (p_jobs));
+  -- queued slots (buffered, catch-up): almost never; an empty table answers without a probe per job
+  -- (and, in a statement of its own, without planning `= any (p_jobs)`: 3 ms for 10,000 jobs)
+  v_queued := exists (select 1 from leasehold.buffered);
+  if v_queued then v_queued := exists (select 1 from leasehold.buffered b where b.job = any (p_jobs)); end if;
   return query
   with input as materialized (
     select * from unnest(p_jobs, p_fences) as i(job, fence)

@@ -84,7 +84,10 @@ language plpgsql stable as $$
 declare
   j leasehold.jobs;
 begin
-  select * into j from leasehold.jobs x where x.name = any (p_names) and not leasehold.may_act_as(x.owner_role) limit 1;
+  -- a join, not `x.name = any (p_names)`: a caller's custom plan (claim) estimated that once per
+  -- element of the array (10,000 jobs: 9 ms of planning for a 1 ms probe)
+  select x.* into j from unnest(p_names) n(name) join leasehold.jobs x on x.name = n.name
+   where not leasehold.may_act_as(x.owner_role) limit 1;
   if found then
     raise exception 'role "%" may not change job "%": it belongs to role "%"', session_user, j.name, j.owner_role
       using errcode = '42501', hint = 'Register or define it as that role, or have an operator remove it first.';
@@ -225,7 +228,7 @@ select unnest(v.objects), v.level from (values
      'report_share', 'reported_shares', 'schedule_changes', 'start_run', 'start_tick']),
   ('operator', array['force_release', 'pause_job', 'prune_history', 'resume_job', 'run_now']),
   ('owner', array['acting_role', 'add_run_counts', 'bad_characters', 'batch_token', 'check_characters', 'check_claim_requests',
-     'check_holder', 'check_job_owner', 'check_lease_name', 'check_name', 'check_namespace', 'check_role',
+     'check_holder', 'check_job_owner', 'check_name', 'check_namespace', 'check_role',
      'check_schedule_field', 'check_ttl', 'confirm', 'confirm_leases', 'count_runs_deleted', 'count_runs_inserted',
      'count_runs_updated', 'end_runs', 'epoch', 'fences_after', 'fork_base', 'grant_access', 'grant_statements',
      'holder_gone', 'in_namespace', 'is_free', 'is_member_of', 'jobs_revision', 'live_job', 'live_runners',

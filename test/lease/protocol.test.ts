@@ -229,8 +229,8 @@ describe('acquire', () => {
   });
 
   it('calls no function that saves and restores settings on the losing path but acquire itself (its cost, measured)', async () => {
-    // b: a session of its own, whose function counts hold no earlier test's calls (a winner's
-    // insert fires check_lease_name, and counts are flushed at most once a second)
+    // b: a session of its own, whose function counts hold no earlier test's calls (counts are
+    // flushed at most once a second)
     const a = conns[0]!;
     const [b] = (await connections(url, 1)) as [pg.Client];
     await acquire(a, 'cheap', '1 minute', 'a');
