@@ -106,7 +106,7 @@ end $$;
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
   p_overlaps text[], p_catch_ups text[], p_holder text, p_timeout_ms bigint[] default null
-) returns table (name text, last_slot timestamptz, database_time timestamptz)
+) returns table (name text, last_slot timestamptz, database_time timestamptz, last_slot_unstarted boolean)
 language plpgsql volatile
 set plan_cache_mode = force_custom_plan
 set jit = off
@@ -148,7 +148,13 @@ begin
   select 'job-changed', w.name, p_holder,
          jsonb_build_object('schedule', w.schedule, 'ttl_ms', w.ttl_ms, 'overlap', w.overlap, 'timeout_ms', w.timeout_ms)
     from written w where w.updated;
-  return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
+  -- last_slot_unstarted: claimed ahead by a holder gone before its start (killed in the lead); the
+  -- starting worker's catch-up claims it again (a sole worker's slot ran nowhere otherwise)
+  return query
+  select l.name, l.last_slot, now(),
+         leasehold.unstarted_ahead(l, (select s.started_through from leasehold.worker_starts s where s.holder_key = l.holder_key))
+           and leasehold.is_free(l)
+    from unnest(p_names) n(name) join leasehold.leases l on l.name = n.name;
 end $$;
 
 -- may_run: whether schedule_changes shows job j to a worker of role p_role: j is nobody's, p_role's,
@@ -187,6 +193,16 @@ language sql immutable as $$
   select l.name is null or l.suspended is not null or l.last_slot is null or p_slot > l.last_slot
       or (p_slot = l.last_slot and l.token is not null and l.run_slot = l.last_slot and l.acquired_at < l.run_slot
           and l.run_started_at > coalesce(p_started_through, '-infinity'));
+$$;
+
+-- unstarted_ahead: whether lease l's last slot was claimed ahead under a liveness key and never
+-- marked started (p_started_through: its holder's mark, start_tick()): claim() takes such a slot
+-- back at its slot once the lease is free, and register_jobs() and schedule_changes() tell a
+-- starting worker so. SQL, inlined where it is used; never null.
+create function leasehold.unstarted_ahead(l leasehold.leases, p_started_through timestamptz) returns boolean
+language sql immutable as $$
+  select coalesce(l.token is not null and l.holder_key is not null and l.run_slot = l.last_slot and l.run_fence = l.fence
+                  and l.acquired_at < l.run_slot and l.run_started_at > coalesce(p_started_through, '-infinity'), false);
 $$;
 
 -- batch_token: the token of the p_n-th row of one claim() call: 16 bytes of SHA-256 over a seed of
@@ -303,9 +319,7 @@ begin
                -- the slot itself again: claimed ahead under a liveness key, never marked started,
                -- and the lease free (a re-claim is never a claim ahead)
                when v_ahead is not null or w.slot is distinct from l.last_slot or w.claim_slot <> w.slot or w.mode = 'allow'
-                    or l.token is null or l.holder_key is null or l.run_slot is distinct from l.last_slot
-                    or l.run_fence is distinct from l.fence or l.acquired_at >= l.run_slot
-                    or l.run_started_at <= coalesce(s.started_through, '-infinity') then false
+                    or not leasehold.unstarted_ahead(l, s.started_through) then false
                else leasehold.is_free(l)
              end
          for update of l skip locked
@@ -441,9 +455,7 @@ begin
              when l.suspended = 'removed' then 'removed'
              when i.slot > now() then 'slot-not-due'
              -- claimed ahead, not started: ask again when the lease expires
-             when i.slot = l.last_slot and i.mode <> 'allow' and l.token is not null and l.holder_key is not null
-                  and l.run_slot = l.last_slot and l.run_fence = l.fence and l.acquired_at < l.run_slot
-                  and l.run_started_at > coalesce(s.started_through, '-infinity')
+             when i.slot = l.last_slot and i.mode <> 'allow' and leasehold.unstarted_ahead(l, s.started_through)
                then case when leasehold.is_free(l) then 'holder-committing' else 'held-ahead' end
              when l.last_slot is not null and i.slot <= l.last_slot then 'slot-taken'
              when i.mode = 'exclusive' and i.cap = 0

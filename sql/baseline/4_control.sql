@@ -459,16 +459,21 @@ create function leasehold.schedule_changes(p_after_revision bigint, p_handlers t
 returns table (
   revision bigint, name text, source text, handler text, removed boolean, schedule text, timezone text, interval_ms bigint, ttl_ms bigint,
   overlap text, catch_up text, buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, payload jsonb,
-  paused_at timestamptz, paused_by text, pause_reason text, last_slot timestamptz, database_time timestamptz
+  paused_at timestamptz, paused_by text, pause_reason text, last_slot timestamptz, database_time timestamptz,
+  last_slot_unstarted boolean
 )
-language sql stable as $$
+language sql volatile as $$
   select j.revision, j.name, j.source, j.handler, j.removed_at is not null,
          j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up,
          j.buffer_limit, j.starting_deadline_ms, j.timeout_ms, j.jitter_ms,
          case when p_handlers is null or j.handler = any (p_handlers) then j.payload end,
          j.paused_at, j.paused_by, j.pause_reason,
-         (select l.last_slot from leasehold.leases l where l.name = j.name), now()
+         l.last_slot, now(),
+         -- as register_jobs() says it (volatile: is_free() asks for the holder's liveness lock)
+         leasehold.unstarted_ahead(l, (select s.started_through from leasehold.worker_starts s where s.holder_key = l.holder_key))
+           and leasehold.is_free(l)
     from leasehold.jobs j
+    left join leasehold.leases l on l.name = j.name
    where j.revision > coalesce(p_after_revision, 0)
      and (p_snapshot is not true
           or (j.removed_at is null and (j.paused_at is not null

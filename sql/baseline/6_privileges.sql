@@ -235,5 +235,5 @@ select unnest(v.objects), v.level from (values
      'liveness_incarnation', 'mark_slow_runs', 'may_act_as', 'may_run', 'namespace_prefixes', 'next_fence', 'notify_changes',
      'pin_synchronous_commit', 'record_action', 'refresh_run_counts', 'refuse', 'refuse_holder', 'refuse_name', 'refuse_ttl',
      'revoke_access', 'run_outcomes', 'run_start',
-     'run_timed_out', 'secure_schema', 'server_incarnation', 'slot_to_answer', 'timezone_problem', 'worker_key_tag'])
+     'run_timed_out', 'secure_schema', 'server_incarnation', 'slot_to_answer', 'timezone_problem', 'unstarted_ahead', 'worker_key_tag'])
 ) as v(level, objects);

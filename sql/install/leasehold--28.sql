@@ -846,7 +846,7 @@ end $$;
 create function leasehold.register_jobs(
   p_names text[], p_schedules text[], p_timezones text[], p_interval_ms bigint[], p_ttl_ms bigint[],
   p_overlaps text[], p_catch_ups text[], p_holder text, p_timeout_ms bigint[] default null
-) returns table (name text, last_slot timestamptz, database_time timestamptz)
+) returns table (name text, last_slot timestamptz, database_time timestamptz, last_slot_unstarted boolean)
 language plpgsql volatile
 set plan_cache_mode = force_custom_plan
 set jit = off
@@ -888,7 +888,13 @@ begin
   select 'job-changed', w.name, p_holder,
          jsonb_build_object('schedule', w.schedule, 'ttl_ms', w.ttl_ms, 'overlap', w.overlap, 'timeout_ms', w.timeout_ms)
     from written w where w.updated;
-  return query select l.name, l.last_slot, now() from leasehold.leases l where l.name = any (p_names);
+  -- last_slot_unstarted: claimed ahead by a holder gone before its start (killed in the lead); the
+  -- starting worker's catch-up claims it again (a sole worker's slot ran nowhere otherwise)
+  return query
+  select l.name, l.last_slot, now(),
+         leasehold.unstarted_ahead(l, (select s.started_through from leasehold.worker_starts s where s.holder_key = l.holder_key))
+           and leasehold.is_free(l)
+    from unnest(p_names) n(name) join leasehold.leases l on l.name = n.name;
 end $$;
 
 -- may_run: whether schedule_changes shows job j to a worker of role p_role: j is nobody's, p_role's,
@@ -927,6 +933,16 @@ language sql immutable as $$
   select l.name is null or l.suspended is not null or l.last_slot is null or p_slot > l.last_slot
       or (p_slot = l.last_slot and l.token is not null and l.run_slot = l.last_slot and l.acquired_at < l.run_slot
           and l.run_started_at > coalesce(p_started_through, '-infinity'));
+$$;
+
+-- unstarted_ahead: whether lease l's last slot was claimed ahead under a liveness key and never
+-- marked started (p_started_through: its holder's mark, start_tick()): claim() takes such a slot
+-- back at its slot once the lease is free, and register_jobs() and schedule_changes() tell a
+-- starting worker so. SQL, inlined where it is used; never null.
+create function leasehold.unstarted_ahead(l leasehold.leases, p_started_through timestamptz) returns boolean
+language sql immutable as $$
+  select coalesce(l.token is not null and l.holder_key is not null and l.run_slot = l.last_slot and l.run_fence = l.fence
+                  and l.acquired_at < l.run_slot and l.run_started_at > coalesce(p_started_through, '-infinity'), false);
 $$;
 
 -- batch_token: the token of the p_n-th row of one claim() call: 16 bytes of SHA-256 over a seed of
@@ -1043,9 +1059,7 @@ begin
                -- the slot itself again: claimed ahead under a liveness key, never marked started,
                -- and the lease free (a re-claim is never a claim ahead)
                when v_ahead is not null or w.slot is distinct from l.last_slot or w.claim_slot <> w.slot or w.mode = 'allow'
-                    or l.token is null or l.holder_key is null or l.run_slot is distinct from l.last_slot
-                    or l.run_fence is distinct from l.fence or l.acquired_at >= l.run_slot
-                    or l.run_started_at <= coalesce(s.started_through, '-infinity') then false
+                    or not leasehold.unstarted_ahead(l, s.started_through) then false
                else leasehold.is_free(l)
              end
          for update of l skip locked
@@ -1181,9 +1195,7 @@ begin
              when l.suspended = 'removed' then 'removed'
              when i.slot > now() then 'slot-not-due'
              -- claimed ahead, not started: ask again when the lease expires
-             when i.slot = l.last_slot and i.mode <> 'allow' and l.token is not null and l.holder_key is not null
-                  and l.run_slot = l.last_slot and l.run_fence = l.fence and l.acquired_at < l.run_slot
-                  and l.run_started_at > coalesce(s.started_through, '-infinity')
+             when i.slot = l.last_slot and i.mode <> 'allow' and leasehold.unstarted_ahead(l, s.started_through)
                then case when leasehold.is_free(l) then 'holder-committing' else 'held-ahead' end
              when l.last_slot is not null and i.slot <= l.last_slot then 'slot-taken'
              when i.mode = 'exclusive' and i.cap = 0
@@ -2139,16 +2151,21 @@ create function leasehold.schedule_changes(p_after_revision bigint, p_handlers t
 returns table (
   revision bigint, name text, source text, handler text, removed boolean, schedule text, timezone text, interval_ms bigint, ttl_ms bigint,
   overlap text, catch_up text, buffer_limit integer, starting_deadline_ms bigint, timeout_ms bigint, jitter_ms bigint, payload jsonb,
-  paused_at timestamptz, paused_by text, pause_reason text, last_slot timestamptz, database_time timestamptz
+  paused_at timestamptz, paused_by text, pause_reason text, last_slot timestamptz, database_time timestamptz,
+  last_slot_unstarted boolean
 )
-language sql stable as $$
+language sql volatile as $$
   select j.revision, j.name, j.source, j.handler, j.removed_at is not null,
          j.schedule, j.timezone, j.interval_ms, j.ttl_ms, j.overlap, j.catch_up,
          j.buffer_limit, j.starting_deadline_ms, j.timeout_ms, j.jitter_ms,
          case when p_handlers is null or j.handler = any (p_handlers) then j.payload end,
          j.paused_at, j.paused_by, j.pause_reason,
-         (select l.last_slot from leasehold.leases l where l.name = j.name), now()
+         l.last_slot, now(),
+         -- as register_jobs() says it (volatile: is_free() asks for the holder's liveness lock)
+         leasehold.unstarted_ahead(l, (select s.started_through from leasehold.worker_starts s where s.holder_key = l.holder_key))
+           and leasehold.is_free(l)
     from leasehold.jobs j
+    left join leasehold.leases l on l.name = j.name
    where j.revision > coalesce(p_after_revision, 0)
      and (p_snapshot is not true
           or (j.removed_at is null and (j.paused_at is not null
@@ -2599,10 +2616,10 @@ select unnest(v.objects), v.level from (values
      'liveness_incarnation', 'mark_slow_runs', 'may_act_as', 'may_run', 'namespace_prefixes', 'next_fence', 'notify_changes',
      'pin_synchronous_commit', 'record_action', 'refresh_run_counts', 'refuse', 'refuse_holder', 'refuse_name', 'refuse_ttl',
      'revoke_access', 'run_outcomes', 'run_start',
-     'run_timed_out', 'secure_schema', 'server_incarnation', 'slot_to_answer', 'timezone_problem', 'worker_key_tag'])
+     'run_timed_out', 'secure_schema', 'server_incarnation', 'slot_to_answer', 'timezone_problem', 'unstarted_ahead', 'worker_key_tag'])
 ) as v(level, objects);
 
-insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, '26eda1ac74ed9e7c09fd6f835eae3ee60c3abdbec2a535eaa1a996a83c896f01');
+insert into leasehold.migrations (version, name, breaking, checksum) values (28, 'baseline', true, 'a3ab583ff31f956b6fd7875ceb677704e9a56bbbc44ca7257bef786c59c9e2c6');
 
 do $$ begin
   if to_regprocedure('leasehold.secure_schema()') is not null then perform leasehold.secure_schema(); end if;

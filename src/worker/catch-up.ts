@@ -1,7 +1,8 @@
 // At start: which already-due slots of each job to claim at once. Slots after the last claimed
 // one that are already due mean all workers were down (or the job is new to the fleet). Which
 // run is up to the job's catch-up policy; the others are recorded as missed when the next slot
-// is claimed.
+// is claimed. A last slot claimed ahead by a worker gone before its start (killed in the lead) is
+// due again: claim() takes it back (a sole worker restarted after it ran it nowhere otherwise).
 import type { Logger } from '../observe/logger.js';
 import { jobClock } from '../schedule/jitter.js';
 import { slotsBetween } from '../schedule/schedule.js';
@@ -11,10 +12,22 @@ import { NextSlots } from './next-slots.js';
 
 export const MAX_MISSED_RECORDED = 1_000;
 
+/** A job's last claimed slot, as register_jobs() and schedule_changes() give it to a starting worker. */
+export interface LastSlot {
+  slot: Date;
+  /** Claimed ahead, never marked started, and its holder gone: due again (last_slot_unstarted). */
+  unstarted: boolean;
+}
+
+/** A LastSlot from a row's columns (null: never claimed). */
+export function lastSlotOf(row: { last_slot: Date | null; last_slot_unstarted: boolean | null }): LastSlot | null {
+  return row.last_slot ? { slot: row.last_slot, unstarted: row.last_slot_unstarted === true } : null;
+}
+
 /** Sets each job's next slot and returns the catch-up claims (queueing the extra slots of { all: n }). */
 export async function planStart(
   states: Iterable<Pick<JobState, 'job' | 'nextSlot'>>,
-  lastSlots: Map<string, Date | null>,
+  lastSlots: ReadonlyMap<string, LastSlot | null>,
   startNow: Date,
   store: SchedulerStore,
   logger: Logger,
@@ -28,7 +41,9 @@ export async function planStart(
     const last = lastSlots.get(job.name) ?? null;
     state.nextSlot = nextSlots.of(job.schedule, now);
     if (!last || job.catchUp === 'none') continue;
-    const due = slotsBetween(job.schedule, last, now, MAX_MISSED_RECORDED);
+    // a slot still ahead is the tick's to claim again (claim() at the slot)
+    const again = last.unstarted && last.slot.getTime() <= now.getTime() ? [last.slot] : [];
+    const due = [...again, ...slotsBetween(job.schedule, last.slot, now, MAX_MISSED_RECORDED - again.length)];
     if (due.length === 0) continue;
     if (job.catchUp === 'latest') {
       const latest = due[due.length - 1] as Date;

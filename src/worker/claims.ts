@@ -6,6 +6,7 @@ import type { LeaseRuntime } from '../lease/runtime.js';
 import { claimMode, describeCatchUp, type JobDefinition } from '../job/job.js';
 import type { RunOutcome } from '../job/run-outcomes.js';
 import type { LeaseholdEvents } from '../observe/events.js';
+import { lastSlotOf, type LastSlot } from './catch-up.js';
 import type { LivePeer } from './shares.js';
 
 export interface ClaimRequest {
@@ -66,11 +67,11 @@ export class SchedulerStore {
   }
 
   /** Upserts the definitions; returns the last claimed slot of each job that has one (get() ?? null for the others). */
-  async register(jobs: readonly JobDefinition[], holder: string): Promise<Map<string, Date | null>> {
+  async register(jobs: readonly JobDefinition[], holder: string): Promise<Map<string, LastSlot | null>> {
     // sent as array literals, built flat (array-literal.ts): 10,000 jobs are one statement
-    const { rows } = await this.query<{ name: string; last_slot: Date | null }>(
+    const { rows } = await this.query<{ name: string; last_slot: Date | null; last_slot_unstarted: boolean }>(
       // only the jobs with a last slot: a row per job would be 10,000 rows to parse for new jobs
-      'select name, last_slot from leasehold.register_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9) where last_slot is not null',
+      'select name, last_slot, last_slot_unstarted from leasehold.register_jobs($1, $2, $3, $4, $5, $6, $7, $8, $9) where last_slot is not null',
       [
         textArrayLiteral(jobs.map((j) => j.name)),
         textArrayLiteral(jobs.map((j) => j.schedule.expression)),
@@ -84,7 +85,7 @@ export class SchedulerStore {
       ],
       batchTimeout(this.runtime.queryTimeoutMs, jobs.length),
     );
-    return new Map(rows.map((r) => [r.name, r.last_slot]));
+    return new Map(rows.map((r) => [r.name, lastSlotOf(r)]));
   }
 
   /** The live workers' keys, each with its login role when it registered handlers (shares.ts: the hash shares, one recorder per role). */

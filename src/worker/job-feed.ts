@@ -11,7 +11,7 @@ import { ScheduleDefinitionError } from '../errors.js';
 import type { LeaseRuntime } from '../lease/runtime.js';
 import type { Logger } from '../observe/logger.js';
 import { slotsBetween } from '../schedule/schedule.js';
-import { MAX_MISSED_RECORDED, planStart } from './catch-up.js';
+import { lastSlotOf, MAX_MISSED_RECORDED, planStart, type LastSlot } from './catch-up.js';
 import { NOTIFIED_POLL_MS } from './change-listener.js';
 import type { ClaimRequest, SchedulerStore } from './claims.js';
 import { defineJob, type CatchUpPolicy, type JobContext, type JobDefinition, type OverlapPolicy } from '../job/job.js';
@@ -48,6 +48,7 @@ export interface FeedRow extends StoredJobRow {
   removed: boolean;
   last_slot: Date | null;
   database_time: Date;
+  last_slot_unstarted: boolean | null;
 }
 
 /** The engine as the feed sees it (engine.ts). */
@@ -107,7 +108,7 @@ export class JobFeed {
    * Reads every stored definition (paged) before the engine starts: the data jobs this worker
    * runs, their last slots for the catch-up plan, and which jobs are paused.
    */
-  async load(): Promise<{ jobs: JobDefinition[]; lastSlots: Map<string, Date | null> }> {
+  async load(): Promise<{ jobs: JobDefinition[]; lastSlots: Map<string, LastSlot | null> }> {
     // Only this worker's data jobs and the paused jobs (schedule_changes' snapshot), not every
     // definition of the fleet; changes from the revision read first on come through the feed (a
     // change made while the snapshot is read is applied twice, which changes nothing).
@@ -130,13 +131,13 @@ export class JobFeed {
     }
     this.revision = newest;
     const jobs: JobDefinition[] = [];
-    const lastSlots = new Map<string, Date | null>();
+    const lastSlots = new Map<string, LastSlot | null>();
     for (const row of latest.values()) {
       if (row.paused_at && !row.removed) this.paused.set(row.name, { at: row.paused_at, by: row.paused_by, reason: row.pause_reason });
       const job = this.definitionOf(row);
       if (!job) continue;
       jobs.push(job);
-      lastSlots.set(job.name, row.last_slot);
+      lastSlots.set(job.name, lastSlotOf(row));
     }
     return { jobs, lastSlots };
   }
@@ -283,7 +284,7 @@ export class JobFeed {
     const now = row.database_time;
     let claims: ClaimRequest[];
     try {
-      claims = await planStart([state], new Map([[state.job.name, row.last_slot]]), now, store, logger);
+      claims = await planStart([state], new Map([[state.job.name, lastSlotOf(row)]]), now, store, logger);
     } catch (error) {
       // the change is applied all the same (the feed has moved past it): from the next slot on
       logger.warn({ event: 'catch-up:failed', job: state.job.name, err: String(error) }, `could not plan the catch-up of "${state.job.name}"; it runs from its next slot`);

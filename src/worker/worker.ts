@@ -10,7 +10,7 @@ import { stderrLogger, type Logger } from '../observe/logger.js';
 import { parseBoundedDuration, type Duration } from '../validate/duration.js';
 import { durationSetting } from '../validate/settings.js';
 import { WORKER_DEFAULTS } from './defaults.js';
-import { planStart } from './catch-up.js';
+import { planStart, type LastSlot } from './catch-up.js';
 import { SchedulerStore } from './claims.js';
 import type { ClaimAheadSetting } from './claim-ahead.js';
 import { ClaimEngine } from './engine.js';
@@ -78,7 +78,7 @@ interface WorkerParts {
 }
 
 interface StartSettings {
-  lastSlots: Map<string, Date | null>;
+  lastSlots: Map<string, LastSlot | null>;
   handleSignals: boolean;
   retentionMs: number;
   clockSyncMs: number;
@@ -258,7 +258,7 @@ export async function startWorker(options: WorkerOptions): Promise<Worker> {
     const store = new SchedulerStore(runtime);
     const clock = runtime.clock;
     await clock.sync();
-    const lastSlots = jobs.length > 0 ? await store.register(jobs, leasehold.holder) : new Map<string, Date | null>();
+    const lastSlots = jobs.length > 0 ? await store.register(jobs, leasehold.holder) : new Map<string, LastSlot | null>();
     // after the code jobs' registration, which takes over any data job of the same name
     // `seen` holds the code jobs' names already
     const feed = new JobFeed({ runtime, store, logger, holder: leasehold.holder, handlers: handlers ?? {}, codeNames: seen, refreshMs });

@@ -170,7 +170,7 @@ describe('a worker starting between a slot and its fire time', () => {
   const store = {} as SchedulerStore; // 'latest' catch-up does not queue anything
   const job = defineJob({ name: 'a', every: '1m', jitter: '59s', handler });
   const slot = new Date('2026-05-01T10:00:00Z');
-  const last = new Map([['a', new Date('2026-05-01T09:59:00Z')]]);
+  const last = new Map([['a', { slot: new Date('2026-05-01T09:59:00Z'), unstarted: false }]]);
 
   it('waits for the fire time instead of claiming the slot at once as a catch-up', async () => {
     expect(job.jitterOffsetMs).toBe(46_691);

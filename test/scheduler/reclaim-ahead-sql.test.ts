@@ -71,6 +71,39 @@ describe('a slot claimed ahead and never started', () => {
     expect((await claim(conns[1]!, 're-dies', slot, 'other')).reason).toBe('slot-taken');
   });
 
+  it('is told to a starting worker (register_jobs, schedule_changes: last_slot_unstarted) once its holder is gone, and only then', async () => {
+    const [peer] = conns as [pg.Client];
+    const told = async (job: string) => {
+      const registered = await peer.query<{ unstarted: boolean }>(
+        `select last_slot_unstarted as unstarted from leasehold.register_jobs(array[$1], array['* * * * *'], array[null::text], array[60000::bigint],
+           array[30000::bigint], array['skip'], array['none'], 'test')`,
+        [job],
+      );
+      const changes = await peer.query<{ unstarted: boolean }>(
+        `select last_slot_unstarted as unstarted from leasehold.schedule_changes(0, null, 10000) where name = $1`,
+        [job],
+      );
+      return [registered.rows[0]!.unstarted, changes.rows[0]!.unstarted];
+    };
+    await register(peer, ['re-told', 're-told-marked']);
+    expect(await told('re-told')).toEqual([false, false]); // never claimed
+    const slot = await nextSecond(peer);
+    const holder = await holderOf('re-told', slot);
+    expect(await told('re-told')).toEqual([false, false]); // its holder lives
+    await holder.conn.end(); // killed in the lead
+    expect(await told('re-told')).toEqual([true, true]);
+    // the slot the starting worker claims again is taken back (claim() at or after the slot)
+    await until(peer, slot.getTime());
+    expect((await claim(peer, 're-told', slot)).claimed).toBe(true);
+    expect(await told('re-told')).toEqual([false, false]);
+    // a holder that marked its start before it went may have run it: not told
+    const later = await nextSecond(peer);
+    const marked = await holderOf('re-told-marked', later);
+    await marked.conn.query('select leasehold.start_tick($1::bigint, $2)', [marked.key, later]);
+    await marked.conn.end();
+    expect(await told('re-told-marked')).toEqual([false, false]);
+  });
+
   it('stays its holder\'s once the holder marked its start, even if the holder is gone then', async () => {
     const [peer] = conns as [pg.Client];
     await register(peer, ['re-marked']);

@@ -1,7 +1,8 @@
 // A slot claimed ahead whose holder is gone before its start runs at its slot on a peer, each
 // slot once (src/worker/start-queue.ts, sql/baseline/1_leases.sql). Real worker processes,
 // both claiming ahead: one is killed (SIGKILL) or stopped (SIGSTOP) in the lead of a slot it
-// claimed; the other runs that slot, and a stopped worker that resumes never runs it too.
+// claimed; the other runs that slot, and a stopped worker that resumes never runs it too. A sole
+// worker killed so and started again after the slot runs it at its start (catch-up).
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { client, freshDatabase, rawPool, waitFor } from '../support/db.js';
@@ -61,6 +62,36 @@ describe('a worker killed (SIGKILL) after claiming a slot ahead, before its star
     expect(ofSlot[0]!.error).toMatch(/^not started/);
     expect(handlersOf(slot)).toHaveLength(1);
     console.log(`[reclaim] killed in the lead: the slot ran on the peer ${lateMs} ms after it`);
+  }, 60_000);
+});
+
+describe('a sole worker killed (SIGKILL) after claiming a slot ahead, restarted after the slot', () => {
+  it('runs the slot at its start (catch-up \'latest\'): the killed worker\'s run is recorded aborted, the slot runs once', async () => {
+    const job = { name: 'sole', every: '10s', ttl: '60s' };
+    const first = await startFixture(url, { JOBS: JSON.stringify([job]), HOLDER: 'sole-1', CLAIM_AHEAD: '3s' }, SCHEDULED_WORKER);
+    children.push(first);
+    const claimed = await waitFor(async () => {
+      const { rows } = await rawPool(url, 2).query<{ slot: Date; ahead: boolean }>(
+        "select last_slot as slot, last_slot > clock_timestamp() + interval '1 second' as ahead from leasehold.leases where name = 'sole' and token is not null",
+      );
+      return rows[0]?.ahead ? rows[0] : undefined;
+    }, 30_000, 10);
+    const slot = claimed.slot;
+    first.signal('SIGKILL');
+    // nobody runs the job at its slot; the worker comes back a second after it
+    await sleep(Math.max(0, slot.getTime() + 1_000 - Date.now()));
+    const second = await startFixture(url, { JOBS: JSON.stringify([job]), HOLDER: 'sole-2', CLAIM_AHEAD: '3s' }, SCHEDULED_WORKER);
+    children.push(second);
+    const ran = await second.waitFor((l) => l.event === 'handler' && l.slot === slot.toISOString(), 8_000);
+    // at the restart, not left for the next slot's claim (10 s later) to record lost
+    expect(Number(ran.at) - slot.getTime()).toBeLessThan(9_000);
+    await waitFor(async () => (await runsOf('sole')).some((r) => r.slot.getTime() === slot.getTime() && r.outcome === 'succeeded'), 10_000, 50);
+    const ofSlot = (await runsOf('sole')).filter((r) => r.slot.getTime() === slot.getTime());
+    expect(ofSlot.map((r) => [r.holder, r.outcome])).toEqual([
+      [first.lines.find((l) => l.event === 'ready')!.holder, 'aborted'],
+      [second.lines.find((l) => l.event === 'ready')!.holder, 'succeeded'],
+    ]);
+    expect(handlersOf(slot)).toHaveLength(1);
   }, 60_000);
 });
 
