@@ -5,6 +5,7 @@
 // at once are in lease/tracker.ts.
 import type pg from 'pg';
 import { timedQuery } from '../db/connection.js';
+import { forceReleaseLease } from '../control/force-release.js';
 import { jobControl, type JobControl } from '../control/job-control.js';
 import { ClosedError, InvalidArgumentError, LeaseLostError } from '../errors.js';
 import type { LeaseholdEvents } from '../observe/events.js';
@@ -249,20 +250,11 @@ export class Leasehold {
     const { by } = options ?? {};
     checkOptionKeys(options ?? {}, FORCE_RELEASE_OPTION_KEYS, 'forceRelease()');
     if (by !== undefined) checkActor(by, 'by');
-    const { rows } = await timedQuery<{ released: boolean; previous_holder: string | null; previous_fence: string | null; fence: string | null }>(
-      this.#runtime.controlPool,
-      'select * from leasehold.force_release($1, $2)',
-      [name, by ?? null],
-      this.#runtime.queryTimeoutMs,
-      this.#runtime.where,
+    const result = await forceReleaseLease(
+      { query: (text, values = []) => timedQuery(this.#runtime.controlPool, text, values, this.#runtime.queryTimeoutMs, this.#runtime.where) },
+      name,
+      by ?? null,
     );
-    const row = rows[0];
-    const result = {
-      released: row?.released ?? false,
-      previousHolder: row?.previous_holder ?? null,
-      previousFence: row?.previous_fence == null ? null : parseFence(row.previous_fence),
-      fence: row?.fence == null ? null : parseFence(row.fence),
-    };
     // (fences as numbers, as every other log line has them)
     this.#parts.logger.warn(
       { event: 'lease:force-released', lease: name, previousHolder: result.previousHolder, previousFence: result.previousFence, fence: result.fence, ...(by === undefined ? {} : { by }) },

@@ -4,6 +4,7 @@
 // = the login role the dashboard connected as) and applies the role's level and namespace
 // (docs/security.md); a refusal comes back as a plain message with a 4xx status, never a 500.
 import { backfill, runNow } from '../control/manual-runs.js';
+import { forceReleaseLease } from '../control/force-release.js';
 import { pauseJob, resumeJob } from '../control/pause.js';
 import type { Queryable } from '../db/handle.js';
 import { InvalidArgumentError, PermissionDeniedError } from '../errors.js';
@@ -98,17 +99,13 @@ async function act(action: ActionName, values: Record<string, unknown>, { db, by
       return backfillAction(values, db, by, sign, verify);
     case 'force-release': {
       const name = job(values);
-      const { rows } = await db.query<{ released: boolean; previous_holder: string | null; previous_fence: string | null; fence: string | null }>(
-        'select * from leasehold.force_release($1, $2)',
-        [name, by],
-      );
-      const row = rows[0];
-      if (!row || row.fence === null) throw new HttpError(404, `there is no lease named ${quoted(name)}`);
-      const result = { job: name, released: row.released, previousHolder: row.previous_holder, previousFence: row.previous_fence === null ? null : Number(row.previous_fence), fence: Number(row.fence) };
+      const result = await forceReleaseLease(db, name, by);
+      if (result.fence === null) throw new HttpError(404, `there is no lease named ${quoted(name)}`);
       return {
-        message: row.released
-          ? `released ${quoted(name)}: it was held by ${row.previous_holder ?? 'unknown'} (fence ${row.previous_fence}); the fence is now ${row.fence}, so that holder's fenced writes fail`
-          : `${quoted(name)} was not held; the fence moved to ${row.fence}`,
+        message: result.released
+          ? `released ${quoted(name)}: it was held by ${result.previousHolder ?? 'unknown'} (fence ${result.previousFence}); the fence is now ${result.fence}, so that holder's fenced writes fail`
+          : `${quoted(name)} was not held; the fence moved to ${result.fence}`,
+        job: name,
         ...result,
       };
     }

@@ -226,6 +226,9 @@ describe('hostile text, every lease, manners', () => {
     expect(released.stderr).toBe('');
     expect(released.code).toBe(0);
     expect(released.stdout).toMatch(/was held by psql \(fence 1\); fence is now 2/);
+    // again, not held now: nothing released, the fence moves (JSON: numbers, the last holder)
+    const again = await cli(['release', emoji, '--force', '--yes', '--json'], { DATABASE_URL: db });
+    expect(JSON.parse(again.stdout)).toEqual({ name: emoji, released: false, previousHolder: 'psql', previousFence: 2, fence: 3 });
   });
 
   it('shows leases taken outside the scheduler in status and runs, and run() history after the quick start', async () => {

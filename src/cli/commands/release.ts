@@ -4,6 +4,7 @@
 import { userInfo } from 'node:os';
 import { createInterface } from 'node:readline/promises';
 import type { Command } from 'commander';
+import { forceReleaseLease } from '../../control/force-release.js';
 import { checkLeaseName } from '../../validate/names.js';
 import { CliError, databaseUrl, openDatabase, report, type Io } from '../context.js';
 import { EXIT } from '../exit-codes.js';
@@ -42,18 +43,14 @@ export function registerRelease(program: Command, io: Io): void {
               return;
             }
           }
-          const result = await db.query<{ released: boolean; previous_holder: string | null; previous_fence: string | null; fence: string | null }>(
-            'select * from leasehold.force_release($1, $2)',
-            [name, options.by ?? osUser()],
-          );
-          const row = result.rows[0];
-          if (options.json) io.out(JSON.stringify({ name, released: row?.released, previousHolder: row?.previous_holder, previousFence: Number(row?.previous_fence), fence: Number(row?.fence) }));
+          const result = await forceReleaseLease(db, name, options.by ?? osUser());
+          if (options.json) io.out(JSON.stringify({ name, ...result }));
           else
             io.out(
               inert(
-                row?.released
-                  ? `released "${name}": was held by ${row.previous_holder} (fence ${row.previous_fence}); fence is now ${row.fence}, so its fenced writes will fail`
-                  : `"${name}" was not held; fence bumped to ${row?.fence}`,
+                result.released
+                  ? `released "${name}": was held by ${result.previousHolder} (fence ${result.previousFence}); fence is now ${result.fence}, so its fenced writes will fail`
+                  : `"${name}" was not held; fence bumped to ${result.fence}`,
               ),
             );
           io.exit(EXIT.ok);
