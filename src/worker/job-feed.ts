@@ -283,8 +283,12 @@ export class JobFeed {
     const { store, logger, holder } = this.parts;
     const now = row.database_time;
     let claims: ClaimRequest[];
+    // planned on a copy: the job's state gets its next slot only once the slots of a pause are
+    // recorded (a tick in between recorded them missed for downtime first, and the pause's
+    // reason was lost)
+    const planned: Pick<JobState, 'job' | 'nextSlot'> = { job: state.job, nextSlot: null };
     try {
-      claims = await planStart([state], new Map([[state.job.name, lastSlotOf(row)]]), now, store, logger);
+      claims = await planStart([planned], new Map([[state.job.name, lastSlotOf(row)]]), now, store, logger);
     } catch (error) {
       // the change is applied all the same (the feed has moved past it): from the next slot on
       logger.warn({ event: 'catch-up:failed', job: state.job.name, err: String(error) }, `could not plan the catch-up of "${state.job.name}"; it runs from its next slot`);
@@ -303,6 +307,7 @@ export class JobFeed {
         logger.warn({ event: 'slot:missed-record-failed', job: state.job.name, err: String(error) }, 'could not record the slots missed while paused'),
       );
     }
+    state.nextSlot = planned.nextSlot;
     if (claims.length > 0) target.claimNow(claims);
     target.wake();
   }
