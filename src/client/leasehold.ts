@@ -5,6 +5,7 @@
 // at once are in lease/tracker.ts.
 import type pg from 'pg';
 import { timedQuery } from '../db/connection.js';
+import { dbHandle } from '../db/handle.js';
 import { forceReleaseLease } from '../control/force-release.js';
 import { jobControl, type JobControl } from '../control/job-control.js';
 import { ClosedError, InvalidArgumentError, LeaseLostError } from '../errors.js';
@@ -250,11 +251,8 @@ export class Leasehold {
     const { by } = options ?? {};
     checkOptionKeys(options ?? {}, FORCE_RELEASE_OPTION_KEYS, 'forceRelease()');
     if (by !== undefined) checkActor(by, 'by');
-    const result = await forceReleaseLease(
-      { query: (text, values = []) => timedQuery(this.#runtime.controlPool, text, values, this.#runtime.queryTimeoutMs, this.#runtime.where) },
-      name,
-      by ?? null,
-    );
+    const db = dbHandle(this.#runtime.controlPool, { where: this.#runtime.where, timeoutMs: this.#runtime.queryTimeoutMs });
+    const result = await forceReleaseLease(db, name, by ?? null);
     // (fences as numbers, as every other log line has them)
     this.#parts.logger.warn(
       { event: 'lease:force-released', lease: name, previousHolder: result.previousHolder, previousFence: result.previousFence, fence: result.fence, ...(by === undefined ? {} : { by }) },
